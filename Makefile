@@ -1,0 +1,40 @@
+# Two entry points (README Quick start): `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+# Installed first when the venv has no torch; empty lets pip choose (a CUDA build on Linux).
+HERD_TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Stamp files make re-runs cheap; they are rebuilt when pyproject.toml changes.
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	@if [ -n "$(HERD_TORCH)" ] && ! $(BIN)/python -c "import torch" 2>/dev/null; then \
+		$(BIN)/python -m pip install --quiet "$(HERD_TORCH)"; fi
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/herd train ppo --env CartPole-v1
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check herdrl tests benchmarks examples
+
+bench: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python benchmarks/time_to_solve.py
+	$(BIN)/python benchmarks/sampling_throughput.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,44 @@
+"""herdrl: distributed deep reinforcement learning on Ray, PyTorch and Gymnasium.
+
+    from herdrl import PPOConfig
+    algo = PPOConfig().environment("CartPole-v1").build()
+    for _ in range(20):
+        print(algo.train()["episode_return_mean"])
+
+``import herdrl`` never imports Ray; in-process runs (``num_env_runners=0``,
+the default) start no Ray at all.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from herdrl.errors import AlgorithmNotFound, ConfigError, EnvError, HerdError
+from herdrl.registry import register_env
+
+__version__ = "0.1.0"
+
+# Heavy names (torch) load on first use, so `herd --help` and `import herdrl` stay fast.
+_LAZY = {
+    "AlgorithmConfig": "herdrl.config",
+    "Algorithm": "herdrl.algorithms.base",
+    "PPO": "herdrl.algorithms.ppo",
+    "PPOConfig": "herdrl.algorithms.ppo",
+}
+
+if TYPE_CHECKING:
+    from herdrl.algorithms.base import Algorithm
+    from herdrl.algorithms.ppo import PPO, PPOConfig
+    from herdrl.config import AlgorithmConfig
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'herdrl' has no attribute '{name}'")
+
+
+__all__ = ["Algorithm", "AlgorithmConfig", "AlgorithmNotFound", "ConfigError", "EnvError", "HerdError",
+           "PPO", "PPOConfig", "register_env", "__version__"]

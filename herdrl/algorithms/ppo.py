@@ -1,0 +1,149 @@
+"""Proximal Policy Optimization (Schulman et al. 2017), clipped-surrogate variant.
+
+Everything PPO-specific is in this file: its config keys and defaults, the
+batch preparation (values, old log-probs, GAE) and the minibatch update.
+Sampling, result rows and the train loop are shared (``base.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+from torch import nn
+
+from herdrl.algorithms.base import Algorithm
+from herdrl.config import AlgorithmConfig, Field
+from herdrl.errors import ConfigError
+from herdrl.rollout import Fragment, compute_gae
+
+
+def _default(key: str, value: object) -> Field:
+    return dataclasses.replace(AlgorithmConfig.FIELDS[key], default=value)
+
+
+class PPOConfig(AlgorithmConfig):
+    """PPO settings. Defaults solve CartPole-v1 fast on a CPU in one process."""
+
+    algo_name = "PPO"
+    FIELDS = {
+        # Shared keys with PPO's defaults.
+        "num_envs_per_env_runner": _default("num_envs_per_env_runner", 16),
+        "train_batch_size": _default("train_batch_size", 1024),
+        "lr": _default("lr", 2e-3),
+        "gamma": _default("gamma", 0.98),
+        "grad_clip": _default("grad_clip", 0.5),
+        # PPO's own keys (RLlib's names).
+        "minibatch_size": Field(256, (int,), "training", low=1, doc="samples per gradient step"),
+        "num_epochs": Field(8, (int,), "training", low=1, doc="passes over each train batch"),
+        "lambda_": Field(0.9, (float,), "training", low=0, high=1, doc="GAE lambda"),
+        "clip_param": Field(0.2, (float,), "training", low=0, low_open=True, doc="surrogate clip range"),
+        "vf_clip_param": Field(None, (float,), "training", low=0, low_open=True, allow_none=True,
+                               doc="clip value predictions to old value +- this (off when None)"),
+        "vf_loss_coeff": Field(0.5, (float,), "training", low=0),
+        "entropy_coeff": Field(0.0, (float,), "training", low=0),
+        "normalize_advantages": Field(True, (bool,), "training"),
+    }
+    ALIASES = {"sgd_minibatch_size": "minibatch_size", "num_sgd_iter": "num_epochs", "lambda": "lambda_"}
+
+    def validate_algorithm(self) -> None:
+        """Minibatches must fit in the train batch."""
+        if self.minibatch_size > self.train_batch_size:
+            raise ConfigError(f"config key 'minibatch_size' got {self.minibatch_size}; expected "
+                              f"<= train_batch_size ({self.train_batch_size})")
+
+    @classmethod
+    def algo_class(cls) -> type:
+        """:class:`PPO`."""
+        return PPO
+
+
+class PPO(Algorithm):
+    """PPO with GAE, advantage normalisation, optional value clipping, entropy bonus and grad clipping."""
+
+    config: PPOConfig
+
+    def setup(self) -> None:
+        """Adam over the actor-critic's parameters."""
+        self.optimizer = torch.optim.Adam(self.module.parameters(), lr=self.config.lr, eps=1e-5)
+
+    def training_step(self) -> dict[str, float]:
+        """Sample one train batch, then run ``num_epochs`` passes of minibatch updates over it."""
+        batch = self._prepare(self.sample())
+        return self._update(batch)
+
+    @torch.no_grad()
+    def _prepare(self, fragments: list[Fragment]) -> dict[str, torch.Tensor]:
+        """Values and old log-probs in one forward pass, GAE, then drop reset-only steps."""
+        obs = np.concatenate([f.obs for f in fragments], axis=1)  # (T+1, B, obs_dim)
+        steps, envs = obs.shape[0] - 1, obs.shape[1]
+        actions = np.concatenate([f.actions for f in fragments], axis=1)
+        cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
+        flat_obs = torch.from_numpy(obs.reshape(-1, obs.shape[-1])).to(self.device)
+        dist_inputs, values = self.module(flat_obs)
+        values_np = values.cpu().numpy().reshape(steps + 1, envs)
+        advantages, returns = compute_gae(cat("rewards"), values_np, cat("terminateds"), cat("truncateds"),
+                                          self.config.gamma, self.config.lambda_)
+        valid = torch.from_numpy(cat("valid").reshape(-1)).to(self.device)
+        n = steps * envs
+        flat_actions = torch.from_numpy(actions.reshape(n, *actions.shape[2:])).to(self.device)
+        old_logp, _ = self.module.log_prob_entropy(dist_inputs[:n], flat_actions)
+        to_torch = lambda a: torch.from_numpy(a.reshape(-1)).to(self.device)[valid]  # noqa: E731
+        return {
+            "obs": flat_obs[:n][valid],
+            "actions": flat_actions[valid],
+            "old_logp": old_logp[valid],
+            "old_values": values[:n][valid],
+            "advantages": to_torch(advantages),
+            "returns": to_torch(returns),
+        }
+
+    def _update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        cfg = self.config
+        advantages = batch["advantages"]
+        if cfg.normalize_advantages and len(advantages) > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        size = len(advantages)
+        num_minibatches = max(1, round(size / cfg.minibatch_size))
+        sums = {"policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip_fraction": 0.0,
+                "grad_norm": 0.0}
+        for _ in range(cfg.num_epochs):
+            for idx in np.array_split(self.rng.permutation(size), num_minibatches):
+                idx = torch.from_numpy(idx).to(self.device)
+                dist_inputs, values = self.module(batch["obs"][idx])
+                logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"][idx])
+                log_ratio = logp - batch["old_logp"][idx]
+                ratio = log_ratio.exp()
+                adv = advantages[idx]
+                surrogate = torch.min(ratio * adv, ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param) * adv)
+                policy_loss = -surrogate.mean()
+                vf_loss = self._value_loss(values, batch["old_values"][idx], batch["returns"][idx])
+                entropy_mean = entropy.mean()
+                loss = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy_mean
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip or float("inf"))
+                self.optimizer.step()
+                with torch.no_grad():
+                    sums["policy_loss"] += policy_loss.item()
+                    sums["vf_loss"] += vf_loss.item()
+                    sums["entropy"] += entropy_mean.item()
+                    sums["kl"] += ((ratio - 1) - log_ratio).mean().item()
+                    sums["clip_fraction"] += ((ratio - 1).abs() > cfg.clip_param).float().mean().item()
+                    sums["grad_norm"] += grad_norm.item()
+        updates = cfg.num_epochs * num_minibatches
+        metrics = {key: value / updates for key, value in sums.items()}
+        returns = batch["returns"]
+        residual = (returns - batch["old_values"]).var()
+        metrics["vf_explained_var"] = float(1 - residual / returns.var()) if size > 1 else float("nan")
+        metrics["num_gradient_updates"] = updates
+        return metrics
+
+    def _value_loss(self, values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
+        clip = self.config.vf_clip_param
+        loss = (values - returns).pow(2)
+        if clip is not None:
+            clipped = old_values + (values - old_values).clamp(-clip, clip)
+            loss = torch.max(loss, (clipped - returns).pow(2))
+        return 0.5 * loss.mean()

@@ -1,0 +1,169 @@
+"""The ``herd`` command.
+
+    herd train ppo --env CartPole-v1                 # in-process, stops when solved
+    herd train -f examples/cartpole-ppo.yaml
+    herd train --run PPO --name-env CartPole-v1 --num-cpus 0   # the seed trainer's flags
+
+Exit codes: 0 done (stop criterion met, or solved under the default criterion),
+2 bad input (one line on stderr; ``--debug`` shows the traceback),
+3 the default step budget ran out before the env was solved, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+EXIT_BAD_INPUT = 2
+EXIT_NOT_SOLVED = 3
+EXIT_INTERRUPTED = 130
+
+
+def _add_train_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "train", help="train an agent", description="Train an agent; stops when solved unless told otherwise.")
+    p.add_argument("algorithm", nargs="?", help="algorithm name, e.g. ppo (or --run)")
+    p.add_argument("--run", dest="run", help="algorithm name (the seed trainer's flag)")
+    p.add_argument("--env", help="Gymnasium id or a register_env name")
+    p.add_argument("--name-env", dest="name_env", help="same as --env (the seed trainer's flag)")
+    p.add_argument("-f", "--file", help="experiment YAML (RLlib tuned-example shape)")
+    p.add_argument("--num-env-runners", type=int, help="Ray env runner actors; 0 = sample in this process")
+    p.add_argument("--num-envs-per-env-runner", type=int, help="env copies per runner")
+    p.add_argument("--num-cpus", type=int,
+                   help="seed trainer flag: N env runners plus the driver's core (0 = in-process)")
+    p.add_argument("--num-gpus", type=float, help="GPUs for the learner")
+    p.add_argument("--local-mode", action="store_true", help="seed trainer flag: sample in this process")
+    p.add_argument("--stop-iters", type=int, help="stop after this many iterations")
+    p.add_argument("--stop-timesteps", type=int, help="stop after this many env steps")
+    p.add_argument("--stop-reward", type=float, help="stop when episode_return_mean reaches this")
+    p.add_argument("--stop-time", type=float, help="stop after this many seconds of training")
+    p.add_argument("--budget", type=int, default=None,
+                   help="with no stop flag: env steps before giving up on solving (default 1,000,000; exit 3)")
+    p.add_argument("--seed", type=int, help="random seed (same seed in-process -> same results)")
+    p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="config overrides, e.g. lr=1e-3 model.fcnet_hiddens=[32,32]")
+    p.add_argument("--output", default=None, help="results root (default: results)")
+    p.add_argument("--name", help="experiment name (default: the env id)")
+    p.add_argument("--trial", help="trial name (default: <ALGO>_<env>_<seed>_<timestamp>)")
+    p.add_argument("--no-tensorboard", action="store_true", help="do not write TensorBoard event files")
+    p.add_argument("--quiet", action="store_true", help="no per-iteration console lines")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``herd`` argument parser."""
+    parser = argparse.ArgumentParser(prog="herd", description="herdrl: distributed deep RL from laptop to cluster")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_train_parser(subparsers)
+    return parser
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``["lr=1e-3", "model.fcnet_hiddens=[32,32]"]`` -> ``{"lr": 0.001, "model": {"fcnet_hiddens": [32, 32]}}``."""
+    from herdrl.errors import ConfigError
+    from herdrl.experiment import parse_yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--config expects KEY=VALUE, got '{item}'")
+        value = parse_yaml(text, f"--config {key}") if text else ""
+        *parents, leaf = key.split(".")
+        target = out
+        for part in parents:
+            target = target.setdefault(part, {})
+        target[leaf] = value
+    return out
+
+
+def _train(args: argparse.Namespace) -> int:
+    from herdrl.errors import ConfigError
+    from herdrl.experiment import load_experiment_file, run_experiment
+    from herdrl.registry import get_config_class
+
+    spec: dict[str, Any] = {"algorithm": None, "env": None, "stop": {}, "config": {}, "name": None}
+    if args.file:
+        spec = load_experiment_file(args.file)
+    names = [n for n in (args.algorithm, args.run) if n]
+    if len(names) == 2 and names[0].upper() != names[1].upper():
+        raise ConfigError(f"algorithm given twice: '{names[0]}' and --run '{names[1]}'")
+    algorithm = names[0] if names else spec["algorithm"]
+    if not algorithm:
+        raise ConfigError("no algorithm: use `herd train ppo ...`, --run PPO, or `run:` in the -f file")
+    config_class = get_config_class(str(algorithm))
+
+    file_config = dict(spec["config"])
+    env = args.env or args.name_env or spec["env"] or file_config.pop("env", None)
+    file_config.pop("env", None)
+    config = config_class.from_dict(file_config)
+    config.update_from_dict(parse_overrides(args.config))
+    if env is not None:
+        config.environment(env)
+    runners = {args.num_env_runners, args.num_cpus} - {None}
+    if len(runners) > 1:
+        raise ConfigError("--num-env-runners and --num-cpus disagree; give one of them")
+    if runners:
+        config.env_runners(num_env_runners=runners.pop())
+    if args.local_mode:
+        config.env_runners(num_env_runners=0)
+    if args.num_envs_per_env_runner is not None:
+        config.env_runners(num_envs_per_env_runner=args.num_envs_per_env_runner)
+    if args.num_gpus is not None:
+        config.resources(num_gpus=args.num_gpus)
+    if args.seed is not None:
+        config.debugging(seed=args.seed)
+
+    stop = dict(spec["stop"])
+    for flag, key in (("stop_iters", "training_iteration"), ("stop_timesteps", "num_env_steps_sampled_lifetime"),
+                      ("stop_reward", "episode_return_mean"), ("stop_time", "time_total_s")):
+        if getattr(args, flag) is not None:
+            stop[key] = getattr(args, flag)
+
+    outcome = run_experiment(config, stop=stop, output=args.output or "results", name=args.name or spec["name"],
+                             trial=args.trial, quiet=args.quiet, tensorboard=not args.no_tensorboard,
+                             budget=args.budget)
+    result = outcome.result
+    summary = (f"{outcome.stopped_by}: episode_return_mean {result.get('episode_return_mean', float('nan')):.1f} "
+               f"after {result.get('num_env_steps_sampled_lifetime', 0):,} env steps, "
+               f"{result.get('training_iteration', 0)} iterations, {result.get('time_total_s', 0.0):.1f} s; "
+               f"results in {outcome.logdir}")
+    print(summary, file=sys.stderr if outcome.stopped_by == "budget" else sys.stdout)
+    if outcome.stopped_by == "interrupted":
+        return EXIT_INTERRUPTED
+    if outcome.stopped_by == "budget" and outcome.solved is False:
+        return EXIT_NOT_SOLVED
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``herd`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from herdrl import __version__
+
+        print(f"herdrl {__version__}")
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    from herdrl.errors import HerdError
+
+    try:
+        return {"train": _train}[args.command](args)
+    except HerdError as exc:
+        if args.debug:
+            raise
+        print(f"herd {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"herd {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

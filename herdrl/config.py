@@ -1,0 +1,336 @@
+"""Algorithm configs with RLlib's builder methods and key names.
+
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=16)
+        .training(lr=1e-3, minibatch_size=256)
+        .debugging(seed=1)
+    )
+    algo = config.build()
+
+Every key is declared once, with its default, type and allowed range, in a
+`Field` table: ``AlgorithmConfig.FIELDS`` holds the keys every algorithm shares,
+each algorithm file adds its own. The older spellings users have in RLlib
+scripts (``num_workers``, ``.rollouts(num_rollout_workers=...)``,
+``sgd_minibatch_size``, ...) are aliases that map onto the same keys.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from herdrl.errors import ConfigError, did_you_mean
+
+
+@dataclass(frozen=True)
+class Field:
+    """One config key: default, accepted types, allowed range and the builder group it belongs to."""
+
+    default: Any
+    types: tuple[type, ...]
+    group: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # True: value must be > low, not >= low
+    choices: tuple | None = None
+    allow_none: bool = False
+    doc: str = ""
+
+    def check(self, key: str, value: Any) -> Any:
+        """Return ``value`` (ints widened to float where a float is expected) or raise ConfigError."""
+        if value is None:
+            if self.allow_none:
+                return None
+            raise ConfigError(f"config key '{key}' must not be None ({self.describe()})")
+        if isinstance(value, bool) and bool not in self.types:
+            raise ConfigError(f"config key '{key}' got {value!r}; expected {self.describe()}")
+        if float in self.types and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, self.types):
+            raise ConfigError(
+                f"config key '{key}' got {type(value).__name__} {value!r}; expected {self.describe()}"
+            )
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"config key '{key}' got {value!r}; expected one of {list(self.choices)}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"config key '{key}' got {value!r}; expected a finite number")
+            too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+            too_high = self.high is not None and value > self.high
+            if too_low or too_high:
+                raise ConfigError(f"config key '{key}' got {value!r}; expected {self.describe()}")
+        return value
+
+    def describe(self) -> str:
+        """Human-readable type and range, e.g. ``float > 0`` or ``int in [1, 100]``."""
+        names = " or ".join(t.__name__ for t in self.types)
+        if self.choices is not None:
+            return f"one of {list(self.choices)}"
+        if self.low is not None and self.high is not None:
+            left = "(" if self.low_open else "["
+            text = f"{names} in {left}{self.low:g}, {self.high:g}]"
+        elif self.low is not None:
+            text = f"{names} {'>' if self.low_open else '>='} {self.low:g}"
+        else:
+            text = names
+        return text + (" or None" if self.allow_none else "")
+
+
+# Keys of the ``model`` dict (RLlib's names) and their defaults.
+MODEL_DEFAULTS: dict[str, Any] = {
+    "fcnet_hiddens": [64, 64],
+    "fcnet_activation": "tanh",
+    "vf_share_layers": False,
+    "free_log_std": True,  # diagonal Gaussian: state-independent log std (a learned vector)
+}
+ACTIVATIONS = ("tanh", "relu", "elu", "gelu", "silu", "swish", "linear")
+
+
+class AlgorithmConfig:
+    """Settings of one experiment, shared by every algorithm.
+
+    Values are read and written as attributes (``config.lr``); the builder
+    methods (``.environment()``, ``.env_runners()``, ``.training()``, ...)
+    set several at once and return the config so calls chain. Values are
+    checked by ``validate()``, which ``build()`` calls.
+    """
+
+    #: The algorithm name (``"PPO"``); set by each subclass.
+    algo_name: str = ""
+
+    FIELDS: dict[str, Field] = {
+        "env": Field(None, (str,), "environment", allow_none=True,
+                     doc="Gymnasium id or a name given to herdrl.register_env"),
+        "env_config": Field({}, (dict,), "environment", doc="passed to the env creator / gymnasium.make"),
+        "gym_env_vectorize_mode": Field(
+            "auto", (str,), "env_runners", choices=("auto", "vector_entry_point", "sync", "async"),
+            doc="auto: the env's own numpy-vectorised version if it has one, else sync"),
+        "num_env_runners": Field(0, (int,), "env_runners", low=0,
+                                 doc="0: sample in the driver process, no Ray"),
+        "num_envs_per_env_runner": Field(1, (int,), "env_runners", low=1),
+        "num_cpus_per_env_runner": Field(1.0, (float,), "env_runners", low=0),
+        "rollout_fragment_length": Field(
+            "auto", (int, str), "env_runners", low=1,
+            doc="steps per env per sample() call; auto: train_batch_size / total envs"),
+        "num_gpus": Field(0.0, (float,), "resources", low=0, doc="GPUs for the learner"),
+        "framework": Field("torch", (str,), "framework", choices=("torch",)),
+        "lr": Field(5e-5, (float,), "training", low=0, low_open=True),
+        "gamma": Field(0.99, (float,), "training", low=0, high=1),
+        "train_batch_size": Field(4000, (int,), "training", low=1),
+        "grad_clip": Field(None, (float,), "training", low=0, low_open=True, allow_none=True),
+        "model": Field(MODEL_DEFAULTS, (dict,), "training"),
+        "seed": Field(None, (int,), "debugging", allow_none=True),
+    }
+
+    #: Older or RLlib-specific spellings -> the key they mean.
+    ALIASES: dict[str, str] = {
+        "num_workers": "num_env_runners",
+        "num_rollout_workers": "num_env_runners",
+        "num_envs_per_worker": "num_envs_per_env_runner",
+        "num_cpus_per_worker": "num_cpus_per_env_runner",
+        "num_cpus_per_rollout_worker": "num_cpus_per_env_runner",
+    }
+
+    def __init__(self) -> None:
+        values = {key: copy.deepcopy(f.default) for key, f in self.fields().items()}
+        object.__setattr__(self, "_values", values)
+
+    # ----------------------------------------------------------------- keys
+    @classmethod
+    def fields(cls) -> dict[str, Field]:
+        """All keys of this config class: the shared ones plus the algorithm's own."""
+        merged: dict[str, Field] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(klass.__dict__.get("FIELDS", {}))
+        return merged
+
+    @classmethod
+    def aliases(cls) -> dict[str, str]:
+        """All accepted alternative spellings of this config class's keys."""
+        merged: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(klass.__dict__.get("ALIASES", {}))
+        return merged
+
+    @classmethod
+    def canonical_key(cls, key: str) -> str:
+        """Map an alias to its key; raise ConfigError naming the nearest key for unknown ones."""
+        key = cls.aliases().get(key, key)
+        if key not in cls.fields():
+            known = list(cls.fields()) + list(cls.aliases())
+            hint = did_you_mean(key, known)
+            where = f" for {cls.algo_name}" if cls.algo_name else ""
+            raise ConfigError(f"unknown config key '{key}'{where}{hint}")
+        return key
+
+    def __getattr__(self, name: str) -> Any:
+        values = object.__getattribute__(self, "_values")
+        key = type(self).aliases().get(name, name)
+        if key in values:
+            return values[key]
+        raise AttributeError(f"{type(self).__name__} has no attribute '{name}'")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._values[self.canonical_key(name)] = value
+
+    def _set(self, group: str | None, kwargs: Mapping[str, Any]) -> AlgorithmConfig:
+        fields = self.fields()
+        for name, value in kwargs.items():
+            key = self.canonical_key(name)
+            if group is not None and fields[key].group != group:
+                raise ConfigError(
+                    f"'{name}' is set with .{fields[key].group}(), not .{group}()")
+            if key == "model":
+                value = self._merged_model(value)
+            self._values[key] = value
+        return self
+
+    def _merged_model(self, model: Any) -> Any:
+        if not isinstance(model, Mapping):
+            return model  # validate() names the type error
+        for key in model:
+            if key not in MODEL_DEFAULTS:
+                raise ConfigError(
+                    f"unknown model key '{key}'{did_you_mean(key, MODEL_DEFAULTS)}; "
+                    f"known: {sorted(MODEL_DEFAULTS)}")
+        return {**self._values["model"], **copy.deepcopy(dict(model))}
+
+    # ------------------------------------------------------------- builders
+    def environment(self, env: str | Callable | None = None, *, env_config: dict | None = None,
+                    **kwargs: Any) -> AlgorithmConfig:
+        """Set the env: a Gymnasium id or a ``register_env`` name, and its ``env_config``."""
+        if env is not None:
+            self._set("environment", {"env": env})
+        if env_config is not None:
+            self._set("environment", {"env_config": env_config})
+        return self._set("environment", kwargs)
+
+    def env_runners(self, **kwargs: Any) -> AlgorithmConfig:
+        """Set sampling: ``num_env_runners``, ``num_envs_per_env_runner``, ``rollout_fragment_length``,
+        ``num_cpus_per_env_runner``, ``gym_env_vectorize_mode``."""
+        return self._set("env_runners", kwargs)
+
+    def rollouts(self, **kwargs: Any) -> AlgorithmConfig:
+        """Older name of :meth:`env_runners` (accepts ``num_rollout_workers``, ``num_envs_per_worker``)."""
+        return self.env_runners(**kwargs)
+
+    def resources(self, **kwargs: Any) -> AlgorithmConfig:
+        """Set resources: ``num_gpus`` for the learner."""
+        return self._set("resources", kwargs)
+
+    def training(self, **kwargs: Any) -> AlgorithmConfig:
+        """Set learning keys: ``lr``, ``gamma``, ``train_batch_size``, ``grad_clip``, ``model`` and the
+        algorithm's own (see its ``FIELDS``)."""
+        if "lambda" in kwargs:  # `lambda` is a Python keyword: only reachable via **{"lambda": ...}
+            kwargs = {("lambda_" if k == "lambda" else k): v for k, v in kwargs.items()}
+        return self._set("training", kwargs)
+
+    def framework(self, framework: str = "torch", **_ignored: Any) -> AlgorithmConfig:
+        """Accepts ``"torch"`` (herdrl's only framework); anything else is a clear error."""
+        if framework != "torch":
+            raise ConfigError(f"framework '{framework}' is not supported: herdrl runs on PyTorch; "
+                              "use .framework('torch') or drop the call")
+        return self
+
+    def debugging(self, *, seed: int | None = None, **kwargs: Any) -> AlgorithmConfig:
+        """Set ``seed`` (same seed in-process -> identical results)."""
+        return self._set("debugging", {"seed": seed, **kwargs})
+
+    # -------------------------------------------------------- dict, copying
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every key (JSON-serialisable when ``env`` is a name)."""
+        return copy.deepcopy(self._values)
+
+    def update_from_dict(self, config: Mapping[str, Any]) -> AlgorithmConfig:
+        """Set keys from a dict that may use aliases (``num_workers``, ``lambda``, ...)."""
+        config = dict(config)
+        if "framework" in config:
+            self.framework(config.pop("framework"))
+        if "lambda" in config:
+            config["lambda_"] = config.pop("lambda")
+        return self._set(None, config)
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any]) -> AlgorithmConfig:
+        """Build a config from RLlib's dict form, e.g. ``{"env": "CartPole-v1", "num_workers": 2}``."""
+        return cls().update_from_dict(config)
+
+    def copy(self) -> AlgorithmConfig:
+        """An independent copy of this config."""
+        clone = type(self)()
+        object.__setattr__(clone, "_values", copy.deepcopy(self._values))
+        return clone
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({json.dumps(self._values, default=repr)})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._values == self._values
+
+    # ------------------------------------------------------------ validate
+    def validate(self) -> None:
+        """Check every value's type and range, then the algorithm's cross-key rules."""
+        for key, f in self.fields().items():
+            value = self._values[key]
+            if key == "env" and callable(value):
+                continue
+            if key == "rollout_fragment_length" and value == "auto":
+                continue
+            if key == "rollout_fragment_length" and isinstance(value, str):
+                raise ConfigError(f"config key '{key}' got {value!r}; expected 'auto' or int >= 1")
+            self._values[key] = f.check(key, value)
+        if self.env is None:
+            raise ConfigError("no env set: use .environment('CartPole-v1') or --env ID")
+        self._validate_model(self.model)
+        self.validate_algorithm()
+
+    @staticmethod
+    def _validate_model(model: dict) -> None:
+        hiddens = model["fcnet_hiddens"]
+        if not isinstance(hiddens, (list, tuple)) or not all(
+            isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hiddens
+        ):
+            raise ConfigError(f"model key 'fcnet_hiddens' got {hiddens!r}; expected a list of ints > 0")
+        if model["fcnet_activation"] not in ACTIVATIONS:
+            raise ConfigError(f"model key 'fcnet_activation' got {model['fcnet_activation']!r}; "
+                              f"expected one of {list(ACTIVATIONS)}")
+        for key in ("vf_share_layers", "free_log_std"):
+            if not isinstance(model[key], bool):
+                raise ConfigError(f"model key '{key}' got {model[key]!r}; expected bool")
+
+    def validate_algorithm(self) -> None:
+        """Cross-key rules of one algorithm; subclasses override."""
+
+    # --------------------------------------------------------------- derived
+    @property
+    def total_envs(self) -> int:
+        """Envs stepping in parallel across all runners (the driver counts as one runner at 0)."""
+        return max(self.num_env_runners, 1) * self.num_envs_per_env_runner
+
+    def fragment_length(self) -> int:
+        """Steps per env per ``sample()`` call, resolving ``"auto"`` from ``train_batch_size``."""
+        if self.rollout_fragment_length == "auto":
+            return max(1, math.ceil(self.train_batch_size / self.total_envs))
+        return int(self.rollout_fragment_length)
+
+    def build(self, logger: Any = None) -> Any:
+        """Validate and return the algorithm (e.g. ``PPO``) ready to ``train()``.
+
+        ``logger`` (a :class:`herdrl.logger.Logger`) receives each result row; None writes no files.
+        """
+        self.validate()
+        return self.algo_class()(self.copy(), logger=logger)
+
+    # RLlib 2.x renamed build() to build_algo(); accept both.
+    build_algo = build
+
+    @classmethod
+    def algo_class(cls) -> type:
+        """The Algorithm class this config builds; subclasses override."""
+        raise ConfigError("AlgorithmConfig is abstract: use PPOConfig() or another algorithm's config")

@@ -1,0 +1,137 @@
+"""Build Gymnasium vector envs the way runners need them.
+
+Runners always see NEXT_STEP autoreset (Gymnasium 1.x's default): the step
+that ends an episode returns that episode's final observation, and the next
+step only resets (its action is ignored, its reward is 0). The runner masks
+that reset-only step out of the batch and bootstraps truncated episodes from
+the final observation. We ask for this mode explicitly and refuse any other,
+so the data a learner gets never depends on an env's default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from herdrl.errors import EnvError, did_you_mean
+from herdrl.registry import ENV_CREATORS
+
+EnvRef = str | Callable[[dict], gym.Env]
+
+
+def _creator(env: EnvRef, env_config: dict) -> Callable[[], gym.Env] | None:
+    """A zero-argument factory for a registered name or callable env; None for a Gymnasium id."""
+    if callable(env):
+        return lambda: env(dict(env_config))
+    if env in ENV_CREATORS:
+        creator = ENV_CREATORS[env]
+        return lambda: creator(dict(env_config))
+    return None
+
+
+def _gym_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    if env_id in gym.registry or ":" in env_id:  # "module:Env-v0" imports the module first
+        try:
+            return gym.spec(env_id)
+        except gym.error.Error as exc:
+            raise EnvError(f"cannot make env '{env_id}': {exc}") from None
+    hint = did_you_mean(env_id, list(gym.registry) + list(ENV_CREATORS))
+    raise EnvError(f"unknown env '{env_id}'{hint}: use a Gymnasium id or herdrl.register_env('{env_id}', creator)")
+
+
+def make_single_env(env: EnvRef, env_config: dict | None = None, **make_kwargs: Any) -> gym.Env:
+    """One (non-vector) env, e.g. for evaluation or rendering."""
+    env_config = dict(env_config or {})
+    factory = _creator(env, env_config)
+    if factory is not None:
+        return _checked(factory(), env)
+    spec = _gym_spec(env)
+    return gym.make(spec, **env_config, **make_kwargs)
+
+
+def _checked(instance: Any, env: EnvRef) -> gym.Env:
+    if not isinstance(instance, gym.Env):
+        raise EnvError(f"the creator of env '{env}' returned {type(instance).__name__}, not a gymnasium.Env")
+    return instance
+
+
+def make_vector_env(env: EnvRef, env_config: dict | None = None, num_envs: int = 1,
+                    mode: str = "auto") -> gym.vector.VectorEnv:
+    """A vector env of ``num_envs`` copies in NEXT_STEP autoreset mode.
+
+    ``mode``: ``auto`` (the env's own numpy-vectorised implementation where it has one,
+    else ``sync``), ``vector_entry_point``, ``sync`` or ``async`` (one sub-process per copy).
+    """
+    env_config = dict(env_config or {})
+    vector_kwargs = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+    factory = _creator(env, env_config)
+    if factory is not None:
+        if mode == "vector_entry_point":
+            raise EnvError(f"env '{env}' is a registered creator: it has no vector entry point; "
+                           "use gym_env_vectorize_mode='sync' or 'async'")
+        fns = [lambda: _checked(factory(), env)] * num_envs
+        cls = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
+        venv = cls(fns, **vector_kwargs)
+    else:
+        spec = _gym_spec(env)
+        if mode == "auto":
+            mode = "vector_entry_point" if spec.vector_entry_point else "sync"
+        if mode == "vector_entry_point":
+            if not spec.vector_entry_point:
+                raise EnvError(f"env '{env}' has no vector entry point; use gym_env_vectorize_mode='sync'")
+            vector_kwargs = {}
+        try:
+            venv = gym.make_vec(spec, num_envs=num_envs, vectorization_mode=mode,
+                                vector_kwargs=vector_kwargs, **env_config)
+        except TypeError as exc:  # an env_config key the env does not take
+            raise EnvError(f"cannot make env '{env}' with env_config {env_config}: {exc}") from None
+    autoreset = venv.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    if AutoresetMode(autoreset) != AutoresetMode.NEXT_STEP:
+        venv.close()
+        raise EnvError(f"env '{env}' vectorises with autoreset mode {autoreset}; herdrl needs NEXT_STEP")
+    check_spaces(venv.single_observation_space, venv.single_action_space, env)
+    return venv
+
+
+def env_reward_threshold(env: EnvRef) -> float | None:
+    """The env spec's ``reward_threshold`` ("solved"), or None if it has none."""
+    if callable(env) or env in ENV_CREATORS:
+        return None
+    return _gym_spec(env).reward_threshold
+
+
+def check_spaces(obs_space: gym.Space, action_space: gym.Space, env: EnvRef = "env") -> None:
+    """Raise EnvError unless the spaces are ones herdrl's models handle."""
+    if not isinstance(obs_space, (gym.spaces.Box, gym.spaces.Discrete)):
+        raise EnvError(f"env '{env}' has observation space {obs_space}; herdrl supports Box and Discrete "
+                       "observations (flatten others with gymnasium.wrappers.FlattenObservation)")
+    if not isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete)):
+        raise EnvError(f"env '{env}' has action space {action_space}; herdrl supports Discrete and Box actions")
+    if isinstance(action_space, gym.spaces.Box) and not np.issubdtype(action_space.dtype, np.floating):
+        raise EnvError(f"env '{env}' has integer Box action space {action_space}; use Discrete or a float Box")
+
+
+class ObsEncoder:
+    """Turns a batch of raw observations into a float32 ``(batch, dim)`` array.
+
+    Box: flattened and cast. Discrete: one-hot (e.g. FrozenLake's 16 states -> 16 floats).
+    """
+
+    def __init__(self, space: gym.Space) -> None:
+        self.space = space
+        if isinstance(space, gym.spaces.Discrete):
+            self.dim = int(space.n)
+            self._eye = np.eye(space.n, dtype=np.float32)
+            self._start = int(space.start)
+        else:
+            self.dim = int(np.prod(space.shape))
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        if isinstance(self.space, gym.spaces.Discrete):
+            return self._eye[np.asarray(obs, dtype=np.int64) - self._start]
+        obs = np.asarray(obs)
+        return obs.reshape(obs.shape[0], self.dim).astype(np.float32, copy=False)

@@ -1,0 +1,38 @@
+"""herdrl's exception types.
+
+Every error a user can cause (a bad config value, an unknown env, a broken env)
+raises one of these with a single actionable line. The CLI prints that line and
+exits non-zero; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class HerdError(Exception):
+    """Base class of herdrl's user-facing errors (one line, names the fix)."""
+
+
+class ConfigError(HerdError, ValueError):
+    """A config key or value is invalid (unknown key, wrong type, out of range)."""
+
+
+class EnvError(HerdError):
+    """An environment cannot be made or misbehaves (unknown id, bad space, NaN output)."""
+
+
+class AlgorithmNotFound(HerdError, KeyError):
+    """An algorithm name is not registered."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """Return `` (did you mean 'x'?)`` for the closest candidate, or ``""``."""
+    candidates = list(candidates)
+    lowered = {c.lower(): c for c in candidates}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
+    return f" (did you mean '{lowered[close[0]]}'?)" if close else ""

@@ -1,0 +1,115 @@
+"""Result files of one trial and the console progress line.
+
+``<output>/<experiment>/<trial>/`` holds ``params.json`` (the config),
+``progress.csv`` and ``result.json`` (one row per iteration, flushed as it is
+written, so a killed run keeps every finished iteration) and TensorBoard
+event files (``tensorboard --logdir <output>``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, TextIO
+
+#: Keys whose values depend on machine load; everything else is deterministic for a fixed seed.
+TIMING_KEYS = ("time_this_iter_s", "time_total_s", "sample_time_s", "learn_time_s", "env_steps_per_s")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to a temporary sibling, fsync, then rename over ``path``."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True, default=repr)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class ConsoleReporter:
+    """One line per iteration: iteration, steps, return (and the target), speed."""
+
+    def __init__(self, target: float | None = None) -> None:
+        from rich.console import Console
+
+        self.console = Console(highlight=False)
+        self.target = target
+
+    def report(self, result: dict[str, Any]) -> None:
+        """Print the progress line of one result row."""
+        ret = result["episode_return_mean"]
+        ret_text = "     -" if math.isnan(ret) else f"{ret:8.1f}"
+        target = f"/{self.target:g}" if self.target is not None else ""
+        self.console.print(
+            f"iter {result['training_iteration']:4d}  steps {result['num_env_steps_sampled_lifetime']:>9,}  "
+            f"return {ret_text}{target}  episodes {result['num_episodes_lifetime']:>6,}  "
+            f"{result['env_steps_per_s']:>8,.0f} steps/s  {result['time_total_s']:6.1f} s", soft_wrap=True)
+
+    def message(self, text: str) -> None:
+        """Print a line of its own (start, stop reason, where results are)."""
+        self.console.print(text, soft_wrap=True)
+
+
+class Logger:
+    """Writes a trial's result files; ``log(result)`` once per iteration."""
+
+    def __init__(self, logdir: str | os.PathLike, params: dict[str, Any], *,
+                 console: ConsoleReporter | None = None, tensorboard: bool = True) -> None:
+        self.logdir = Path(logdir)
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.logdir / "params.json", params)
+        self.console = console
+        self._json: TextIO = open(self.logdir / "result.json", "a")
+        self._csv_path = self.logdir / "progress.csv"
+        self._csv_fields: list[str] | None = None
+        self._csv: TextIO | None = None
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.logdir), flush_secs=10)
+
+    def log(self, result: dict[str, Any]) -> None:
+        """Append one result row to every output."""
+        self._json.write(json.dumps(result) + "\n")
+        self._json.flush()
+        self._write_csv(result)
+        if self._tb is not None:
+            step = result["num_env_steps_sampled_lifetime"]
+            for key, value in result.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._tb.add_scalar(key, value, step)
+        if self.console is not None:
+            self.console.report(result)
+
+    def _write_csv(self, result: dict[str, Any]) -> None:
+        new_keys = [k for k in result if self._csv_fields is None or k not in self._csv_fields]
+        if self._csv_fields is None or new_keys:
+            # First row, or a key appeared (e.g. evaluation metrics): rewrite with the wider header.
+            rows = self._read_csv()
+            self._csv_fields = (self._csv_fields or []) + new_keys
+            if self._csv is not None:
+                self._csv.close()
+            self._csv = open(self._csv_path, "w", newline="")
+            writer = csv.DictWriter(self._csv, fieldnames=self._csv_fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        csv.DictWriter(self._csv, fieldnames=self._csv_fields).writerow(result)
+        self._csv.flush()
+
+    def _read_csv(self) -> list[dict[str, str]]:
+        if not self._csv_path.exists():
+            return []
+        with open(self._csv_path, newline="") as f:
+            return list(csv.DictReader(f))
+
+    def close(self) -> None:
+        """Flush and close every file."""
+        self._json.close()
+        if self._csv is not None:
+            self._csv.close()
+        if self._tb is not None:
+            self._tb.close()

@@ -1,0 +1,156 @@
+"""EnvRunner: one vector env and a copy of the policy, stepping out fixed-length fragments.
+
+In-process (``num_env_runners=0``) the algorithm holds one EnvRunner; with Ray,
+each runner actor wraps one. Each step is one batched forward pass for all the
+runner's envs; the runner keeps no torch graph and returns plain numpy arrays.
+Values and log-probabilities are not computed here: the learner gets them for
+the whole batch in one pass, which is cheaper than one small pass per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from herdrl.config import AlgorithmConfig
+from herdrl.env import ObsEncoder, make_vector_env
+from herdrl.errors import EnvError
+from herdrl.models import ActorCritic, NumpyPolicy
+
+
+@dataclass
+class Fragment:
+    """``T`` steps of ``B`` envs. ``obs`` has T+1 rows: the last is the observation after the fragment.
+
+    ``valid[t, b]`` is False for the reset-only step that follows an episode end
+    (NEXT_STEP autoreset); such steps carry no experience and are masked out.
+    """
+
+    obs: np.ndarray  # (T+1, B, obs_dim) float32, encoded
+    actions: np.ndarray  # (T, B) int64 or (T, B, action_dim) float32, as sampled (unclipped)
+    rewards: np.ndarray  # (T, B) float32
+    terminateds: np.ndarray  # (T, B) bool
+    truncateds: np.ndarray  # (T, B) bool
+    valid: np.ndarray  # (T, B) bool
+    episode_returns: list[float] = field(default_factory=list)  # episodes finished in this fragment
+    episode_lengths: list[int] = field(default_factory=list)
+
+    @property
+    def env_steps(self) -> int:
+        """Real env steps in this fragment (reset-only steps excluded)."""
+        return int(self.valid.sum())
+
+
+class EnvRunner:
+    """Steps ``num_envs_per_env_runner`` env copies with the current policy."""
+
+    def __init__(self, config: AlgorithmConfig, worker_index: int = 0) -> None:
+        self.config = config
+        self.worker_index = worker_index
+        self.env = make_vector_env(config.env, config.env_config, config.num_envs_per_env_runner,
+                                   config.gym_env_vectorize_mode)
+        self.num_envs = self.env.num_envs
+        self.observation_space = self.env.single_observation_space
+        self.action_space = self.env.single_action_space
+        self.encode = ObsEncoder(self.observation_space)
+        self.module = ActorCritic(self.encode.dim, self.action_space, config.model)
+        self.module.requires_grad_(False)
+        seed = config.seed
+        self._rng = np.random.default_rng(None if seed is None else [seed, worker_index])
+        if NumpyPolicy.supports(self.module):
+            self._act = NumpyPolicy(self.module, self._rng).act
+        else:
+            self._act = lambda obs: self.module.act(torch.from_numpy(obs)).numpy()
+        self._discrete = isinstance(self.action_space, gym.spaces.Discrete)
+        self._action_start = int(self.action_space.start) if self._discrete else 0
+        if not self._discrete:
+            self._low, self._high = self.action_space.low.ravel(), self.action_space.high.ravel()
+        reset_seed = None if seed is None else seed + 10_000 * worker_index
+        try:
+            raw_obs, _ = self.env.reset(seed=reset_seed)
+        except Exception as exc:
+            raise self._env_error(exc) from exc
+        self._obs = self.encode(raw_obs)
+        self._reset_next = np.zeros(self.num_envs, dtype=bool)  # next step of env b only resets it
+        self._episode_return = np.zeros(self.num_envs)
+        self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
+
+    def set_weights(self, weights: dict[str, Any]) -> None:
+        """Load the learner's weights (tensors or numpy arrays) into this runner's policy."""
+        self.module.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
+
+    def _env_error(self, exc: Exception) -> EnvError:
+        """The user's env code failed: name it in one line, keep the cause for --debug."""
+        return EnvError(f"env '{self.config.env}' raised {type(exc).__name__}: {exc}")
+
+    def sample(self, num_steps: int | None = None) -> Fragment:
+        """Step every env ``num_steps`` times (default: the config's fragment length)."""
+        steps = num_steps or self.config.fragment_length()
+        envs = self.num_envs
+        obs = np.empty((steps + 1, envs, self.encode.dim), dtype=np.float32)
+        action_shape = (steps, envs) if self._discrete else (steps, envs, self._low.size)
+        actions = np.empty(action_shape, dtype=np.int64 if self._discrete else np.float32)
+        rewards = np.empty((steps, envs), dtype=np.float32)
+        terminateds = np.empty((steps, envs), dtype=bool)
+        truncateds = np.empty((steps, envs), dtype=bool)
+        valid = np.empty((steps, envs), dtype=bool)
+        env_action_shape = (envs, *self.action_space.shape)
+        step, encode, act = self.env.step, self.encode, self._act
+        current = self._obs
+        for t in range(steps):
+            obs[t] = current
+            np.logical_not(self._reset_next, out=valid[t])
+            action = act(current)
+            actions[t] = action
+            if self._discrete:
+                action = action + self._action_start if self._action_start else action
+            else:
+                action = np.clip(action, self._low, self._high).reshape(env_action_shape)
+            try:
+                raw_obs, reward, terminated, truncated, _ = step(action)
+                current = encode(raw_obs)
+            except Exception as exc:
+                raise self._env_error(exc) from exc
+            rewards[t] = reward
+            terminateds[t] = terminated
+            truncateds[t] = truncated
+            np.logical_or(terminated, truncated, out=self._reset_next)
+        obs[steps] = current
+        self._obs = current
+        self._check_finite(obs, rewards)
+        fragment = Fragment(obs, actions, rewards, terminateds, truncateds, valid)
+        self._collect_episodes(fragment)
+        return fragment
+
+    def _check_finite(self, obs: np.ndarray, rewards: np.ndarray) -> None:
+        for name, array in (("reward", rewards), ("observation", obs)):
+            if not np.isfinite(array).all():
+                step = int(np.argwhere(~np.isfinite(array))[0][0])
+                raise EnvError(f"env '{self.config.env}' returned a non-finite {name} (NaN or inf) "
+                               f"at step {step} of a fragment; check its step()")
+
+    def _collect_episodes(self, fragment: Fragment) -> None:
+        """Add up returns and lengths per env; record episodes that ended in this fragment."""
+        rewards = np.where(fragment.valid, fragment.rewards, 0.0)
+        done = fragment.terminateds | fragment.truncateds
+        finished: list[tuple[int, int, float, int]] = []
+        for b in range(self.num_envs):
+            start = 0
+            for t in np.flatnonzero(done[:, b]):
+                ret = self._episode_return[b] + rewards[start:t + 1, b].sum(dtype=np.float64)
+                length = self._episode_length[b] + fragment.valid[start:t + 1, b].sum()
+                finished.append((int(t), b, float(ret), int(length)))
+                self._episode_return[b], self._episode_length[b], start = 0.0, 0, t + 1
+            self._episode_return[b] += rewards[start:, b].sum(dtype=np.float64)
+            self._episode_length[b] += fragment.valid[start:, b].sum()
+        finished.sort()
+        fragment.episode_returns = [f[2] for f in finished]
+        fragment.episode_lengths = [f[3] for f in finished]
+
+    def stop(self) -> None:
+        """Close the envs."""
+        self.env.close()

@@ -1,0 +1,71 @@
+"""Tiny deterministic envs for tests."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+
+class Countdown(gym.Env):
+    """obs = [steps taken in this episode]; reward 1 per step; ends after ``length`` steps.
+
+    ``truncate=True`` ends episodes by truncation (a time limit), else by termination.
+    """
+
+    def __init__(self, config: dict | None = None) -> None:
+        config = config or {}
+        self.length = int(config.get("length", 3))
+        self.truncate = bool(config.get("truncate", False))
+        self.observation_space = gym.spaces.Box(0, 100, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= self.length
+        obs = np.array([float(self.t)], np.float32)
+        return obs, 1.0, done and not self.truncate, done and self.truncate, {}
+
+
+class NaNEnv(Countdown):
+    """Returns a NaN reward on its second step."""
+
+    def step(self, action):
+        obs, reward, term, trunc, info = super().step(action)
+        return obs, float("nan") if self.t == 2 else reward, term, trunc, info
+
+
+class BadShapeEnv(Countdown):
+    """Returns observations of the wrong shape."""
+
+    def step(self, action):
+        obs, reward, term, trunc, info = super().step(action)
+        return np.zeros(3, np.float32), reward, term, trunc, info
+
+
+class RaisingEnv(Countdown):
+    """Raises inside step()."""
+
+    def step(self, action):
+        raise RuntimeError("simulator crashed")
+
+
+class DictObsEnv(Countdown):
+    """An observation space herdrl does not support."""
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.observation_space = gym.spaces.Dict({"a": gym.spaces.Discrete(2)})
+
+
+class MultiDiscreteActionEnv(Countdown):
+    """An action space herdrl does not support."""
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.action_space = gym.spaces.MultiDiscrete([2, 3])

@@ -1,0 +1,139 @@
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from herdrl.cli import main
+
+
+def trial_dir(root: Path) -> Path:
+    (trial,) = [p for p in root.glob("*/*") if p.is_dir()]
+    return trial
+
+
+def test_train_writes_result_files(tmp_path, capsys):
+    code = main(["train", "ppo", "--env", "CartPole-v1", "--stop-iters", "3", "--seed", "1",
+                 "--output", str(tmp_path), "--config", "train_batch_size=256", "minibatch_size=64"])
+    assert code == 0
+    trial = trial_dir(tmp_path)
+    assert trial.parent.name == "CartPole-v1" and trial.name.startswith("PPO_CartPole-v1_1_")
+    params = json.loads((trial / "params.json").read_text())
+    assert params["algorithm"] == "PPO" and params["train_batch_size"] == 256 and params["seed"] == 1
+    with open(trial / "progress.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["training_iteration"] for r in rows] == ["1", "2", "3"]
+    lines = (trial / "result.json").read_text().splitlines()
+    assert [json.loads(line)["training_iteration"] for line in lines] == [1, 2, 3]
+    assert list(trial.glob("events.out.tfevents.*"))
+    out = capsys.readouterr().out
+    assert "iter    3" in out and "training_iteration: episode_return_mean" in out
+
+
+def test_quiet_prints_only_the_summary_and_names_are_settable(tmp_path, capsys):
+    code = main(["train", "ppo", "--env", "CartPole-v1", "--stop-timesteps", "500", "--quiet", "--no-tensorboard",
+                 "--output", str(tmp_path), "--name", "exp", "--trial", "t1"])
+    assert code == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("num_env_steps_sampled_lifetime:")
+    assert (tmp_path / "exp" / "t1" / "progress.csv").exists()
+    assert not list((tmp_path / "exp" / "t1").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "ppo", "--env", "CartPol-v1"], "unknown env 'CartPol-v1' (did you mean 'CartPole-v1'?)"),
+    (["train", "pop", "--env", "CartPole-v1"], "unknown algorithm 'pop' (did you mean 'PPO'?); known: PPO"),
+    (["train", "ppo", "--env", "CartPole-v1", "--config", "lr=-1"], "config key 'lr' got -1.0; expected float > 0"),
+    (["train", "ppo", "--env", "CartPole-v1", "--config", "lrr=1"], "unknown config key 'lrr' for PPO"),
+    (["train", "ppo", "--env", "Blackjack-v1"], "observation space Tuple("),
+    (["train", "ppo"], "no env set"),
+    (["train", "--env", "CartPole-v1"], "no algorithm"),
+    (["train", "ppo", "--env", "CartPole-v1", "-f", "missing.yaml"], "experiment file 'missing.yaml' not found"),
+])
+def test_bad_input_gives_one_clear_line_and_exit_2(tmp_path, capsys, argv, message):
+    assert main([*argv, "--output", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # nothing written for bad input
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    from herdrl.errors import EnvError
+
+    with pytest.raises(EnvError):
+        main(["--debug", "train", "ppo", "--env", "CartPol-v1", "--output", str(tmp_path)])
+
+
+def test_budget_exhausted_before_solving_exits_3(tmp_path, capsys):
+    code = main(["train", "ppo", "--env", "CartPole-v1", "--budget", "2000", "--quiet", "--output", str(tmp_path)])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert err.startswith("budget: episode_return_mean") and len(err.strip().splitlines()) == 1
+
+
+def test_experiment_file_rllib_shape_parses_numbers(tmp_path):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("my-exp:\n  run: PPO\n  env: CartPole-v1\n  stop: {training_iteration: 2}\n"
+                   "  config: {lr: 1e-4, train_batch_size: 128, minibatch_size: 64, lambda: 0.8, num_workers: 0}\n")
+    assert main(["train", "-f", str(exp), "--quiet", "--output", str(tmp_path / "out")]) == 0
+    trial = trial_dir(tmp_path / "out")
+    assert trial.parent.name == "my-exp"
+    params = json.loads((trial / "params.json").read_text())
+    assert params["lr"] == 1e-4 and params["lambda_"] == 0.8
+    assert len((trial / "result.json").read_text().splitlines()) == 2
+
+
+def test_experiment_file_top_level_keys_and_cli_overrides(tmp_path):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("algorithm: PPO\nenv: CartPole-v1\nstop: {training_iteration: 5}\nconfig: {lr: 3e-3}\n")
+    assert main(["train", "-f", str(exp), "--stop-iters", "1", "--config", "lr=5e-4", "--quiet",
+                 "--output", str(tmp_path / "out")]) == 0
+    trial = trial_dir(tmp_path / "out")
+    assert json.loads((trial / "params.json").read_text())["lr"] == 5e-4
+    assert len((trial / "result.json").read_text().splitlines()) == 1
+
+
+def test_experiment_file_errors(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algorithm: PPO\nenv: CartPole-v1\nstopp: {training_iteration: 1}\n")
+    assert main(["train", "-f", str(bad)]) == 2
+    assert "unknown key 'stopp' (did you mean 'stop'?)" in capsys.readouterr().err
+    bad.write_text("algorithm: PPO\nenv: CartPole-v1\nstop: {iterations: 1}\n")
+    assert main(["train", "-f", str(bad), "--output", str(tmp_path)]) == 2
+    assert "unknown stop key 'iterations'" in capsys.readouterr().err
+
+
+def test_shipped_examples_parse():
+    from herdrl.experiment import load_experiment_file
+    from herdrl.registry import get_config_class
+
+    for path in Path(__file__).parent.parent.glob("examples/*.yaml"):
+        spec = load_experiment_file(path)
+        config = get_config_class(spec["algorithm"]).from_dict(spec["config"]).environment(spec["env"])
+        config.validate()
+
+
+def test_seed_trainer_flags(tmp_path):
+    assert main(["train", "--run", "PPO", "--name-env", "CartPole-v1", "--num-cpus", "0", "--num-gpus", "0",
+                 "--local-mode", "--stop-iters", "1", "--quiet", "--output", str(tmp_path)]) == 0
+    params = json.loads((trial_dir(tmp_path) / "params.json").read_text())
+    assert params["num_env_runners"] == 0 and params["num_gpus"] == 0
+
+
+def test_overrides_parse_types_and_nested_model_keys():
+    from herdrl.cli import parse_overrides
+
+    assert parse_overrides(["lr=1e-5", "model.fcnet_hiddens=[32, 32]", "vf_clip_param=null"]) == {
+        "lr": 1e-5, "model": {"fcnet_hiddens": [32, 32]}, "vf_clip_param": None}
+
+
+def test_herd_console_script_runs_in_a_fresh_process(tmp_path):
+    herd = Path(sys.executable).parent / "herd"
+    out = subprocess.run([str(herd), "train", "ppo", "--env", "CartPol-v1"], capture_output=True, text=True)
+    assert out.returncode == 2 and "did you mean 'CartPole-v1'" in out.stderr and "Traceback" not in out.stderr
+    out = subprocess.run([str(herd), "train", "ppo", "--env", "CartPole-v1", "--stop-iters", "1", "--quiet",
+                          "--output", str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

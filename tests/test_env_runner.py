@@ -1,0 +1,190 @@
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from envs import BadShapeEnv, Countdown, DictObsEnv, MultiDiscreteActionEnv, NaNEnv, RaisingEnv
+
+import herdrl
+from herdrl import EnvError, PPOConfig
+from herdrl.env import ObsEncoder, make_vector_env
+from herdrl.models import ActorCritic, NumpyPolicy
+from herdrl.rollout import EnvRunner, compute_gae
+
+
+def runner_for(env_cls, env_config=None, num_envs=1, **training):
+    herdrl.register_env("tiny", env_cls)
+    config = (PPOConfig().environment("tiny", env_config=env_config or {})
+              .env_runners(num_envs_per_env_runner=num_envs).training(**training).debugging(seed=0))
+    config.validate()
+    return EnvRunner(config)
+
+
+def test_next_step_reset_step_is_masked_out_and_episodes_are_counted():
+    runner = runner_for(Countdown, {"length": 3})
+    frag = runner.sample(9)
+    # steps: 3 real, 1 reset-only, 3 real, 1 reset-only, 1 real
+    assert frag.valid[:, 0].tolist() == [True, True, True, False, True, True, True, False, True]
+    assert frag.env_steps == 7
+    assert frag.obs[:, 0, 0].tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]  # the final obs (3) precedes each reset
+    assert frag.terminateds[:, 0].tolist() == [False, False, True, False, False, False, True, False, False]
+    assert frag.episode_returns == [3.0, 3.0] and frag.episode_lengths == [3, 3]
+    # An episode spanning two fragments is counted once, with its full length.
+    runner2 = runner_for(Countdown, {"length": 3})
+    first, second = runner2.sample(2), runner2.sample(2)
+    assert first.episode_returns == [] and second.episode_lengths == [3]
+    assert second.valid[:, 0].tolist() == [True, False]
+
+
+def test_truncated_step_keeps_its_final_observation_for_bootstrapping():
+    runner = runner_for(Countdown, {"length": 2, "truncate": True})
+    frag = runner.sample(4)
+    assert frag.truncateds[:, 0].tolist() == [False, True, False, False]
+    assert not frag.terminateds.any()
+    assert frag.obs[2, 0, 0] == 2.0  # the observation after the truncating step is the final one, not a reset
+
+
+def test_gae_bootstraps_truncation_from_the_final_observation_and_not_termination():
+    gamma, lam = 0.9, 0.8
+    rewards = np.array([[1.0], [0.0], [1.0]], np.float32)  # step 1 is the reset-only step
+    values = np.array([[0.5], [2.0], [0.7], [0.3]], np.float32)  # values[1] = V(final obs)
+    truncated = np.array([[True], [False], [False]])
+    terminated = np.zeros_like(truncated)
+    adv, ret = compute_gae(rewards, values, terminated, truncated, gamma, lam)
+    assert adv[0, 0] == pytest.approx(1.0 + gamma * 2.0 - 0.5)  # bootstrapped, and the chain is cut
+    assert adv[2, 0] == pytest.approx(1.0 + gamma * 0.3 - 0.7)
+    assert ret[0, 0] == pytest.approx(adv[0, 0] + 0.5)
+    adv_term, _ = compute_gae(rewards, values, truncated, terminated, gamma, lam)  # now terminated
+    assert adv_term[0, 0] == pytest.approx(1.0 - 0.5)
+
+
+def test_gae_chains_within_an_episode():
+    rewards = np.ones((2, 1), np.float32)
+    values = np.zeros((3, 1), np.float32)
+    no = np.zeros((2, 1), bool)
+    adv, _ = compute_gae(rewards, values, no, no, 0.5, 0.5)
+    assert adv[:, 0].tolist() == pytest.approx([1.25, 1.0])
+
+
+def test_non_finite_reward_is_a_clear_error():
+    runner = runner_for(NaNEnv, {"length": 5})
+    with pytest.raises(EnvError, match="returned a non-finite reward"):
+        runner.sample(4)
+
+
+def test_wrong_observation_shape_and_raising_env_are_clear_errors():
+    with pytest.raises(EnvError, match="env 'tiny' raised"):
+        runner_for(BadShapeEnv).sample(4)
+    with pytest.raises(EnvError, match="env 'tiny' raised RuntimeError: simulator crashed"):
+        runner_for(RaisingEnv).sample(4)
+
+
+@pytest.mark.parametrize("env_cls, message", [
+    (DictObsEnv, r"observation space Dict\('a': Discrete\(2\)\); herdrl supports Box and Discrete"),
+    (MultiDiscreteActionEnv, r"action space MultiDiscrete\(\[2 3\]\); herdrl supports Discrete and Box"),
+])
+def test_unsupported_spaces_fail_at_build_time_naming_the_space(env_cls, message):
+    herdrl.register_env("odd", env_cls)
+    with pytest.raises(EnvError, match=message):
+        PPOConfig().environment("odd").build()
+
+
+def test_unknown_env_suggests_the_nearest_id():
+    with pytest.raises(EnvError, match=r"unknown env 'CartPol-v1' \(did you mean 'CartPole-v1'\?\)"):
+        PPOConfig().environment("CartPol-v1").build()
+
+
+def test_register_env_passes_env_config_and_rejects_non_envs():
+    seen = []
+
+    def creator(cfg):
+        seen.append(cfg)
+        return Countdown(cfg)
+
+    herdrl.register_env("counted", creator)
+    venv = make_vector_env("counted", {"length": 7}, num_envs=2)
+    assert venv.num_envs == 2 and seen == [{"length": 7}, {"length": 7}]
+    herdrl.register_env("not_an_env", lambda cfg: object())
+    with pytest.raises(EnvError, match="returned object, not a gymnasium.Env"):
+        make_vector_env("not_an_env", {}, num_envs=1)
+
+
+def test_vector_entry_point_is_preferred_and_sync_can_be_forced():
+    import gymnasium as gym
+
+    auto = make_vector_env("CartPole-v1", {}, num_envs=4)
+    assert type(auto).__name__ == "CartPoleVectorEnv"
+    sync = make_vector_env("CartPole-v1", {}, num_envs=4, mode="sync")
+    assert isinstance(sync, gym.vector.SyncVectorEnv)
+    assert sync.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
+
+
+def test_discrete_observations_are_one_hot():
+    import gymnasium as gym
+
+    encode = ObsEncoder(gym.spaces.Discrete(4))
+    assert encode(np.array([0, 3])).tolist() == [[1, 0, 0, 0], [0, 0, 0, 1]]
+    assert ObsEncoder(gym.spaces.Box(0, 1, (2, 3))).dim == 6
+
+
+@pytest.mark.parametrize("space", ["discrete", "box", "box_state_dependent_std"])
+def test_numpy_policy_samples_from_the_torch_modules_distribution(space):
+    import gymnasium as gym
+
+    action_space = gym.spaces.Discrete(3) if space == "discrete" else gym.spaces.Box(-1, 1, (2,))
+    model = {"fcnet_hiddens": [16, 16], "fcnet_activation": "relu", "vf_share_layers": False,
+             "free_log_std": space != "box_state_dependent_std"}
+    torch.manual_seed(0)
+    module = ActorCritic(5, action_space, model)
+    for p in module.parameters():  # move away from the near-uniform initial policy
+        torch.nn.init.normal_(p, std=0.5)
+    obs = np.random.default_rng(0).normal(size=(1, 5)).astype(np.float32)
+    policy = NumpyPolicy(module, np.random.default_rng(1))
+    samples = policy.act(np.repeat(obs, 20000, axis=0))
+    with torch.no_grad():
+        dist_inputs, _ = module(torch.from_numpy(obs))
+    if space == "discrete":
+        probs = torch.softmax(dist_inputs, -1)[0].detach().numpy()
+        freq = np.bincount(samples, minlength=3) / len(samples)
+        assert np.abs(freq - probs).max() < 0.02
+        assert policy.act(obs, explore=False)[0] == probs.argmax()
+    else:
+        with torch.no_grad():
+            logp, _ = module.log_prob_entropy(dist_inputs.expand(len(samples), -1), torch.from_numpy(samples))
+        greedy = torch.from_numpy(policy.act(obs, explore=False))
+        mean = module.act(torch.from_numpy(obs), explore=False)
+        assert torch.allclose(greedy, mean, atol=1e-5)
+        _, log_std = module._mean_log_std(dist_inputs)
+        z = (samples - mean[0].numpy()) / log_std[0].exp().detach().numpy()
+        assert np.abs(z.mean(0)).max() < 0.05 and np.abs(z.std(0) - 1).max() < 0.05
+        # Sample log-likelihood under the torch density matches the Gaussian's negative entropy.
+        with torch.no_grad():
+            _, entropy = module.log_prob_entropy(dist_inputs, mean)
+        assert float(logp.mean()) == pytest.approx(-float(entropy[0]), abs=0.05)
+
+
+def test_numpy_policy_follows_load_state_dict():
+    import gymnasium as gym
+
+    module = ActorCritic(2, gym.spaces.Discrete(2), {"fcnet_hiddens": [4], "fcnet_activation": "tanh",
+                                                     "vf_share_layers": False, "free_log_std": True})
+    policy = NumpyPolicy(module, np.random.default_rng(0))
+    state = {k: torch.zeros_like(v) for k, v in module.state_dict().items()}
+    state["pi_head.bias"] = torch.tensor([0.0, 5.0])
+    module.load_state_dict(state)
+    assert policy.act(np.zeros((3, 2), np.float32), explore=False).tolist() == [1, 1, 1]
+
+
+def test_import_herdrl_does_not_import_ray_or_torch():
+    code = "import sys, herdrl; print('ray' in sys.modules, 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_in_process_training_never_imports_ray():
+    code = ("import sys; from herdrl import PPOConfig; "
+            "a = PPOConfig().environment('CartPole-v1').training(train_batch_size=64, minibatch_size=32).build(); "
+            "a.train(); a.stop(); print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
