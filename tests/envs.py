@@ -69,3 +69,22 @@ class MultiDiscreteActionEnv(Countdown):
     def __init__(self, config=None):
         super().__init__(config)
         self.action_space = gym.spaces.MultiDiscrete([2, 3])
+
+
+class RandomLength(gym.Env):
+    """Episodes of random length (1-5 steps) with random rewards: exercises episode bookkeeping."""
+
+    def __init__(self, config=None):
+        self.observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.left = int(self.np_random.integers(1, 6))
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.left -= 1
+        end = self.left == 0
+        truncated = end and bool(self.np_random.integers(2))
+        return np.zeros(2, np.float32), float(self.np_random.random()), end and not truncated, truncated, {}

@@ -188,3 +188,24 @@ def test_in_process_training_never_imports_ray():
             "a.train(); a.stop(); print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_episode_returns_and_lengths_across_many_envs_and_fragments():
+    from envs import RandomLength
+
+    runner = runner_for(RandomLength, num_envs=5)
+    carry_return, carry_length = [0.0] * 5, [0] * 5
+    for _ in range(6):
+        frag = runner.sample(7)
+        expected = []
+        for t in range(7):  # the plain, step-by-step bookkeeping the runner vectorises
+            for b in range(5):
+                if frag.valid[t, b]:
+                    carry_return[b] += float(frag.rewards[t, b])
+                    carry_length[b] += 1
+                if frag.terminateds[t, b] or frag.truncateds[t, b]:
+                    expected.append((carry_return[b], carry_length[b]))
+                    carry_return[b], carry_length[b] = 0.0, 0
+        assert frag.episode_lengths == [length for _, length in expected]
+        assert frag.episode_returns == pytest.approx([ret for ret, _ in expected])
+        assert all(1 <= length <= 5 for length in frag.episode_lengths)

@@ -16,6 +16,7 @@ from torch import nn
 from herdrl.algorithms.base import Algorithm
 from herdrl.config import AlgorithmConfig, Field
 from herdrl.errors import ConfigError
+from herdrl.optim import Adam
 from herdrl.rollout import Fragment, compute_gae
 
 
@@ -66,7 +67,7 @@ class PPO(Algorithm):
 
     def setup(self) -> None:
         """Adam over the actor-critic's parameters."""
-        self.optimizer = torch.optim.Adam(self.module.parameters(), lr=self.config.lr, eps=1e-5)
+        self.optimizer = Adam(self.module.parameters(), lr=self.config.lr, eps=1e-5)
 
     def training_step(self) -> dict[str, float]:
         """Sample one train batch, then run ``num_epochs`` passes of minibatch updates over it."""
@@ -121,7 +122,7 @@ class PPO(Algorithm):
                 vf_loss = self._value_loss(values, batch["old_values"][idx], batch["returns"][idx])
                 entropy_mean = entropy.mean()
                 loss = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy_mean
-                self.optimizer.zero_grad(set_to_none=True)
+                self.optimizer.zero_grad()
                 loss.backward()
                 grad_norm = nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip or float("inf"))
                 self.optimizer.step()

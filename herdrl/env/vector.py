@@ -130,8 +130,14 @@ class ObsEncoder:
         else:
             self.dim = int(np.prod(space.shape))
 
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        if isinstance(self.space, gym.spaces.Discrete):
-            return self._eye[np.asarray(obs, dtype=np.int64) - self._start]
+    def __call__(self, obs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Encode a batch; with ``out``, write into it (no temporary array) and return it."""
         obs = np.asarray(obs)
-        return obs.reshape(obs.shape[0], self.dim).astype(np.float32, copy=False)
+        if isinstance(self.space, gym.spaces.Discrete):
+            encoded = self._eye[obs.astype(np.int64, copy=False) - self._start]
+        else:
+            encoded = obs.reshape(obs.shape[0], self.dim)
+        if out is None:
+            return encoded.astype(np.float32, copy=False)
+        np.copyto(out, encoded, casting="unsafe")
+        return out

@@ -100,3 +100,18 @@ class ActorCritic(nn.Module):
             return torch.multinomial(torch.softmax(dist_inputs, -1), 1).squeeze(-1)
         mean, log_std = self._mean_log_std(dist_inputs)
         return mean + torch.randn_like(mean) * log_std.exp() if explore else mean
+
+
+class TorchPolicy:
+    """Runner-side policy for modules without a numpy twin: torch inference, same interface as NumpyPolicy."""
+
+    def __init__(self, module: ActorCritic) -> None:
+        self.module = module
+
+    def noise(self, steps: int, batch: int) -> list[None]:
+        """No pre-drawn noise: torch samples inside ``act``."""
+        return [None] * steps
+
+    def act(self, obs: np.ndarray, explore: bool = True, noise: None = None) -> np.ndarray:
+        """Actions for a batch of encoded observations."""
+        return self.module.act(torch.from_numpy(obs), explore=explore).numpy()

@@ -19,7 +19,7 @@ import torch
 from herdrl.config import AlgorithmConfig
 from herdrl.env import ObsEncoder, make_vector_env
 from herdrl.errors import EnvError
-from herdrl.models import ActorCritic, NumpyPolicy
+from herdrl.models import ActorCritic, NumpyPolicy, TorchPolicy
 
 
 @dataclass
@@ -61,10 +61,8 @@ class EnvRunner:
         self.module.requires_grad_(False)
         seed = config.seed
         self._rng = np.random.default_rng(None if seed is None else [seed, worker_index])
-        if NumpyPolicy.supports(self.module):
-            self._act = NumpyPolicy(self.module, self._rng).act
-        else:
-            self._act = lambda obs: self.module.act(torch.from_numpy(obs)).numpy()
+        supported = NumpyPolicy.supports(self.module)
+        self.policy = NumpyPolicy(self.module, self._rng) if supported else TorchPolicy(self.module)
         self._discrete = isinstance(self.action_space, gym.spaces.Discrete)
         self._action_start = int(self.action_space.start) if self._discrete else 0
         if not self._discrete:
@@ -97,14 +95,13 @@ class EnvRunner:
         rewards = np.empty((steps, envs), dtype=np.float32)
         terminateds = np.empty((steps, envs), dtype=bool)
         truncateds = np.empty((steps, envs), dtype=bool)
-        valid = np.empty((steps, envs), dtype=bool)
+        valid = np.empty((steps, envs), dtype=bool)  # filled after the loop
         env_action_shape = (envs, *self.action_space.shape)
-        step, encode, act = self.env.step, self.encode, self._act
-        current = self._obs
+        step, encode, act = self.env.step, self.encode, self.policy.act
+        noise = self.policy.noise(steps, envs)
+        obs[0] = self._obs
         for t in range(steps):
-            obs[t] = current
-            np.logical_not(self._reset_next, out=valid[t])
-            action = act(current)
+            action = act(obs[t], True, noise[t])
             actions[t] = action
             if self._discrete:
                 action = action + self._action_start if self._action_start else action
@@ -112,15 +109,18 @@ class EnvRunner:
                 action = np.clip(action, self._low, self._high).reshape(env_action_shape)
             try:
                 raw_obs, reward, terminated, truncated, _ = step(action)
-                current = encode(raw_obs)
+                encode(raw_obs, out=obs[t + 1])
             except Exception as exc:
                 raise self._env_error(exc) from exc
             rewards[t] = reward
             terminateds[t] = terminated
             truncateds[t] = truncated
-            np.logical_or(terminated, truncated, out=self._reset_next)
-        obs[steps] = current
-        self._obs = current
+        self._obs = obs[steps].copy()
+        # A step right after an episode end only resets that env (NEXT_STEP autoreset): not experience.
+        done = terminateds | truncateds
+        valid[0] = ~self._reset_next
+        np.logical_not(done[:-1], out=valid[1:])
+        self._reset_next = done[-1].copy()
         self._check_finite(obs, rewards)
         fragment = Fragment(obs, actions, rewards, terminateds, truncateds, valid)
         self._collect_episodes(fragment)
@@ -134,22 +134,34 @@ class EnvRunner:
                                f"at step {step} of a fragment; check its step()")
 
     def _collect_episodes(self, fragment: Fragment) -> None:
-        """Add up returns and lengths per env; record episodes that ended in this fragment."""
-        rewards = np.where(fragment.valid, fragment.rewards, 0.0)
+        """Record the episodes that ended in this fragment, with returns and lengths carried over from
+        earlier fragments; vectorised over envs (a loop per env costs as much as sampling at 64 envs)."""
         done = fragment.terminateds | fragment.truncateds
-        finished: list[tuple[int, int, float, int]] = []
-        for b in range(self.num_envs):
-            start = 0
-            for t in np.flatnonzero(done[:, b]):
-                ret = self._episode_return[b] + rewards[start:t + 1, b].sum(dtype=np.float64)
-                length = self._episode_length[b] + fragment.valid[start:t + 1, b].sum()
-                finished.append((int(t), b, float(ret), int(length)))
-                self._episode_return[b], self._episode_length[b], start = 0.0, 0, t + 1
-            self._episode_return[b] += rewards[start:, b].sum(dtype=np.float64)
-            self._episode_length[b] += fragment.valid[start:, b].sum()
-        finished.sort()
-        fragment.episode_returns = [f[2] for f in finished]
-        fragment.episode_lengths = [f[3] for f in finished]
+        cum_return = np.cumsum(np.where(fragment.valid, fragment.rewards, 0.0), axis=0)
+        cum_length = np.cumsum(fragment.valid, axis=0)
+        ends_t, ends_b = np.nonzero(done)  # ordered by time, then env
+        if len(ends_t):
+            by_env = np.lexsort((ends_t, ends_b))  # each env's episode ends in time order
+            env_of = ends_b[by_env]
+            first = np.ones(len(by_env), dtype=bool)
+            first[1:] = env_of[1:] != env_of[:-1]
+            returns, lengths = np.empty(len(by_env)), np.empty(len(by_env), dtype=np.int64)
+            for out, cum, carry in ((returns, cum_return, self._episode_return),
+                                    (lengths, cum_length, self._episode_length)):
+                at_end = cum[ends_t, ends_b][by_env]
+                # An episode's total: the cumulative sum at its end minus that at the previous end in the
+                # same env, or plus what the env carried in from earlier fragments for its first end.
+                out[by_env] = at_end - np.where(first, -carry[env_of], np.roll(at_end, 1))
+            fragment.episode_returns = returns.tolist()
+            fragment.episode_lengths = lengths.tolist()
+        steps = done.shape[0]
+        last_end = steps - 1 - np.argmax(done[::-1], axis=0)
+        envs = np.arange(done.shape[1])
+        ended = done.any(axis=0)
+        self._episode_return = np.where(ended, cum_return[-1] - cum_return[last_end, envs],
+                                        self._episode_return + cum_return[-1])
+        self._episode_length = np.where(ended, cum_length[-1] - cum_length[last_end, envs],
+                                        self._episode_length + cum_length[-1])
 
     def stop(self) -> None:
         """Close the envs."""
