@@ -37,7 +37,7 @@ class PPOConfig(AlgorithmConfig):
         "grad_clip": _default("grad_clip", 0.5),
         # PPO's own keys (RLlib's names).
         "minibatch_size": Field(256, (int,), "training", low=1, doc="samples per gradient step"),
-        "num_epochs": Field(8, (int,), "training", low=1, doc="passes over each train batch"),
+        "num_epochs": Field(10, (int,), "training", low=1, doc="passes over each train batch"),
         "lambda_": Field(0.9, (float,), "training", low=0, high=1, doc="GAE lambda"),
         "clip_param": Field(0.2, (float,), "training", low=0, low_open=True, doc="surrogate clip range"),
         "vf_clip_param": Field(None, (float,), "training", low=0, low_open=True, allow_none=True,
