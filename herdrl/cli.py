@@ -12,6 +12,7 @@ Exit codes: 0 done (stop criterion met, or solved under the default criterion),
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -34,6 +35,12 @@ def _add_train_parser(subparsers: Any) -> None:
     p.add_argument("--num-cpus", type=int,
                    help="seed trainer flag: N env runners plus the driver's core (0 = in-process)")
     p.add_argument("--num-gpus", type=float, help="GPUs for the learner")
+    p.add_argument("--address", help="join this Ray cluster (HOST:PORT or auto; default: RAY_ADDRESS, else a "
+                                     "private Ray started for this run)")
+    p.add_argument("--node-ip-address", help="this driver's own address when joining a cluster")
+    p.add_argument("--ray-connect-timeout", type=float, help="seconds to wait for the cluster's head (default 30)")
+    p.add_argument("--dashboard", action="store_true", help="start Ray's dashboard with the private Ray")
+    p.add_argument("--redis-password", help="accepted for old scripts; current Ray needs none (ignored)")
     p.add_argument("--local-mode", action="store_true", help="seed trainer flag: sample in this process")
     p.add_argument("--stop-iters", type=int, help="stop after this many iterations")
     p.add_argument("--stop-timesteps", type=int, help="stop after this many env steps")
@@ -114,6 +121,18 @@ def _train(args: argparse.Namespace) -> int:
         config.env_runners(num_envs_per_env_runner=args.num_envs_per_env_runner)
     if args.num_gpus is not None:
         config.resources(num_gpus=args.num_gpus)
+    for flag, key in (("address", "address"), ("node_ip_address", "node_ip_address"),
+                      ("ray_connect_timeout", "ray_connect_timeout_s")):
+        if getattr(args, flag) is not None:
+            config.resources(**{key: getattr(args, flag)})
+    if args.dashboard:
+        config.resources(include_dashboard=True)
+    if args.redis_password is not None:
+        print("herd train: note: --redis-password is ignored; current Ray has no Redis (token auth protects "
+              "the cluster)", file=sys.stderr)
+    if (config.address or os.environ.get("RAY_ADDRESS")) and config.num_env_runners == 0:
+        print("herd train: note: a Ray address is set but num_env_runners is 0, so sampling runs in this "
+              "process; add --num-env-runners N to use the cluster", file=sys.stderr)
     if args.seed is not None:
         config.debugging(seed=args.seed)
 

@@ -114,11 +114,24 @@ class AlgorithmConfig:
         "num_env_runners": Field(0, (int,), "env_runners", low=0,
                                  doc="0: sample in the driver process, no Ray"),
         "num_envs_per_env_runner": Field(1, (int,), "env_runners", low=1),
-        "num_cpus_per_env_runner": Field(1.0, (float,), "env_runners", low=0),
+        "num_cpus_per_env_runner": Field(1.0, (float,), "env_runners", low=0, low_open=True,
+                                         doc="CPUs each Ray runner actor reserves"),
         "rollout_fragment_length": Field(
             "auto", (int, str), "env_runners", low=1,
             doc="steps per env per sample() call; auto: train_batch_size / total envs"),
         "num_gpus": Field(0.0, (float,), "resources", low=0, doc="GPUs for the learner"),
+        "address": Field(None, (str,), "resources", allow_none=True,
+                         doc="Ray cluster to join (HOST:PORT or auto); None: a private Ray in this process"),
+        "node_ip_address": Field(None, (str,), "resources", allow_none=True,
+                                 doc="this driver's own address when joining a cluster"),
+        "ray_connect_timeout_s": Field(30.0, (float,), "resources", low=0, low_open=True,
+                                       doc="how long to wait for a cluster's head to answer"),
+        "include_dashboard": Field(False, (bool,), "resources", doc="start Ray's dashboard (embedded Ray)"),
+        "restart_failed_env_runners": Field(True, (bool,), "fault_tolerance",
+                                            doc="replace a failed runner with a fresh actor"),
+        "ignore_env_runner_failures": Field(False, (bool,), "fault_tolerance",
+                                            doc="without restarts: go on with the runners left"),
+        "max_num_env_runner_restarts": Field(1000, (int,), "fault_tolerance", low=0),
         "framework": Field("torch", (str,), "framework", choices=("torch",)),
         "lr": Field(5e-5, (float,), "training", low=0, low_open=True),
         "gamma": Field(0.99, (float,), "training", low=0, high=1),
@@ -135,6 +148,10 @@ class AlgorithmConfig:
         "num_envs_per_worker": "num_envs_per_env_runner",
         "num_cpus_per_worker": "num_cpus_per_env_runner",
         "num_cpus_per_rollout_worker": "num_cpus_per_env_runner",
+        "ignore_worker_failures": "ignore_env_runner_failures",
+        "recreate_failed_workers": "restart_failed_env_runners",
+        "recreate_failed_env_runners": "restart_failed_env_runners",
+        "max_num_worker_restarts": "max_num_env_runner_restarts",
     }
 
     def __init__(self) -> None:
@@ -221,8 +238,14 @@ class AlgorithmConfig:
         return self.env_runners(**kwargs)
 
     def resources(self, **kwargs: Any) -> AlgorithmConfig:
-        """Set resources: ``num_gpus`` for the learner."""
+        """Set resources and where to run: ``num_gpus`` for the learner, ``address`` of a Ray cluster to join
+        (``HOST:PORT`` or ``auto``), ``node_ip_address``, ``ray_connect_timeout_s``, ``include_dashboard``."""
         return self._set("resources", kwargs)
+
+    def fault_tolerance(self, **kwargs: Any) -> AlgorithmConfig:
+        """Set what happens when a runner fails: ``restart_failed_env_runners`` (default True),
+        ``ignore_env_runner_failures`` (default False), ``max_num_env_runner_restarts``."""
+        return self._set("fault_tolerance", kwargs)
 
     def training(self, **kwargs: Any) -> AlgorithmConfig:
         """Set learning keys: ``lr``, ``gamma``, ``train_batch_size``, ``grad_clip``, ``model`` and the

@@ -15,3 +15,16 @@ def _restore_env_registry():
     yield
     ENV_CREATORS.clear()
     ENV_CREATORS.update(before)
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One embedded Ray for the whole pytest process (tests that need another cluster use a subprocess)."""
+    import logging
+
+    import ray
+
+    ray.init(address="local", include_dashboard=False, num_cpus=4, object_store_memory=150_000_000,
+             logging_level=logging.WARNING)
+    yield ray
+    ray.shutdown()

@@ -51,7 +51,7 @@ def test_ppo_trains_on_discrete_observations_frozenlake():
     config = (PPOConfig().environment("FrozenLake-v1", env_config={"is_slippery": False})
               .training(train_batch_size=512, minibatch_size=128, entropy_coeff=0.01).debugging(seed=0))
     algo = config.build()
-    assert algo.runner.encode.dim == 16  # one-hot observations
+    assert algo.encode.dim == 16  # one-hot observations
     result = train_until(algo, reward=0.9, max_steps=60_000)
     assert result["episode_return_mean"] >= 0.9, result
     assert algo.compute_single_action(0) in (1, 2)  # down or right from the start

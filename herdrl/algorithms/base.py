@@ -16,9 +16,11 @@ import numpy as np
 import torch
 
 from herdrl.config import AlgorithmConfig
+from herdrl.env import ObsEncoder, env_reward_threshold
 from herdrl.errors import ConfigError
 from herdrl.models import ActorCritic
-from herdrl.rollout import EnvRunner, Fragment
+from herdrl.rollout import Fragment
+from herdrl.rollout.group import make_runner_group
 
 #: Episodes the running ``episode_return_mean`` averages over (DESIGN.md, Definitions).
 EPISODE_WINDOW = 100
@@ -42,17 +44,17 @@ class Algorithm:
     def __init__(self, config: AlgorithmConfig, logger: Any = None) -> None:
         self.config = config
         self.logger = logger
-        if config.num_env_runners > 0:
-            raise ConfigError("num_env_runners > 0 (Ray env runners) is not available in this version; "
-                              "use num_env_runners=0 and raise num_envs_per_env_runner instead")
         if config.seed is not None:
             torch.manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
         self.device = learner_device(config.num_gpus)
-        self.runner = EnvRunner(config, worker_index=0)
-        self.observation_space: gym.Space = self.runner.observation_space
-        self.action_space: gym.Space = self.runner.action_space
-        self.module = ActorCritic(self.runner.encode.dim, self.action_space, config.model).to(self.device)
+        if config.num_env_runners > 0:
+            env_reward_threshold(config.env)  # an unknown env id fails here, before Ray starts
+        self.runners = make_runner_group(config)
+        self.observation_space: gym.Space = self.runners.observation_space
+        self.action_space: gym.Space = self.runners.action_space
+        self.encode = ObsEncoder(self.observation_space)
+        self.module = ActorCritic(self.encode.dim, self.action_space, config.model).to(self.device)
         self.iteration = 0
         self.env_steps_lifetime = 0
         self.episodes_lifetime = 0
@@ -71,11 +73,10 @@ class Algorithm:
         """Sample, update, and return the learner's metrics (losses, ...)."""
         raise NotImplementedError
 
-    def sample(self, num_steps: int | None = None) -> list[Fragment]:
+    def sample(self) -> list[Fragment]:
         """Send the current weights to the runners and collect one fragment from each."""
         start = time.perf_counter()
-        self.runner.set_weights(self.get_weights())
-        fragments = [self.runner.sample(num_steps)]
+        fragments = self.runners.sample(self.get_weights())
         for fragment in fragments:
             self._iter_steps += fragment.env_steps
             self._iter_episodes += len(fragment.episode_returns)
@@ -106,6 +107,8 @@ class Algorithm:
             "episode_return_min": min(self._returns, default=math.nan),
             "episode_return_max": max(self._returns, default=math.nan),
             "episode_len_mean": _mean(self._lengths),
+            "num_healthy_env_runners": self.runners.num_healthy,
+            "num_env_runner_restarts": self.runners.num_restarts,
             **learner_metrics,
             "time_this_iter_s": elapsed,
             "time_total_s": self.time_total_s,
@@ -117,14 +120,14 @@ class Algorithm:
             self.logger.log(result)
         return result
 
-    def get_weights(self) -> dict[str, torch.Tensor]:
-        """The learner module's weights (CPU tensors)."""
-        return {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The learner module's weights as numpy arrays (copies: safe to ship while learning goes on)."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.module.state_dict().items()}
 
     @torch.no_grad()
     def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
         """The action for one observation: an int (Discrete) or an array clipped to the Box bounds."""
-        encoded = torch.from_numpy(self.runner.encode(np.asarray(obs)[None])).to(self.device)
+        encoded = torch.from_numpy(self.encode(np.asarray(obs)[None])).to(self.device)
         action = self.module.act(encoded, explore=explore)[0].cpu().numpy()
         if isinstance(self.action_space, gym.spaces.Discrete):
             return int(action) + int(self.action_space.start)
@@ -132,8 +135,8 @@ class Algorithm:
         return np.clip(action, self.action_space.low, self.action_space.high)
 
     def stop(self) -> None:
-        """Release envs and close the logger."""
-        self.runner.stop()
+        """Release runners (and a Ray this algorithm started) and close the logger."""
+        self.runners.stop()
         if self.logger is not None:
             self.logger.close()
 

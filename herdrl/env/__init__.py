@@ -1,5 +1,6 @@
 """Environment creation: vector envs for runners, observation encoding, space checks."""
 
+from herdrl.env import testing
 from herdrl.env.vector import (
     ObsEncoder,
     check_spaces,
@@ -7,5 +8,7 @@ from herdrl.env.vector import (
     make_single_env,
     make_vector_env,
 )
+
+testing.register()  # herd/Latency-v0, herd/Faulty-v0
 
 __all__ = ["ObsEncoder", "check_spaces", "env_reward_threshold", "make_single_env", "make_vector_env"]

@@ -14,7 +14,6 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from herdrl.config import AlgorithmConfig
 from herdrl.env import ObsEncoder, make_vector_env
@@ -78,8 +77,15 @@ class EnvRunner:
         self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
 
     def set_weights(self, weights: dict[str, Any]) -> None:
-        """Load the learner's weights (tensors or numpy arrays) into this runner's policy."""
-        self.module.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
+        """Load the learner's weights (numpy arrays or CPU tensors) into this runner's policy, in place."""
+        own = self.module.state_dict()
+        if own.keys() != weights.keys():
+            raise ValueError(f"weights have keys {sorted(weights)}, the runner's policy {sorted(own)}")
+        for key, value in weights.items():
+            value = np.asarray(value)
+            if value.shape != tuple(own[key].shape):
+                raise ValueError(f"weight '{key}' has shape {value.shape}, expected {tuple(own[key].shape)}")
+            own[key].numpy()[...] = value  # read-only object-store arrays are fine: we copy out of them
 
     def _env_error(self, exc: Exception) -> EnvError:
         """The user's env code failed: name it in one line, keep the cause for --debug."""

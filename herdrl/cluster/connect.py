@@ -1,0 +1,126 @@
+"""Start a private Ray, or join a cluster without ever hanging.
+
+* No address: ``ray.init(address="local")`` — always a new, private instance. A bare ``ray.init()``
+  would attach to whatever cluster Ray's ``ray_current_cluster`` file names, and hang if it is gone.
+* An address (``HOST:PORT``, ``auto``, or ``RAY_ADDRESS``): resolve it, check that the head's port
+  answers within ``ray_connect_timeout_s``, then ``ray.init`` (which itself has no timeout).
+
+Token authentication (on by default since Ray 2.5x) stays on: a private Ray uses the token in
+``~/.ray/auth_token`` (Ray writes it on first use), and a driver joining a cluster must run with the same
+``RAY_AUTH_MODE`` / ``RAY_AUTH_TOKEN_PATH`` as the cluster's nodes. Ray's servers listen on all
+interfaces; the token is what keeps other hosts from running code on them. We only silence Ray's
+"token authentication is enabled" start-up warning — never the authentication.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from herdrl.errors import HerdError
+
+_AUTH_WARNING_LOGGER = "ray._private.authentication.authentication_token_setup"
+_connected_here = False
+
+
+class ClusterError(HerdError):
+    """A Ray cluster cannot be started or reached."""
+
+
+class _DropAuthEnabledWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Token authentication is enabled for this Ray cluster" not in record.getMessage()
+
+
+def _quiet_auth_warning() -> None:
+    logger = logging.getLogger(_AUTH_WARNING_LOGGER)
+    if not any(isinstance(f, _DropAuthEnabledWarning) for f in logger.filters):
+        logger.addFilter(_DropAuthEnabledWarning())
+
+
+def resolve_address(address: str) -> str:
+    """``auto`` -> the address of the cluster Ray's files or processes point to; others unchanged."""
+    if address != "auto":
+        return address
+    from ray._private.services import get_ray_address_from_environment
+
+    try:
+        found = get_ray_address_from_environment("auto", None)
+    except ConnectionError:
+        found = None
+    if not found or found == "auto":
+        raise ClusterError("--address auto found no running Ray cluster on this machine; "
+                           "start one (`ray start --head`) or give --address HOST:PORT")
+    return found
+
+
+def wait_for_port(address: str, timeout_s: float) -> None:
+    """Return once ``HOST:PORT`` accepts TCP connections; ClusterError after ``timeout_s``."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ClusterError(f"bad Ray address '{address}': expected HOST:PORT or auto")
+    deadline = time.monotonic() + timeout_s
+    last_error: OSError | None = None
+    while True:
+        try:
+            with socket.create_connection((host, int(port_text)), timeout=min(2.0, timeout_s)):
+                return
+        except OSError as exc:
+            last_error = exc
+        if time.monotonic() >= deadline:
+            raise ClusterError(
+                f"Ray head at {address} did not answer within {timeout_s:g} s ({last_error}); "
+                "check the address and that the head is running, or raise ray_connect_timeout_s")
+        time.sleep(0.25)
+
+
+def connect(config: Any, num_cpus: float | None = None) -> None:
+    """Make sure this process is connected to Ray as ``config`` asks; no-op when it already is.
+
+    ``num_cpus``: CPUs a private Ray must offer (at least this machine's count), so every runner
+    the user asked for gets scheduled even when there are more runners than cores.
+    """
+    global _connected_here
+    import ray
+
+    _quiet_auth_warning()
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    address = config.address or os.environ.get("RAY_ADDRESS") or None
+    common: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
+    if config.node_ip_address:
+        common["_node_ip_address"] = config.node_ip_address
+    try:
+        if address is None:
+            ray.init(address="local", include_dashboard=config.include_dashboard,
+                     num_cpus=max(os.cpu_count() or 1, num_cpus or 0), **common)
+            _connected_here = True
+            return
+        target = resolve_address(address)
+        wait_for_port(target, config.ray_connect_timeout_s)
+        ray.init(address=target, **common)
+        _connected_here = True
+    except HerdError:
+        raise
+    except Exception as exc:
+        hint = ""
+        if "Authentication" in type(exc).__name__ or "InvalidAuthToken" in str(exc):
+            hint = ("; the cluster uses token auth: run with the same RAY_AUTH_MODE=token and "
+                    "RAY_AUTH_TOKEN_PATH as its nodes")
+        where = f"join the Ray cluster at {address}" if address else "start Ray"
+        raise ClusterError(f"could not {where}: {type(exc).__name__}: {str(exc).splitlines()[0]}{hint}") from exc
+
+
+def disconnect() -> None:
+    """Shut down the private Ray this module started, or leave the cluster it joined; a Ray that was
+    already initialised before :func:`connect` (by the user, or a test fixture) is left alone."""
+    global _connected_here
+    if _connected_here:
+        import ray
+
+        ray.shutdown()
+        _connected_here = False

@@ -1,0 +1,209 @@
+"""Runner groups: where sampling happens.
+
+``LocalRunnerGroup`` (``num_env_runners=0``): one EnvRunner in this process, no Ray.
+``RayRunnerGroup`` (``num_env_runners >= 1``): one Ray actor per runner, spread over the cluster's nodes
+by a placement group (strategy SPREAD, so it nests inside a Tune trial's group). Each iteration the
+learner's weights go out once as one object-store reference shared by every runner; runners sample in
+parallel; a failed runner is replaced (or dropped) and the iteration goes on with the others' fragments.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import gymnasium as gym
+
+from herdrl.config import AlgorithmConfig
+from herdrl.errors import HerdError
+from herdrl.rollout.runner import EnvRunner, Fragment
+
+logger = logging.getLogger("herdrl")
+
+
+class RunnerFailure(HerdError):
+    """Env runners failed beyond what the fault-tolerance settings allow."""
+
+
+class LocalRunnerGroup:
+    """Sampling in the driver process."""
+
+    num_restarts = 0
+    num_healthy = 0  # remote runners: none
+
+    def __init__(self, config: AlgorithmConfig) -> None:
+        self.runner = EnvRunner(config, worker_index=0)
+        self.observation_space: gym.Space = self.runner.observation_space
+        self.action_space: gym.Space = self.runner.action_space
+
+    def sample(self, weights: dict[str, Any]) -> list[Fragment]:
+        """One fragment from the local runner, sampled with ``weights``."""
+        self.runner.set_weights(weights)
+        return [self.runner.sample()]
+
+    def stop(self) -> None:
+        """Close the envs."""
+        self.runner.stop()
+
+
+def _one_line(exc: BaseException) -> str:
+    """The root cause of a Ray error, as one line."""
+    cause = getattr(exc, "cause", None)
+    while cause is not None and getattr(cause, "cause", None) is not None:
+        cause = cause.cause
+    if isinstance(cause, BaseException):
+        exc = cause
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[-1] if text else ''}"
+
+
+def _herd_cause(exc: BaseException) -> HerdError | None:
+    """The HerdError inside a Ray error (e.g. an env that cannot be built), if any.
+
+    A task error carries the original exception (``.cause``); an actor that died in ``__init__`` carries
+    only the remote traceback's text, whose last ``herdrl.errors.X: message`` line we rebuild.
+    """
+    import re
+
+    from herdrl import errors
+
+    inner: BaseException | None = exc
+    for _ in range(10):
+        if inner is None or isinstance(inner, HerdError):
+            break
+        inner = getattr(inner, "cause", None) or inner.__cause__
+    if isinstance(inner, HerdError):
+        return inner
+    found = re.findall(r"^herdrl\.errors\.(\w+): (.*)$", str(exc), flags=re.M)
+    if found:
+        name, message = found[-1]
+        cls = getattr(errors, name, None)
+        if isinstance(cls, type) and issubclass(cls, HerdError):
+            return cls(message)
+    return None
+
+
+class RayRunnerGroup:
+    """``num_env_runners`` Ray actors, each with its own vector env."""
+
+    def __init__(self, config: AlgorithmConfig) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+
+        from herdrl.cluster import ClusterError, connect
+        from herdrl.cluster.shipping import ship_by_value
+        from herdrl.registry import ENV_CREATORS
+        from herdrl.rollout.remote import RemoteEnvRunner
+
+        self.config = config
+        count, cpus = config.num_env_runners, config.num_cpus_per_env_runner
+        connect(config, num_cpus=math.ceil(count * cpus))
+        self._remote_class = RemoteEnvRunner
+        self._creators = dict(ENV_CREATORS)
+        env = [config.env] if callable(config.env) else []
+        shipped = ship_by_value([*self._creators.values(), *env])
+        if shipped:
+            logger.info("herdrl: shipping env code to runners by value: %s", ", ".join(shipped))
+        self._pg = placement_group([{"CPU": cpus}] * count, strategy="SPREAD")
+        try:
+            ray.get(self._pg.ready(), timeout=max(60.0, config.ray_connect_timeout_s))
+        except ray.exceptions.GetTimeoutError:
+            ray.util.remove_placement_group(self._pg)
+            raise ClusterError(
+                f"the Ray cluster cannot place {count} env runners x {cpus:g} CPU "
+                f"(available: {ray.available_resources().get('CPU', 0):g} CPU); "
+                "lower num_env_runners or num_cpus_per_env_runner") from None
+        self.actors: list[Any] = [self._start(i) for i in range(count)]
+        self.num_restarts = 0
+        try:
+            self.observation_space, self.action_space = ray.get(self.actors[0].spaces.remote())
+        except ray.exceptions.RayError as exc:
+            self.stop()
+            raise _herd_cause(exc) or RunnerFailure(f"env runner 1 could not start: {_one_line(exc)}") from exc
+
+    @property
+    def num_healthy(self) -> int:
+        """Runners currently in service."""
+        return sum(actor is not None for actor in self.actors)
+
+    def _start(self, index: int) -> Any:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        strategy = PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=index)
+        return self._remote_class.options(
+            num_cpus=self.config.num_cpus_per_env_runner, scheduling_strategy=strategy, max_restarts=0,
+        ).remote(self.config, index + 1, self._creators)
+
+    def sample(self, weights: dict[str, Any]) -> list[Fragment]:
+        """One fragment from every healthy runner, in parallel; failed runners are handled per config."""
+        import ray
+
+        weights_ref = ray.put(weights)  # one copy in the object store, shared by every runner
+        calls = [(i, actor.sample_with.remote(weights_ref)) for i, actor in enumerate(self.actors)
+                 if actor is not None]
+        fragments, failures = [], []
+        for index, ref in calls:
+            try:
+                fragments.append(ray.get(ref))
+            except ray.exceptions.RayError as exc:
+                failures.append((index, exc))
+        for index, exc in failures:
+            self._handle_failure(index, exc)
+        if not fragments:
+            index, exc = failures[0]
+            raise RunnerFailure(f"every env runner failed in this iteration (runner {index + 1}: "
+                                f"{_one_line(exc)})")
+        return fragments
+
+    def _handle_failure(self, index: int, exc: BaseException) -> None:
+        import ray
+
+        cfg, reason = self.config, _one_line(exc)
+        logger.warning("herdrl: env runner %d failed: %s", index + 1, reason)
+        try:
+            ray.kill(self.actors[index], no_restart=True)
+        except Exception:  # already dead
+            pass
+        self.actors[index] = None
+        if cfg.restart_failed_env_runners:
+            if self.num_restarts >= cfg.max_num_env_runner_restarts:
+                raise RunnerFailure(f"env runner {index + 1} failed ({reason}) and the restart budget is spent "
+                                    f"(max_num_env_runner_restarts={cfg.max_num_env_runner_restarts})")
+            self.actors[index] = self._start(index)
+            self.num_restarts += 1
+            logger.warning("herdrl: env runner %d restarted (%d restarts so far)", index + 1, self.num_restarts)
+        elif not cfg.ignore_env_runner_failures:
+            raise RunnerFailure(f"env runner {index + 1} failed: {reason}; to go on without it, set "
+                                ".fault_tolerance(restart_failed_env_runners=True) or ignore_env_runner_failures")
+        elif self.num_healthy == 0:
+            raise RunnerFailure(f"every env runner has failed (last: runner {index + 1}: {reason})")
+
+    def call(self, method: str) -> list[Any]:
+        """Call a method on every healthy runner and return the results (e.g. ``pid``, ``node_ip``)."""
+        import ray
+
+        return ray.get([getattr(a, method).remote() for a in self.actors if a is not None])
+
+    def stop(self) -> None:
+        """Stop the actors, free the placement group, and leave Ray if we joined/started it."""
+        import ray
+
+        from herdrl.cluster import disconnect
+
+        for actor in self.actors if hasattr(self, "actors") else []:
+            if actor is not None:
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:
+                    pass
+        try:
+            ray.util.remove_placement_group(self._pg)
+        except Exception:
+            pass
+        disconnect()
+
+
+def make_runner_group(config: AlgorithmConfig) -> LocalRunnerGroup | RayRunnerGroup:
+    """In-process for ``num_env_runners=0``, else Ray actors."""
+    return RayRunnerGroup(config) if config.num_env_runners > 0 else LocalRunnerGroup(config)

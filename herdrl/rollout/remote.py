@@ -1,0 +1,44 @@
+"""The Ray actor that wraps an EnvRunner. Imported only when runners run on Ray."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+import ray
+import torch
+
+from herdrl.config import AlgorithmConfig
+from herdrl.rollout.runner import EnvRunner, Fragment
+
+
+@ray.remote
+class RemoteEnvRunner(EnvRunner):
+    """An EnvRunner in its own process, possibly on another node."""
+
+    def __init__(self, config: AlgorithmConfig, worker_index: int,
+                 env_creators: dict[str, Callable[[dict], Any]]) -> None:
+        torch.set_num_threads(1)  # many runners share a node's cores; each steps small batches
+        # The driver's register_env calls, shipped with the actor. Look the registry up at run time: Ray
+        # may ship this class by value, with a copy of this module's globals.
+        importlib.import_module("herdrl.registry").ENV_CREATORS.update(env_creators)
+        super().__init__(config, worker_index)
+
+    def spaces(self) -> tuple[Any, Any]:
+        """The single-env observation and action spaces."""
+        return self.observation_space, self.action_space
+
+    def sample_with(self, weights: dict[str, Any], num_steps: int | None = None) -> Fragment:
+        """Load ``weights``, then sample one fragment (one call, so a dead actor fails once)."""
+        self.set_weights(weights)
+        return self.sample(num_steps)
+
+    def pid(self) -> int:
+        """This actor's process id (tests kill it to check fault tolerance)."""
+        return os.getpid()
+
+    def node_ip(self) -> str:
+        """The address of the node this actor runs on."""
+        return ray.util.get_node_ip_address()

@@ -1,0 +1,132 @@
+"""Env runners as Ray actors on the session's embedded Ray."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from envs import Countdown, DictObsEnv
+
+import herdrl
+from herdrl import EnvError, PPOConfig
+from herdrl.rollout.group import RunnerFailure
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def ray_config(runners=2, envs=4, batch=256, **fault):
+    return (PPOConfig().environment("CartPole-v1")
+            .env_runners(num_env_runners=runners, num_envs_per_env_runner=envs)
+            .training(train_batch_size=batch, minibatch_size=64).fault_tolerance(**fault).debugging(seed=0))
+
+
+def test_ppo_on_two_ray_runners_solves_cartpole():
+    algo = PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2, num_envs_per_env_runner=8) \
+        .debugging(seed=0).build()
+    pids = algo.runners.call("pid")
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    result = algo.train()
+    assert result["num_healthy_env_runners"] == 2 and result["num_env_runner_restarts"] == 0
+    assert result["num_env_steps_sampled"] <= 1024
+    while result["episode_return_mean"] < 475 and result["num_env_steps_sampled_lifetime"] < 150_000:
+        result = algo.train()
+    assert result["episode_return_mean"] >= 475
+    algo.stop()
+
+
+def test_killed_runner_is_replaced_and_training_goes_on():
+    algo = ray_config().build()
+    first = algo.train()
+    os.kill(algo.runners.call("pid")[0], signal.SIGKILL)
+    during = algo.train()  # completes from the surviving runner's fragment
+    assert during["num_env_runner_restarts"] == 1
+    assert 0 < during["num_env_steps_sampled"] <= 128
+    results = [algo.train() for _ in range(15)]
+    assert results[-1]["num_healthy_env_runners"] == 2
+    assert results[-1]["num_env_steps_sampled"] > 128  # both runners sample again
+    assert results[-1]["episode_return_mean"] > first["episode_return_mean"]
+    algo.stop()
+
+
+def test_env_raising_mid_sample_restarts_its_runner(tmp_path):
+    marker = tmp_path / "failed-once"
+    config = (PPOConfig().environment("herd/Faulty-v0", env_config={"fail_at_step": 50, "fail_once_file": str(marker)})
+              .env_runners(num_env_runners=2, num_envs_per_env_runner=2)
+              .training(train_batch_size=128, minibatch_size=64).debugging(seed=0))
+    algo = config.build()
+    results = [algo.train() for _ in range(4)]
+    assert marker.exists()
+    assert results[-1]["num_env_runner_restarts"] == 1 and results[-1]["num_healthy_env_runners"] == 2
+    assert [r["training_iteration"] for r in results] == [1, 2, 3, 4]
+    algo.stop()
+
+
+def test_without_restarts_a_failure_stops_training_with_a_clear_error(tmp_path):
+    config = ray_config(restart_failed_env_runners=False)
+    config.environment("herd/Faulty-v0", env_config={"fail_at_step": 20})
+    algo = config.build()
+    with pytest.raises(RunnerFailure, match=r"env runner \d failed: .*injected failure at step 20"):
+        algo.train()
+    algo.stop()
+
+
+def test_ignore_failures_goes_on_with_the_runners_left(tmp_path):
+    marker = tmp_path / "once"
+    config = ray_config(restart_failed_env_runners=False, ignore_worker_failures=True)  # the seed's key
+    config.environment("herd/Faulty-v0", env_config={"fail_at_step": 20, "fail_once_file": str(marker)})
+    algo = config.build()
+    results = [algo.train() for _ in range(3)]
+    assert results[-1]["num_healthy_env_runners"] == 1 and results[-1]["num_env_runner_restarts"] == 0
+    algo.stop()
+
+
+def test_spent_restart_budget_and_all_runners_failing_are_clear_errors():
+    config = ray_config(runners=1, max_num_env_runner_restarts=1)
+    config.environment("herd/Faulty-v0", env_config={"fail_at_step": 10})
+    algo = config.build()
+    with pytest.raises(RunnerFailure, match="every env runner failed in this iteration"):
+        algo.train()  # the only runner fails: no fragment at all this iteration
+    with pytest.raises(RunnerFailure, match=r"restart budget is spent \(max_num_env_runner_restarts=1\)"):
+        algo.train()
+    algo.stop()
+
+
+def test_registered_env_is_shipped_to_runners_and_bad_spaces_fail_at_build():
+    herdrl.register_env("countdown", lambda cfg: Countdown(cfg))
+    algo = (PPOConfig().environment("countdown", env_config={"length": 4})
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=2).training(train_batch_size=64, minibatch_size=32)
+            .build())
+    result = algo.train()
+    assert result["episode_len_mean"] == 4
+    algo.stop()
+    herdrl.register_env("dict_obs", DictObsEnv)
+    with pytest.raises(EnvError, match="observation space Dict"):
+        PPOConfig().environment("dict_obs").env_runners(num_env_runners=1).build()
+    with pytest.raises(EnvError, match="did you mean 'CartPole-v1'"):
+        PPOConfig().environment("CartPol-v1").env_runners(num_env_runners=1).build()
+
+
+def test_unreachable_address_fails_fast_with_one_line(tmp_path):
+    start = time.monotonic()
+    out = subprocess.run(
+        [str(os.path.join(os.path.dirname(sys.executable), "herd")), "train", "ppo", "--env", "CartPole-v1",
+         "--num-env-runners", "1", "--address", "127.0.0.1:9", "--ray-connect-timeout", "2",
+         "--output", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "Ray head at 127.0.0.1:9 did not answer within 2 s" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert time.monotonic() - start < 30
+
+
+def test_wait_for_port_rejects_bad_addresses_and_bounds_the_wait():
+    from herdrl.cluster import ClusterError
+    from herdrl.cluster.connect import wait_for_port
+
+    with pytest.raises(ClusterError, match="bad Ray address 'nohost'"):
+        wait_for_port("nohost", 1)
+    start = time.monotonic()
+    with pytest.raises(ClusterError, match="did not answer within 0.5 s"):
+        wait_for_port("127.0.0.1:9", 0.5)
+    assert time.monotonic() - start < 5
