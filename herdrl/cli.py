@@ -58,6 +58,25 @@ def _add_train_parser(subparsers: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no per-iteration console lines")
 
 
+def _add_bench_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("bench", help="measure scaling", description="Benchmarks of your own setup.")
+    kinds = p.add_subparsers(dest="bench_kind", metavar="KIND", required=True)
+    s = kinds.add_parser("scaling", help="sampling speedup with more env runners",
+                         description="Env steps/s and iteration time for several runner counts.")
+    s.add_argument("--env", required=True, help="Gymnasium id or register_env name (try herd/Latency-v0)")
+    s.add_argument("--algorithm", default="ppo", help="algorithm whose runners are measured (default ppo)")
+    s.add_argument("--runners", default="1,2,4,8", help="comma-separated runner counts (default 1,2,4,8)")
+    s.add_argument("--envs-per-runner", type=int, default=1, help="env copies per runner (default 1)")
+    s.add_argument("--fragment", type=int, default=100, help="steps per env per iteration (default 100)")
+    s.add_argument("--iters", type=int, default=5, help="measured iterations per runner count (default 5)")
+    s.add_argument("--no-local", action="store_true", help="skip the in-process baseline")
+    s.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="config overrides, e.g. env_config={step_latency_s: 0.002}")
+    s.add_argument("--address", help="measure on this Ray cluster (HOST:PORT or auto)")
+    s.add_argument("--node-ip-address", help="this driver's own address when joining a cluster")
+    s.add_argument("--out", default="results/bench", help="folder for scaling.csv and scaling.png")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``herd`` argument parser."""
     parser = argparse.ArgumentParser(prog="herd", description="herdrl: distributed deep RL from laptop to cluster")
@@ -65,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_train_parser(subparsers)
+    _add_bench_parser(subparsers)
     return parser
 
 
@@ -158,6 +178,29 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from herdrl.bench import run_scaling
+    from herdrl.errors import ConfigError
+    from herdrl.registry import get_config_class
+
+    try:
+        counts = [int(x) for x in args.runners.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--runners expects comma-separated integers, got '{args.runners}'") from None
+    if not counts or min(counts) < 1:
+        raise ConfigError("--runners needs counts >= 1 (the in-process baseline is measured anyway)")
+    config = get_config_class(args.algorithm).from_dict(parse_overrides(args.config)).environment(args.env)
+    config.env_runners(num_envs_per_env_runner=args.envs_per_runner, rollout_fragment_length=args.fragment)
+    if args.address:
+        config.resources(address=args.address)
+    if args.node_ip_address:
+        config.resources(node_ip_address=args.node_ip_address)
+    run_scaling(config, counts, args.iters, Path(args.out), include_local=not args.no_local)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``herd`` console script; returns the exit code."""
     parser = build_parser()
@@ -173,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from herdrl.errors import HerdError
 
     try:
-        return {"train": _train}[args.command](args)
+        return {"train": _train, "bench": _bench}[args.command](args)
     except HerdError as exc:
         if args.debug:
             raise

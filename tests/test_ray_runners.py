@@ -130,3 +130,25 @@ def test_wait_for_port_rejects_bad_addresses_and_bounds_the_wait():
     with pytest.raises(ClusterError, match="did not answer within 0.5 s"):
         wait_for_port("127.0.0.1:9", 0.5)
     assert time.monotonic() - start < 5
+
+
+def test_bench_scaling_writes_table_csv_and_plot(tmp_path, capsys):
+    from herdrl.cli import main
+
+    code = main(["bench", "scaling", "--env", "herd/Latency-v0", "--runners", "1,2", "--iters", "1",
+                 "--fragment", "20", "--config", "env_config={step_latency_s: 0.002}", "--out", str(tmp_path)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "| in-process | 1 |" in out and "| 2 | 1 |" in out
+    rows = (tmp_path / "scaling.csv").read_text().splitlines()
+    assert rows[0].startswith("runners,") and len(rows) == 4
+    two = dict(zip(rows[0].split(","), rows[3].split(","), strict=True))
+    assert float(two["speedup_vs_1"]) > 1.3  # 2 latency-bound runners sample clearly faster than 1
+    assert (tmp_path / "scaling.png").stat().st_size > 1000
+
+
+def test_bench_scaling_rejects_bad_runner_lists(capsys):
+    from herdrl.cli import main
+
+    assert main(["bench", "scaling", "--env", "CartPole-v1", "--runners", "1,x"]) == 2
+    assert "--runners expects comma-separated integers" in capsys.readouterr().err

@@ -77,8 +77,10 @@ def wait_for_port(address: str, timeout_s: float) -> None:
         time.sleep(0.25)
 
 
-def connect(config: Any, num_cpus: float | None = None) -> None:
+def connect(config: Any, num_cpus: float | None = None) -> bool:
     """Make sure this process is connected to Ray as ``config`` asks; no-op when it already is.
+
+    Returns True when this call started or joined Ray (the caller then owns it: :func:`disconnect`).
 
     ``num_cpus``: CPUs a private Ray must offer (at least this machine's count), so every runner
     the user asked for gets scheduled even when there are more runners than cores.
@@ -88,7 +90,7 @@ def connect(config: Any, num_cpus: float | None = None) -> None:
 
     _quiet_auth_warning()
     if ray.is_initialized():
-        return
+        return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = config.address or os.environ.get("RAY_ADDRESS") or None
     common: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
@@ -99,16 +101,21 @@ def connect(config: Any, num_cpus: float | None = None) -> None:
             ray.init(address="local", include_dashboard=config.include_dashboard,
                      num_cpus=max(os.cpu_count() or 1, num_cpus or 0), **common)
             _connected_here = True
-            return
+            return True
         target = resolve_address(address)
         wait_for_port(target, config.ray_connect_timeout_s)
         ray.init(address=target, **common)
         _connected_here = True
+        return True
     except HerdError:
         raise
     except Exception as exc:
+        chain, inner = [], exc
+        while inner is not None and len(chain) < 10:
+            chain.append(f"{type(inner).__name__}: {inner}")
+            inner = inner.__cause__ or inner.__context__
         hint = ""
-        if "Authentication" in type(exc).__name__ or "InvalidAuthToken" in str(exc):
+        if any("auth" in text.lower() for text in chain):
             hint = ("; the cluster uses token auth: run with the same RAY_AUTH_MODE=token and "
                     "RAY_AUTH_TOKEN_PATH as its nodes")
         where = f"join the Ray cluster at {address}" if address else "start Ray"

@@ -91,18 +91,17 @@ class RayRunnerGroup:
         import ray
         from ray.util.placement_group import placement_group
 
-        from herdrl.cluster import ClusterError, connect
-        from herdrl.cluster.shipping import ship_by_value
+        from herdrl.cluster import ClusterError, connect, disconnect, shipping
         from herdrl.registry import ENV_CREATORS
         from herdrl.rollout.remote import RemoteEnvRunner
 
         self.config = config
         count, cpus = config.num_env_runners, config.num_cpus_per_env_runner
-        connect(config, num_cpus=math.ceil(count * cpus))
+        self._owns_ray = connect(config, num_cpus=math.ceil(count * cpus))
         self._remote_class = RemoteEnvRunner
         self._creators = dict(ENV_CREATORS)
         env = [config.env] if callable(config.env) else []
-        shipped = ship_by_value([*self._creators.values(), *env])
+        shipped = shipping.ship_by_value([*self._creators.values(), *env])
         if shipped:
             logger.info("herdrl: shipping env code to runners by value: %s", ", ".join(shipped))
         self._pg = placement_group([{"CPU": cpus}] * count, strategy="SPREAD")
@@ -110,6 +109,8 @@ class RayRunnerGroup:
             ray.get(self._pg.ready(), timeout=max(60.0, config.ray_connect_timeout_s))
         except ray.exceptions.GetTimeoutError:
             ray.util.remove_placement_group(self._pg)
+            if self._owns_ray:
+                disconnect()
             raise ClusterError(
                 f"the Ray cluster cannot place {count} env runners x {cpus:g} CPU "
                 f"(available: {ray.available_resources().get('CPU', 0):g} CPU); "
@@ -180,13 +181,13 @@ class RayRunnerGroup:
             raise RunnerFailure(f"every env runner has failed (last: runner {index + 1}: {reason})")
 
     def call(self, method: str) -> list[Any]:
-        """Call a method on every healthy runner and return the results (e.g. ``pid``, ``node_ip``)."""
+        """Call a method on every healthy runner and return the results (e.g. ``pid``, ``node``)."""
         import ray
 
         return ray.get([getattr(a, method).remote() for a in self.actors if a is not None])
 
     def stop(self) -> None:
-        """Stop the actors, free the placement group, and leave Ray if we joined/started it."""
+        """Stop the actors, free the placement group, and leave Ray if this group started or joined it."""
         import ray
 
         from herdrl.cluster import disconnect
@@ -201,7 +202,8 @@ class RayRunnerGroup:
             ray.util.remove_placement_group(self._pg)
         except Exception:
             pass
-        disconnect()
+        if getattr(self, "_owns_ray", False):
+            disconnect()
 
 
 def make_runner_group(config: AlgorithmConfig) -> LocalRunnerGroup | RayRunnerGroup:

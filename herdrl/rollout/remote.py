@@ -39,6 +39,6 @@ class RemoteEnvRunner(EnvRunner):
         """This actor's process id (tests kill it to check fault tolerance)."""
         return os.getpid()
 
-    def node_ip(self) -> str:
-        """The address of the node this actor runs on."""
-        return ray.util.get_node_ip_address()
+    def node(self) -> tuple[str, str]:
+        """(node id, node address) of the node this actor runs on."""
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
