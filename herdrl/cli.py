@@ -40,6 +40,7 @@ def _add_train_parser(subparsers: Any) -> None:
     p.add_argument("--node-ip-address", help="this driver's own address when joining a cluster")
     p.add_argument("--ray-connect-timeout", type=float, help="seconds to wait for the cluster's head (default 30)")
     p.add_argument("--dashboard", action="store_true", help="start Ray's dashboard with the private Ray")
+    p.add_argument("--working-dir", help="ship this directory to every Ray node (Ray runtime_env working_dir)")
     p.add_argument("--redis-password", help="accepted for old scripts; current Ray needs none (ignored)")
     p.add_argument("--local-mode", action="store_true", help="seed trainer flag: sample in this process")
     p.add_argument("--stop-iters", type=int, help="stop after this many iterations")
@@ -147,6 +148,8 @@ def _train(args: argparse.Namespace) -> int:
             config.resources(**{key: getattr(args, flag)})
     if args.dashboard:
         config.resources(include_dashboard=True)
+    if args.working_dir:
+        config.resources(runtime_env={**(config.runtime_env or {}), "working_dir": args.working_dir})
     if args.redis_password is not None:
         print("herd train: note: --redis-password is ignored; current Ray has no Redis (token auth protects "
               "the cluster)", file=sys.stderr)

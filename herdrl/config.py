@@ -127,6 +127,8 @@ class AlgorithmConfig:
         "ray_connect_timeout_s": Field(30.0, (float,), "resources", low=0, low_open=True,
                                        doc="how long to wait for a cluster's head to answer"),
         "include_dashboard": Field(False, (bool,), "resources", doc="start Ray's dashboard (embedded Ray)"),
+        "runtime_env": Field(None, (dict,), "resources", allow_none=True,
+                             doc="Ray runtime_env for the job, e.g. {'working_dir': '.'} to ship data files"),
         "restart_failed_env_runners": Field(True, (bool,), "fault_tolerance",
                                             doc="replace a failed runner with a fresh actor"),
         "ignore_env_runner_failures": Field(False, (bool,), "fault_tolerance",
@@ -239,7 +241,8 @@ class AlgorithmConfig:
 
     def resources(self, **kwargs: Any) -> AlgorithmConfig:
         """Set resources and where to run: ``num_gpus`` for the learner, ``address`` of a Ray cluster to join
-        (``HOST:PORT`` or ``auto``), ``node_ip_address``, ``ray_connect_timeout_s``, ``include_dashboard``."""
+        (``HOST:PORT`` or ``auto``), ``node_ip_address``, ``ray_connect_timeout_s``, ``include_dashboard``,
+        ``runtime_env`` (Ray's, for the whole job)."""
         return self._set("resources", kwargs)
 
     def fault_tolerance(self, **kwargs: Any) -> AlgorithmConfig:

@@ -42,3 +42,36 @@ def test_driver_without_the_token_gets_a_clear_error(cluster, tmp_path):
         env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr[-2000:]
     assert "token auth" in out.stderr.strip().splitlines()[-1]
+
+
+def test_working_dir_ships_data_files_to_the_nodes(cluster, tmp_path):
+    """--working-dir: a data file next to the user's env code is readable on the runners' nodes."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "length.txt").write_text("5")
+    (project / "train_here.py").write_text(
+        "import gymnasium as gym, numpy as np, herdrl\n"
+        "class FromFile(gym.Env):\n"
+        "    def __init__(self, cfg):\n"
+        "        self.length = int(open('length.txt').read())  # relative: the runner's cwd is the shipped dir\n"
+        "        self.observation_space = gym.spaces.Box(0, 9, (1,), np.float32)\n"
+        "        self.action_space = gym.spaces.Discrete(2)\n"
+        "    def reset(self, *, seed=None, options=None):\n"
+        "        self.t = 0\n"
+        "        return np.zeros(1, np.float32), {}\n"
+        "    def step(self, a):\n"
+        "        self.t += 1\n"
+        "        return np.zeros(1, np.float32), 1.0, self.t >= self.length, False, {}\n"
+        "herdrl.register_env('fromfile', FromFile)\n"
+        "from herdrl.cli import main\n"
+        "import sys\n"
+        "sys.exit(main(sys.argv[1:]))\n")
+    out = subprocess.run(
+        [sys.executable, "train_here.py", "train", "ppo", "--env", "fromfile", "--address", cluster.address,
+         "--node-ip-address", "127.0.0.2", "--num-env-runners", "2", "--num-envs-per-env-runner", "1",
+         "--working-dir", ".", "--stop-iters", "1",
+         "--config", "train_batch_size=64", "minibatch_size=32", "--quiet", "--output", str(tmp_path / "out"),
+         "--trial", "t"], env=cluster.env, cwd=project, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    row = json.loads((tmp_path / "out" / "fromfile" / "t" / "result.json").read_text().splitlines()[-1])
+    assert row["episode_len_mean"] == 5

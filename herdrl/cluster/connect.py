@@ -96,6 +96,8 @@ def connect(config: Any, num_cpus: float | None = None) -> bool:
     common: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
     if config.node_ip_address:
         common["_node_ip_address"] = config.node_ip_address
+    if config.runtime_env:
+        common["runtime_env"] = config.runtime_env
     try:
         if address is None:
             ray.init(address="local", include_dashboard=config.include_dashboard,
