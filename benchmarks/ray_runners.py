@@ -54,9 +54,9 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- |")
     for runners in args.runners:
         mine = [r for r in runs if r["runners"] == runners]
-        med = lambda key: statistics.median(r[key] for r in mine)  # noqa: E731
-        print(f"| {runners or 'in-process'} | {sum(r['solved'] for r in mine)}/{len(mine)} | {med('first_iter_s'):.1f} | "
-              f"{med('solve_s'):.1f} | {med('train_s'):.1f} | {med('steps'):,.0f} |")
+        med = {key: statistics.median(r[key] for r in mine) for key in ("first_iter_s", "solve_s", "train_s", "steps")}
+        print(f"| {runners or 'in-process'} | {sum(r['solved'] for r in mine)}/{len(mine)} | "
+              f"{med['first_iter_s']:.1f} | {med['solve_s']:.1f} | {med['train_s']:.1f} | {med['steps']:,.0f} |")
 
 
 if __name__ == "__main__":

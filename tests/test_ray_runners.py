@@ -152,3 +152,19 @@ def test_bench_scaling_rejects_bad_runner_lists(capsys):
 
     assert main(["bench", "scaling", "--env", "CartPole-v1", "--runners", "1,x"]) == 2
     assert "--runners expects comma-separated integers" in capsys.readouterr().err
+
+
+def test_address_auto_pointing_at_a_dead_head_fails_within_the_bound(tmp_path):
+    """A stale ray_current_cluster file (the head is gone) must not hang `--address auto`."""
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text("127.0.0.1:9")
+    env = {**os.environ, "RAY_TMPDIR": str(tmp_path)}
+    env.pop("RAY_ADDRESS", None)
+    start = time.monotonic()
+    out = subprocess.run(
+        [str(os.path.join(os.path.dirname(sys.executable), "herd")), "train", "ppo", "--env", "CartPole-v1",
+         "--num-env-runners", "1", "--address", "auto", "--ray-connect-timeout", "2", "--output", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "Ray head at 127.0.0.1:9 did not answer within 2 s" in out.stderr
+    assert time.monotonic() - start < 30

@@ -42,18 +42,20 @@ def _quiet_auth_warning() -> None:
 
 
 def resolve_address(address: str) -> str:
-    """``auto`` -> the address of the cluster Ray's files or processes point to; others unchanged."""
+    """``auto`` -> the cluster the last ``ray start`` on this machine recorded; other addresses unchanged.
+
+    Unlike Ray's own ``auto``, this never falls back to "any Ray process found on the host": on a shared
+    machine that attaches to somebody else's cluster (seen here). A recorded head that has since died is
+    caught by :func:`wait_for_port`.
+    """
     if address != "auto":
         return address
-    from ray._private.services import get_ray_address_from_environment
+    from ray._private.utils import read_ray_address
 
-    try:
-        found = get_ray_address_from_environment("auto", None)
-    except ConnectionError:
-        found = None
-    if not found or found == "auto":
-        raise ClusterError("--address auto found no running Ray cluster on this machine; "
-                           "start one (`ray start --head`) or give --address HOST:PORT")
+    found = read_ray_address()
+    if not found:
+        raise ClusterError("--address auto found no cluster started on this machine (no ray_current_cluster file); "
+                           "start one with `ray start --head` or give --address HOST:PORT")
     return found
 
 
@@ -93,6 +95,8 @@ def connect(config: Any, num_cpus: float | None = None) -> bool:
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = config.address or os.environ.get("RAY_ADDRESS") or None
+    if address == "auto" and os.environ.get("RAY_ADDRESS", "auto") != "auto":
+        address = os.environ["RAY_ADDRESS"]  # as Ray does: RAY_ADDRESS names the cluster `auto` means
     common: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
     if config.node_ip_address:
         common["_node_ip_address"] = config.node_ip_address
@@ -106,6 +110,7 @@ def connect(config: Any, num_cpus: float | None = None) -> bool:
             return True
         target = resolve_address(address)
         wait_for_port(target, config.ray_connect_timeout_s)
+        os.environ["RAY_ADDRESS"] = target  # ray.init prefers RAY_ADDRESS over its argument: make them agree
         ray.init(address=target, **common)
         _connected_here = True
         return True
