@@ -119,6 +119,8 @@ class AlgorithmConfig:
         "rollout_fragment_length": Field(
             "auto", (int, str), "env_runners", low=1,
             doc="steps per env per sample() call; auto: train_batch_size / total envs"),
+        "sample_timeout_s": Field(600.0, (float,), "env_runners", low=0, low_open=True, allow_none=True,
+                                  doc="a Ray runner that has not returned its fragment by then counts as failed"),
         "num_gpus": Field(0.0, (float,), "resources", low=0, doc="GPUs for the learner"),
         "address": Field(None, (str,), "resources", allow_none=True,
                          doc="Ray cluster to join (HOST:PORT or auto); None: a private Ray in this process"),

@@ -168,3 +168,16 @@ def test_address_auto_pointing_at_a_dead_head_fails_within_the_bound(tmp_path):
     assert out.returncode == 2, out.stderr[-2000:]
     assert "Ray head at 127.0.0.1:9 did not answer within 2 s" in out.stderr
     assert time.monotonic() - start < 30
+
+
+def test_a_runner_stuck_past_sample_timeout_counts_as_failed():
+    config = (PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.05})
+              .env_runners(num_env_runners=1, num_envs_per_env_runner=1, rollout_fragment_length=40,
+                           sample_timeout_s=0.5)
+              .training(train_batch_size=40, minibatch_size=20).fault_tolerance(restart_failed_env_runners=False))
+    algo = config.build()
+    start = time.monotonic()
+    with pytest.raises(RunnerFailure, match=r"no fragment within sample_timeout_s=0.5 s"):
+        algo.train()  # 40 steps x 50 ms = 2 s > 0.5 s
+    assert time.monotonic() - start < 10
+    algo.stop()

@@ -143,8 +143,15 @@ class RayRunnerGroup:
         weights_ref = ray.put(weights)  # one copy in the object store, shared by every runner
         calls = [(i, actor.sample_with.remote(weights_ref)) for i, actor in enumerate(self.actors)
                  if actor is not None]
+        # Bounded wait: a runner stuck in its env, or a replacement that cannot be placed, must not hang us.
+        ready, _ = ray.wait([ref for _, ref in calls], num_returns=len(calls), timeout=self.config.sample_timeout_s)
+        ready_set = set(ready)
         fragments, failures = [], []
         for index, ref in calls:
+            if ref not in ready_set:
+                failures.append((index, TimeoutError(
+                    f"no fragment within sample_timeout_s={self.config.sample_timeout_s:g} s")))
+                continue
             try:
                 fragments.append(ray.get(ref))
             except ray.exceptions.RayError as exc:
