@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -92,8 +93,11 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     logdir = Path(output) / experiment / (trial or trial_name(config))
     if trial is None:
         logdir = _unique_dir(logdir)
-    algo = config.build()  # before any file is written: bad input leaves no empty trial dir
     console = None if quiet else ConsoleReporter(target=criteria.get("episode_return_mean"))
+    if console and config.num_env_runners > 0:
+        where = config.address or os.environ.get("RAY_ADDRESS") or "a private Ray on this machine"
+        console.message(f"starting {config.num_env_runners} env runner(s) on {where} ...")
+    algo = config.build()  # before any file is written: bad input leaves no empty trial dir
     params = {"algorithm": config.algo_name, **config.to_dict()}
     algo.logger = Logger(logdir, params, console=console, tensorboard=tensorboard)
     if console:

@@ -118,7 +118,8 @@ class RayRunnerGroup:
         self.actors: list[Any] = [self._start(i) for i in range(count)]
         self.num_restarts = 0
         try:
-            self.observation_space, self.action_space = ray.get(self.actors[0].spaces.remote())
+            self.observation_space, self.action_space = ray.get(self.actors[0].spaces.remote(),
+                                                                timeout=config.sample_timeout_s)
         except ray.exceptions.RayError as exc:
             self.stop()
             raise _herd_cause(exc) or RunnerFailure(f"env runner 1 could not start: {_one_line(exc)}") from exc
