@@ -118,8 +118,9 @@ class RayRunnerGroup:
         self.actors: list[Any] = [self._start(i) for i in range(count)]
         self.num_restarts = 0
         try:
+            start_timeout = None if config.sample_timeout_s is None else max(120.0, config.sample_timeout_s)
             self.observation_space, self.action_space = ray.get(self.actors[0].spaces.remote(),
-                                                                timeout=config.sample_timeout_s)
+                                                                timeout=start_timeout)
         except ray.exceptions.RayError as exc:
             self.stop()
             raise _herd_cause(exc) or RunnerFailure(f"env runner 1 could not start: {_one_line(exc)}") from exc
