@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -56,6 +57,14 @@ def _add_train_parser(subparsers: Any) -> None:
     p.add_argument("--name", help="experiment name (default: the env id)")
     p.add_argument("--trial", help="trial name (default: <ALGO>_<env>_<seed>_<timestamp>)")
     p.add_argument("--no-tensorboard", action="store_true", help="do not write TensorBoard event files")
+    p.add_argument("--checkpoint-every", type=int, default=10,
+                   help="checkpoint every N iterations (default 10; 0: only at the end); always at the end")
+    p.add_argument("--keep-checkpoints-num", type=int, default=5,
+                   help="keep the N newest checkpoints plus the best (default 5)")
+    p.add_argument("--checkpoint-score-attr", default="episode_return_mean",
+                   help="result key that picks the best checkpoint to keep (default episode_return_mean)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the newest trial of the experiment (or --trial) from its newest valid checkpoint")
     p.add_argument("--quiet", action="store_true", help="no per-iteration console lines")
 
 
@@ -108,9 +117,34 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _train(args: argparse.Namespace) -> int:
+def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Config keys the command line sets explicitly (``--config`` items and the dedicated flags)."""
     from herdrl.errors import ConfigError
-    from herdrl.experiment import load_experiment_file, run_experiment
+
+    overrides = parse_overrides(args.config)
+    runners = {args.num_env_runners, args.num_cpus} - {None}
+    if len(runners) > 1:
+        raise ConfigError("--num-env-runners and --num-cpus disagree; give one of them")
+    if runners:
+        overrides["num_env_runners"] = runners.pop()
+    if args.local_mode:
+        overrides["num_env_runners"] = 0
+    for flag, key in (("num_envs_per_env_runner", "num_envs_per_env_runner"), ("num_gpus", "num_gpus"),
+                      ("address", "address"), ("node_ip_address", "node_ip_address"),
+                      ("ray_connect_timeout", "ray_connect_timeout_s"), ("seed", "seed")):
+        if getattr(args, flag) is not None:
+            overrides[key] = getattr(args, flag)
+    if args.dashboard:
+        overrides["include_dashboard"] = True
+    if args.working_dir:
+        overrides["runtime_env"] = {**overrides.get("runtime_env", {}), "working_dir": args.working_dir}
+    return overrides
+
+
+def _train(args: argparse.Namespace) -> int:
+    from herdrl.checkpoint import read_meta
+    from herdrl.errors import ConfigError
+    from herdrl.experiment import find_resume_point, load_experiment_file, run_experiment
     from herdrl.registry import get_config_class
 
     spec: dict[str, Any] = {"algorithm": None, "env": None, "stop": {}, "config": {}, "name": None}
@@ -120,44 +154,41 @@ def _train(args: argparse.Namespace) -> int:
     if len(names) == 2 and names[0].upper() != names[1].upper():
         raise ConfigError(f"algorithm given twice: '{names[0]}' and --run '{names[1]}'")
     algorithm = names[0] if names else spec["algorithm"]
-    if not algorithm:
-        raise ConfigError("no algorithm: use `herd train ppo ...`, --run PPO, or `run:` in the -f file")
-    config_class = get_config_class(str(algorithm))
-
     file_config = dict(spec["config"])
-    env = args.env or args.name_env or spec["env"] or file_config.pop("env", None)
+    env = args.env or args.name_env or spec["env"] or file_config.get("env")
     file_config.pop("env", None)
-    config = config_class.from_dict(file_config)
-    config.update_from_dict(parse_overrides(args.config))
-    if env is not None:
-        config.environment(env)
-    runners = {args.num_env_runners, args.num_cpus} - {None}
-    if len(runners) > 1:
-        raise ConfigError("--num-env-runners and --num-cpus disagree; give one of them")
-    if runners:
-        config.env_runners(num_env_runners=runners.pop())
-    if args.local_mode:
-        config.env_runners(num_env_runners=0)
-    if args.num_envs_per_env_runner is not None:
-        config.env_runners(num_envs_per_env_runner=args.num_envs_per_env_runner)
-    if args.num_gpus is not None:
-        config.resources(num_gpus=args.num_gpus)
-    for flag, key in (("address", "address"), ("node_ip_address", "node_ip_address"),
-                      ("ray_connect_timeout", "ray_connect_timeout_s")):
-        if getattr(args, flag) is not None:
-            config.resources(**{key: getattr(args, flag)})
-    if args.dashboard:
-        config.resources(include_dashboard=True)
-    if args.working_dir:
-        config.resources(runtime_env={**(config.runtime_env or {}), "working_dir": args.working_dir})
+    overrides = {**file_config, **_flag_overrides(args)}
+    output = args.output or "results"
+    name = args.name or spec["name"]
+
+    trial = args.trial
+    if args.resume:
+        experiment = name or (env and re.sub(r"[^A-Za-z0-9_.-]+", "_", str(env)))
+        if not experiment:
+            raise ConfigError("--resume needs the experiment: give --env (or --name, or -f) as in the original run")
+        trial_dir, checkpoint = find_resume_point(output, experiment, trial)
+        meta = read_meta(checkpoint)
+        if algorithm and str(algorithm).upper() != meta["algorithm"]:
+            raise ConfigError(f"--resume: {trial_dir} is a {meta['algorithm']} trial, not {algorithm}")
+        if env and meta["config"]["env"] and env != meta["config"]["env"]:
+            raise ConfigError(f"--resume: {trial_dir} trained on {meta['config']['env']}, not {env}")
+        config = get_config_class(meta["algorithm"]).from_dict(meta["config"])
+        if env and not meta["config"]["env"]:
+            config.environment(env)
+        config.update_from_dict(overrides)
+        name, trial = experiment, trial_dir.name
+    else:
+        if not algorithm:
+            raise ConfigError("no algorithm: use `herd train ppo ...`, --run PPO, or `run:` in the -f file")
+        config = get_config_class(str(algorithm)).from_dict(overrides)
+        if env is not None:
+            config.environment(env)
     if args.redis_password is not None:
         print("herd train: note: --redis-password is ignored; current Ray has no Redis (token auth protects "
               "the cluster)", file=sys.stderr)
     if (config.address or os.environ.get("RAY_ADDRESS")) and config.num_env_runners == 0:
         print("herd train: note: a Ray address is set but num_env_runners is 0, so sampling runs in this "
               "process; add --num-env-runners N to use the cluster", file=sys.stderr)
-    if args.seed is not None:
-        config.debugging(seed=args.seed)
 
     stop = dict(spec["stop"])
     for flag, key in (("stop_iters", "training_iteration"), ("stop_timesteps", "num_env_steps_sampled_lifetime"),
@@ -165,9 +196,11 @@ def _train(args: argparse.Namespace) -> int:
         if getattr(args, flag) is not None:
             stop[key] = getattr(args, flag)
 
-    outcome = run_experiment(config, stop=stop, output=args.output or "results", name=args.name or spec["name"],
-                             trial=args.trial, quiet=args.quiet, tensorboard=not args.no_tensorboard,
-                             budget=args.budget)
+    outcome = run_experiment(
+        config, stop=stop, output=output, name=name, trial=trial, quiet=args.quiet,
+        tensorboard=not args.no_tensorboard, budget=args.budget, resume=args.resume,
+        checkpoint_every=args.checkpoint_every or None, keep_checkpoints_num=args.keep_checkpoints_num,
+        checkpoint_score_attr=args.checkpoint_score_attr)
     result = outcome.result
     summary = (f"{outcome.stopped_by}: episode_return_mean {result.get('episode_return_mean', float('nan')):.1f} "
                f"after {result.get('num_env_steps_sampled_lifetime', 0):,} env steps, "

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import os
 import re
+import signal
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from typing import Any
 
 from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold
-from herdrl.errors import ConfigError, did_you_mean
+from herdrl.errors import ConfigError, HerdError, did_you_mean
 from herdrl.logger import ConsoleReporter, Logger
 
 #: Env steps after which a run with no stop criterion of the user's gives up on "solved".
@@ -73,15 +75,73 @@ def _unique_dir(path: Path) -> Path:
     return candidate
 
 
+def find_resume_point(output: str | Path, experiment: str, trial: str | None = None) -> tuple[Path, Path]:
+    """The trial to resume (``trial``, else the newest of the experiment) and its newest valid checkpoint."""
+    from herdrl.checkpoint import newest_valid_checkpoint
+
+    exp_dir = Path(output) / experiment
+    if trial is not None:
+        trial_dir = exp_dir / trial
+        if not trial_dir.is_dir():
+            raise ConfigError(f"--resume: no trial '{trial}' in {exp_dir}")
+    else:
+        trials = [p for p in exp_dir.glob("*") if p.is_dir() and (p / "params.json").exists()]
+        if not trials:
+            raise ConfigError(f"--resume: no trial to resume in {exp_dir}; run without --resume first")
+        trial_dir = max(trials, key=lambda p: (p / "params.json").stat().st_mtime)
+    checkpoint = newest_valid_checkpoint(trial_dir)
+    if checkpoint is None:
+        raise ConfigError(f"--resume: trial {trial_dir} has no valid checkpoint; start it again without --resume")
+    return trial_dir, checkpoint
+
+
+class _GracefulStop:
+    """First Ctrl-C (or SIGTERM, as Slurm sends at a time limit): finish the iteration, checkpoint, stop.
+    A second Ctrl-C aborts at once."""
+
+    def __init__(self, console: ConsoleReporter | None) -> None:
+        self.requested = False
+        self.console = console
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _GracefulStop:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = True
+        if self.console:
+            self.console.message(f"{signal.Signals(signum).name}: stopping after this iteration with a checkpoint "
+                                 "(Ctrl-C again to abort now)")
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
 def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = None,
                    output: str | Path = "results", name: str | None = None, trial: str | None = None,
-                   quiet: bool = False, tensorboard: bool = True, budget: int | None = None) -> Outcome:
+                   quiet: bool = False, tensorboard: bool = True, budget: int | None = None,
+                   checkpoint_every: int | None = 10, keep_checkpoints_num: int = 5,
+                   checkpoint_score_attr: str | None = "episode_return_mean", resume: bool = False) -> Outcome:
     """Build the algorithm, train until a stop criterion holds, and return the outcome.
 
     With no ``stop``, the run stops when ``episode_return_mean`` reaches the env's
     ``reward_threshold`` ("solved") or after ``budget`` env steps (default ``DEFAULT_STEP_BUDGET``).
+    Checkpoints go to ``<trial>/checkpoint_<iteration>`` every ``checkpoint_every`` iterations (None: only
+    at the end) and when the run ends or is interrupted; the ``keep_checkpoints_num`` newest and the best
+    by ``checkpoint_score_attr`` are kept. ``resume``: continue the trial (``trial``, else the newest of
+    the experiment) from its newest valid checkpoint.
     """
+    from herdrl.checkpoint import prune
+
     config.validate()
+    if checkpoint_every is not None and checkpoint_every < 1:
+        raise ConfigError(f"checkpoint_every got {checkpoint_every}; expected an int >= 1 or None")
     criteria = normalize_stop(stop)
     threshold = env_reward_threshold(config.env) if not callable(config.env) else None
     default_stop = not criteria
@@ -90,31 +150,64 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
             criteria["episode_return_mean"] = threshold
         criteria["num_env_steps_sampled_lifetime"] = budget or DEFAULT_STEP_BUDGET
     experiment = name or re.sub(r"[^A-Za-z0-9_.-]+", "_", str(config.env))
-    logdir = Path(output) / experiment / (trial or trial_name(config))
-    if trial is None:
-        logdir = _unique_dir(logdir)
+    checkpoint = None
+    if resume:
+        logdir, checkpoint = find_resume_point(output, experiment, trial)
+    else:
+        logdir = Path(output) / experiment / (trial or trial_name(config))
+        if trial is None:
+            logdir = _unique_dir(logdir)
+        elif (logdir / "result.json").exists():
+            raise ConfigError(f"trial {logdir} exists: add --resume to continue it, or choose another --trial")
     console = None if quiet else ConsoleReporter(target=criteria.get("episode_return_mean"))
     if console and config.num_env_runners > 0:
         where = config.address or os.environ.get("RAY_ADDRESS") or "a private Ray on this machine"
         console.message(f"starting {config.num_env_runners} env runner(s) on {where} ...")
     algo = config.build()  # before any file is written: bad input leaves no empty trial dir
-    params = {"algorithm": config.algo_name, **config.to_dict()}
-    algo.logger = Logger(logdir, params, console=console, tensorboard=tensorboard)
+    try:
+        if checkpoint is not None:
+            algo.restore(checkpoint)
+        params = {"algorithm": config.algo_name, **config.to_dict()}
+        resume_after = (algo.iteration, algo.env_steps_lifetime) if checkpoint is not None else None
+        algo.logger = Logger(logdir, params, console=console, tensorboard=tensorboard, resume_after=resume_after)
+    except BaseException:
+        algo.stop()
+        raise
     if console:
         stops = ", ".join(f"{k} >= {v:g}" for k, v in criteria.items())
-        console.message(f"{config.algo_name} on {config.env}: results in {logdir}; stops at {stops}")
-    result: dict[str, Any] = {}
+        action = f"resuming from {checkpoint.name}" if checkpoint else "results"
+        console.message(f"{config.algo_name} on {config.env}: {action} in {logdir}; stops at {stops}")
+    saved_at = algo.iteration if checkpoint is not None else -1
+
+    def save() -> None:
+        nonlocal saved_at
+        if algo.iteration > 0 and algo.iteration != saved_at:
+            algo.save()
+            saved_at = algo.iteration
+            prune(logdir, keep_checkpoints_num, checkpoint_score_attr)
+
+    result: dict[str, Any] = dict(algo.last_result)
     stopped_by = "interrupted"
     try:
-        while True:
-            result = algo.train()
-            met = [k for k, v in criteria.items() if result.get(k, -math.inf) >= v]
-            if met:
-                stopped_by = met[0]
-                break
-    except KeyboardInterrupt:
+        with _GracefulStop(console) as graceful:
+            try:
+                while True:
+                    result = algo.train()
+                    if checkpoint_every and algo.iteration % checkpoint_every == 0:
+                        save()
+                    met = [k for k, v in criteria.items() if result.get(k, -math.inf) >= v]
+                    if met:
+                        stopped_by = met[0]
+                        break
+                    if graceful.requested:
+                        break
+            except HerdError:
+                save()  # the last completed iteration is consistent: keep it, then report the error
+                raise
+            save()
+    except KeyboardInterrupt:  # the second Ctrl-C: mid-iteration state is not saved
         if console:
-            console.message("interrupted: stopping")
+            console.message("aborted: the newest checkpoint is from before this iteration")
     finally:
         algo.stop()
     solved = None

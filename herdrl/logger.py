@@ -29,6 +29,23 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write text to a temporary sibling, fsync, then rename over ``path``."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _int(value: Any) -> float:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return math.inf  # unreadable rows sort after every checkpoint: dropped
+
+
 class ConsoleReporter:
     """One line per iteration: iteration, steps, return (and the target), speed."""
 
@@ -57,20 +74,51 @@ class Logger:
     """Writes a trial's result files; ``log(result)`` once per iteration."""
 
     def __init__(self, logdir: str | os.PathLike, params: dict[str, Any], *,
-                 console: ConsoleReporter | None = None, tensorboard: bool = True) -> None:
+                 console: ConsoleReporter | None = None, tensorboard: bool = True,
+                 resume_after: tuple[int, int] | None = None) -> None:
+        """``resume_after=(iteration, env_steps)``: continue a trial's files after that checkpointed
+        iteration, dropping rows written after it (those iterations are run again)."""
         self.logdir = Path(logdir)
         self.logdir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.logdir / "params.json", params)
         self.console = console
-        self._json: TextIO = open(self.logdir / "result.json", "a")
         self._csv_path = self.logdir / "progress.csv"
         self._csv_fields: list[str] | None = None
         self._csv: TextIO | None = None
+        if resume_after is not None:
+            self._truncate_after(resume_after[0])
+        self._json: TextIO = open(self.logdir / "result.json", "a")
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(self.logdir), flush_secs=10)
+            # purge_step hides events a killed run wrote after the checkpoint we resume from.
+            purge = resume_after[1] + 1 if resume_after is not None else None
+            self._tb = SummaryWriter(log_dir=str(self.logdir), flush_secs=10, purge_step=purge)
+
+    def _truncate_after(self, iteration: int) -> None:
+        """Keep rows up to ``iteration`` in result.json and progress.csv (a partial last line is dropped)."""
+        json_path = self.logdir / "result.json"
+        kept: list[str] = []
+        if json_path.exists():
+            for line in json_path.read_text().splitlines():
+                try:
+                    if json.loads(line)["training_iteration"] <= iteration:
+                        kept.append(line)
+                except (ValueError, KeyError, TypeError):
+                    break  # a line cut by the kill: nothing valid follows it
+        write_text_atomic(json_path, "".join(line + "\n" for line in kept))
+        rows = [r for r in self._read_csv() if _int(r.get("training_iteration")) <= iteration]
+        if rows:
+            fields = list(rows[0].keys())
+            self._csv_fields = fields
+            self._csv = open(self._csv_path, "w", newline="")
+            writer = csv.DictWriter(self._csv, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+            self._csv.flush()
+        elif self._csv_path.exists():
+            self._csv_path.unlink()
 
     def log(self, result: dict[str, Any]) -> None:
         """Append one result row to every output."""
@@ -89,7 +137,7 @@ class Logger:
         new_keys = [k for k in result if self._csv_fields is None or k not in self._csv_fields]
         if self._csv_fields is None or new_keys:
             # First row, or a key appeared (e.g. evaluation metrics): rewrite with the wider header.
-            rows = self._read_csv()
+            rows = self._read_csv() if self._csv_fields is not None else []
             self._csv_fields = (self._csv_fields or []) + new_keys
             if self._csv is not None:
                 self._csv.close()

@@ -9,16 +9,27 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from herdrl.checkpoint import (
+    CheckpointError,
+    checkpoint_name,
+    read_meta,
+    read_tensors,
+    space_from_json,
+    space_to_json,
+    write_checkpoint,
+)
 from herdrl.config import AlgorithmConfig
 from herdrl.env import ObsEncoder, env_reward_threshold
 from herdrl.errors import ConfigError
 from herdrl.models import ActorCritic
+from herdrl.policy import Policy
 from herdrl.rollout import Fragment
 from herdrl.rollout.group import make_runner_group
 
@@ -55,6 +66,8 @@ class Algorithm:
         self.action_space: gym.Space = self.runners.action_space
         self.encode = ObsEncoder(self.observation_space)
         self.module = ActorCritic(self.encode.dim, self.action_space, config.model).to(self.device)
+        self.policy = Policy(self.module, self.observation_space, self.action_space)
+        self.last_result: dict[str, Any] = {}
         self.iteration = 0
         self.env_steps_lifetime = 0
         self.episodes_lifetime = 0
@@ -116,6 +129,7 @@ class Algorithm:
             "learn_time_s": elapsed - self._iter_sample_time,
             "env_steps_per_s": self._iter_steps / elapsed if elapsed > 0 else math.nan,
         }
+        self.last_result = result
         if self.logger is not None:
             self.logger.log(result)
         return result
@@ -124,15 +138,104 @@ class Algorithm:
         """The learner module's weights as numpy arrays (copies: safe to ship while learning goes on)."""
         return {k: v.detach().cpu().numpy().copy() for k, v in self.module.state_dict().items()}
 
-    @torch.no_grad()
     def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
         """The action for one observation: an int (Discrete) or an array clipped to the Box bounds."""
-        encoded = torch.from_numpy(self.encode(np.asarray(obs)[None])).to(self.device)
-        action = self.module.act(encoded, explore=explore)[0].cpu().numpy()
-        if isinstance(self.action_space, gym.spaces.Discrete):
-            return int(action) + int(self.action_space.start)
-        action = action.reshape(self.action_space.shape)
-        return np.clip(action, self.action_space.low, self.action_space.high)
+        return self.policy.compute_single_action(obs, explore=explore)
+
+    def get_policy_state(self) -> dict[str, Any]:
+        """Everything inference needs, as plain data: weights (numpy), spaces (JSON form), model config."""
+        return {"weights": self.get_weights(), "model": dict(self.config.model),
+                "observation_space": space_to_json(self.observation_space),
+                "action_space": space_to_json(self.action_space)}
+
+    # --------------------------------------------------------- checkpoints
+    def learner_state(self) -> dict[str, Any]:
+        """Tensors of the learner (module, optimizer); algorithms with more (target nets) extend it."""
+        state: dict[str, Any] = {"module": self.module.state_dict()}
+        if getattr(self, "optimizer", None) is not None:
+            state["optimizer"] = self.optimizer.state_dict()
+        return state
+
+    def load_learner_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`learner_state`."""
+        self.module.load_state_dict(state["module"])
+        if getattr(self, "optimizer", None) is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+
+    def save(self, checkpoint_dir: str | Path | None = None) -> Path:
+        """Write a checkpoint (atomically) and return its path.
+
+        ``checkpoint_dir``: where to write it; default ``<trial dir>/checkpoint_<iteration>``.
+        """
+        if checkpoint_dir is None:
+            if self.logger is None:
+                raise ConfigError("algo.save() needs a directory when the algorithm has no result folder")
+            checkpoint_dir = Path(self.logger.logdir) / checkpoint_name(self.iteration)
+        config = self.config.to_dict()
+        if callable(config["env"]):
+            config["env"] = None  # a class or function: from_checkpoint then needs env=... again
+        for key in ("address", "node_ip_address", "runtime_env"):  # where it ran is not part of the experiment
+            config[key] = None
+        meta = {
+            "algorithm": self.config.algo_name, "config": config,
+            "counters": {"training_iteration": self.iteration,
+                         "num_env_steps_sampled_lifetime": self.env_steps_lifetime,
+                         "num_episodes_lifetime": self.episodes_lifetime, "time_total_s": self.time_total_s},
+            "episodes": {"returns": list(self._returns), "lengths": list(self._lengths)},
+            "numpy_rng": self.rng.bit_generator.state,
+            "spaces": {"observation": space_to_json(self.observation_space),
+                       "action": space_to_json(self.action_space)},
+            "metrics": {k: v for k, v in self.last_result.items() if isinstance(v, (int, float))},
+        }
+        tensors = {"learner": self.learner_state(), "torch_rng": torch.get_rng_state()}
+        return write_checkpoint(Path(checkpoint_dir), meta, tensors)
+
+    def restore(self, path: str | Path) -> None:
+        """Load a checkpoint of this algorithm into this instance: weights, optimizer, counters, RNG states."""
+        meta = read_meta(Path(path))
+        where = meta["path"]
+        if meta.get("algorithm") != self.config.algo_name:
+            raise CheckpointError(f"checkpoint '{where}' is a {meta.get('algorithm')} checkpoint, not "
+                                  f"{self.config.algo_name}: load it with Algorithm.from_checkpoint")
+        for kind, space in (("observation", self.observation_space), ("action", self.action_space)):
+            if meta["spaces"][kind] != space_to_json(space):
+                raise CheckpointError(f"checkpoint '{where}' was trained with {kind} space "
+                                      f"{space_from_json(meta['spaces'][kind])}; this env has {space}")
+        tensors = read_tensors(where)
+        try:
+            self.load_learner_state(tensors["learner"])
+        except (KeyError, RuntimeError, ValueError) as exc:
+            raise CheckpointError(f"checkpoint '{where}' does not fit this {self.config.algo_name} "
+                                  f"(a different model config?): {str(exc).splitlines()[0]}") from None
+        torch.set_rng_state(tensors["torch_rng"])
+        counters = meta["counters"]
+        self.iteration = counters["training_iteration"]
+        self.env_steps_lifetime = counters["num_env_steps_sampled_lifetime"]
+        self.episodes_lifetime = counters["num_episodes_lifetime"]
+        self.time_total_s = counters["time_total_s"]
+        self._returns = deque(meta["episodes"]["returns"], maxlen=EPISODE_WINDOW)
+        self._lengths = deque(meta["episodes"]["lengths"], maxlen=EPISODE_WINDOW)
+        self.rng.bit_generator.state = meta["numpy_rng"]
+        self.last_result = dict(meta.get("metrics", {}))
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, **config_overrides: Any) -> Algorithm:
+        """Rebuild the algorithm a checkpoint was saved from (its config, plus ``config_overrides``) and restore it.
+
+        Example: ``Algorithm.from_checkpoint(path, num_env_runners=0)``.
+        """
+        from herdrl.registry import get_config_class
+
+        meta = read_meta(Path(path))
+        config = get_config_class(meta["algorithm"]).from_dict(meta["config"])
+        config.update_from_dict(config_overrides)
+        algo = config.build()
+        try:
+            algo.restore(meta["path"])
+        except BaseException:
+            algo.stop()
+            raise
+        return algo
 
     def stop(self) -> None:
         """Release runners (and a Ray this algorithm started) and close the logger."""

@@ -1,0 +1,63 @@
+"""A trained policy for inference: no envs, no runners, no Ray.
+
+    from herdrl.policy import Policy
+    policy = Policy.from_checkpoint("results/CartPole-v1/PPO_.../checkpoint_000060")
+    action = policy.compute_single_action(obs)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from herdrl.env import ObsEncoder
+from herdrl.models import ActorCritic
+
+
+class Policy:
+    """An actor-critic module with the spaces it was trained on."""
+
+    def __init__(self, module: ActorCritic, observation_space: gym.Space, action_space: gym.Space) -> None:
+        self.module = module
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.encode = ObsEncoder(observation_space)
+        self._discrete = isinstance(action_space, gym.spaces.Discrete)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path) -> Policy:
+        """Load the policy of a checkpoint (or of the newest valid checkpoint in a trial directory)."""
+        from herdrl.checkpoint import CheckpointError, read_meta, read_tensors, space_from_json
+
+        meta = read_meta(Path(path))
+        obs_space = space_from_json(meta["spaces"]["observation"])
+        action_space = space_from_json(meta["spaces"]["action"])
+        module = ActorCritic(ObsEncoder(obs_space).dim, action_space, meta["config"]["model"])
+        try:
+            module.load_state_dict(read_tensors(meta["path"])["learner"]["module"])
+        except (KeyError, RuntimeError) as exc:
+            raise CheckpointError(f"checkpoint '{meta['path']}': weights do not fit its model ({exc})") from None
+        module.eval()
+        return cls(module, obs_space, action_space)
+
+    def _device(self) -> torch.device:
+        return next(self.module.parameters()).device
+
+    @torch.no_grad()
+    def compute_actions(self, obs_batch: Any, explore: bool = False) -> np.ndarray:
+        """Actions for a batch of raw observations: env-ready (Discrete offset applied, Box clipped)."""
+        encoded = torch.from_numpy(self.encode(np.asarray(obs_batch))).to(self._device())
+        actions = self.module.act(encoded, explore=explore).cpu().numpy()
+        if self._discrete:
+            return actions + int(self.action_space.start)
+        actions = actions.reshape(len(actions), *self.action_space.shape)
+        return np.clip(actions, self.action_space.low, self.action_space.high)
+
+    def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
+        """The action for one observation: an int (Discrete) or an array (Box)."""
+        action = self.compute_actions(np.asarray(obs)[None], explore=explore)[0]
+        return int(action) if self._discrete else action

@@ -1,0 +1,224 @@
+import csv
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from herdrl import Algorithm, PPOConfig
+from herdrl.checkpoint import CheckpointError, list_checkpoints, newest_valid_checkpoint, prune
+from herdrl.policy import Policy
+
+HERD = str(Path(sys.executable).parent / "herd")
+OBS = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32).tolist()
+
+
+def trained(iterations=3, seed=0):
+    algo = PPOConfig().environment("CartPole-v1").training(train_batch_size=512).debugging(seed=seed).build()
+    for _ in range(iterations):
+        algo.train()
+    return algo
+
+
+def fingerprint(algo) -> dict:
+    return {
+        "weights": {k: v.tolist() for k, v in algo.get_weights().items()},
+        "optimizer": [t.tolist() for t in algo.optimizer.state_dict()["exp_avg_sq"]],
+        "steps": algo.optimizer.state_dict()["steps"],
+        "counters": [algo.iteration, algo.env_steps_lifetime, algo.episodes_lifetime],
+        "actions": [algo.compute_single_action(o) for o in OBS],
+    }
+
+
+def test_round_trip_in_a_fresh_process(tmp_path):
+    algo = trained()
+    path = algo.save(tmp_path / "ckpt")
+    expected = fingerprint(algo)
+    algo.stop()
+    here = str(Path(__file__).parent)
+    code = (f"import json, sys; sys.path.insert(0, {here!r}); from test_checkpoint import fingerprint; "
+            f"from herdrl import Algorithm; a = Algorithm.from_checkpoint({str(path)!r}); "
+            "print(json.dumps(fingerprint(a)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == json.loads(json.dumps(expected))
+
+
+def test_policy_loads_without_runners_or_ray(tmp_path):
+    algo = trained()
+    algo.save(tmp_path / "checkpoint_000003")
+    expected = [algo.compute_single_action(o) for o in OBS]
+    algo.stop()
+    code = (f"import sys; from herdrl.policy import Policy; p = Policy.from_checkpoint({str(tmp_path)!r}); "
+            f"import numpy as np; print([p.compute_single_action(np.array(o, np.float32)) for o in {OBS!r}]); "
+            "print('ray' in sys.modules, 'gymnasium.envs.classic_control.cartpole' in sys.modules)")
+    # (a trial dir: the policy comes from its newest valid checkpoint)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    actions, flags = out.stdout.strip().splitlines()
+    assert actions == str(expected) and flags == "False False"
+    state = Policy.from_checkpoint(tmp_path)
+    assert state.compute_actions(np.array(OBS, np.float32)).tolist() == expected
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, (f"touch /tmp/herdrl-pwned-{os.getpid()}",))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("writer", ["pickle", "torch.save"])
+def test_a_pickle_payload_is_refused_not_executed(tmp_path, writer):
+    path = trained(1).save(tmp_path / "ckpt")
+    marker = Path(f"/tmp/herdrl-pwned-{os.getpid()}")
+    marker.unlink(missing_ok=True)
+    with open(path / "learner.pt", "wb") as f:
+        pickle.dump(Evil(), f) if writer == "pickle" else torch.save(Evil(), f)
+    with pytest.raises(CheckpointError, match="learner.pt is not a valid weights file, refusing to load it"):
+        Algorithm.from_checkpoint(path)
+    with pytest.raises(CheckpointError, match="refusing to load"):
+        Policy.from_checkpoint(path)
+    assert not marker.exists()
+
+
+def test_damaged_and_foreign_checkpoints_give_one_clear_line(tmp_path):
+    algo = trained(1)
+    good = algo.save(tmp_path / "good")
+    with pytest.raises(CheckpointError, match="not found"):
+        Algorithm.from_checkpoint(tmp_path / "missing")
+    truncated = algo.save(tmp_path / "truncated")
+    data = (truncated / "learner.pt").read_bytes()
+    (truncated / "learner.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated.*learner.pt is not a valid weights file"):
+        algo.restore(truncated)
+    garbled = algo.save(tmp_path / "garbled")
+    (garbled / "checkpoint.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="damaged: checkpoint.json unreadable"):
+        algo.restore(garbled)
+    newer = algo.save(tmp_path / "newer")
+    meta = json.loads((newer / "checkpoint.json").read_text())
+    (newer / "checkpoint.json").write_text(json.dumps({**meta, "format_version": 99}))
+    with pytest.raises(CheckpointError, match="format version 99; this herdrl reads up to 1: upgrade herdrl"):
+        algo.restore(newer)
+    other = algo.save(tmp_path / "other")
+    (other / "checkpoint.json").write_text(json.dumps({**meta, "algorithm": "DQN"}))
+    with pytest.raises(CheckpointError, match="is a DQN checkpoint, not PPO"):
+        algo.restore(other)
+    before = algo.get_weights()
+    pendulum = PPOConfig().environment("Pendulum-v1").build()
+    with pytest.raises(CheckpointError, match="trained with observation space Box"):
+        pendulum.restore(good)
+    assert all(np.array_equal(before[k], v) for k, v in algo.get_weights().items())  # nothing changed
+
+
+def test_a_crash_mid_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
+    algo = trained(1)
+    first = algo.save(tmp_path / "checkpoint_000001")
+    algo.train()
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        algo.save(tmp_path / "checkpoint_000002")
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint_000001"]  # no temp dir, no partial checkpoint
+    assert newest_valid_checkpoint(tmp_path) == first
+    # A temp dir left by a killed process is ignored by readers and removed by the next save.
+    (tmp_path / ".checkpoint_000003.tmp-999").mkdir()
+    assert newest_valid_checkpoint(tmp_path) == first
+    algo.save(tmp_path / "checkpoint_000002")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000001", "checkpoint_000002"]
+
+
+def test_prune_keeps_the_newest_and_the_best(tmp_path):
+    algo = trained(1)
+    for i, score in enumerate([5.0, 50.0, 7.0, 8.0, 9.0], start=1):
+        algo.last_result = {"episode_return_mean": score}
+        algo.iteration = i
+        algo.save(tmp_path / f"checkpoint_{i:06d}")
+    prune(tmp_path, keep=2, score_attr="episode_return_mean")
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint_000002", "checkpoint_000004",
+                                                             "checkpoint_000005"]
+
+
+def rows(trial: Path) -> list[int]:
+    with open(trial / "progress.csv") as f:
+        return [int(r["training_iteration"]) for r in csv.DictReader(f)]
+
+
+def start(tmp_path: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([HERD, "train", "ppo", "--env", "CartPole-v1", "--seed", "0", "--checkpoint-every", "1",
+                             "--output", str(tmp_path), "--quiet", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_rows(trial_root: Path, count: int, proc: subprocess.Popen, timeout: float = 60) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        trials = list(trial_root.glob("*/progress.csv"))
+        if trials and len(rows(trials[0].parent)) >= count:
+            return trials[0].parent
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("training did not progress")
+
+
+def test_sigkill_and_resume_lose_nothing_and_the_run_completes(tmp_path):
+    root = tmp_path / "CartPole-v1"
+    proc = start(tmp_path)
+    trial = wait_for_rows(root, 8, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for kill_after in (0.4, 0.25):  # resume, then kill again at an arbitrary moment (often mid-checkpoint)
+        proc = start(tmp_path, "--resume")
+        before = len(rows(trial)) if (trial / "progress.csv").exists() else 0
+        wait_for_rows(root, before + 2, proc)
+        time.sleep(kill_after)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # Damage the newest checkpoint as a kill during its write could, and leave a temp dir behind.
+    newest = list_checkpoints(trial)[-1]
+    (newest / "learner.pt").write_bytes(b"PK\x03\x04 truncated")
+    (trial / ".checkpoint_999999.tmp-1").mkdir()
+    fallback = list_checkpoints(trial)[-2]
+    proc = start(tmp_path, "--resume")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    assert out.startswith("solved:")
+    iterations = rows(trial)
+    assert iterations == list(range(1, iterations[-1] + 1))  # every iteration exactly once
+    lines = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+    assert [r["training_iteration"] for r in lines] == iterations
+    resumed_from = int(fallback.name.split("_")[1])
+    assert lines[resumed_from]["training_iteration"] == resumed_from + 1
+    assert lines[-1]["episode_return_mean"] >= 475
+    assert Policy.from_checkpoint(trial).compute_single_action(np.zeros(4, np.float32)) in (0, 1)
+
+
+def test_ctrl_c_stops_after_the_iteration_with_a_final_checkpoint(tmp_path):
+    proc = start(tmp_path, "--checkpoint-every", "0", "--stop-iters", "100000")
+    trial = wait_for_rows(tmp_path / "CartPole-v1", 3, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    last = rows(trial)[-1]
+    assert newest_valid_checkpoint(trial).name == f"checkpoint_{last:06d}"
+
+
+def test_existing_trial_without_resume_is_refused(tmp_path, capsys):
+    from herdrl.cli import main
+
+    args = ["train", "ppo", "--env", "CartPole-v1", "--stop-iters", "1", "--quiet", "--output", str(tmp_path),
+            "--trial", "t"]
+    assert main(args) == 0
+    assert main(args) == 2
+    assert "add --resume to continue it" in capsys.readouterr().err
+    assert main([*args[:4], "--stop-iters", "2", *args[6:], "--resume"]) == 0
+    assert rows(tmp_path / "CartPole-v1" / "t") == [1, 2]
