@@ -87,6 +87,25 @@ def _add_bench_parser(subparsers: Any) -> None:
     s.add_argument("--out", default="results/bench", help="folder for scaling.csv and scaling.png")
 
 
+def _add_evaluate_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("evaluate", help="play episodes with a trained policy",
+                              description="Play episodes with a checkpoint's policy and print return statistics.")
+    p.add_argument("checkpoint", help="a checkpoint directory, or a trial directory (its newest valid checkpoint)")
+    p.add_argument("--episodes", type=int, default=10, help="episodes to play (default 10)")
+    p.add_argument("--explore", action="store_true", help="sample actions instead of the greedy ones")
+    p.add_argument("--video", help="record the episodes to this .mp4 or .gif file")
+    p.add_argument("--seed", type=int, help="seed of the evaluation envs")
+    p.add_argument("--env", help="evaluate on this env instead of the checkpoint's")
+
+
+def _add_export_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("export", help="write the greedy policy as a standalone file",
+                              description="Export a checkpoint's greedy policy (raw observations -> actions).")
+    p.add_argument("checkpoint", help="a checkpoint directory, or a trial directory")
+    p.add_argument("--format", required=True, choices=["torch-export", "onnx"], help="torch.export (.pt2) or ONNX")
+    p.add_argument("--out", required=True, help="output file")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``herd`` argument parser."""
     parser = argparse.ArgumentParser(prog="herd", description="herdrl: distributed deep RL from laptop to cluster")
@@ -95,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_train_parser(subparsers)
     _add_bench_parser(subparsers)
+    _add_evaluate_parser(subparsers)
+    _add_export_parser(subparsers)
     return parser
 
 
@@ -237,6 +258,46 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluate(args: argparse.Namespace) -> int:
+    from herdrl.checkpoint import read_meta
+    from herdrl.errors import ConfigError
+    from herdrl.evaluation import Evaluator, record_video, summarize
+    from herdrl.policy import Policy
+
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes got {args.episodes}; expected >= 1")
+    meta = read_meta(args.checkpoint)
+    policy = Policy.from_checkpoint(meta["path"])
+    env, env_config = args.env or meta["config"]["env"], meta["config"]["env_config"]
+    if env is None:
+        raise ConfigError("the checkpoint's env was a Python object: give --env ID")
+    if args.video:
+        returns, lengths = record_video(policy, env, env_config, args.video, args.episodes, args.seed, args.explore)
+    else:
+        evaluator = Evaluator(env, env_config, args.episodes)
+        try:
+            returns, lengths = evaluator.run(policy, seed=args.seed, explore=args.explore)
+        finally:
+            evaluator.close()
+    stats = summarize(returns, lengths)
+    print(f"{env}: {stats['num_episodes']} episodes ({'exploring' if args.explore else 'greedy'}) "
+          f"from {meta['path']}")
+    for name, key in (("return", "episode_return"), ("length", "episode_len")):
+        print(f"  {name:6s} mean {stats[key + '_mean']:10.2f}  std {stats[key + '_std']:9.2f}  "
+              f"min {stats[key + '_min']:10.2f}  max {stats[key + '_max']:10.2f}")
+    if args.video:
+        print(f"  video: {args.video}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from herdrl.export import export_policy
+
+    path = export_policy(args.checkpoint, args.format, args.out)
+    print(f"wrote {args.format} policy to {path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``herd`` console script; returns the exit code."""
     parser = build_parser()
@@ -252,7 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from herdrl.errors import HerdError
 
     try:
-        return {"train": _train, "bench": _bench}[args.command](args)
+        commands = {"train": _train, "bench": _bench, "evaluate": _evaluate, "export": _export}
+        return commands[args.command](args)
     except HerdError as exc:
         if args.debug:
             raise

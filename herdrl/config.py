@@ -143,6 +143,12 @@ class AlgorithmConfig:
         "grad_clip": Field(None, (float,), "training", low=0, low_open=True, allow_none=True),
         "model": Field(MODEL_DEFAULTS, (dict,), "training"),
         "seed": Field(None, (int,), "debugging", allow_none=True),
+        "evaluation_interval": Field(None, (int,), "evaluation", low=1, allow_none=True,
+                                     doc="evaluate every N iterations (None: never)"),
+        "evaluation_duration": Field(10, (int,), "evaluation", low=1, doc="episodes per evaluation"),
+        "evaluation_duration_unit": Field("episodes", (str,), "evaluation", choices=("episodes",)),
+        "evaluation_config": Field({}, (dict,), "evaluation",
+                                   doc="{'explore': False, 'env_config': {...}} for the evaluation envs"),
     }
 
     #: Older or RLlib-specific spellings -> the key they mean.
@@ -266,6 +272,12 @@ class AlgorithmConfig:
                               "use .framework('torch') or drop the call")
         return self
 
+    def evaluation(self, **kwargs: Any) -> AlgorithmConfig:
+        """Set periodic evaluation: ``evaluation_interval`` (iterations), ``evaluation_duration`` (episodes),
+        ``evaluation_config`` (``explore``, default False; ``env_config`` overrides). Results appear as
+        ``evaluation/episode_return_mean`` etc. in the iterations that evaluate."""
+        return self._set("evaluation", kwargs)
+
     def debugging(self, *, seed: int | None = None, **kwargs: Any) -> AlgorithmConfig:
         """Set ``seed`` (same seed in-process -> identical results)."""
         return self._set("debugging", {"seed": seed, **kwargs})
@@ -316,6 +328,10 @@ class AlgorithmConfig:
         if self.env is None:
             raise ConfigError("no env set: use .environment('CartPole-v1') or --env ID")
         self._validate_model(self.model)
+        unknown = set(self.evaluation_config) - {"explore", "env_config"}
+        if unknown:
+            raise ConfigError(f"evaluation_config key '{sorted(unknown)[0]}' is not supported; "
+                              "known: explore, env_config")
         self.validate_algorithm()
 
     @staticmethod

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 #: Keys whose values depend on machine load; everything else is deterministic for a fixed seed.
-TIMING_KEYS = ("time_this_iter_s", "time_total_s", "sample_time_s", "learn_time_s", "env_steps_per_s")
+TIMING_KEYS = ("time_this_iter_s", "time_total_s", "sample_time_s", "learn_time_s", "env_steps_per_s",
+               "evaluation/time_s")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

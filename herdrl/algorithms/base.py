@@ -68,6 +68,7 @@ class Algorithm:
         self.module = ActorCritic(self.encode.dim, self.action_space, config.model).to(self.device)
         self.policy = Policy(self.module, self.observation_space, self.action_space)
         self.last_result: dict[str, Any] = {}
+        self._evaluator: Any = None
         self.iteration = 0
         self.env_steps_lifetime = 0
         self.episodes_lifetime = 0
@@ -105,8 +106,12 @@ class Algorithm:
         self._iter_steps = self._iter_episodes = 0
         self._iter_sample_time = 0.0
         learner_metrics = self.training_step()
-        elapsed = time.perf_counter() - start
         self.iteration += 1
+        evaluation = {}
+        interval = self.config.evaluation_interval
+        if interval and self.iteration % interval == 0:
+            evaluation = self.evaluate()
+        elapsed = time.perf_counter() - start
         self.env_steps_lifetime += self._iter_steps
         self.episodes_lifetime += self._iter_episodes
         self.time_total_s += elapsed
@@ -128,11 +133,27 @@ class Algorithm:
             "sample_time_s": self._iter_sample_time,
             "learn_time_s": elapsed - self._iter_sample_time,
             "env_steps_per_s": self._iter_steps / elapsed if elapsed > 0 else math.nan,
+            **evaluation,
         }
         self.last_result = result
         if self.logger is not None:
             self.logger.log(result)
         return result
+
+    def evaluate(self) -> dict[str, float]:
+        """Play ``evaluation_duration`` episodes on separate env copies with the current policy (greedy unless
+        ``evaluation_config={"explore": True}``); return ``evaluation/...`` metrics."""
+        from herdrl.evaluation import Evaluator, summarize
+
+        start = time.perf_counter()
+        cfg = self.config
+        if self._evaluator is None:
+            env_config = {**cfg.env_config, **cfg.evaluation_config.get("env_config", {})}
+            self._evaluator = Evaluator(cfg.env, env_config, cfg.evaluation_duration, cfg.gym_env_vectorize_mode)
+        seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self.iteration
+        returns, lengths = self._evaluator.run(self.policy, seed=seed,
+                                               explore=bool(cfg.evaluation_config.get("explore", False)))
+        return {**summarize(returns, lengths, "evaluation/"), "evaluation/time_s": time.perf_counter() - start}
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """The learner module's weights as numpy arrays (copies: safe to ship while learning goes on)."""
@@ -238,8 +259,10 @@ class Algorithm:
         return algo
 
     def stop(self) -> None:
-        """Release runners (and a Ray this algorithm started) and close the logger."""
+        """Release runners (and a Ray this algorithm started), evaluation envs, and close the logger."""
         self.runners.stop()
+        if self._evaluator is not None:
+            self._evaluator.close()
         if self.logger is not None:
             self.logger.close()
 

@@ -1,0 +1,115 @@
+"""Greedy (or exploring) evaluation episodes, for `herd evaluate` and periodic evaluation in training.
+
+Each of N env copies plays exactly its first episode, all in parallel: no bias towards short episodes
+(which a "first N episodes to finish" count would have), and one batched forward pass per step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from herdrl.env import make_single_env, make_vector_env
+from herdrl.errors import EnvError
+from herdrl.policy import Policy
+
+
+def summarize(returns: list[float], lengths: list[int], prefix: str = "") -> dict[str, float]:
+    """Mean/std/min/max of returns and lengths under ``prefix`` (e.g. ``evaluation/``)."""
+    stats: dict[str, float] = {"num_episodes": len(returns)}
+    for name, values in (("episode_return", returns), ("episode_len", lengths)):
+        array = np.asarray(values, dtype=np.float64)
+        for stat in ("mean", "std", "min", "max"):
+            stats[f"{name}_{stat}"] = float(getattr(np, stat)(array)) if len(array) else math.nan
+    return {f"{prefix}{k}": v for k, v in stats.items()}
+
+
+class Evaluator:
+    """Runs ``episodes`` evaluation episodes on its own vector env (separate from the training envs)."""
+
+    def __init__(self, env: Any, env_config: dict, episodes: int, mode: str = "auto") -> None:
+        self.env = make_vector_env(env, env_config, episodes, mode)
+        self.episodes = episodes
+
+    def run(self, policy: Policy, seed: int | None = None, explore: bool = False,
+            max_steps: int = 1_000_000) -> tuple[list[float], list[int]]:
+        """Play one episode per env copy; return their returns and lengths."""
+        obs, _ = self.env.reset(seed=seed)
+        returns = np.zeros(self.episodes)
+        lengths = np.zeros(self.episodes, dtype=np.int64)
+        running = np.ones(self.episodes, dtype=bool)
+        for _ in range(max_steps):
+            actions = policy.compute_actions(obs, explore=explore)
+            obs, reward, terminated, truncated, _ = self.env.step(actions)
+            returns += np.where(running, reward, 0.0)
+            lengths += running
+            running &= ~(np.asarray(terminated) | np.asarray(truncated))
+            if not running.any():
+                break
+        return returns.tolist(), lengths.tolist()
+
+    def close(self) -> None:
+        """Close the envs."""
+        self.env.close()
+
+
+def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, episodes: int = 1,
+                 seed: int | None = None, explore: bool = False) -> tuple[list[float], list[int]]:
+    """Play ``episodes`` episodes on one rendering env and write the frames to ``path`` (.mp4 or .gif)."""
+    path = Path(path)
+    if path.suffix.lower() not in (".mp4", ".gif"):
+        raise EnvError(f"--video '{path}': use a .mp4 or .gif file name")
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame-based renderers: no screen needed
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    try:
+        single = make_single_env(env, env_config, render_mode="rgb_array")
+    except gym.error.DependencyNotInstalled as exc:
+        raise EnvError(f"env '{env}' needs extra packages to render: {exc}; pip install 'herdrl[video]'") from None
+    except TypeError:
+        raise EnvError(f"env '{env}' cannot render: its constructor takes no render_mode") from None
+    if "rgb_array" not in (single.metadata or {}).get("render_modes", []):
+        single.close()
+        raise EnvError(f"env '{env}' cannot render rgb_array frames (its render_modes: "
+                       f"{(single.metadata or {}).get('render_modes', [])})")
+    frames, returns, lengths = [], [], []
+    try:
+        for episode in range(episodes):
+            obs, _ = single.reset(seed=None if seed is None else seed + episode)
+            frames.append(single.render())
+            total, length, done = 0.0, 0, False
+            while not done:
+                obs, reward, terminated, truncated, _ = single.step(policy.compute_single_action(obs, explore))
+                frames.append(single.render())
+                total, length, done = total + float(reward), length + 1, terminated or truncated
+            returns.append(total)
+            lengths.append(length)
+    except gym.error.DependencyNotInstalled as exc:
+        raise EnvError(f"env '{env}' needs extra packages to render: {exc}; pip install 'herdrl[video]'") from None
+    finally:
+        single.close()
+    _write_frames(frames, path, fps=int((single.metadata or {}).get("render_fps", 30)))
+    return returns, lengths
+
+
+def _write_frames(frames: list[np.ndarray], path: Path, fps: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".gif":
+        from PIL import Image  # Pillow comes with matplotlib
+
+        images = [Image.fromarray(np.asarray(f)) for f in frames]
+        images[0].save(path, save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
+        return
+    try:
+        import imageio.v2 as imageio
+    except ImportError:
+        raise EnvError("writing .mp4 needs imageio and imageio-ffmpeg: pip install 'herdrl[video]' "
+                       "(or write a .gif)") from None
+    try:
+        imageio.mimsave(path, frames, fps=fps, macro_block_size=1)
+    except Exception as exc:  # no ffmpeg backend
+        raise EnvError(f"could not write {path}: {exc}; pip install 'herdrl[video]' or write a .gif") from None

@@ -1,0 +1,101 @@
+"""Export the greedy policy of a checkpoint as a standalone file: ``torch.export`` (.pt2) or ONNX.
+
+The exported program takes a batch of *raw* observations (float32 ``(batch, *obs_shape)`` for Box, int64
+``(batch,)`` for Discrete) and returns env-ready actions (int64 indices, or float32 clipped to the Box
+bounds) — no herdrl needed to run it::
+
+    program = torch.export.load("policy.pt2").module();  actions = program(obs)
+    session = onnxruntime.InferenceSession("policy.onnx");  actions = session.run(None, {"obs": obs})[0]
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from herdrl.errors import HerdError
+from herdrl.policy import Policy
+
+FORMATS = ("torch-export", "onnx")
+
+
+class GreedyPolicy(nn.Module):
+    """Raw observations in, greedy env actions out."""
+
+    def __init__(self, policy: Policy) -> None:
+        super().__init__()
+        module = policy.module
+        self.body, self.head = module.pi_body, module.pi_head
+        self.action_dim = module.action_dim
+        obs_space, action_space = policy.observation_space, policy.action_space
+        self.obs_discrete = isinstance(obs_space, gym.spaces.Discrete)
+        self.obs_n = int(obs_space.n) if self.obs_discrete else 0
+        self.obs_start = int(obs_space.start) if self.obs_discrete else 0
+        self.obs_dim = policy.encode.dim
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.action_start = int(action_space.start) if self.discrete else 0
+        self.action_shape = tuple(action_space.shape or ())
+        if not self.discrete:
+            self.register_buffer("low", torch.as_tensor(action_space.low.reshape(-1), dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(action_space.high.reshape(-1), dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.obs_discrete:
+            x = nn.functional.one_hot(obs.long() - self.obs_start, self.obs_n).float()
+        else:
+            x = obs.reshape(obs.shape[0], self.obs_dim).float()
+        out = self.head(self.body(x))
+        if self.discrete:
+            return out.argmax(-1) + self.action_start
+        mean = out[:, : self.action_dim]
+        return torch.clamp(mean, self.low, self.high).reshape(obs.shape[0], *self.action_shape)
+
+
+def example_obs(policy: Policy, batch: int = 2) -> torch.Tensor:
+    """A batch of observations of the right dtype and shape (for tracing and tests)."""
+    space = policy.observation_space
+    samples = np.stack([space.sample() for _ in range(batch)])
+    return torch.as_tensor(samples, dtype=torch.int64 if isinstance(space, gym.spaces.Discrete) else torch.float32)
+
+
+def export_policy(checkpoint: str | Path, fmt: str, out: str | Path) -> Path:
+    """Write the checkpoint's greedy policy to ``out`` in ``fmt`` (``torch-export`` or ``onnx``)."""
+    if fmt not in FORMATS:
+        raise HerdError(f"unknown export format '{fmt}'; choose one of {list(FORMATS)}")
+    policy = Policy.from_checkpoint(checkpoint)
+    model = GreedyPolicy(policy).eval().requires_grad_(False)
+    obs = example_obs(policy)
+    batch = torch.export.Dim("batch", min=1)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "torch-export":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations, not ours to fix
+            program = torch.export.export(model, (obs,), dynamic_shapes={"obs": {0: batch}})
+            torch.export.save(program, out)
+        return out
+    try:
+        import onnxscript  # noqa: F401  (torch's ONNX exporter needs it)
+    except ImportError:
+        raise HerdError("ONNX export needs the export extra: pip install 'herdrl[export]'") from None
+    import contextlib
+    import io
+    import logging
+
+    quiet = logging.getLogger("torch.onnx")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # the exporter logs progress and optional-dependency notes as warnings
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            # external_data=False: one self-contained file (our policies are far below ONNX's 2 GB limit)
+            torch.onnx.export(model, (obs,), out, input_names=["obs"], output_names=["action"], dynamo=True,
+                              dynamic_shapes={"obs": {0: batch}}, external_data=False, verbose=False)
+    finally:
+        quiet.setLevel(level)
+    return out

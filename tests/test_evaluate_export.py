@@ -1,0 +1,106 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from herdrl import PPOConfig
+from herdrl.cli import main
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A CartPole policy trained to solve, saved once for every test here."""
+    root = tmp_path_factory.mktemp("trained")
+    assert main(["train", "ppo", "--env", "CartPole-v1", "--seed", "0", "--quiet", "--no-tensorboard",
+                 "--output", str(root), "--trial", "t"]) == 0
+    return root / "CartPole-v1" / "t"
+
+
+def test_evaluate_prints_return_statistics_of_the_solved_policy(checkpoint, capsys):
+    assert main(["evaluate", str(checkpoint), "--episodes", "5", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "CartPole-v1: 5 episodes (greedy)" in out
+    mean = float(out.split("return mean")[1].split()[0])
+    assert mean >= 475
+
+
+def test_evaluate_records_video(checkpoint, tmp_path, capsys):
+    for name in ("run.mp4", "run.gif"):
+        assert main(["evaluate", str(checkpoint), "--episodes", "1", "--video", str(tmp_path / name)]) == 0
+        assert (tmp_path / name).stat().st_size > 1000
+    capsys.readouterr()
+    assert main(["evaluate", str(checkpoint), "--video", str(tmp_path / "x.avi")]) == 2
+    assert "use a .mp4 or .gif" in capsys.readouterr().err
+
+
+def test_evaluate_on_an_env_that_cannot_render_is_a_clear_error(tmp_path, capsys):
+    algo = PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.0}).build()
+    algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    assert main(["evaluate", str(path), "--episodes", "1", "--video", str(tmp_path / "v.mp4")]) == 2
+    assert "env 'herd/Latency-v0' cannot render" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("fmt, file", [("torch-export", "policy.pt2"), ("onnx", "policy.onnx")])
+def test_exported_policy_runs_without_herdrl_and_matches(checkpoint, tmp_path, fmt, file):
+    out = tmp_path / file
+    assert main(["export", str(checkpoint), "--format", fmt, "--out", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [file]  # one standalone file
+    obs = np.random.default_rng(1).normal(scale=0.5, size=(32, 4)).astype(np.float32)
+    np.save(tmp_path / "obs.npy", obs)
+    if fmt == "torch-export":
+        code = ("import numpy as np, torch; p = torch.export.load(%r).module(); "
+                "print(p(torch.from_numpy(np.load(%r))).tolist())")
+    else:
+        code = ("import numpy as np, onnxruntime as ort; s = ort.InferenceSession(%r); "
+                "print(s.run(None, {'obs': np.load(%r)})[0].tolist())")
+    guard = "import sys; sys.modules['herdrl'] = None; "  # importing herdrl would fail
+    result = subprocess.run([sys.executable, "-c", guard + code % (str(out), str(tmp_path / "obs.npy"))],
+                            capture_output=True, text=True, check=True)
+    from herdrl.policy import Policy
+
+    expected = [Policy.from_checkpoint(checkpoint).compute_single_action(o) for o in obs]
+    assert eval(result.stdout) == expected
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_export_of_continuous_and_discrete_observation_policies(tmp_path):
+    from herdrl.export import GreedyPolicy, example_obs
+    from herdrl.policy import Policy
+
+    for env, env_config in (("Pendulum-v1", {}), ("FrozenLake-v1", {"is_slippery": False})):
+        algo = PPOConfig().environment(env, env_config=env_config).training(train_batch_size=256,
+                                                                           minibatch_size=64).build()
+        algo.train()
+        path = algo.save(tmp_path / env)
+        policy = Policy.from_checkpoint(path)
+        obs = example_obs(policy, batch=6)
+        program = torch.export.export(GreedyPolicy(policy).eval(), (obs,))
+        with torch.no_grad():
+            got = program.module()(obs).numpy()
+        expected = np.stack([np.asarray(algo.compute_single_action(o)) for o in obs.numpy()])
+        assert np.allclose(got, expected, atol=1e-5)
+
+
+def test_bad_export_and_evaluate_input(tmp_path, capsys):
+    assert main(["export", str(tmp_path / "nope"), "--format", "onnx", "--out", str(tmp_path / "x")]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main(["evaluate", str(tmp_path / "nope")]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_periodic_evaluation_reports_greedy_episodes():
+    config = (PPOConfig().environment("CartPole-v1").evaluation(evaluation_interval=2, evaluation_duration=4)
+              .training(train_batch_size=256, minibatch_size=64).debugging(seed=0))
+    algo = config.build()
+    first, second = algo.train(), algo.train()
+    assert "evaluation/episode_return_mean" not in first
+    assert second["evaluation/num_episodes"] == 4 and second["evaluation/episode_return_mean"] > 0
+    with pytest.raises(Exception, match="evaluation_config key 'epsilon' is not supported"):
+        PPOConfig().environment("CartPole-v1").evaluation(evaluation_config={"epsilon": 0.1}).build()
