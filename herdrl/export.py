@@ -45,6 +45,7 @@ class GreedyPolicy(nn.Module):
             self.register_buffer("high", torch.as_tensor(action_space.high.reshape(-1), dtype=torch.float32))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Greedy actions for a batch of raw observations."""
         if self.obs_discrete:
             x = nn.functional.one_hot(obs.long() - self.obs_start, self.obs_n).float()
         else:

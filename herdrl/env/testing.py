@@ -33,11 +33,13 @@ class LatencyEnv(gym.Env):
         self._t = 0
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Start an episode with a random observation."""
         super().reset(seed=seed)
         self._t = 0
         return self.np_random.uniform(-1, 1, 4).astype(np.float32), {}
 
     def step(self, action):
+        """Sleep for the step latency, then return a random observation and reward ``action``."""
         if self.step_latency_s:
             time.sleep(self.step_latency_s)
         self._t += 1
@@ -60,6 +62,7 @@ class FaultyEnv(LatencyEnv):
         self._lifetime_steps = 0
 
     def step(self, action):
+        """Fail on the configured step, else step as LatencyEnv."""
         self._lifetime_steps += 1
         if self._lifetime_steps == self.fail_at_step and self._claim_failure():
             raise RuntimeError(f"FaultyEnv: injected failure at step {self.fail_at_step} (pid {os.getpid()})")
