@@ -104,11 +104,17 @@ class RayRunnerGroup:
         shipped = shipping.ship_by_value([*self._creators.values(), *env])
         if shipped:
             logger.info("herdrl: shipping env code to runners by value: %s", ", ".join(shipped))
-        self._pg = placement_group([{"CPU": cpus}] * count, strategy="SPREAD")
+        # Inside a Ray Tune trial the trial's placement group already holds a bundle per runner (after the
+        # learner's): use it. Otherwise reserve our own, spread over the nodes.
+        current = ray.util.get_current_placement_group()
+        self._own_pg = current is None or len(current.bundle_specs) < count + 1
+        self._pg, self._first_bundle = (placement_group([{"CPU": cpus}] * count, strategy="SPREAD"), 0) \
+            if self._own_pg else (current, 1)
         try:
             ray.get(self._pg.ready(), timeout=max(60.0, config.ray_connect_timeout_s))
         except ray.exceptions.GetTimeoutError:
-            ray.util.remove_placement_group(self._pg)
+            if self._own_pg:
+                ray.util.remove_placement_group(self._pg)
             if self._owns_ray:
                 disconnect()
             raise ClusterError(
@@ -133,7 +139,7 @@ class RayRunnerGroup:
     def _start(self, index: int) -> Any:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        strategy = PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=index)
+        strategy = PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=self._first_bundle + index)
         return self._remote_class.options(
             num_cpus=self.config.num_cpus_per_env_runner, scheduling_strategy=strategy, max_restarts=0,
         ).remote(self.config, index + 1, self._creators)
@@ -207,10 +213,11 @@ class RayRunnerGroup:
                     ray.kill(actor, no_restart=True)
                 except Exception:
                     pass
-        try:
-            ray.util.remove_placement_group(self._pg)
-        except Exception:
-            pass
+        if getattr(self, "_own_pg", False):
+            try:
+                ray.util.remove_placement_group(self._pg)
+            except Exception:
+                pass
         if getattr(self, "_owns_ray", False):
             disconnect()
 

@@ -1,0 +1,245 @@
+"""Hyperparameter sweeps and many-trial experiments on Ray Tune.
+
+    from herdrl import tune
+    analysis = tune.run("PPO", config={"env": "CartPole-v1", "lr": tune.grid_search([1e-3, 3e-3])},
+                        stop={"training_iteration": 20})
+    print(analysis.best_config, analysis.best_checkpoint)
+
+The seed scripts' call works as written, with only the import changed::
+
+    tune.run("PPO", name="cartpole", stop={"training_iteration": 100},
+             config={"env": "CartPole-v1", "num_workers": 2, "num_gpus": 0, "ignore_worker_failures": True})
+
+Importing this module does not import Ray; the first call does. Each trial is one Ray actor running one
+herdrl Algorithm; it reserves a placement group of one bundle for the learner plus one per env runner, so
+trials never oversubscribe a node and a cluster runs as many trials at once as it has room for.
+Trial checkpoints are herdrl's own (pickle-free) format. ``resume=True`` uses Tune's experiment restore,
+which unpickles Tune's own state files in the experiment directory: only resume experiments you trust.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from herdrl.errors import ConfigError
+
+
+# ------------------------------------------------------------------ search spaces (Ray Tune's own)
+def grid_search(values: list) -> Any:
+    """Try every value (Ray Tune's ``grid_search``)."""
+    from ray import tune
+
+    return tune.grid_search(list(values))
+
+
+def choice(values: list) -> Any:
+    """Sample one of the values (Ray Tune's ``choice``)."""
+    from ray import tune
+
+    return tune.choice(list(values))
+
+
+def uniform(low: float, high: float) -> Any:
+    """Sample uniformly in [low, high] (Ray Tune's ``uniform``)."""
+    from ray import tune
+
+    return tune.uniform(low, high)
+
+
+def loguniform(low: float, high: float) -> Any:
+    """Sample log-uniformly in [low, high] (Ray Tune's ``loguniform``)."""
+    from ray import tune
+
+    return tune.loguniform(low, high)
+
+
+# ------------------------------------------------------------------ the trainable
+def _trainable(algorithm: str) -> type:
+    """A Ray Tune class trainable that runs one herdrl algorithm per trial."""
+    from ray import tune
+    from ray.tune import PlacementGroupFactory
+
+    from herdrl.registry import get_config_class
+
+    config_class = get_config_class(algorithm)
+
+    class HerdTrainable(tune.Trainable):
+        """One trial: build the algorithm from the trial's config, ``train()`` per step."""
+
+        @classmethod
+        def default_resource_request(cls, config: dict) -> PlacementGroupFactory:
+            """Learner bundle + one bundle per env runner (SPREAD: runners may sit on other nodes)."""
+            resolved = config_class.from_dict(config)
+            learner = {"CPU": 1.0, **({"GPU": float(resolved.num_gpus)} if resolved.num_gpus else {})}
+            runners = [{"CPU": float(resolved.num_cpus_per_env_runner)}] * resolved.num_env_runners
+            return PlacementGroupFactory([learner, *runners], strategy="SPREAD")
+
+        def setup(self, config: dict) -> None:
+            self.algo = config_class.from_dict(config).build()
+
+        def step(self) -> dict:
+            return self.algo.train()
+
+        def save_checkpoint(self, checkpoint_dir: str) -> None:
+            self.algo.save(Path(checkpoint_dir) / "herd")
+
+        def load_checkpoint(self, checkpoint: str | dict) -> None:
+            self.algo.restore(Path(checkpoint) / "herd")
+
+        def cleanup(self) -> None:
+            self.algo.stop()
+
+    HerdTrainable.__name__ = HerdTrainable.__qualname__ = config_class.algo_name
+    return HerdTrainable
+
+
+# ------------------------------------------------------------------ schedulers
+def make_scheduler(spec: str | Mapping[str, Any] | None, metric: str, mode: str) -> Any:
+    """``"asha"``, ``{"type": "asha", "grace_period": 2, ...}``, ``"pbt"`` (with ``hyperparam_mutations``), or a
+    scheduler object (passed through)."""
+    if spec is None or not isinstance(spec, (str, Mapping)):
+        return spec
+    from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
+
+    options = {"type": spec} if isinstance(spec, str) else dict(spec)
+    kind = str(options.pop("type", options.pop("name", ""))).lower()
+    options.setdefault("time_attr", "training_iteration")
+    try:
+        if kind == "asha":
+            return ASHAScheduler(metric=metric, mode=mode, **options)
+        if kind == "pbt":
+            mutations = {k: _search_value(v) for k, v in options.pop("hyperparam_mutations", {}).items()}
+            return PopulationBasedTraining(metric=metric, mode=mode, hyperparam_mutations=mutations, **options)
+    except TypeError as exc:
+        raise ConfigError(f"scheduler '{kind}': {exc}") from None
+    raise ConfigError(f"unknown scheduler '{kind}'; known: asha, pbt")
+
+
+# ------------------------------------------------------------------ results
+@dataclass
+class TuneAnalysis:
+    """What a sweep produced: every trial's last result, and the best trial by ``metric``."""
+
+    result_grid: Any
+    metric: str
+    mode: str
+
+    @property
+    def best_result(self) -> dict[str, Any]:
+        """The last result row of the best trial."""
+        return dict(self._best.metrics)
+
+    @property
+    def best_config(self) -> dict[str, Any]:
+        """The (resolved) config of the best trial."""
+        return dict(self._best.config)
+
+    @property
+    def best_checkpoint(self) -> Path | None:
+        """The best trial's latest herdrl checkpoint (load it with ``Algorithm.from_checkpoint``)."""
+        checkpoint = self._best.checkpoint
+        return Path(checkpoint.path) / "herd" if checkpoint is not None else None
+
+    @property
+    def best_logdir(self) -> Path:
+        """The best trial's result directory."""
+        return Path(self._best.path)
+
+    @property
+    def _best(self) -> Any:
+        return self.result_grid.get_best_result(metric=self.metric, mode=self.mode, scope="last")
+
+    @property
+    def results_df(self) -> Any:
+        """A pandas DataFrame with one row per trial (its last result)."""
+        return self.result_grid.get_dataframe()
+
+    @property
+    def errors(self) -> list[BaseException]:
+        """Errors of trials that failed."""
+        return list(self.result_grid.errors)
+
+
+# ------------------------------------------------------------------ run
+def _check_keys(config_class: type, config: Mapping[str, Any]) -> None:
+    """Fail before any trial starts on keys the algorithm does not have."""
+    for key, value in config.items():
+        if key == "framework":
+            config_class().framework(value)
+        else:
+            config_class.canonical_key(key)
+
+
+def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | Callable | None = None,
+        name: str | None = None, num_samples: int = 1, storage_path: str | os.PathLike | None = None,
+        checkpoint_freq: int = 10, checkpoint_at_end: bool = True, keep_checkpoints_num: int | None = None,
+        metric: str = "episode_return_mean", mode: str = "max", scheduler: Any = None, resume: bool = False,
+        verbose: int = 1, max_concurrent_trials: int | None = None, address: str | None = None) -> TuneAnalysis:
+    """Run ``num_samples`` trials of ``algorithm`` per point of ``config``'s search space on Ray Tune.
+
+    ``stop``: a dict of result keys (``training_iteration``, ``num_env_steps_sampled_lifetime``,
+    ``episode_return_mean``, ``time_total_s``; older names such as ``timesteps_total`` work) or a callable
+    ``(trial_id, result) -> bool``. ``scheduler``: ``"asha"``, ``"pbt"``, a dict with ``type`` and options,
+    or a Ray Tune scheduler. Results go to ``<storage_path>/<name>/<trial>/`` (default ``results/<name>``).
+    """
+    from ray import tune
+
+    from herdrl.cluster import connect
+    from herdrl.experiment import normalize_stop
+    from herdrl.registry import get_config_class
+
+    config_class = get_config_class(algorithm)
+    config = dict(config)
+    _check_keys(config_class, config)
+    if num_samples < 1:
+        raise ConfigError(f"num_samples got {num_samples}; expected >= 1")
+    stop_criteria = stop if callable(stop) else normalize_stop(stop)
+    env = config.get("env")
+    name = name or (str(env).replace("/", "_") if isinstance(env, str) else config_class.algo_name)
+    storage = Path(storage_path or "results").resolve()
+    where = config_class().resources(address=address or config.get("address"))
+    if isinstance(config.get("node_ip_address"), str):
+        where.resources(node_ip_address=config["node_ip_address"])
+    connect(where)  # a private Ray sized to this machine's CPUs, or the cluster named
+    trainable = _trainable(config_class.algo_name)
+    if resume:
+        tuner = tune.Tuner.restore(str(storage / name), trainable, resume_errored=True)
+    else:
+        checkpoints = tune.CheckpointConfig(checkpoint_frequency=checkpoint_freq, checkpoint_at_end=checkpoint_at_end,
+                                            num_to_keep=keep_checkpoints_num)
+        tuner = tune.Tuner(
+            trainable, param_space=config,
+            tune_config=tune.TuneConfig(num_samples=num_samples, scheduler=make_scheduler(scheduler, metric, mode),
+                                        max_concurrent_trials=max_concurrent_trials),
+            run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=stop_criteria,
+                                      checkpoint_config=checkpoints, verbose=verbose),
+        )
+    return TuneAnalysis(tuner.fit(), metric, mode)
+
+
+def _search_value(value: Any) -> Any:
+    """A YAML search-space tag (``{grid_search: [...]}``, ``{choice: [...]}``, ``{uniform: [a, b]}``,
+    ``{loguniform: [a, b]}``) -> the Ray Tune object; other values unchanged (nested dicts walked)."""
+    if isinstance(value, Mapping):
+        if len(value) == 1:
+            (tag, arg), = value.items()
+            makers = {"grid_search": grid_search, "choice": choice, "uniform": uniform, "loguniform": loguniform}
+            if tag in makers:
+                if tag in ("uniform", "loguniform"):
+                    if not (isinstance(arg, list) and len(arg) == 2):
+                        raise ConfigError(f"'{tag}' expects [low, high], got {arg!r}")
+                    return makers[tag](*arg)
+                if not isinstance(arg, list) or not arg:
+                    raise ConfigError(f"'{tag}' expects a non-empty list, got {arg!r}")
+                return makers[tag](arg)
+        return {k: _search_value(v) for k, v in value.items()}
+    return value
+
+
+def search_space(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn a YAML config with search-space tags into a Ray Tune ``param_space``."""
+    return {k: _search_value(v) for k, v in config.items()}
