@@ -106,6 +106,33 @@ def _add_export_parser(subparsers: Any) -> None:
     p.add_argument("--out", required=True, help="output file")
 
 
+def _add_tune_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("tune", help="run a sweep on Ray Tune",
+                              description="Run the trials of a sweep file (search-space tags in its config).")
+    p.add_argument("-f", "--file", required=True, help="sweep YAML: algorithm, env, config, stop, num_samples, "
+                                                       "scheduler, metric, mode")
+    p.add_argument("--num-samples", type=int, help="trials per grid point (default: the file's, else 1)")
+    p.add_argument("--name", help="experiment name (default: the file's, else the env id)")
+    p.add_argument("--output", default="results", help="results root (default: results)")
+    p.add_argument("--address", help="run the trials on this Ray cluster (HOST:PORT or auto)")
+    p.add_argument("--max-concurrent-trials", type=int, help="cap on trials running at once")
+    p.add_argument("--resume", action="store_true",
+                   help="resume the experiment with Tune's restore (trusts the experiment folder: it unpickles "
+                        "Tune's state files)")
+    p.add_argument("--verbose", type=int, default=1, help="Tune's output: 0 silent, 1 status table (default), 2 more")
+
+
+def _add_plot_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("plot", help="learning curves as PNG/SVG",
+                              description="One curve per folder: the mean (and min-max band) of its runs.")
+    p.add_argument("folders", nargs="+", help="result folders (an experiment, a trial, a sweep)")
+    p.add_argument("--metric", default="episode_return_mean", help="y axis (default episode_return_mean)")
+    p.add_argument("--x", default="num_env_steps_sampled_lifetime",
+                   help="x axis: num_env_steps_sampled_lifetime (default), time_total_s, training_iteration")
+    p.add_argument("--out", default="curves.png", help="output .png or .svg (default curves.png)")
+    p.add_argument("--title", help="plot title")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``herd`` argument parser."""
     parser = argparse.ArgumentParser(prog="herd", description="herdrl: distributed deep RL from laptop to cluster")
@@ -116,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_parser(subparsers)
     _add_evaluate_parser(subparsers)
     _add_export_parser(subparsers)
+    _add_tune_parser(subparsers)
+    _add_plot_parser(subparsers)
     return parser
 
 
@@ -298,6 +327,45 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(args: argparse.Namespace) -> int:
+    from herdrl import tune
+    from herdrl.errors import ConfigError
+    from herdrl.experiment import load_experiment_file
+
+    spec = load_experiment_file(args.file, sweep=True)
+    if not spec["algorithm"]:
+        raise ConfigError(f"{args.file}: no algorithm (`algorithm:` or `run:`)")
+    config = tune.search_space(spec["config"])
+    if spec["env"]:
+        config["env"] = spec["env"]
+    metric, mode = spec.get("metric", "episode_return_mean"), spec.get("mode", "max")
+    analysis = tune.run(
+        spec["algorithm"], config=config, stop=spec["stop"], name=args.name or spec["name"],
+        num_samples=args.num_samples or spec.get("num_samples", 1), storage_path=args.output,
+        checkpoint_freq=spec.get("checkpoint_freq", 10), metric=metric, mode=mode,
+        scheduler=spec.get("scheduler"), resume=args.resume, verbose=args.verbose,
+        max_concurrent_trials=args.max_concurrent_trials or spec.get("max_concurrent_trials"), address=args.address)
+    searched = [k for k, v in spec["config"].items() if isinstance(v, dict) and len(v) == 1
+                and next(iter(v)) in ("grid_search", "choice", "uniform", "loguniform")]
+    best = analysis.best_result
+    print(f"best trial: {analysis.best_logdir}")
+    print(f"  {metric} = {best.get(metric)} after {best.get('training_iteration')} iterations")
+    print("  config: " + ", ".join(f"{k}={analysis.best_config.get(k)}" for k in searched))
+    print(f"  checkpoint: {analysis.best_checkpoint}")
+    if analysis.errors:
+        print(f"herd tune: {len(analysis.errors)} trial(s) failed: {analysis.errors[0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from herdrl.plot import plot_curves
+
+    path = plot_curves(args.folders, metric=args.metric, x=args.x, out=args.out, title=args.title)
+    print(f"wrote {path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``herd`` console script; returns the exit code."""
     parser = build_parser()
@@ -313,7 +381,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from herdrl.errors import HerdError
 
     try:
-        commands = {"train": _train, "bench": _bench, "evaluate": _evaluate, "export": _export}
+        commands = {"train": _train, "bench": _bench, "evaluate": _evaluate, "export": _export, "tune": _tune,
+                    "plot": _plot}
         return commands[args.command](args)
     except HerdError as exc:
         if args.debug:

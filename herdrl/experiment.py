@@ -248,9 +248,21 @@ def parse_yaml(text: str, source: str = "<string>") -> Any:
 
 
 EXPERIMENT_KEYS = ("run", "algorithm", "env", "stop", "config", "name")
+#: Keys only a sweep file (`herd tune -f`) has.
+SWEEP_KEYS = ("num_samples", "scheduler", "metric", "mode", "max_concurrent_trials", "checkpoint_freq")
+SEARCH_TAGS = ("grid_search", "choice", "uniform", "loguniform")
 
 
-def load_experiment_file(path: str | Path) -> dict[str, Any]:
+def has_search_space(config: Any) -> bool:
+    """Whether a config (from YAML) holds search-space tags such as ``{grid_search: [...]}``."""
+    if isinstance(config, dict):
+        if len(config) == 1 and next(iter(config)) in SEARCH_TAGS:
+            return True
+        return any(has_search_space(v) for v in config.values())
+    return False
+
+
+def load_experiment_file(path: str | Path, sweep: bool = False) -> dict[str, Any]:
     """Read an experiment YAML in RLlib's tuned-example shape or with the same keys at top level.
 
     Returns a dict with ``algorithm``, ``env``, ``stop``, ``config`` and ``name`` (any may be None)::
@@ -272,11 +284,13 @@ def load_experiment_file(path: str | Path) -> dict[str, Any]:
         (only_key, inner), = data.items()
         if isinstance(inner, dict) and only_key not in EXPERIMENT_KEYS:
             name, data = only_key, inner
-    unknown = [k for k in data if k not in EXPERIMENT_KEYS]
+    known = EXPERIMENT_KEYS + (SWEEP_KEYS if sweep else ())
+    unknown = [k for k in data if k not in known]
     if unknown:
         key = unknown[0]
-        raise ConfigError(f"{path}: unknown key '{key}'{did_you_mean(key, EXPERIMENT_KEYS)}; "
-                          f"known: {list(EXPERIMENT_KEYS)}")
+        if key in SWEEP_KEYS:
+            raise ConfigError(f"{path}: '{key}' belongs to a sweep: run the file with `herd tune -f {path}`")
+        raise ConfigError(f"{path}: unknown key '{key}'{did_you_mean(key, known)}; known: {list(known)}")
     if "run" in data and "algorithm" in data and data["run"] != data["algorithm"]:
         raise ConfigError(f"{path}: 'run' and 'algorithm' disagree ({data['run']} vs {data['algorithm']})")
     config = data.get("config") or {}
@@ -285,5 +299,10 @@ def load_experiment_file(path: str | Path) -> dict[str, Any]:
     stop = data.get("stop") or {}
     if not isinstance(stop, dict):
         raise ConfigError(f"{path}: 'stop' must be a mapping")
-    return {"algorithm": data.get("algorithm", data.get("run")), "env": data.get("env"),
-            "stop": stop, "config": dict(config), "name": data.get("name", name)}
+    if not sweep and has_search_space(config):
+        raise ConfigError(f"{path}: the config holds a search space: run the file with `herd tune -f {path}`")
+    out = {"algorithm": data.get("algorithm", data.get("run")), "env": data.get("env"),
+           "stop": stop, "config": dict(config), "name": data.get("name", name)}
+    if sweep:
+        out.update({k: data[k] for k in SWEEP_KEYS if k in data})
+    return out

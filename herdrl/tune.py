@@ -98,9 +98,9 @@ def _trainable(algorithm: str) -> type:
 
 
 # ------------------------------------------------------------------ schedulers
-def make_scheduler(spec: str | Mapping[str, Any] | None, metric: str, mode: str) -> Any:
+def make_scheduler(spec: str | Mapping[str, Any] | None) -> Any:
     """``"asha"``, ``{"type": "asha", "grace_period": 2, ...}``, ``"pbt"`` (with ``hyperparam_mutations``), or a
-    scheduler object (passed through)."""
+    scheduler object (passed through). The metric and mode come from :func:`run` (Tune hands them on)."""
     if spec is None or not isinstance(spec, (str, Mapping)):
         return spec
     from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
@@ -110,10 +110,10 @@ def make_scheduler(spec: str | Mapping[str, Any] | None, metric: str, mode: str)
     options.setdefault("time_attr", "training_iteration")
     try:
         if kind == "asha":
-            return ASHAScheduler(metric=metric, mode=mode, **options)
+            return ASHAScheduler(**options)
         if kind == "pbt":
             mutations = {k: _search_value(v) for k, v in options.pop("hyperparam_mutations", {}).items()}
-            return PopulationBasedTraining(metric=metric, mode=mode, hyperparam_mutations=mutations, **options)
+            return PopulationBasedTraining(hyperparam_mutations=mutations, **options)
     except TypeError as exc:
         raise ConfigError(f"scheduler '{kind}': {exc}") from None
     raise ConfigError(f"unknown scheduler '{kind}'; known: asha, pbt")
@@ -213,8 +213,8 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
                                             num_to_keep=keep_checkpoints_num)
         tuner = tune.Tuner(
             trainable, param_space=config,
-            tune_config=tune.TuneConfig(num_samples=num_samples, scheduler=make_scheduler(scheduler, metric, mode),
-                                        max_concurrent_trials=max_concurrent_trials),
+            tune_config=tune.TuneConfig(num_samples=num_samples, scheduler=make_scheduler(scheduler), metric=metric,
+                                        mode=mode, max_concurrent_trials=max_concurrent_trials),
             run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=stop_criteria,
                                       checkpoint_config=checkpoints, verbose=verbose),
         )

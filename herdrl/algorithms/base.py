@@ -115,16 +115,18 @@ class Algorithm:
         self.env_steps_lifetime += self._iter_steps
         self.episodes_lifetime += self._iter_episodes
         self.time_total_s += elapsed
+        # The first keys are what consoles show (Tune's trial table takes the first few): keep them first.
         result: dict[str, Any] = {
             "training_iteration": self.iteration,
+            "episode_return_mean": _mean(self._returns),
             "num_env_steps_sampled_lifetime": self.env_steps_lifetime,
+            "env_steps_per_s": self._iter_steps / elapsed if elapsed > 0 else math.nan,
+            "episode_len_mean": _mean(self._lengths),
+            "episode_return_min": min(self._returns, default=math.nan),
+            "episode_return_max": max(self._returns, default=math.nan),
             "num_env_steps_sampled": self._iter_steps,
             "num_episodes_lifetime": self.episodes_lifetime,
             "num_episodes": self._iter_episodes,
-            "episode_return_mean": _mean(self._returns),
-            "episode_return_min": min(self._returns, default=math.nan),
-            "episode_return_max": max(self._returns, default=math.nan),
-            "episode_len_mean": _mean(self._lengths),
             "num_healthy_env_runners": self.runners.num_healthy,
             "num_env_runner_restarts": self.runners.num_restarts,
             **learner_metrics,
@@ -132,7 +134,6 @@ class Algorithm:
             "time_total_s": self.time_total_s,
             "sample_time_s": self._iter_sample_time,
             "learn_time_s": elapsed - self._iter_sample_time,
-            "env_steps_per_s": self._iter_steps / elapsed if elapsed > 0 else math.nan,
             **evaluation,
         }
         self.last_result = result

@@ -1,0 +1,141 @@
+"""Ray Tune sweeps on the session's embedded Ray (4 CPUs)."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from herdrl import ConfigError, tune
+from herdrl.cli import main
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+class CpuWatcher(threading.Thread):
+    """Samples how many of the cluster's CPUs are reserved, while a sweep runs."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.used, self.done = [], False
+
+    def run(self):
+        import ray
+
+        total = ray.cluster_resources()["CPU"]
+        while not self.done:
+            self.used.append(total - ray.available_resources().get("CPU", 0.0))
+            time.sleep(0.05)
+
+
+def test_grid_sweep_runs_every_trial_and_picks_the_best(tmp_path):
+    import ray
+
+    watcher = CpuWatcher()
+    watcher.start()
+    analysis = tune.run("PPO", config={"env": "CartPole-v1", "train_batch_size": 512, "minibatch_size": 128,
+                                       "lr": tune.grid_search([1e-4, 2e-3]),
+                                       "num_env_runners": tune.grid_search([0, 1])},
+                        stop={"training_iteration": 4}, storage_path=tmp_path, name="grid", verbose=0)
+    watcher.done = True
+    watcher.join()
+    df = analysis.results_df
+    assert len(df) == 4 and (df["training_iteration"] == 4).all()
+    assert sorted(zip(df["config/lr"], df["config/num_env_runners"], strict=True)) == [
+        (1e-4, 0), (1e-4, 1), (2e-3, 0), (2e-3, 1)]
+    assert analysis.best_result["episode_return_mean"] == df["episode_return_mean"].max()
+    assert analysis.best_checkpoint is not None and (analysis.best_checkpoint / "checkpoint.json").exists()
+    assert max(watcher.used) <= ray.cluster_resources()["CPU"]
+    assert max(watcher.used) >= 2  # trials ran side by side
+    from herdrl import Algorithm
+
+    restored = Algorithm.from_checkpoint(analysis.best_checkpoint, num_env_runners=0)
+    assert restored.iteration == 4
+    restored.stop()
+
+
+def test_trial_reserves_a_bundle_for_the_learner_and_each_runner():
+    trainable = tune._trainable("PPO")
+    factory = trainable.default_resource_request({"env": "CartPole-v1", "num_workers": 3})
+    assert factory.bundles == [{"CPU": 1.0}] * 4
+    assert factory.strategy == "SPREAD"
+
+
+def test_the_seed_style_call_runs_as_written(tmp_path):
+    analysis = tune.run(
+        "PPO", name="seed-style", stop={"training_iteration": 2}, storage_path=tmp_path, verbose=0,
+        config={"env": "CartPole-v1", "num_workers": 1, "num_gpus": 0, "ignore_worker_failures": True})
+    assert analysis.best_result["training_iteration"] == 2
+    assert analysis.best_config["num_workers"] == 1
+
+
+def test_asha_stops_a_bad_trial_early(tmp_path):
+    analysis = tune.run(
+        "PPO", config={"env": "CartPole-v1", "train_batch_size": 512, "minibatch_size": 128, "seed": 0,
+                       "lr": tune.grid_search([3e-3, 1e-9])},
+        stop={"training_iteration": 8}, scheduler={"type": "asha", "grace_period": 2, "max_t": 8,
+                                                    "reduction_factor": 2},
+        max_concurrent_trials=1, storage_path=tmp_path, name="asha", verbose=0)
+    df = analysis.results_df.set_index("config/lr")
+    assert df.loc[3e-3, "training_iteration"] == 8
+    assert df.loc[1e-9, "training_iteration"] < 8
+
+
+def test_unknown_keys_fail_before_any_trial(tmp_path):
+    with pytest.raises(ConfigError, match="unknown config key 'lrr' for PPO"):
+        tune.run("PPO", config={"env": "CartPole-v1", "lrr": tune.grid_search([1, 2])}, storage_path=tmp_path)
+    with pytest.raises(ConfigError, match="unknown scheduler 'hyperband'"):
+        tune.make_scheduler("hyperband")
+
+
+def test_yaml_sweep_through_the_cli_and_plot(tmp_path, capsys):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("name: small\nalgorithm: PPO\nenv: CartPole-v1\nstop: {training_iteration: 3}\n"
+                     "config:\n  train_batch_size: 512\n  minibatch_size: 128\n"
+                     "  lr: {grid_search: [1e-3, 3e-3]}\n  num_epochs: {choice: [2, 4]}\n")
+    assert main(["tune", "-f", str(sweep), "--output", str(tmp_path / "out"), "--verbose", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "best trial:" in out and "config: lr=" in out
+    trials = list((tmp_path / "out" / "small").glob("PPO_*"))
+    assert len(trials) == 2
+    png, svg = tmp_path / "curves.png", tmp_path / "curves.svg"
+    assert main(["plot", str(tmp_path / "out" / "small"), "--out", str(png)]) == 0
+    assert main(["plot", *map(str, trials), "--x", "time_total_s", "--out", str(svg)]) == 0
+    assert png.stat().st_size > 10_000 and svg.read_text().startswith("<?xml")
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(png)
+    assert pixels.std() > 0.05  # not blank
+    # A sweep file given to `herd train` points to `herd tune`.
+    assert main(["train", "-f", str(sweep)]) == 2
+    assert "run the file with `herd tune -f" in capsys.readouterr().err
+
+
+def test_plot_errors(tmp_path, capsys):
+    assert main(["plot", str(tmp_path / "none")]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main(["plot", str(tmp_path)]) == 2
+    assert "no progress.csv" in capsys.readouterr().err
+    assert main(["plot", str(tmp_path), "--out", "x.jpg"]) == 2
+
+
+def test_search_space_tags():
+    space = tune.search_space({"lr": {"loguniform": [1e-4, 1e-2]}, "model": {"fcnet_hiddens": {"choice": [[32], [64]]}},
+                               "gamma": 0.99})
+    assert space["gamma"] == 0.99
+    assert 1e-4 <= space["lr"].sample() <= 1e-2
+    assert space["model"]["fcnet_hiddens"].sample() in ([32], [64])
+    with pytest.raises(ConfigError, match="'uniform' expects \\[low, high\\]"):
+        tune.search_space({"lr": {"uniform": [1]}})
+    assert np.isfinite(space["lr"].sample())
+
+
+def test_population_based_training_runs_with_herdrl_checkpoints(tmp_path):
+    analysis = tune.run(
+        "PPO", config={"env": "CartPole-v1", "train_batch_size": 256, "minibatch_size": 64,
+                       "lr": tune.grid_search([1e-3, 3e-3])},
+        stop={"training_iteration": 4}, storage_path=tmp_path, name="pbt", verbose=0,
+        scheduler={"type": "pbt", "perturbation_interval": 2, "hyperparam_mutations": {"lr": [1e-3, 3e-3]}},
+        checkpoint_freq=2)
+    assert not analysis.errors
+    assert (analysis.results_df["training_iteration"] == 4).all()
