@@ -107,13 +107,20 @@ def test_experiment_file_errors(tmp_path, capsys):
 
 
 def test_shipped_examples_parse():
-    from herdrl.experiment import load_experiment_file
+    from herdrl.experiment import has_search_space, load_experiment_file
     from herdrl.registry import get_config_class
+    from herdrl.tune import _check_keys, search_space
 
-    for path in Path(__file__).parent.parent.glob("examples/*.yaml"):
-        spec = load_experiment_file(path)
-        config = get_config_class(spec["algorithm"]).from_dict(spec["config"]).environment(spec["env"])
-        config.validate()
+    paths = list(Path(__file__).parent.parent.glob("examples/*.yaml"))
+    assert len(paths) >= 3
+    for path in paths:
+        spec = load_experiment_file(path, sweep=True)
+        config_class = get_config_class(spec["algorithm"])
+        if has_search_space(spec["config"]) or "num_samples" in spec:
+            _check_keys(config_class, spec["config"])
+            search_space(spec["config"])
+        else:
+            config_class.from_dict(spec["config"]).environment(spec["env"]).validate()
 
 
 def test_seed_trainer_flags(tmp_path):
