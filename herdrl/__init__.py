@@ -24,21 +24,25 @@ _LAZY = {
     "Algorithm": "herdrl.algorithms.base",
     "PPO": "herdrl.algorithms.ppo",
     "PPOConfig": "herdrl.algorithms.ppo",
+    "Policy": "herdrl.policy",
 }
 
 if TYPE_CHECKING:
     from herdrl.algorithms.base import Algorithm
     from herdrl.algorithms.ppo import PPO, PPOConfig
     from herdrl.config import AlgorithmConfig
+    from herdrl.policy import Policy
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name == "tune":  # Ray Tune helpers; the module imports Ray only when used
+        return importlib.import_module("herdrl.tune")
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'herdrl' has no attribute '{name}'")
 
 
 __all__ = ["Algorithm", "AlgorithmConfig", "AlgorithmNotFound", "ConfigError", "EnvError", "HerdError",
-           "PPO", "PPOConfig", "register_env", "__version__"]
+           "PPO", "PPOConfig", "Policy", "register_env", "tune", "__version__"]
