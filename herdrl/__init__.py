@@ -25,9 +25,12 @@ _LAZY = {
     "PPO": "herdrl.algorithms.ppo",
     "PPOConfig": "herdrl.algorithms.ppo",
     "Policy": "herdrl.policy",
+    "A2C": "herdrl.algorithms.a2c",
+    "A2CConfig": "herdrl.algorithms.a2c",
 }
 
 if TYPE_CHECKING:
+    from herdrl.algorithms.a2c import A2C, A2CConfig
     from herdrl.algorithms.base import Algorithm
     from herdrl.algorithms.ppo import PPO, PPOConfig
     from herdrl.config import AlgorithmConfig
@@ -44,5 +47,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'herdrl' has no attribute '{name}'")
 
 
-__all__ = ["Algorithm", "AlgorithmConfig", "AlgorithmNotFound", "ConfigError", "EnvError", "HerdError",
-           "PPO", "PPOConfig", "Policy", "register_env", "tune", "__version__"]
+__all__ = ["A2C", "A2CConfig", "Algorithm", "AlgorithmConfig", "AlgorithmNotFound", "ConfigError", "EnvError",
+           "HerdError", "PPO", "PPOConfig", "Policy", "register_env", "tune", "__version__"]

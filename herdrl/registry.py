@@ -14,6 +14,7 @@ from herdrl.errors import AlgorithmNotFound, did_you_mean
 # Upper-case name -> "module:ConfigClass". One line per algorithm.
 ALGORITHMS: dict[str, str] = {
     "PPO": "herdrl.algorithms.ppo:PPOConfig",
+    "A2C": "herdrl.algorithms.a2c:A2CConfig",
 }
 
 # Names given to register_env -> creator(env_config) -> gymnasium.Env

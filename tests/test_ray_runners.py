@@ -135,8 +135,8 @@ def test_wait_for_port_rejects_bad_addresses_and_bounds_the_wait():
 def test_bench_scaling_writes_table_csv_and_plot(tmp_path, capsys):
     from herdrl.cli import main
 
-    code = main(["bench", "scaling", "--env", "herd/Latency-v0", "--runners", "1,2", "--iters", "1",
-                 "--fragment", "20", "--config", "env_config={step_latency_s: 0.002}", "--out", str(tmp_path)])
+    code = main(["bench", "scaling", "--env", "herd/Latency-v0", "--runners", "1,2", "--iters", "2",
+                 "--fragment", "30", "--config", "env_config={step_latency_s: 0.002}", "--out", str(tmp_path)])
     assert code == 0
     out = capsys.readouterr().out
     assert "| in-process | 1 |" in out and "| 2 | 1 |" in out

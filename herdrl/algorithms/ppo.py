@@ -17,7 +17,7 @@ from herdrl.algorithms.base import Algorithm
 from herdrl.config import AlgorithmConfig, Field
 from herdrl.errors import ConfigError
 from herdrl.optim import Adam
-from herdrl.rollout import Fragment, compute_gae
+from herdrl.rollout.batch import on_policy_batch
 
 
 def _default(key: str, value: object) -> Field:
@@ -71,34 +71,8 @@ class PPO(Algorithm):
 
     def training_step(self) -> dict[str, float]:
         """Sample one train batch, then run ``num_epochs`` passes of minibatch updates over it."""
-        batch = self._prepare(self.sample())
+        batch = on_policy_batch(self.module, self.sample(), self.config.gamma, self.config.lambda_, self.device)
         return self._update(batch)
-
-    @torch.no_grad()
-    def _prepare(self, fragments: list[Fragment]) -> dict[str, torch.Tensor]:
-        """Values and old log-probs in one forward pass, GAE, then drop reset-only steps."""
-        obs = np.concatenate([f.obs for f in fragments], axis=1)  # (T+1, B, obs_dim)
-        steps, envs = obs.shape[0] - 1, obs.shape[1]
-        actions = np.concatenate([f.actions for f in fragments], axis=1)
-        cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
-        flat_obs = torch.from_numpy(obs.reshape(-1, obs.shape[-1])).to(self.device)
-        dist_inputs, values = self.module(flat_obs)
-        values_np = values.cpu().numpy().reshape(steps + 1, envs)
-        advantages, returns = compute_gae(cat("rewards"), values_np, cat("terminateds"), cat("truncateds"),
-                                          self.config.gamma, self.config.lambda_)
-        valid = torch.from_numpy(cat("valid").reshape(-1)).to(self.device)
-        n = steps * envs
-        flat_actions = torch.from_numpy(actions.reshape(n, *actions.shape[2:])).to(self.device)
-        old_logp, _ = self.module.log_prob_entropy(dist_inputs[:n], flat_actions)
-        to_torch = lambda a: torch.from_numpy(a.reshape(-1)).to(self.device)[valid]  # noqa: E731
-        return {
-            "obs": flat_obs[:n][valid],
-            "actions": flat_actions[valid],
-            "old_logp": old_logp[valid],
-            "old_values": values[:n][valid],
-            "advantages": to_torch(advantages),
-            "returns": to_torch(returns),
-        }
 
     def _update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         cfg = self.config

@@ -1,0 +1,56 @@
+"""Stable-Baselines3 with rl-baselines3-zoo hyperparameters, stopping when the 100-episode mean reaches a target.
+
+Run by algorithms.py in its own process: ``python sb3_runner.py ALGO ENV SEED TARGET MAX_STEPS``. Prints
+``SOLVED <unix time> <env steps>`` the moment the mean return of the last 100 finished training episodes
+reaches TARGET (checked whenever an episode ends), then exits; prints ``UNSOLVED <steps>`` at MAX_STEPS.
+"""
+
+import sys
+import time
+
+import numpy as np
+from stable_baselines3 import A2C, PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+
+
+def linear(value: float):
+    return lambda progress_remaining: progress_remaining * value
+
+
+# rl-baselines3-zoo hyperparams (ppo.yml, a2c.yml): n_envs and the model keyword arguments.
+ZOO = {
+    ("PPO", "CartPole-v1"): (8, PPO, dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+                                          ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2))),
+    ("PPO", "Pendulum-v1"): (4, PPO, dict(n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
+                                          learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4)),
+    ("A2C", "CartPole-v1"): (8, A2C, dict(ent_coef=0.0)),
+}
+
+
+class StopWhenSolved(BaseCallback):
+    def __init__(self, target: float) -> None:
+        super().__init__()
+        self.target = target
+
+    def _on_step(self) -> bool:
+        buffer = self.model.ep_info_buffer
+        if any(self.locals["dones"]) and len(buffer) >= 100 and np.mean([e["r"] for e in buffer]) >= self.target:
+            print(f"SOLVED {time.time():.3f} {self.num_timesteps}", flush=True)
+            return False
+        return True
+
+
+def main() -> None:
+    algo, env_id, seed, target, max_steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), \
+        int(float(sys.argv[5]))
+    n_envs, cls, kwargs = ZOO[(algo, env_id)]
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+    model = cls("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **kwargs)
+    model.learn(total_timesteps=max_steps, callback=StopWhenSolved(target))
+    if model.num_timesteps >= max_steps:
+        print(f"UNSOLVED {model.num_timesteps}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

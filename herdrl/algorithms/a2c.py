@@ -1,0 +1,92 @@
+"""Advantage Actor-Critic (synchronous A2C, Mnih et al. 2016).
+
+Each update uses one short fragment from every env (``rollout_fragment_length`` steps, 5 by default): GAE
+advantages (lambda 1: n-step returns), one gradient step on policy loss + value loss - entropy bonus, RMSprop.
+An iteration runs updates until it has sampled ``train_batch_size`` env steps, so result rows, logging and
+checkpoints happen per iteration, not per tiny update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch import nn
+
+from herdrl.algorithms.base import Algorithm
+from herdrl.config import AlgorithmConfig, Field
+from herdrl.errors import ConfigError
+from herdrl.optim import RMSprop
+from herdrl.rollout.batch import on_policy_batch
+
+
+def _default(key: str, value: object) -> Field:
+    return dataclasses.replace(AlgorithmConfig.FIELDS[key], default=value)
+
+
+class A2CConfig(AlgorithmConfig):
+    """A2C settings; defaults follow the rl-baselines3-zoo CartPole-v1 settings (8 envs x 5 steps per update)."""
+
+    algo_name = "A2C"
+    FIELDS = {
+        "num_envs_per_env_runner": _default("num_envs_per_env_runner", 8),
+        "rollout_fragment_length": _default("rollout_fragment_length", 5),
+        "train_batch_size": _default("train_batch_size", 2000),
+        "lr": _default("lr", 7e-4),
+        "gamma": _default("gamma", 0.99),
+        "grad_clip": _default("grad_clip", 0.5),
+        "lambda_": Field(1.0, (float,), "training", low=0, high=1, doc="GAE lambda (1: n-step returns)"),
+        "vf_loss_coeff": Field(0.5, (float,), "training", low=0),
+        "entropy_coeff": Field(0.0, (float,), "training", low=0),
+        "rmsprop_alpha": Field(0.99, (float,), "training", low=0, high=1),
+        "rmsprop_eps": Field(1e-5, (float,), "training", low=0, low_open=True),
+        "normalize_advantages": Field(False, (bool,), "training"),
+    }
+    ALIASES = {"lambda": "lambda_", "vf_coeff": "vf_loss_coeff", "entropy_coef": "entropy_coeff"}
+
+    def validate_algorithm(self) -> None:
+        """An iteration must hold at least one update."""
+        if self.train_batch_size < self.total_envs * self.fragment_length():
+            raise ConfigError(f"config key 'train_batch_size' got {self.train_batch_size}; expected >= one update's "
+                              f"steps ({self.total_envs} envs x {self.fragment_length()} = "
+                              f"{self.total_envs * self.fragment_length()})")
+
+    @classmethod
+    def algo_class(cls) -> type:
+        """:class:`A2C`."""
+        return A2C
+
+
+class A2C(Algorithm):
+    """Synchronous advantage actor-critic on the shared runners."""
+
+    config: A2CConfig
+
+    def setup(self) -> None:
+        """RMSprop over the actor-critic's parameters."""
+        cfg = self.config
+        self.optimizer = RMSprop(self.module.parameters(), lr=cfg.lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps)
+
+    def training_step(self) -> dict[str, float]:
+        """Sample-and-update until ``train_batch_size`` env steps were sampled this iteration."""
+        cfg = self.config
+        updates = max(1, cfg.train_batch_size // (cfg.total_envs * cfg.fragment_length()))
+        sums = {"policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "grad_norm": 0.0}
+        for _ in range(updates):
+            batch = on_policy_batch(self.module, self.sample(), cfg.gamma, cfg.lambda_, self.device)
+            advantages = batch["advantages"]
+            if cfg.normalize_advantages and len(advantages) > 1:
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            dist_inputs, values = self.module(batch["obs"])
+            logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"])
+            policy_loss = -(logp * advantages).mean()
+            vf_loss = 0.5 * (values - batch["returns"]).pow(2).mean()
+            entropy_mean = entropy.mean()
+            loss = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy_mean
+            self.optimizer.zero_grad()
+            loss.backward()
+            grad_norm = nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip or float("inf"))
+            self.optimizer.step()
+            for key, value in (("policy_loss", policy_loss), ("vf_loss", vf_loss), ("entropy", entropy_mean),
+                               ("grad_norm", grad_norm)):
+                sums[key] += float(value.detach())
+        return {**{k: v / updates for k, v in sums.items()}, "num_gradient_updates": updates}
