@@ -27,12 +27,15 @@ _LAZY = {
     "Policy": "herdrl.policy",
     "A2C": "herdrl.algorithms.a2c",
     "A2CConfig": "herdrl.algorithms.a2c",
+    "TRPO": "herdrl.algorithms.trpo",
+    "TRPOConfig": "herdrl.algorithms.trpo",
 }
 
 if TYPE_CHECKING:
     from herdrl.algorithms.a2c import A2C, A2CConfig
     from herdrl.algorithms.base import Algorithm
     from herdrl.algorithms.ppo import PPO, PPOConfig
+    from herdrl.algorithms.trpo import TRPO, TRPOConfig
     from herdrl.config import AlgorithmConfig
     from herdrl.policy import Policy
 
@@ -48,4 +51,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["A2C", "A2CConfig", "Algorithm", "AlgorithmConfig", "AlgorithmNotFound", "ConfigError", "EnvError",
-           "HerdError", "PPO", "PPOConfig", "Policy", "register_env", "tune", "__version__"]
+           "HerdError", "PPO", "PPOConfig", "Policy", "TRPO", "TRPOConfig", "register_env", "tune", "__version__"]

@@ -122,6 +122,10 @@ class AlgorithmConfig:
         "sample_timeout_s": Field(600.0, (float,), "env_runners", low=0, low_open=True, allow_none=True,
                                   doc="a Ray runner that has not returned its fragment by then counts as failed"),
         "num_gpus": Field(0.0, (float,), "resources", low=0, doc="GPUs for the learner"),
+        "num_cpus_for_main_process": Field(
+            1, (int,), "resources", low=1,
+            doc="torch threads of the learner's process: 1 suits RL's small networks and never oversubscribes "
+                "cores shared with runners or other runs (spinning OpenMP threads then slow down ~100x)"),
         "address": Field(None, (str,), "resources", allow_none=True,
                          doc="Ray cluster to join (HOST:PORT or auto); None: a private Ray in this process"),
         "node_ip_address": Field(None, (str,), "resources", allow_none=True,

@@ -15,6 +15,7 @@ from herdrl.errors import AlgorithmNotFound, did_you_mean
 ALGORITHMS: dict[str, str] = {
     "PPO": "herdrl.algorithms.ppo:PPOConfig",
     "A2C": "herdrl.algorithms.a2c:A2CConfig",
+    "TRPO": "herdrl.algorithms.trpo:TRPOConfig",
 }
 
 # Names given to register_env -> creator(env_config) -> gymnasium.Env

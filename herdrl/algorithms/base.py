@@ -55,6 +55,8 @@ class Algorithm:
     def __init__(self, config: AlgorithmConfig, logger: Any = None) -> None:
         self.config = config
         self.logger = logger
+        if torch.get_num_threads() != config.num_cpus_for_main_process:
+            torch.set_num_threads(config.num_cpus_for_main_process)
         if config.seed is not None:
             torch.manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)

@@ -90,6 +90,26 @@ class ActorCritic(nn.Module):
         entropy = (log_std + 0.5 + _LOG_SQRT_2PI).sum(-1)
         return log_prob, entropy
 
+    def kl(self, old_inputs: torch.Tensor, new_inputs: torch.Tensor) -> torch.Tensor:
+        """KL(old || new) per sample, between the distributions two sets of head outputs describe."""
+        if self.discrete:
+            old_log_p, new_log_p = torch.log_softmax(old_inputs, -1), torch.log_softmax(new_inputs, -1)
+            return (old_log_p.exp() * (old_log_p - new_log_p)).sum(-1)
+        old_mean, old_log_std = self._mean_log_std(old_inputs)
+        new_mean, new_log_std = self._mean_log_std(new_inputs)
+        old_var, new_var = (2 * old_log_std).exp(), (2 * new_log_std).exp()
+        return (new_log_std - old_log_std + (old_var + (old_mean - new_mean).pow(2)) / (2 * new_var) - 0.5).sum(-1)
+
+    def policy_parameters(self) -> list[nn.Parameter]:
+        """The parameters that shape the action distribution (body, head, free log std)."""
+        params = [*self.pi_body.parameters(), *self.pi_head.parameters()]
+        return params + ([self.log_std] if self.log_std is not None else [])
+
+    def value_parameters(self) -> list[nn.Parameter]:
+        """The value function's own parameters (empty body when layers are shared)."""
+        body = [] if self.vf_body is None else list(self.vf_body.parameters())
+        return body + list(self.vf_head.parameters())
+
     @torch.no_grad()
     def act(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
         """Sample (``explore``) or pick the most likely action for a batch of observations."""

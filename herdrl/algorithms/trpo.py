@@ -1,0 +1,151 @@
+"""Trust Region Policy Optimization (Schulman et al. 2015), as in the seed document that parallelises its
+rollouts.
+
+Per iteration: one batch from the runners; GAE advantages; a natural-gradient policy step — conjugate
+gradient on the Fisher-vector product (the Hessian of the mean KL), scaled to the KL bound ``target_kl`` —
+accepted by a backtracking line search only if the surrogate improves and the KL stays within the bound;
+then a separate value-function fit (``num_critic_updates`` passes of Adam minibatches).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from herdrl.algorithms.base import Algorithm
+from herdrl.config import AlgorithmConfig, Field
+from herdrl.errors import ConfigError
+from herdrl.optim import Adam
+from herdrl.rollout.batch import on_policy_batch
+
+
+def _default(key: str, value: object) -> Field:
+    return dataclasses.replace(AlgorithmConfig.FIELDS[key], default=value)
+
+
+class TRPOConfig(AlgorithmConfig):
+    """TRPO settings; defaults follow the rl-baselines3-zoo CartPole-v1 settings (sb3-contrib names)."""
+
+    algo_name = "TRPO"
+    FIELDS = {
+        "num_envs_per_env_runner": _default("num_envs_per_env_runner", 8),
+        "train_batch_size": _default("train_batch_size", 1024),
+        "lr": _default("lr", 1e-3),  # the value function's Adam
+        "gamma": _default("gamma", 0.99),
+        "lambda_": Field(0.98, (float,), "training", low=0, high=1, doc="GAE lambda"),
+        "target_kl": Field(0.01, (float,), "training", low=0, low_open=True, doc="KL bound of a policy step"),
+        "cg_max_steps": Field(15, (int,), "training", low=1, doc="conjugate-gradient iterations"),
+        "cg_damping": Field(1e-3, (float,), "training", low=0, doc="added to the Fisher-vector product"),
+        "line_search_shrinking_factor": Field(0.8, (float,), "training", low=0, low_open=True, high=1),
+        "line_search_max_iter": Field(10, (int,), "training", low=1),
+        "num_critic_updates": Field(20, (int,), "training", low=1, doc="passes of the value fit per batch"),
+        "vf_minibatch_size": Field(512, (int,), "training", low=1),
+        "normalize_advantages": Field(True, (bool,), "training"),
+    }
+    ALIASES = {"lambda": "lambda_", "n_critic_updates": "num_critic_updates", "max_kl": "target_kl"}
+
+    def validate_algorithm(self) -> None:
+        """TRPO steps the policy and fits the value function separately: they cannot share layers."""
+        if self.model["vf_share_layers"]:
+            raise ConfigError("model key 'vf_share_layers' must be False for TRPO (separate policy and value steps)")
+
+    @classmethod
+    def algo_class(cls) -> type:
+        """:class:`TRPO`."""
+        return TRPO
+
+
+def conjugate_gradient(matvec, b: torch.Tensor, iterations: int, tol: float = 1e-10) -> torch.Tensor:
+    """Solve ``A x = b`` for a symmetric positive-definite ``A`` given as ``matvec``."""
+    x = torch.zeros_like(b)
+    r, p = b.clone(), b.clone()
+    rr = r @ r
+    for _ in range(iterations):
+        ap = matvec(p)
+        alpha = rr / (p @ ap + 1e-12)
+        x += alpha * p
+        r -= alpha * ap
+        rr_new = r @ r
+        if rr_new < tol:
+            break
+        p = r + (rr_new / rr) * p
+        rr = rr_new
+    return x
+
+
+class TRPO(Algorithm):
+    """TRPO on the shared runners; the policy step needs no optimizer, the value fit uses Adam."""
+
+    config: TRPOConfig
+
+    def setup(self) -> None:
+        """Adam for the value function only."""
+        self.optimizer = Adam(self.module.value_parameters(), lr=self.config.lr)
+
+    def training_step(self) -> dict[str, float]:
+        """One natural-gradient policy step and one value fit on a fresh batch."""
+        cfg = self.config
+        batch = on_policy_batch(self.module, self.sample(), cfg.gamma, cfg.lambda_, self.device)
+        metrics = self._policy_step(batch)
+        metrics["vf_loss"] = self._fit_value(batch)
+        return metrics
+
+    def _policy_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        cfg, module = self.config, self.module
+        params = module.policy_parameters()
+        advantages = batch["advantages"]
+        if cfg.normalize_advantages and len(advantages) > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        obs, actions, old_logp = batch["obs"], batch["actions"], batch["old_logp"]
+        with torch.no_grad():
+            old_inputs = module.pi_head(module.pi_body(obs))
+
+        def surrogate_and_kl() -> tuple[torch.Tensor, torch.Tensor]:
+            inputs = module.pi_head(module.pi_body(obs))
+            logp, _ = module.log_prob_entropy(inputs, actions)
+            return (torch.exp(logp - old_logp) * advantages).mean(), module.kl(old_inputs, inputs).mean()
+
+        surrogate, _ = surrogate_and_kl()
+        grad = parameters_to_vector(torch.autograd.grad(surrogate, params))
+        inputs = module.pi_head(module.pi_body(obs))
+        kl_grad = parameters_to_vector(torch.autograd.grad(module.kl(old_inputs, inputs).mean(), params,
+                                                           create_graph=True))
+
+        def fisher_vector(v: torch.Tensor) -> torch.Tensor:
+            hvp = torch.autograd.grad(kl_grad @ v, params, retain_graph=True)
+            return parameters_to_vector(hvp) + cfg.cg_damping * v
+
+        direction = conjugate_gradient(fisher_vector, grad, cfg.cg_max_steps)
+        curvature = direction @ fisher_vector(direction)
+        full_step = torch.sqrt(2 * cfg.target_kl / (curvature + 1e-12)) * direction
+        old_params = parameters_to_vector(params).detach()
+        old_surrogate = surrogate.item()
+        accepted, kl_value, new_surrogate = False, 0.0, old_surrogate
+        with torch.no_grad():
+            for i in range(cfg.line_search_max_iter):
+                vector_to_parameters(old_params + cfg.line_search_shrinking_factor ** i * full_step, params)
+                new, kl = surrogate_and_kl()
+                if kl.item() <= cfg.target_kl and new.item() > old_surrogate:
+                    accepted, kl_value, new_surrogate = True, kl.item(), new.item()
+                    break
+            if not accepted:
+                vector_to_parameters(old_params, params)
+        return {"policy_improvement": new_surrogate - old_surrogate, "kl": kl_value,
+                "line_search_accepted": float(accepted), "grad_norm": float(grad.norm())}
+
+    def _fit_value(self, batch: dict[str, torch.Tensor]) -> float:
+        cfg = self.config
+        size, total, count = len(batch["returns"]), 0.0, 0
+        minibatches = max(1, round(size / cfg.vf_minibatch_size))
+        for _ in range(cfg.num_critic_updates):
+            for idx in np.array_split(self.rng.permutation(size), minibatches):
+                idx = torch.from_numpy(idx).to(self.device)
+                loss = 0.5 * (self.module.value(batch["obs"][idx]) - batch["returns"][idx]).pow(2).mean()
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+                total, count = total + loss.item(), count + 1
+        return total / count

@@ -1,0 +1,36 @@
+import pytest
+import torch
+
+from herdrl import ConfigError, TRPOConfig
+from herdrl.algorithms.trpo import conjugate_gradient
+
+
+def test_trpo_solves_cartpole_within_a_fixed_budget():
+    algo = TRPOConfig().environment("CartPole-v1").debugging(seed=1).build()
+    result = algo.train()
+    assert result["kl"] <= algo.config.target_kl
+    while result["episode_return_mean"] < 475 and result["num_env_steps_sampled_lifetime"] < 250_000:
+        result = algo.train()
+    assert result["episode_return_mean"] >= 475, result
+    algo.stop()
+
+
+def test_trpo_policy_steps_respect_the_kl_bound_on_continuous_actions():
+    algo = TRPOConfig().environment("Pendulum-v1").training(train_batch_size=512).debugging(seed=0).build()
+    for _ in range(3):
+        result = algo.train()
+        assert result["kl"] <= 0.01 + 1e-6
+        assert result["line_search_accepted"] in (0.0, 1.0)
+    algo.stop()
+
+
+def test_conjugate_gradient_solves_a_spd_system():
+    a = torch.tensor([[4.0, 1.0], [1.0, 3.0]])
+    b = torch.tensor([1.0, 2.0])
+    x = conjugate_gradient(lambda v: a @ v, b, iterations=10)
+    assert torch.allclose(a @ x, b, atol=1e-5)
+
+
+def test_trpo_refuses_shared_layers():
+    with pytest.raises(ConfigError, match="'vf_share_layers' must be False for TRPO"):
+        TRPOConfig().environment("CartPole-v1").training(model={"vf_share_layers": True}).validate()
