@@ -25,6 +25,7 @@ HERD = str(Path(sys.executable).parent / "herd")
 # (algorithm, env, threshold, max env steps). Off-policy algorithms (DQN, SAC) join when they exist.
 CASES = [
     ("A2C", "CartPole-v1", 475.0, 500_000),
+    ("TRPO", "CartPole-v1", 475.0, 300_000),
     ("PPO", "Pendulum-v1", -200.0, 400_000),
 ]
 HERD_CONFIG = {("PPO", "Pendulum-v1"): ["-f", str(HERE.parent / "examples" / "pendulum-ppo.yaml")]}

@@ -9,6 +9,7 @@ import sys
 import time
 
 import numpy as np
+from sb3_contrib import TRPO
 from stable_baselines3 import A2C, PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
@@ -18,13 +19,15 @@ def linear(value: float):
     return lambda progress_remaining: progress_remaining * value
 
 
-# rl-baselines3-zoo hyperparams (ppo.yml, a2c.yml): n_envs and the model keyword arguments.
+# rl-baselines3-zoo hyperparams (ppo.yml, a2c.yml, trpo.yml): n_envs and the model keyword arguments.
 ZOO = {
     ("PPO", "CartPole-v1"): (8, PPO, dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
                                           ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2))),
     ("PPO", "Pendulum-v1"): (4, PPO, dict(n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
                                           learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4)),
     ("A2C", "CartPole-v1"): (8, A2C, dict(ent_coef=0.0)),
+    ("TRPO", "CartPole-v1"): (2, TRPO, dict(n_steps=512, batch_size=512, cg_damping=1e-3, gae_lambda=0.98,
+                                            gamma=0.99, learning_rate=1e-3, n_critic_updates=20)),
 }
 
 
