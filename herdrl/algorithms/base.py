@@ -135,7 +135,7 @@ class Algorithm:
             "time_this_iter_s": elapsed,
             "time_total_s": self.time_total_s,
             "sample_time_s": self._iter_sample_time,
-            "learn_time_s": elapsed - self._iter_sample_time,
+            "learn_time_s": elapsed - self._iter_sample_time - evaluation.get("evaluation/time_s", 0.0),
             **evaluation,
         }
         self.last_result = result
