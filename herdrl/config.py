@@ -19,6 +19,7 @@ scripts (``num_workers``, ``.rollouts(num_rollout_workers=...)``,
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -80,6 +81,11 @@ class Field:
         else:
             text = names
         return text + (" or None" if self.allow_none else "")
+
+
+def shared_field(key: str, default: Any) -> Field:
+    """A key every algorithm has (``AlgorithmConfig.FIELDS``), with an algorithm's own default."""
+    return dataclasses.replace(AlgorithmConfig.FIELDS[key], default=default)
 
 
 # Keys of the ``model`` dict (RLlib's names) and their defaults.

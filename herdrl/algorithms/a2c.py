@@ -8,19 +8,13 @@ checkpoints happen per iteration, not per tiny update.
 
 from __future__ import annotations
 
-import dataclasses
-
 from torch import nn
 
 from herdrl.algorithms.base import Algorithm
-from herdrl.config import AlgorithmConfig, Field
+from herdrl.config import AlgorithmConfig, Field, shared_field
 from herdrl.errors import ConfigError
 from herdrl.optim import RMSprop
 from herdrl.rollout.batch import on_policy_batch
-
-
-def _default(key: str, value: object) -> Field:
-    return dataclasses.replace(AlgorithmConfig.FIELDS[key], default=value)
 
 
 class A2CConfig(AlgorithmConfig):
@@ -28,12 +22,12 @@ class A2CConfig(AlgorithmConfig):
 
     algo_name = "A2C"
     FIELDS = {
-        "num_envs_per_env_runner": _default("num_envs_per_env_runner", 8),
-        "rollout_fragment_length": _default("rollout_fragment_length", 5),
-        "train_batch_size": _default("train_batch_size", 2000),
-        "lr": _default("lr", 7e-4),
-        "gamma": _default("gamma", 0.99),
-        "grad_clip": _default("grad_clip", 0.5),
+        "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 8),
+        "rollout_fragment_length": shared_field("rollout_fragment_length", 5),
+        "train_batch_size": shared_field("train_batch_size", 2000),
+        "lr": shared_field("lr", 7e-4),
+        "gamma": shared_field("gamma", 0.99),
+        "grad_clip": shared_field("grad_clip", 0.5),
         "lambda_": Field(1.0, (float,), "training", low=0, high=1, doc="GAE lambda (1: n-step returns)"),
         "vf_loss_coeff": Field(0.5, (float,), "training", low=0),
         "entropy_coeff": Field(0.0, (float,), "training", low=0),

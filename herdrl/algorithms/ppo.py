@@ -7,21 +7,15 @@ Sampling, result rows and the train loop are shared (``base.py``).
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import torch
 from torch import nn
 
 from herdrl.algorithms.base import Algorithm
-from herdrl.config import AlgorithmConfig, Field
+from herdrl.config import AlgorithmConfig, Field, shared_field
 from herdrl.errors import ConfigError
 from herdrl.optim import Adam
 from herdrl.rollout.batch import on_policy_batch
-
-
-def _default(key: str, value: object) -> Field:
-    return dataclasses.replace(AlgorithmConfig.FIELDS[key], default=value)
 
 
 class PPOConfig(AlgorithmConfig):
@@ -30,11 +24,11 @@ class PPOConfig(AlgorithmConfig):
     algo_name = "PPO"
     FIELDS = {
         # Shared keys with PPO's defaults.
-        "num_envs_per_env_runner": _default("num_envs_per_env_runner", 16),
-        "train_batch_size": _default("train_batch_size", 1024),
-        "lr": _default("lr", 2e-3),
-        "gamma": _default("gamma", 0.98),
-        "grad_clip": _default("grad_clip", 0.5),
+        "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 16),
+        "train_batch_size": shared_field("train_batch_size", 1024),
+        "lr": shared_field("lr", 2e-3),
+        "gamma": shared_field("gamma", 0.98),
+        "grad_clip": shared_field("grad_clip", 0.5),
         # PPO's own keys (RLlib's names).
         "minibatch_size": Field(256, (int,), "training", low=1, doc="samples per gradient step"),
         "num_epochs": Field(10, (int,), "training", low=1, doc="passes over each train batch"),

@@ -9,21 +9,15 @@ then a separate value-function fit (``num_critic_updates`` passes of Adam miniba
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from herdrl.algorithms.base import Algorithm
-from herdrl.config import AlgorithmConfig, Field
+from herdrl.config import AlgorithmConfig, Field, shared_field
 from herdrl.errors import ConfigError
 from herdrl.optim import Adam
 from herdrl.rollout.batch import on_policy_batch
-
-
-def _default(key: str, value: object) -> Field:
-    return dataclasses.replace(AlgorithmConfig.FIELDS[key], default=value)
 
 
 class TRPOConfig(AlgorithmConfig):
@@ -31,10 +25,10 @@ class TRPOConfig(AlgorithmConfig):
 
     algo_name = "TRPO"
     FIELDS = {
-        "num_envs_per_env_runner": _default("num_envs_per_env_runner", 8),
-        "train_batch_size": _default("train_batch_size", 1024),
-        "lr": _default("lr", 1e-3),  # the value function's Adam
-        "gamma": _default("gamma", 0.99),
+        "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 8),
+        "train_batch_size": shared_field("train_batch_size", 1024),
+        "lr": shared_field("lr", 1e-3),  # the value function's Adam
+        "gamma": shared_field("gamma", 0.99),
         "lambda_": Field(0.98, (float,), "training", low=0, high=1, doc="GAE lambda"),
         "target_kl": Field(0.01, (float,), "training", low=0, low_open=True, doc="KL bound of a policy step"),
         "cg_max_steps": Field(15, (int,), "training", low=1, doc="conjugate-gradient iterations"),
