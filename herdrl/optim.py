@@ -15,26 +15,38 @@ from collections.abc import Iterable
 import torch
 
 
-class Adam:
-    """Adam (Kingma & Ba, 2015) over a list of parameters; ``lr`` may be changed between steps."""
+class _Optimizer:
+    """What both optimizers share: the parameter list, ``zero_grad`` and picking the parameters with gradients."""
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float) -> None:
         self.params = [p for p in params if p.requires_grad]
-        self.lr, self.betas, self.eps = lr, betas, eps
+        self.lr = lr
         self.steps = 0
-        self.exp_avg = [torch.zeros_like(p) for p in self.params]
-        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
 
     def zero_grad(self) -> None:
         """Drop the gradients (set them to None)."""
         for p in self.params:
             p.grad = None
 
+    def _live(self) -> list[int]:
+        """Indices of the parameters that have a gradient (the others are skipped by ``step``)."""
+        return [i for i, p in enumerate(self.params) if p.grad is not None]
+
+
+class Adam(_Optimizer):
+    """Adam (Kingma & Ba, 2015) over a list of parameters; ``lr`` may be changed between steps."""
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        super().__init__(params, lr)
+        self.betas, self.eps = betas, eps
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+
     @torch.no_grad()
     def step(self) -> None:
         """One Adam update from the parameters' current gradients (parameters without one are skipped)."""
-        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        live = self._live()
         if not live:
             return
         params = [self.params[i] for i in live]
@@ -69,25 +81,19 @@ class Adam:
             mine.copy_(theirs)
 
 
-class RMSprop:
+class RMSprop(_Optimizer):
     """RMSprop as ``torch.optim.RMSprop`` with default flags (no momentum, not centered); A2C's optimizer."""
 
     def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = 1e-2, alpha: float = 0.99,
                  eps: float = 1e-8) -> None:
-        self.params = [p for p in params if p.requires_grad]
-        self.lr, self.alpha, self.eps = lr, alpha, eps
-        self.steps = 0
+        super().__init__(params, lr)
+        self.alpha, self.eps = alpha, eps
         self.square_avg = [torch.zeros_like(p) for p in self.params]
-
-    def zero_grad(self) -> None:
-        """Drop the gradients (set them to None)."""
-        for p in self.params:
-            p.grad = None
 
     @torch.no_grad()
     def step(self) -> None:
         """One RMSprop update from the parameters' current gradients."""
-        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        live = self._live()
         if not live:
             return
         params = [self.params[i] for i in live]
