@@ -29,11 +29,14 @@ _LAZY = {
     "A2CConfig": "herdrl.algorithms.a2c",
     "TRPO": "herdrl.algorithms.trpo",
     "TRPOConfig": "herdrl.algorithms.trpo",
+    "DQN": "herdrl.algorithms.dqn",
+    "DQNConfig": "herdrl.algorithms.dqn",
 }
 
 if TYPE_CHECKING:
     from herdrl.algorithms.a2c import A2C, A2CConfig
     from herdrl.algorithms.base import Algorithm
+    from herdrl.algorithms.dqn import DQN, DQNConfig
     from herdrl.algorithms.ppo import PPO, PPOConfig
     from herdrl.algorithms.trpo import TRPO, TRPOConfig
     from herdrl.config import AlgorithmConfig
@@ -50,5 +53,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'herdrl' has no attribute '{name}'")
 
 
-__all__ = ["A2C", "A2CConfig", "Algorithm", "AlgorithmConfig", "AlgorithmNotFound", "ConfigError", "EnvError",
+__all__ = ["A2C", "A2CConfig", "Algorithm", "AlgorithmConfig", "AlgorithmNotFound", "ConfigError", "DQN", "DQNConfig",
+           "EnvError",
            "HerdError", "PPO", "PPOConfig", "Policy", "TRPO", "TRPOConfig", "register_env", "tune", "__version__"]

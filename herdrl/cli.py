@@ -252,7 +252,8 @@ def _train(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every or None, keep_checkpoints_num=args.keep_checkpoints_num,
         checkpoint_score_attr=args.checkpoint_score_attr)
     result = outcome.result
-    summary = (f"{outcome.stopped_by}: episode_return_mean {result.get('episode_return_mean', float('nan')):.1f} "
+    metric = getattr(config, "stop_metric", "episode_return_mean")
+    summary = (f"{outcome.stopped_by}: {metric} {result.get(metric, float('nan')):.1f} "
                f"after {result.get('num_env_steps_sampled_lifetime', 0):,} env steps, "
                f"{result.get('training_iteration', 0)} iterations, {result.get('time_total_s', 0.0):.1f} s; "
                f"results in {outcome.logdir}")

@@ -373,6 +373,18 @@ class AlgorithmConfig:
             return max(1, math.ceil(self.train_batch_size / self.total_envs))
         return int(self.rollout_fragment_length)
 
+    def build_module(self, obs_dim: int, action_space: Any) -> Any:
+        """The network this algorithm learns (an actor-critic by default); runners build the same."""
+        from herdrl.models import ActorCritic
+
+        return ActorCritic(obs_dim, action_space, self.model)
+
+    def runner_policy(self, module: Any, rng: Any) -> Any:
+        """How runners pick actions with ``module``: its numpy twin where it has one, else torch."""
+        from herdrl.models import NumpyPolicy, TorchPolicy
+
+        return NumpyPolicy(module, rng) if NumpyPolicy.supports(module) else TorchPolicy(module)
+
     def build(self, logger: Any = None) -> Any:
         """Validate and return the algorithm (e.g. ``PPO``) ready to ``train()``.
 

@@ -140,6 +140,7 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     from herdrl.checkpoint import prune
 
     config.validate()
+    metric = getattr(config, "stop_metric", "episode_return_mean")  # off-policy: greedy evaluation returns
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every got {checkpoint_every}; expected an int >= 1 or None")
     criteria = normalize_stop(stop)
@@ -147,7 +148,7 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     default_stop = not criteria
     if default_stop:
         if threshold is not None:
-            criteria["episode_return_mean"] = threshold
+            criteria[metric] = threshold
         criteria["num_env_steps_sampled_lifetime"] = budget or DEFAULT_STEP_BUDGET
     experiment = name or re.sub(r"[^A-Za-z0-9_.-]+", "_", str(config.env))
     checkpoint = None
@@ -159,7 +160,7 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
             logdir = _unique_dir(logdir)
         elif (logdir / "result.json").exists():
             raise ConfigError(f"trial {logdir} exists: add --resume to continue it, or choose another --trial")
-    console = None if quiet else ConsoleReporter(target=criteria.get("episode_return_mean"))
+    console = None if quiet else ConsoleReporter(target=criteria.get(metric), metric=metric)
     if console and config.num_env_runners > 0:
         where = config.address or os.environ.get("RAY_ADDRESS") or "a private Ray on this machine"
         console.message(f"starting {config.num_env_runners} env runner(s) on {where} ...")
@@ -212,8 +213,8 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         algo.stop()
     solved = None
     if threshold is not None and result:
-        solved = result["episode_return_mean"] >= threshold
-    if default_stop and stopped_by == "episode_return_mean":
+        solved = result.get(metric, -math.inf) >= threshold
+    if default_stop and stopped_by == metric:
         stopped_by = "solved"
     elif default_stop and stopped_by == "num_env_steps_sampled_lifetime":
         stopped_by = "budget"

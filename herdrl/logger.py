@@ -50,17 +50,20 @@ def _int(value: Any) -> float:
 class ConsoleReporter:
     """One line per iteration: iteration, steps, return (and the target), speed."""
 
-    def __init__(self, target: float | None = None) -> None:
+    def __init__(self, target: float | None = None, metric: str = "episode_return_mean") -> None:
         from rich.console import Console
 
         self.console = Console(highlight=False)
         self.target = target
+        self.metric = metric  # the return the target applies to (greedy evaluation for off-policy)
 
     def report(self, result: dict[str, Any]) -> None:
         """Print the progress line of one result row."""
-        ret = result["episode_return_mean"]
+        ret = result.get(self.metric, math.nan)
         ret_text = "     -" if math.isnan(ret) else f"{ret:8.1f}"
         target = f"/{self.target:g}" if self.target is not None else ""
+        if self.metric != "episode_return_mean":
+            ret_text = f"{result['episode_return_mean']:8.1f}  eval {ret_text}"
         self.console.print(
             f"iter {result['training_iteration']:4d}  steps {result['num_env_steps_sampled_lifetime']:>9,}  "
             f"return {ret_text}{target}  episodes {result['num_episodes_lifetime']:>6,}  "

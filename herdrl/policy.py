@@ -15,13 +15,12 @@ import numpy as np
 import torch
 
 from herdrl.env import ObsEncoder
-from herdrl.models import ActorCritic
 
 
 class Policy:
     """An actor-critic module with the spaces it was trained on."""
 
-    def __init__(self, module: ActorCritic, observation_space: gym.Space, action_space: gym.Space) -> None:
+    def __init__(self, module: torch.nn.Module, observation_space: gym.Space, action_space: gym.Space) -> None:
         self.module = module
         self.observation_space = observation_space
         self.action_space = action_space
@@ -32,11 +31,13 @@ class Policy:
     def from_checkpoint(cls, path: str | Path) -> Policy:
         """Load the policy of a checkpoint (or of the newest valid checkpoint in a trial directory)."""
         from herdrl.checkpoint import CheckpointError, read_meta, read_tensors, space_from_json
+        from herdrl.registry import get_config_class
 
         meta = read_meta(Path(path))
         obs_space = space_from_json(meta["spaces"]["observation"])
         action_space = space_from_json(meta["spaces"]["action"])
-        module = ActorCritic(ObsEncoder(obs_space).dim, action_space, meta["config"]["model"])
+        config = get_config_class(meta["algorithm"]).from_dict(meta["config"])
+        module = config.build_module(ObsEncoder(obs_space).dim, action_space)
         try:
             module.load_state_dict(read_tensors(meta["path"])["learner"]["module"])
         except (KeyError, RuntimeError) as exc:

@@ -16,6 +16,7 @@ ALGORITHMS: dict[str, str] = {
     "PPO": "herdrl.algorithms.ppo:PPOConfig",
     "A2C": "herdrl.algorithms.a2c:A2CConfig",
     "TRPO": "herdrl.algorithms.trpo:TRPOConfig",
+    "DQN": "herdrl.algorithms.dqn:DQNConfig",
 }
 
 # Names given to register_env -> creator(env_config) -> gymnasium.Env

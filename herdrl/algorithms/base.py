@@ -28,7 +28,6 @@ from herdrl.checkpoint import (
 from herdrl.config import AlgorithmConfig
 from herdrl.env import ObsEncoder, env_reward_threshold
 from herdrl.errors import ConfigError
-from herdrl.models import ActorCritic
 from herdrl.policy import Policy
 from herdrl.rollout import Fragment
 from herdrl.rollout.group import make_runner_group
@@ -67,7 +66,7 @@ class Algorithm:
         self.observation_space: gym.Space = self.runners.observation_space
         self.action_space: gym.Space = self.runners.action_space
         self.encode = ObsEncoder(self.observation_space)
-        self.module = ActorCritic(self.encode.dim, self.action_space, config.model).to(self.device)
+        self.module = config.build_module(self.encode.dim, self.action_space).to(self.device)
         self.policy = Policy(self.module, self.observation_space, self.action_space)
         self.last_result: dict[str, Any] = {}
         self._evaluator: Any = None
@@ -89,10 +88,10 @@ class Algorithm:
         """Sample, update, and return the learner's metrics (losses, ...)."""
         raise NotImplementedError
 
-    def sample(self) -> list[Fragment]:
-        """Send the current weights to the runners and collect one fragment from each."""
+    def sample(self, exploration: dict[str, Any] | None = None) -> list[Fragment]:
+        """Send the current weights (and ``exploration`` settings) to the runners; collect a fragment from each."""
         start = time.perf_counter()
-        fragments = self.runners.sample(self.get_weights())
+        fragments = self.runners.sample(self.get_weights(), exploration)
         for fragment in fragments:
             self._iter_steps += fragment.env_steps
             self._iter_episodes += len(fragment.episode_returns)

@@ -37,9 +37,10 @@ class LocalRunnerGroup:
         self.observation_space: gym.Space = self.runner.observation_space
         self.action_space: gym.Space = self.runner.action_space
 
-    def sample(self, weights: dict[str, Any]) -> list[Fragment]:
-        """One fragment from the local runner, sampled with ``weights``."""
+    def sample(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None) -> list[Fragment]:
+        """One fragment from the local runner, sampled with ``weights`` (and ``exploration`` settings)."""
         self.runner.set_weights(weights)
+        self.runner.set_exploration(exploration)
         return [self.runner.sample()]
 
     def stop(self) -> None:
@@ -144,12 +145,12 @@ class RayRunnerGroup:
             num_cpus=self.config.num_cpus_per_env_runner, scheduling_strategy=strategy, max_restarts=0,
         ).remote(self.config, index + 1, self._creators)
 
-    def sample(self, weights: dict[str, Any]) -> list[Fragment]:
+    def sample(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None) -> list[Fragment]:
         """One fragment from every healthy runner, in parallel; failed runners are handled per config."""
         import ray
 
         weights_ref = ray.put(weights)  # one copy in the object store, shared by every runner
-        calls = [(i, actor.sample_with.remote(weights_ref)) for i, actor in enumerate(self.actors)
+        calls = [(i, actor.sample_with.remote(weights_ref, exploration)) for i, actor in enumerate(self.actors)
                  if actor is not None]
         # Bounded wait: a runner stuck in its env, or a replacement that cannot be placed, must not hang us.
         ready, _ = ray.wait([ref for _, ref in calls], num_returns=len(calls), timeout=self.config.sample_timeout_s)

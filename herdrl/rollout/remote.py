@@ -30,10 +30,12 @@ class RemoteEnvRunner(EnvRunner):
         """The single-env observation and action spaces."""
         return self.observation_space, self.action_space
 
-    def sample_with(self, weights: dict[str, Any], num_steps: int | None = None) -> Fragment:
-        """Load ``weights``, then sample one fragment (one call, so a dead actor fails once)."""
+    def sample_with(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None) -> Fragment:
+        """Load ``weights`` (and exploration settings), then sample one fragment (one call: a dead actor
+        fails once)."""
         self.set_weights(weights)
-        return self.sample(num_steps)
+        self.set_exploration(exploration)
+        return self.sample()
 
     def pid(self) -> int:
         """This actor's process id (tests kill it to check fault tolerance)."""

@@ -18,7 +18,6 @@ import numpy as np
 from herdrl.config import AlgorithmConfig
 from herdrl.env import ObsEncoder, make_vector_env
 from herdrl.errors import EnvError
-from herdrl.models import ActorCritic, NumpyPolicy, TorchPolicy
 
 
 @dataclass
@@ -56,12 +55,11 @@ class EnvRunner:
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
         self.encode = ObsEncoder(self.observation_space)
-        self.module = ActorCritic(self.encode.dim, self.action_space, config.model)
+        self.module = config.build_module(self.encode.dim, self.action_space)
         self.module.requires_grad_(False)
         seed = config.seed
         self._rng = np.random.default_rng(None if seed is None else [seed, worker_index])
-        supported = NumpyPolicy.supports(self.module)
-        self.policy = NumpyPolicy(self.module, self._rng) if supported else TorchPolicy(self.module)
+        self.policy = config.runner_policy(self.module, self._rng)
         self._discrete = isinstance(self.action_space, gym.spaces.Discrete)
         self._action_start = int(self.action_space.start) if self._discrete else 0
         if not self._discrete:
@@ -86,6 +84,11 @@ class EnvRunner:
             if value.shape != tuple(own[key].shape):
                 raise ValueError(f"weight '{key}' has shape {value.shape}, expected {tuple(own[key].shape)}")
             own[key].numpy()[...] = value  # read-only object-store arrays are fine: we copy out of them
+
+    def set_exploration(self, params: dict[str, Any] | None) -> None:
+        """Exploration settings the algorithm changes over time (e.g. DQN's ``epsilon``)."""
+        for key, value in (params or {}).items():
+            setattr(self.policy, key, value)
 
     def _env_error(self, exc: Exception) -> EnvError:
         """The user's env code failed: name it in one line, keep the cause for --debug."""

@@ -1,0 +1,131 @@
+"""Replay buffers for off-policy algorithms: uniform and prioritized (proportional, Schaul et al. 2016).
+
+Transitions are stored as numpy rings: ``obs``, ``actions``, ``rewards`` (the n-step discounted sum),
+``next_obs`` and ``discounts`` (gamma**k for a k-step transition, 0 when the episode terminated inside it,
+so a truncated episode still bootstraps from its final observation).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from herdrl.rollout.runner import Fragment
+
+
+def fragment_transitions(fragment: Fragment, gamma: float, n_step: int = 1) -> dict[str, np.ndarray]:
+    """The real steps of a fragment as (n-step) transitions; n-step sums are cut at episode and fragment ends."""
+    steps, envs = fragment.rewards.shape
+    rewards = np.zeros((steps, envs), np.float32)
+    discounts = np.ones((steps, envs), np.float32)
+    next_index = np.tile(np.arange(steps)[:, None], (1, envs))
+    alive = np.ones((steps, envs), bool)  # still adding rewards to each transition
+    for k in range(n_step):
+        t_k = np.arange(steps)[:, None] + k
+        inside = (t_k < steps) & alive
+        t_k = np.minimum(t_k, steps - 1)
+        cols = np.arange(envs)[None, :]
+        r = fragment.rewards[t_k, cols]
+        rewards += np.where(inside, discounts * r, 0.0)
+        discounts = np.where(inside, discounts * gamma, discounts)
+        next_index = np.where(inside, t_k, next_index)
+        ended = fragment.terminateds[t_k, cols] | fragment.truncateds[t_k, cols]
+        discounts = np.where(inside & fragment.terminateds[t_k, cols], 0.0, discounts)
+        alive = inside & ~ended
+    valid = fragment.valid
+    cols = np.broadcast_to(np.arange(envs)[None, :], (steps, envs))
+    return {
+        "obs": fragment.obs[:-1][valid],
+        "actions": fragment.actions[valid],
+        "rewards": rewards[valid],
+        "next_obs": fragment.obs[next_index + 1, cols][valid],
+        "discounts": discounts[valid],
+    }
+
+
+class ReplayBuffer:
+    """Uniform replay over the last ``capacity`` transitions."""
+
+    def __init__(self, capacity: int, obs_dim: int, rng: np.random.Generator) -> None:
+        self.capacity, self.rng = capacity, rng
+        self.obs = np.zeros((capacity, obs_dim), np.float32)
+        self.next_obs = np.zeros((capacity, obs_dim), np.float32)
+        self.actions = np.zeros(capacity, np.int64)
+        self.rewards = np.zeros(capacity, np.float32)
+        self.discounts = np.zeros(capacity, np.float32)
+        self.size = self.cursor = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """Store transitions (oldest overwritten); return the slots they went to."""
+        n = len(batch["rewards"])
+        slots = (self.cursor + np.arange(n)) % self.capacity
+        for key in ("obs", "next_obs", "actions", "rewards", "discounts"):
+            getattr(self, key)[slots] = batch[key]
+        self.cursor = (self.cursor + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+        return slots
+
+    def sample(self, batch_size: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """(transitions, slots, importance weights) of ``batch_size`` transitions drawn uniformly."""
+        slots = self.rng.integers(0, self.size, batch_size)
+        return self._gather(slots), slots, np.ones(batch_size, np.float32)
+
+    def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
+        """Uniform replay ignores priorities."""
+
+    def _gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+        return {key: getattr(self, key)[slots] for key in ("obs", "next_obs", "actions", "rewards", "discounts")}
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritized replay: P(i) ~ p_i**alpha, importance weights (N P(i))**-beta / max."""
+
+    def __init__(self, capacity: int, obs_dim: int, rng: np.random.Generator, alpha: float = 0.6,
+                 beta: float = 0.4, eps: float = 1e-6) -> None:
+        super().__init__(capacity, obs_dim, rng)
+        self.alpha, self.beta, self.eps = alpha, beta, eps
+        self.tree_size = 1
+        while self.tree_size < capacity:
+            self.tree_size *= 2
+        self.tree = np.zeros(2 * self.tree_size)  # sum tree; leaves hold p_i**alpha
+        self.max_priority = 1.0
+
+    def _set(self, slots: np.ndarray, values: np.ndarray) -> None:
+        nodes = slots + self.tree_size
+        self.tree[nodes] = values
+        nodes //= 2
+        while nodes[0] >= 1:
+            nodes = np.unique(nodes)
+            self.tree[nodes] = self.tree[2 * nodes] + self.tree[2 * nodes + 1]
+            nodes //= 2
+            if nodes[0] == 0:
+                break
+
+    def add(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """Store transitions with the highest priority seen so far (each is replayed at least once soon)."""
+        slots = super().add(batch)
+        self._set(slots, np.full(len(slots), self.max_priority ** self.alpha))
+        return slots
+
+    def sample(self, batch_size: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """Draw proportionally to priority (stratified); return importance weights too."""
+        total = self.tree[1]
+        targets = (np.arange(batch_size) + self.rng.random(batch_size)) * (total / batch_size)
+        nodes = np.ones(batch_size, np.int64)
+        while nodes[0] < self.tree_size:  # walk down: left if the target fits in the left subtree
+            left = 2 * nodes
+            go_right = targets > self.tree[left]
+            targets = np.where(go_right, targets - self.tree[left], targets)
+            nodes = np.where(go_right, left + 1, left)
+        slots = np.minimum(nodes - self.tree_size, self.size - 1)
+        probs = self.tree[slots + self.tree_size] / total
+        weights = (self.size * np.maximum(probs, 1e-12)) ** -self.beta
+        return self._gather(slots), slots, (weights / weights.max()).astype(np.float32)
+
+    def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
+        """Set priorities to |TD error| + eps."""
+        priorities = np.abs(td_errors) + self.eps
+        self.max_priority = max(self.max_priority, float(priorities.max()))
+        self._set(slots, priorities ** self.alpha)

@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+import torch
+
+from herdrl import Algorithm, ConfigError, DQNConfig
+from herdrl.buffers import PrioritizedReplayBuffer, ReplayBuffer, fragment_transitions
+from herdrl.cli import main
+from herdrl.rollout import Fragment
+
+
+def test_dqn_greedy_policy_solves_cartpole_within_a_fixed_budget():
+    algo = DQNConfig().environment("CartPole-v1").debugging(seed=1).build()
+    result = algo.train()
+    assert result["epsilon"] < 1.0 and "evaluation/episode_return_mean" in result
+    while result["evaluation/episode_return_mean"] < 475 and result["num_env_steps_sampled_lifetime"] < 60_000:
+        result = algo.train()
+    assert result["evaluation/episode_return_mean"] >= 475, result
+    algo.stop()
+
+
+@pytest.mark.parametrize("options", [
+    {"replay_buffer_config": {"type": "prioritized"}, "dueling": True},
+    {"n_step": 3, "double_q": False, "tau": 0.05},
+])
+def test_dqn_variants_train(options):
+    config = (DQNConfig().environment("CartPole-v1").training(num_steps_sampled_before_learning_starts=256,
+                                                                min_sample_timesteps_per_iteration=512, **options)
+              .debugging(seed=0))
+    algo = config.build()
+    results = [algo.train() for _ in range(3)]
+    assert results[-1]["num_gradient_updates"] > 0 and np.isfinite(results[-1]["loss"])
+    algo.stop()
+
+
+def test_dqn_checkpoint_keeps_the_target_network(tmp_path):
+    algo = DQNConfig().environment("CartPole-v1").training(num_steps_sampled_before_learning_starts=256).build()
+    algo.train()
+    restored = Algorithm.from_checkpoint(algo.save(tmp_path / "ckpt"))
+    for a, b in zip(algo.target.parameters(), restored.target.parameters(), strict=True):
+        assert torch.equal(a, b)
+    obs = np.zeros(4, np.float32)
+    assert restored.compute_single_action(obs) == algo.compute_single_action(obs)
+
+
+def test_dqn_rejects_box_actions_and_bad_replay_settings():
+    with pytest.raises(ConfigError, match="DQN needs Discrete actions"):
+        DQNConfig().environment("Pendulum-v1").build()
+    with pytest.raises(ConfigError, match="replay_buffer_config type got 'fifo'"):
+        DQNConfig().environment("CartPole-v1").training(replay_buffer_config={"type": "fifo"}).validate()
+    with pytest.raises(ConfigError, match="unknown config key 'clip_param' for DQN"):
+        DQNConfig().training(clip_param=0.2)
+
+
+def test_herd_train_dqn_stops_on_the_evaluation_return(tmp_path, capsys):
+    code = main(["train", "dqn", "--env", "CartPole-v1", "--budget", "2000", "--quiet", "--output", str(tmp_path)])
+    assert code == 3
+    assert capsys.readouterr().err.startswith("budget: evaluation/episode_return_mean")
+
+
+def fragment(rewards, terminated, truncated, valid):
+    steps = len(rewards)
+    obs = np.arange(steps + 1, dtype=np.float32).reshape(steps + 1, 1, 1)
+    to = lambda x, dtype: np.asarray(x, dtype).reshape(steps, 1)  # noqa: E731
+    return Fragment(obs, np.zeros((steps, 1), np.int64), to(rewards, np.float32), to(terminated, bool),
+                    to(truncated, bool), to(valid, bool))
+
+
+def test_n_step_transitions_stop_at_episode_ends_and_bootstrap_truncation():
+    # steps: 0, 1 (terminates), 2 (reset-only), 3, 4 (truncated)
+    frag = fragment([1, 2, 0, 4, 5], [0, 1, 0, 0, 0], [0, 0, 0, 0, 1], [1, 1, 0, 1, 1])
+    one = fragment_transitions(frag, gamma=0.5, n_step=1)
+    assert one["rewards"].tolist() == [1, 2, 4, 5]
+    assert one["discounts"].tolist() == [0.5, 0.0, 0.5, 0.5]  # the truncated step still bootstraps
+    assert one["next_obs"][:, 0].tolist() == [1, 2, 4, 5]
+    two = fragment_transitions(frag, gamma=0.5, n_step=2)
+    assert two["rewards"].tolist() == [1 + 0.5 * 2, 2, 4 + 0.5 * 5, 5]
+    assert two["discounts"].tolist() == [0.0, 0.0, 0.25, 0.5]
+    assert two["next_obs"][:, 0].tolist() == [2, 2, 5, 5]
+
+
+def test_replay_buffers_store_sample_and_prioritize():
+    rng = np.random.default_rng(0)
+    data = {"obs": np.arange(8, dtype=np.float32)[:, None], "next_obs": np.zeros((8, 1), np.float32),
+            "actions": np.zeros(8, np.int64), "rewards": np.arange(8, dtype=np.float32),
+            "discounts": np.ones(8, np.float32)}
+    uniform = ReplayBuffer(6, 1, rng)
+    uniform.add(data)
+    assert len(uniform) == 6 and sorted(uniform.rewards.tolist()) == [2, 3, 4, 5, 6, 7]  # oldest overwritten
+    prioritized = PrioritizedReplayBuffer(8, 1, rng, alpha=1.0, beta=1.0)
+    slots = prioritized.add(data)
+    prioritized.update_priorities(slots, np.where(slots == 3, 10.0, 1.0) - prioritized.eps)
+    batch, sampled, weights = prioritized.sample(4000)
+    assert (sampled == 3).mean() == pytest.approx(10 / 17, abs=0.03)  # p_i / sum p
+    assert batch["rewards"][sampled == 3][0] == 3.0
+    assert weights[sampled == 3].max() == pytest.approx(0.1 * weights[sampled != 3].max(), rel=1e-3)
