@@ -1,7 +1,8 @@
 """Each algorithm to its threshold, 3 seeds, side by side with Stable-Baselines3 (zoo hyperparameters).
 
 Time from process start (imports included) to the first result whose 100-episode mean return reaches the
-threshold, and the env steps used. herdrl runs as a user runs it (`herd train ALGO --env ENV --stop-reward T`,
+threshold, and the env steps used (DQN: the greedy evaluation mean, 10 episodes every 1000 env steps in both
+tools). herdrl runs as a user runs it (`herd train ALGO --env ENV --stop-reward T`,
 spawn -> exit, teardown counted against it); SB3 runs `sb3_runner.py` (spawn -> its SOLVED line). The peer
 budget is SB3's median steps; the target is every herdrl seed within 2x of it, and a lower median time.
 
@@ -22,27 +23,32 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 HERD = str(Path(sys.executable).parent / "herd")
 
-# (algorithm, env, threshold, max env steps). Off-policy algorithms (DQN, SAC) join when they exist.
+# (algorithm, env, threshold, max env steps). Off-policy algorithms are judged on greedy evaluation returns.
 CASES = [
+    ("DQN", "CartPole-v1", 475.0, 100_000),
     ("A2C", "CartPole-v1", 475.0, 500_000),
     ("TRPO", "CartPole-v1", 475.0, 300_000),
     ("PPO", "Pendulum-v1", -200.0, 400_000),
 ]
+OFF_POLICY = {"DQN", "SAC"}
 HERD_CONFIG = {("PPO", "Pendulum-v1"): ["-f", str(HERE.parent / "examples" / "pendulum-ppo.yaml")]}
 
 
 def run_herdrl(algo: str, env: str, target: float, budget: int, seed: int, out: str) -> dict:
     trial = f"{algo}-{env}-{seed}"
     extra = HERD_CONFIG.get((algo, env), [algo.lower()])
-    cmd = [HERD, "train", *extra, "--env", env, "--seed", str(seed), "--stop-reward", str(target),
-           "--stop-timesteps", str(budget), "--quiet", "--no-tensorboard", "--output", out, "--name", "bench",
-           "--trial", trial]
+    metric = "evaluation/episode_return_mean" if algo in OFF_POLICY else "episode_return_mean"
+    # Off-policy: herdrl's default stop is the env's threshold on the evaluation metric (+ the budget).
+    stops = ["--budget", str(budget)] if algo in OFF_POLICY else ["--stop-reward", str(target),
+                                                                   "--stop-timesteps", str(budget)]
+    cmd = [HERD, "train", *extra, "--env", env, "--seed", str(seed), *stops, "--quiet", "--no-tensorboard",
+           "--output", out, "--name", "bench", "--trial", trial]
     start = time.time()
-    subprocess.run(cmd, capture_output=True, text=True, check=True)
+    subprocess.run(cmd, capture_output=True, text=True)  # exit 3: budget spent unsolved (reported below)
     elapsed = time.time() - start
     last = json.loads((Path(out) / "bench" / trial / "result.json").read_text().splitlines()[-1])
-    return {"tool": "herdrl", "seed": seed, "solved": last["episode_return_mean"] >= target, "seconds": elapsed,
-            "steps": last["num_env_steps_sampled_lifetime"]}
+    return {"tool": "herdrl", "seed": seed, "solved": last.get(metric, -float("inf")) >= target,
+            "seconds": elapsed, "steps": last["num_env_steps_sampled_lifetime"]}
 
 
 def run_sb3(algo: str, env: str, target: float, budget: int, seed: int) -> dict:

@@ -10,8 +10,8 @@ import time
 
 import numpy as np
 from sb3_contrib import TRPO
-from stable_baselines3 import A2C, PPO
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3 import A2C, DQN, PPO
+from stable_baselines3.common.callbacks import BaseCallback, EvalCallback
 from stable_baselines3.common.env_util import make_vec_env
 
 
@@ -26,9 +26,31 @@ ZOO = {
     ("PPO", "Pendulum-v1"): (4, PPO, dict(n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
                                           learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4)),
     ("A2C", "CartPole-v1"): (8, A2C, dict(ent_coef=0.0)),
+    ("DQN", "CartPole-v1"): (1, DQN, dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+                                          learning_starts=1000, gamma=0.99, target_update_interval=10,
+                                          train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+                                          exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]))),
     ("TRPO", "CartPole-v1"): (2, TRPO, dict(n_steps=512, batch_size=512, cg_damping=1e-3, gae_lambda=0.98,
                                             gamma=0.99, learning_rate=1e-3, n_critic_updates=20)),
 }
+
+
+#: Off-policy algorithms explore while training: judge them on greedy evaluation episodes.
+EVALUATED = {"DQN", "SAC"}
+
+
+class SolvedOnEvaluation(BaseCallback):
+    """Called by EvalCallback after each evaluation (10 greedy episodes every 1000 env steps)."""
+
+    def __init__(self, target: float) -> None:
+        super().__init__()
+        self.target = target
+
+    def _on_step(self) -> bool:
+        if self.parent.last_mean_reward >= self.target:
+            print(f"SOLVED {time.time():.3f} {self.num_timesteps}", flush=True)
+            return False
+        return True
 
 
 class StopWhenSolved(BaseCallback):
@@ -50,7 +72,13 @@ def main() -> None:
     n_envs, cls, kwargs = ZOO[(algo, env_id)]
     env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
     model = cls("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **kwargs)
-    model.learn(total_timesteps=max_steps, callback=StopWhenSolved(target))
+    if algo in EVALUATED:
+        callback = EvalCallback(make_vec_env(env_id, n_envs=1, seed=seed + 1000), eval_freq=1000,
+                                n_eval_episodes=10, deterministic=True, verbose=0,
+                                callback_after_eval=SolvedOnEvaluation(target))
+    else:
+        callback = StopWhenSolved(target)
+    model.learn(total_timesteps=max_steps, callback=callback)
     if model.num_timesteps >= max_steps:
         print(f"UNSOLVED {model.num_timesteps}", flush=True)
 

@@ -28,7 +28,8 @@ from herdrl.logger import ConsoleReporter, Logger
 DEFAULT_STEP_BUDGET = 1_000_000
 
 #: Stop keys (a run stops when ``result[key] >= value``) and the older names that mean them.
-STOP_KEYS = ("training_iteration", "num_env_steps_sampled_lifetime", "episode_return_mean", "time_total_s")
+STOP_KEYS = ("training_iteration", "num_env_steps_sampled_lifetime", "episode_return_mean", "time_total_s",
+             "evaluation/episode_return_mean")
 STOP_ALIASES = {
     "timesteps_total": "num_env_steps_sampled_lifetime",
     "num_env_steps_sampled": "num_env_steps_sampled_lifetime",
