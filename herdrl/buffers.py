@@ -11,6 +11,33 @@ import numpy as np
 
 from herdrl.rollout.runner import Fragment
 
+REPLAY_DEFAULTS = {"type": "uniform", "capacity": 100_000, "alpha": 0.6, "beta": 0.4}
+
+
+def check_replay_config(replay_config: dict, batch_size: int) -> None:
+    """Raise ConfigError for unknown keys, a wrong type, or a capacity below one batch."""
+    from herdrl.errors import ConfigError
+
+    unknown = set(replay_config) - set(REPLAY_DEFAULTS)
+    if unknown:
+        raise ConfigError(f"replay_buffer_config key '{sorted(unknown)[0]}' is unknown; known: {sorted(REPLAY_DEFAULTS)}")
+    replay = {**REPLAY_DEFAULTS, **replay_config}
+    if replay["type"] not in ("uniform", "prioritized"):
+        raise ConfigError(f"replay_buffer_config type got {replay['type']!r}; expected uniform or prioritized")
+    if not (isinstance(replay["capacity"], int) and replay["capacity"] >= batch_size):
+        raise ConfigError(f"replay_buffer_config capacity got {replay['capacity']!r}; expected an int >= "
+                          f"train_batch_size ({batch_size})")
+
+
+def make_buffer(replay_config: dict, obs_dim: int, rng: np.random.Generator,
+                action_dim: int | None = None) -> ReplayBuffer:
+    """The buffer a ``replay_buffer_config`` describes (``type`` uniform or prioritized)."""
+    replay = {**REPLAY_DEFAULTS, **replay_config}
+    if replay["type"] == "prioritized":
+        return PrioritizedReplayBuffer(replay["capacity"], obs_dim, rng, alpha=replay["alpha"], beta=replay["beta"],
+                                       action_dim=action_dim)
+    return ReplayBuffer(replay["capacity"], obs_dim, rng, action_dim)
+
 
 def fragment_transitions(fragment: Fragment, gamma: float, n_step: int = 1) -> dict[str, np.ndarray]:
     """The real steps of a fragment as (n-step) transitions; n-step sums are cut at episode and fragment ends."""
@@ -45,11 +72,13 @@ def fragment_transitions(fragment: Fragment, gamma: float, n_step: int = 1) -> d
 class ReplayBuffer:
     """Uniform replay over the last ``capacity`` transitions."""
 
-    def __init__(self, capacity: int, obs_dim: int, rng: np.random.Generator) -> None:
+    def __init__(self, capacity: int, obs_dim: int, rng: np.random.Generator, action_dim: int | None = None) -> None:
+        """``action_dim=None``: Discrete actions (int64 indices); else float32 vectors of that size."""
         self.capacity, self.rng = capacity, rng
         self.obs = np.zeros((capacity, obs_dim), np.float32)
         self.next_obs = np.zeros((capacity, obs_dim), np.float32)
-        self.actions = np.zeros(capacity, np.int64)
+        self.actions = np.zeros(capacity, np.int64) if action_dim is None else np.zeros((capacity, action_dim),
+                                                                                        np.float32)
         self.rewards = np.zeros(capacity, np.float32)
         self.discounts = np.zeros(capacity, np.float32)
         self.size = self.cursor = 0
@@ -83,8 +112,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     """Proportional prioritized replay: P(i) ~ p_i**alpha, importance weights (N P(i))**-beta / max."""
 
     def __init__(self, capacity: int, obs_dim: int, rng: np.random.Generator, alpha: float = 0.6,
-                 beta: float = 0.4, eps: float = 1e-6) -> None:
-        super().__init__(capacity, obs_dim, rng)
+                 beta: float = 0.4, eps: float = 1e-6, action_dim: int | None = None) -> None:
+        super().__init__(capacity, obs_dim, rng, action_dim)
         self.alpha, self.beta, self.eps = alpha, beta, eps
         self.tree_size = 1
         while self.tree_size < capacity:

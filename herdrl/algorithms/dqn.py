@@ -15,12 +15,10 @@ import torch
 from torch import nn
 
 from herdrl.algorithms.base import Algorithm
-from herdrl.buffers import PrioritizedReplayBuffer, ReplayBuffer, fragment_transitions
+from herdrl.buffers import REPLAY_DEFAULTS, check_replay_config, fragment_transitions, make_buffer
 from herdrl.config import AlgorithmConfig, Field, shared_field
 from herdrl.errors import ConfigError
 from herdrl.optim import Adam
-
-REPLAY_DEFAULTS = {"type": "uniform", "capacity": 100_000, "alpha": 0.6, "beta": 0.4}
 
 
 class DQNConfig(AlgorithmConfig):
@@ -58,16 +56,7 @@ class DQNConfig(AlgorithmConfig):
 
     def validate_algorithm(self) -> None:
         """Replay settings, the epsilon schedule, and Discrete actions (checked at build)."""
-        unknown = set(self.replay_buffer_config) - set(REPLAY_DEFAULTS)
-        if unknown:
-            raise ConfigError(f"replay_buffer_config key '{sorted(unknown)[0]}' is unknown; "
-                              f"known: {sorted(REPLAY_DEFAULTS)}")
-        replay = {**REPLAY_DEFAULTS, **self.replay_buffer_config}
-        if replay["type"] not in ("uniform", "prioritized"):
-            raise ConfigError(f"replay_buffer_config type got {replay['type']!r}; expected uniform or prioritized")
-        if not (isinstance(replay["capacity"], int) and replay["capacity"] >= self.train_batch_size):
-            raise ConfigError(f"replay_buffer_config capacity got {replay['capacity']!r}; expected an int >= "
-                              f"train_batch_size ({self.train_batch_size})")
+        check_replay_config(self.replay_buffer_config, self.train_batch_size)
         points = self.epsilon
         if not points or not all(isinstance(p, (list, tuple)) and len(p) == 2 and 0 <= p[1] <= 1 for p in points):
             raise ConfigError(f"config key 'epsilon' got {points!r}; expected [[env_step, epsilon in [0, 1]], ...]")
@@ -106,12 +95,7 @@ class DQN(Algorithm):
         self.target.load_state_dict(self.module.state_dict())
         self.target.requires_grad_(False)
         self.optimizer = Adam(self.module.parameters(), lr=cfg.lr)
-        replay = {**REPLAY_DEFAULTS, **cfg.replay_buffer_config}
-        if replay["type"] == "prioritized":
-            self.buffer = PrioritizedReplayBuffer(replay["capacity"], self.encode.dim, self.rng,
-                                                  alpha=replay["alpha"], beta=replay["beta"])
-        else:
-            self.buffer = ReplayBuffer(replay["capacity"], self.encode.dim, self.rng)
+        self.buffer = make_buffer(cfg.replay_buffer_config, self.encode.dim, self.rng)
         self._since_target_update = 0
         self._replay_debt = 0.0  # replayed transitions owed to keep training_intensity
 
