@@ -20,7 +20,8 @@ def check_replay_config(replay_config: dict, batch_size: int) -> None:
 
     unknown = set(replay_config) - set(REPLAY_DEFAULTS)
     if unknown:
-        raise ConfigError(f"replay_buffer_config key '{sorted(unknown)[0]}' is unknown; known: {sorted(REPLAY_DEFAULTS)}")
+        raise ConfigError(f"replay_buffer_config key '{sorted(unknown)[0]}' is unknown; "
+                          f"known: {sorted(REPLAY_DEFAULTS)}")
     replay = {**REPLAY_DEFAULTS, **replay_config}
     if replay["type"] not in ("uniform", "prioritized"):
         raise ConfigError(f"replay_buffer_config type got {replay['type']!r}; expected uniform or prioritized")
