@@ -1,0 +1,86 @@
+"""What DQN and SAC share: a replay buffer in the driver, sampling rounds, and a replay ratio.
+
+An iteration samples ``min_sample_timesteps_per_iteration`` env steps in rounds of one fragment per runner.
+After ``num_steps_sampled_before_learning_starts``, each round is followed by as many gradient steps of
+``train_batch_size`` replayed transitions as keep replayed/sampled at ``training_intensity``. Training
+episodes explore, so "solved" is judged on greedy evaluation episodes (``evaluation/...``, every iteration).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from herdrl.algorithms.base import Algorithm
+from herdrl.buffers import REPLAY_DEFAULTS, check_replay_config, fragment_transitions, make_buffer
+from herdrl.config import AlgorithmConfig, Field, shared_field
+
+
+class OffPolicyConfig(AlgorithmConfig):
+    """Keys every replay-based algorithm has (RLlib's names)."""
+
+    #: Training episodes explore: stop and "solved" use the greedy evaluation metric.
+    stop_metric = "evaluation/episode_return_mean"
+    FIELDS = {
+        "evaluation_interval": shared_field("evaluation_interval", 1),
+        "replay_buffer_config": Field(REPLAY_DEFAULTS, (dict,), "training",
+                                      doc="type uniform|prioritized, capacity, alpha, beta"),
+        "num_steps_sampled_before_learning_starts": Field(1000, (int,), "training", low=0),
+        "min_sample_timesteps_per_iteration": Field(1000, (int,), "training", low=1),
+        "training_intensity": Field(32.0, (float,), "training", low=0, low_open=True,
+                                    doc="replayed transitions per sampled env step"),
+        "n_step": Field(1, (int,), "training", low=1),
+    }
+    ALIASES = {"learning_starts": "num_steps_sampled_before_learning_starts"}
+
+    def validate_algorithm(self) -> None:
+        """Replay settings."""
+        check_replay_config(self.replay_buffer_config, self.train_batch_size)
+
+
+class OffPolicyAlgorithm(Algorithm):
+    """The sampling/replay loop; subclasses implement :meth:`update` and may override :meth:`exploration`."""
+
+    def setup(self) -> None:
+        """The replay buffer (vector actions for Box spaces)."""
+        action_dim = None if self.module.discrete else self.module.action_dim
+        self.buffer = make_buffer(self.config.replay_buffer_config, self.encode.dim, self.rng, action_dim)
+        self._replay_debt = 0.0  # replayed transitions owed to keep training_intensity
+
+    def exploration(self, env_steps: int) -> dict[str, Any] | None:
+        """Exploration settings sent to the runners for the next round (DQN: epsilon)."""
+        return None
+
+    def update(self, batch: dict[str, torch.Tensor], weights: torch.Tensor) -> tuple[dict[str, float], np.ndarray]:
+        """One gradient step on a replayed batch; return metrics and the TD errors (for priorities)."""
+        raise NotImplementedError
+
+    def after_round(self, new_steps: int) -> None:
+        """Called after each sampling round once learning has started (target-network updates)."""
+
+    def training_step(self) -> dict[str, float]:
+        """Sample rounds and gradient steps until this iteration sampled its share of env steps."""
+        cfg = self.config
+        sampled, updates, sums = 0, 0, {}
+        while sampled < cfg.min_sample_timesteps_per_iteration:
+            for fragment in self.sample(self.exploration(self.env_steps_lifetime + self._iter_steps)):
+                self.buffer.add(fragment_transitions(fragment, cfg.gamma, cfg.n_step))
+            new_steps, sampled = self._iter_steps - sampled, self._iter_steps
+            if self.env_steps_lifetime + sampled < cfg.num_steps_sampled_before_learning_starts:
+                continue
+            self._replay_debt += cfg.training_intensity * new_steps
+            while self._replay_debt >= cfg.train_batch_size:
+                self._replay_debt -= cfg.train_batch_size
+                data, slots, weights = self.buffer.sample(cfg.train_batch_size)
+                batch = {k: torch.from_numpy(v).to(self.device) for k, v in data.items()}
+                metrics, td_errors = self.update(batch, torch.from_numpy(weights).to(self.device))
+                self.buffer.update_priorities(slots, td_errors)
+                for key, value in metrics.items():
+                    sums[key] = sums.get(key, 0.0) + value
+                updates += 1
+            self.after_round(new_steps)
+        means = {k: v / updates for k, v in sums.items()} if updates else {}
+        return {**means, "num_gradient_updates": updates, "replay_buffer_size": len(self.buffer),
+                **(self.exploration(self.env_steps_lifetime + sampled) or {})}
