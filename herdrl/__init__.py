@@ -31,6 +31,8 @@ _LAZY = {
     "TRPOConfig": "herdrl.algorithms.trpo",
     "DQN": "herdrl.algorithms.dqn",
     "DQNConfig": "herdrl.algorithms.dqn",
+    "SAC": "herdrl.algorithms.sac",
+    "SACConfig": "herdrl.algorithms.sac",
 }
 
 if TYPE_CHECKING:
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from herdrl.algorithms.base import Algorithm
     from herdrl.algorithms.dqn import DQN, DQNConfig
     from herdrl.algorithms.ppo import PPO, PPOConfig
+    from herdrl.algorithms.sac import SAC, SACConfig
     from herdrl.algorithms.trpo import TRPO, TRPOConfig
     from herdrl.config import AlgorithmConfig
     from herdrl.policy import Policy
@@ -55,4 +58,5 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["A2C", "A2CConfig", "Algorithm", "AlgorithmConfig", "AlgorithmNotFound", "ConfigError", "DQN", "DQNConfig",
            "EnvError",
-           "HerdError", "PPO", "PPOConfig", "Policy", "TRPO", "TRPOConfig", "register_env", "tune", "__version__"]
+           "HerdError", "PPO", "PPOConfig", "Policy", "SAC", "SACConfig", "TRPO",
+           "TRPOConfig", "register_env", "tune", "__version__"]

@@ -83,9 +83,9 @@ class Field:
         return text + (" or None" if self.allow_none else "")
 
 
-def shared_field(key: str, default: Any) -> Field:
-    """A key every algorithm has (``AlgorithmConfig.FIELDS``), with an algorithm's own default."""
-    return dataclasses.replace(AlgorithmConfig.FIELDS[key], default=default)
+def shared_field(key: str, default: Any, base: type | None = None) -> Field:
+    """A key declared by ``base`` (default: the keys every algorithm has), with an algorithm's own default."""
+    return dataclasses.replace((base or AlgorithmConfig).fields()[key], default=default)
 
 
 # Keys of the ``model`` dict (RLlib's names) and their defaults.

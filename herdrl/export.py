@@ -29,11 +29,8 @@ class GreedyPolicy(nn.Module):
 
     def __init__(self, policy: Policy) -> None:
         super().__init__()
-        module = policy.module
-        self.q_network = module if not hasattr(module, "pi_head") else None  # DQN: argmax of Q
-        self.body, self.head = (module.body, module.head) if self.q_network is not None else \
-            (module.pi_body, module.pi_head)
-        self.action_dim = module.action_dim
+        self.module = policy.module  # any herdrl network: its greedy() gives the action
+        self.action_dim = policy.module.action_dim
         obs_space, action_space = policy.observation_space, policy.action_space
         self.obs_discrete = isinstance(obs_space, gym.spaces.Discrete)
         self.obs_n = int(obs_space.n) if self.obs_discrete else 0
@@ -52,13 +49,10 @@ class GreedyPolicy(nn.Module):
             x = nn.functional.one_hot(obs.long() - self.obs_start, self.obs_n).float()
         else:
             x = obs.reshape(obs.shape[0], self.obs_dim).float()
-        if self.q_network is not None:
-            return self.q_network(x).argmax(-1) + self.action_start
-        out = self.head(self.body(x))
+        action = self.module.greedy(x)
         if self.discrete:
-            return out.argmax(-1) + self.action_start
-        mean = out[:, : self.action_dim]
-        return torch.clamp(mean, self.low, self.high).reshape(obs.shape[0], *self.action_shape)
+            return action + self.action_start
+        return torch.clamp(action, self.low, self.high).reshape(obs.shape[0], *self.action_shape)
 
 
 def example_obs(policy: Policy, batch: int = 2) -> torch.Tensor:

@@ -17,6 +17,7 @@ ALGORITHMS: dict[str, str] = {
     "A2C": "herdrl.algorithms.a2c:A2CConfig",
     "TRPO": "herdrl.algorithms.trpo:TRPOConfig",
     "DQN": "herdrl.algorithms.dqn:DQNConfig",
+    "SAC": "herdrl.algorithms.sac:SACConfig",
 }
 
 # Names given to register_env -> creator(env_config) -> gymnasium.Env

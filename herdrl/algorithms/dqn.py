@@ -128,6 +128,5 @@ class DQN(OffPolicyAlgorithm):
 
 @torch.no_grad()
 def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """target <- tau * online + (1 - tau) * target (tau 1: a hard copy)."""
-    for t, o in zip(target.parameters(), online.parameters(), strict=True):
-        t.lerp_(o, tau)
+    """target <- tau * online + (1 - tau) * target (tau 1: a hard copy), in one multi-tensor call."""
+    torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)

@@ -110,6 +110,11 @@ class ActorCritic(nn.Module):
         body = [] if self.vf_body is None else list(self.vf_body.parameters())
         return body + list(self.vf_head.parameters())
 
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """The most likely action (index, or the Gaussian's mean) for a batch of encoded observations."""
+        dist_inputs = self.pi_head(self.pi_body(obs))
+        return dist_inputs.argmax(-1) if self.discrete else self._mean_log_std(dist_inputs)[0]
+
     @torch.no_grad()
     def act(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
         """Sample (``explore``) or pick the most likely action for a batch of observations."""

@@ -33,10 +33,14 @@ class QNetwork(nn.Module):
             q = self.value_head(features) + q - q.mean(-1, keepdim=True)
         return q
 
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """argmax_a Q(s, a)."""
+        return self.forward(obs).argmax(-1)
+
     @torch.no_grad()
     def act(self, obs: torch.Tensor, explore: bool = False) -> torch.Tensor:
         """Greedy actions (exploration is the runner's epsilon)."""
-        return self.forward(obs).argmax(-1)
+        return self.greedy(obs)
 
 
 class NumpyQPolicy:

@@ -1,0 +1,56 @@
+import numpy as np
+import pytest
+import torch
+
+from herdrl import Algorithm, ConfigError, SACConfig
+from herdrl.models.sac_networks import NumpySACPolicy
+
+SMALL = {"model": {"fcnet_hiddens": [64, 64]}}
+
+
+def test_sac_learns_pendulum_from_greedy_evaluation():
+    algo = SACConfig().environment("Pendulum-v1").training(**SMALL).debugging(seed=0).build()
+    results = [algo.train() for _ in range(5)]  # ~5000 env steps, one gradient step each
+    best = max(r["evaluation/episode_return_mean"] for r in results)
+    assert best > -600, [r["evaluation/episode_return_mean"] for r in results]  # random play: about -1200
+    assert results[-1]["alpha"] < 0.5  # the entropy weight adapted
+    algo.stop()
+
+
+def test_sac_checkpoint_round_trip_and_export(tmp_path):
+    from herdrl.export import GreedyPolicy, example_obs
+    from herdrl.policy import Policy
+
+    algo = SACConfig().environment("Pendulum-v1").training(min_sample_timesteps_per_iteration=300,
+                                                           **SMALL).build()
+    algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    restored = Algorithm.from_checkpoint(path)
+    assert torch.equal(restored.log_alpha, algo.log_alpha)
+    for a, b in zip(algo.target.parameters(), restored.target.parameters(), strict=True):
+        assert torch.equal(a, b)
+    policy = Policy.from_checkpoint(path)
+    obs = example_obs(policy, batch=5)
+    with torch.no_grad():
+        exported = GreedyPolicy(policy)(obs).numpy()
+    expected = np.stack([algo.compute_single_action(o) for o in obs.numpy()])
+    assert np.allclose(exported, expected, atol=1e-5) and np.all(np.abs(expected) <= 2.0)
+
+
+def test_numpy_actor_matches_the_torch_greedy_action_and_stays_in_bounds():
+    algo = SACConfig().environment("Pendulum-v1").training(**SMALL).build()
+    policy = NumpySACPolicy(algo.runners.runner.module, np.random.default_rng(0))
+    algo.runners.runner.set_weights(algo.get_weights())
+    obs = np.random.default_rng(1).normal(size=(8, 3)).astype(np.float32)
+    greedy = policy.act(obs, explore=False)
+    with torch.no_grad():
+        assert np.allclose(greedy, algo.module.greedy(torch.from_numpy(obs)).numpy(), atol=1e-5)
+    sampled = policy.act(np.repeat(obs, 100, axis=0))
+    assert sampled.shape == (800, 1) and np.all(np.abs(sampled) <= 2.0)
+
+
+def test_sac_needs_box_actions():
+    with pytest.raises(ConfigError, match="SAC needs Box"):
+        SACConfig().environment("CartPole-v1").build()
+    with pytest.raises(ConfigError, match="target_entropy"):
+        SACConfig().environment("Pendulum-v1").training(target_entropy="high").validate()
