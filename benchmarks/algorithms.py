@@ -26,12 +26,18 @@ HERD = str(Path(sys.executable).parent / "herd")
 # (algorithm, env, threshold, max env steps). Off-policy algorithms are judged on greedy evaluation returns.
 CASES = [
     ("DQN", "CartPole-v1", 475.0, 100_000),
+    ("DQN", "Acrobot-v1", -100.0, 100_000),
+    ("SAC", "Pendulum-v1", -200.0, 20_000),
     ("A2C", "CartPole-v1", 475.0, 500_000),
     ("TRPO", "CartPole-v1", 475.0, 300_000),
     ("PPO", "Pendulum-v1", -200.0, 400_000),
 ]
 OFF_POLICY = {"DQN", "SAC"}
-HERD_CONFIG = {("PPO", "Pendulum-v1"): ["-f", str(HERE.parent / "examples" / "pendulum-ppo.yaml")]}
+HERD_CONFIG = {
+    ("DQN", "Acrobot-v1"): ["-f", str(HERE.parent / "examples" / "acrobot-dqn.yaml")],
+    ("SAC", "Pendulum-v1"): ["-f", str(HERE.parent / "examples" / "pendulum-sac.yaml")],
+    ("PPO", "Pendulum-v1"): ["-f", str(HERE.parent / "examples" / "pendulum-ppo.yaml")],
+}
 
 
 def run_herdrl(algo: str, env: str, target: float, budget: int, seed: int, out: str) -> dict:

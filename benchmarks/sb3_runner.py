@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 from sb3_contrib import TRPO
-from stable_baselines3 import A2C, DQN, PPO
+from stable_baselines3 import A2C, DQN, PPO, SAC
 from stable_baselines3.common.callbacks import BaseCallback, EvalCallback
 from stable_baselines3.common.env_util import make_vec_env
 
@@ -19,7 +19,7 @@ def linear(value: float):
     return lambda progress_remaining: progress_remaining * value
 
 
-# rl-baselines3-zoo hyperparams (ppo.yml, a2c.yml, trpo.yml): n_envs and the model keyword arguments.
+# rl-baselines3-zoo hyperparams (ppo.yml, a2c.yml, trpo.yml, dqn.yml, sac.yml): n_envs and model keyword arguments.
 ZOO = {
     ("PPO", "CartPole-v1"): (8, PPO, dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
                                           ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2))),
@@ -30,6 +30,11 @@ ZOO = {
                                           learning_starts=1000, gamma=0.99, target_update_interval=10,
                                           train_freq=256, gradient_steps=128, exploration_fraction=0.16,
                                           exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]))),
+    ("DQN", "Acrobot-v1"): (1, DQN, dict(learning_rate=6.3e-4, batch_size=128, buffer_size=50_000,
+                                         learning_starts=0, gamma=0.99, target_update_interval=250, train_freq=4,
+                                         gradient_steps=-1, exploration_fraction=0.12, exploration_final_eps=0.1,
+                                         policy_kwargs=dict(net_arch=[256, 256]))),
+    ("SAC", "Pendulum-v1"): (1, SAC, dict(learning_rate=1e-3)),
     ("TRPO", "CartPole-v1"): (2, TRPO, dict(n_steps=512, batch_size=512, cg_damping=1e-3, gae_lambda=0.98,
                                             gamma=0.99, learning_rate=1e-3, n_critic_updates=20)),
 }
