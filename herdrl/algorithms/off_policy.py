@@ -16,6 +16,7 @@ import torch
 from herdrl.algorithms.base import Algorithm
 from herdrl.buffers import REPLAY_DEFAULTS, check_replay_config, fragment_transitions, make_buffer
 from herdrl.config import AlgorithmConfig, Field, shared_field
+from herdrl.errors import ConfigError
 
 
 class OffPolicyConfig(AlgorithmConfig):
@@ -36,8 +37,11 @@ class OffPolicyConfig(AlgorithmConfig):
     ALIASES = {"learning_starts": "num_steps_sampled_before_learning_starts"}
 
     def validate_algorithm(self) -> None:
-        """Replay settings."""
+        """Replay settings; an activation the runners' numpy policies implement."""
         check_replay_config(self.replay_buffer_config, self.train_batch_size)
+        if self.model["fcnet_activation"] not in ("tanh", "relu", "linear"):
+            raise ConfigError(f"model key 'fcnet_activation' got {self.model['fcnet_activation']!r}; "
+                              f"{self.algo_name} supports tanh, relu, linear")
 
 
 class OffPolicyAlgorithm(Algorithm):
