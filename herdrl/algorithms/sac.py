@@ -97,13 +97,17 @@ class SAC(OffPolicyAlgorithm):
         critic_loss.backward()
         self.critic_optimizer.step()
 
+        critics = module.critic_parameters()
+        for p in critics:  # the actor loss differentiates through the critics, not into their weights
+            p.requires_grad_(False)
         action, logp = module.sample(batch["obs"])
         pq1, pq2 = module.q_values(batch["obs"], action)
         actor_loss = (alpha * logp - (torch.min(pq1, pq2) if pq2 is not None else pq1)).mean()
         self.actor_optimizer.zero_grad()
         actor_loss.backward()
         self.actor_optimizer.step()
-        module.zero_grad(set_to_none=True)  # the actor loss left gradients on the critics
+        for p in critics:
+            p.requires_grad_(True)
 
         alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         self.alpha_optimizer.zero_grad()
