@@ -78,9 +78,6 @@ class DQN(OffPolicyAlgorithm):
         """Replay buffer, target network, optimizer."""
         super().setup()
         cfg = self.config
-        self.target = cfg.build_module(self.encode.dim, self.action_space).to(self.device)
-        self.target.load_state_dict(self.module.state_dict())
-        self.target.requires_grad_(False)
         self.optimizer = Adam(self.module.parameters(), lr=cfg.lr)
         self._since_target_update = 0
 

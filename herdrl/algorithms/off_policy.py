@@ -48,10 +48,13 @@ class OffPolicyAlgorithm(Algorithm):
     """The sampling/replay loop; subclasses implement :meth:`update` and may override :meth:`exploration`."""
 
     def setup(self) -> None:
-        """The replay buffer (vector actions for Box spaces)."""
+        """The replay buffer (vector actions for Box spaces) and a frozen target copy of the network."""
         action_dim = None if self.module.discrete else self.module.action_dim
         self.buffer = make_buffer(self.config.replay_buffer_config, self.encode.dim, self.rng, action_dim)
         self._replay_debt = 0.0  # replayed transitions owed to keep training_intensity
+        self.target = self.config.build_module(self.encode.dim, self.action_space).to(self.device)
+        self.target.load_state_dict(self.module.state_dict())
+        self.target.requires_grad_(False)
 
     def exploration(self, env_steps: int) -> dict[str, Any] | None:
         """Exploration settings sent to the runners for the next round (DQN: epsilon)."""

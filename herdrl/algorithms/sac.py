@@ -69,9 +69,6 @@ class SAC(OffPolicyAlgorithm):
         """Replay buffer, target critics, three Adams (critics, actor, entropy weight)."""
         super().setup()
         cfg = self.config
-        self.target = cfg.build_module(self.encode.dim, self.action_space).to(self.device)
-        self.target.load_state_dict(self.module.state_dict())
-        self.target.requires_grad_(False)
         self.log_alpha = torch.tensor(np.log(cfg.initial_alpha), dtype=torch.float32, device=self.device,
                                       requires_grad=True)
         self.target_entropy = -float(self.module.action_dim) if cfg.target_entropy == "auto" else float(
