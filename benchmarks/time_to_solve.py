@@ -7,7 +7,7 @@ subprocess; seeds alternate between the tools so machine noise hits both alike.
 * herdrl: ``herd train ppo --env CartPole-v1 --seed S`` exactly as a user runs it (defaults, results
   and TensorBoard files written). It exits when solved, so its time is spawn -> exit: teardown is
   counted against herdrl.
-* SB3: ``sb3_ppo_cartpole.py`` (zoo hyperparameters) prints the time it solved; spawn -> that time.
+* SB3: ``sb3_runner.py PPO CartPole-v1`` (zoo hyperparameters) prints the time it solved; spawn -> that time.
 
     python benchmarks/time_to_solve.py [--seeds 1 2 3] [--skip-sb3]
 """
@@ -42,8 +42,8 @@ def run_herdrl(seed: int, output: str) -> dict:
 
 def run_sb3(seed: int) -> dict:
     start = time.time()
-    proc = subprocess.run([sys.executable, str(HERE / "sb3_ppo_cartpole.py"), str(seed)],
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, str(HERE / "sb3_runner.py"), "PPO", "CartPole-v1", str(seed), "475",
+                           "100000"], capture_output=True, text=True)
     solved = [line.split() for line in proc.stdout.splitlines() if line.startswith("SOLVED")]
     if not solved:
         return {"tool": "sb3", "seed": seed, "solved": False, "seconds": time.time() - start, "steps": None}

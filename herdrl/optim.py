@@ -16,43 +16,73 @@ import torch
 
 
 class _Optimizer:
-    """What both optimizers share: the parameter list, ``zero_grad`` and picking the parameters with gradients."""
+    """What both optimizers share: the parameter list, per-parameter state tensors, ``zero_grad``, and a
+    pickle-free ``state_dict`` (tensors and numbers only)."""
+
+    #: Hyperparameter attributes saved with the state (besides ``lr``).
+    hyperparameters: tuple[str, ...] = ()
+    #: Attributes holding one state tensor per parameter (e.g. Adam's moments).
+    buffers: tuple[str, ...] = ()
 
     def __init__(self, params: Iterable[torch.nn.Parameter], lr: float) -> None:
         self.params = [p for p in params if p.requires_grad]
         self.lr = lr
         self.steps = 0
+        for name in self.buffers:
+            setattr(self, name, [torch.zeros_like(p) for p in self.params])
 
     def zero_grad(self) -> None:
         """Drop the gradients (set them to None)."""
         for p in self.params:
             p.grad = None
 
-    def _live(self) -> list[int]:
-        """Indices of the parameters that have a gradient (the others are skipped by ``step``)."""
-        return [i for i, p in enumerate(self.params) if p.grad is not None]
+    def _live(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list[list[torch.Tensor]]] | None:
+        """Parameters that have a gradient, their gradients, and their slices of every buffer; None if none."""
+        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        if not live:
+            return None
+        state = [[getattr(self, name)[i] for i in live] for name in self.buffers]
+        return [self.params[i] for i in live], [self.params[i].grad for i in live], state
+
+    def state_dict(self) -> dict[str, object]:
+        """Step count, hyperparameters and state tensors (safe to save without pickle)."""
+        hyper = {name: getattr(self, name) for name in self.hyperparameters}
+        return {"steps": self.steps, "lr": self.lr,
+                **{k: list(v) if isinstance(v, tuple) else v for k, v in hyper.items()},
+                **{name: [t.clone() for t in getattr(self, name)] for name in self.buffers}}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        for name in self.buffers:
+            if len(state[name]) != len(self.params):
+                raise ValueError(f"optimizer state has {len(state[name])} tensors, expected {len(self.params)}")
+        self.steps, self.lr = int(state["steps"]), float(state["lr"])
+        for name in self.hyperparameters:
+            value = state[name]
+            setattr(self, name, tuple(value) if isinstance(value, list) else float(value))
+        for name in self.buffers:
+            for mine, theirs in zip(getattr(self, name), state[name], strict=True):
+                mine.copy_(theirs)
 
 
 class Adam(_Optimizer):
     """Adam (Kingma & Ba, 2015) over a list of parameters; ``lr`` may be changed between steps."""
 
+    hyperparameters = ("betas", "eps")
+    buffers = ("exp_avg", "exp_avg_sq")
+
     def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
         super().__init__(params, lr)
-        self.betas, self.eps = betas, eps
-        self.exp_avg = [torch.zeros_like(p) for p in self.params]
-        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+        self.betas, self.eps = tuple(betas), eps
 
     @torch.no_grad()
     def step(self) -> None:
         """One Adam update from the parameters' current gradients (parameters without one are skipped)."""
         live = self._live()
-        if not live:
+        if live is None:
             return
-        params = [self.params[i] for i in live]
-        grads = [self.params[i].grad for i in live]
-        exp_avg = [self.exp_avg[i] for i in live]
-        exp_avg_sq = [self.exp_avg_sq[i] for i in live]
+        params, grads, (exp_avg, exp_avg_sq) = live
         beta1, beta2 = self.betas
         self.steps += 1
         torch._foreach_lerp_(exp_avg, grads, 1 - beta1)
@@ -65,57 +95,28 @@ class Adam(_Optimizer):
         torch._foreach_add_(denom, self.eps)
         torch._foreach_addcdiv_(params, exp_avg, denom, value=-self.lr / bias_correction1)
 
-    def state_dict(self) -> dict[str, object]:
-        """Moments, step count and hyperparameters (tensors and numbers only: safe to save without pickle)."""
-        return {"steps": self.steps, "lr": self.lr, "betas": list(self.betas), "eps": self.eps,
-                "exp_avg": [t.clone() for t in self.exp_avg], "exp_avg_sq": [t.clone() for t in self.exp_avg_sq]}
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        """Restore what :meth:`state_dict` returned."""
-        if len(state["exp_avg"]) != len(self.params):
-            raise ValueError(f"optimizer state has {len(state['exp_avg'])} tensors, expected {len(self.params)}")
-        self.steps, self.lr, self.eps = int(state["steps"]), float(state["lr"]), float(state["eps"])
-        self.betas = tuple(state["betas"])
-        saved = list(state["exp_avg"]) + list(state["exp_avg_sq"])
-        for mine, theirs in zip(self.exp_avg + self.exp_avg_sq, saved, strict=True):
-            mine.copy_(theirs)
-
 
 class RMSprop(_Optimizer):
     """RMSprop as ``torch.optim.RMSprop`` with default flags (no momentum, not centered); A2C's optimizer."""
+
+    hyperparameters = ("alpha", "eps")
+    buffers = ("square_avg",)
 
     def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = 1e-2, alpha: float = 0.99,
                  eps: float = 1e-8) -> None:
         super().__init__(params, lr)
         self.alpha, self.eps = alpha, eps
-        self.square_avg = [torch.zeros_like(p) for p in self.params]
 
     @torch.no_grad()
     def step(self) -> None:
         """One RMSprop update from the parameters' current gradients."""
         live = self._live()
-        if not live:
+        if live is None:
             return
-        params = [self.params[i] for i in live]
-        grads = [self.params[i].grad for i in live]
-        square_avg = [self.square_avg[i] for i in live]
+        params, grads, (square_avg,) = live
         self.steps += 1
         torch._foreach_mul_(square_avg, self.alpha)
         torch._foreach_addcmul_(square_avg, grads, grads, 1 - self.alpha)
         denom = torch._foreach_sqrt(square_avg)
         torch._foreach_add_(denom, self.eps)
         torch._foreach_addcdiv_(params, grads, denom, value=-self.lr)
-
-    def state_dict(self) -> dict[str, object]:
-        """Averages, step count and hyperparameters (tensors and numbers only)."""
-        return {"steps": self.steps, "lr": self.lr, "alpha": self.alpha, "eps": self.eps,
-                "square_avg": [t.clone() for t in self.square_avg]}
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        """Restore what :meth:`state_dict` returned."""
-        if len(state["square_avg"]) != len(self.params):
-            raise ValueError(f"optimizer state has {len(state['square_avg'])} tensors, expected {len(self.params)}")
-        self.steps, self.lr = int(state["steps"]), float(state["lr"])
-        self.alpha, self.eps = float(state["alpha"]), float(state["eps"])
-        for mine, theirs in zip(self.square_avg, state["square_avg"], strict=True):
-            mine.copy_(theirs)

@@ -2,7 +2,6 @@ import pytest
 import torch
 
 from herdrl import A2CConfig, Algorithm, ConfigError
-from herdrl.optim import RMSprop
 
 
 def test_a2c_solves_cartpole_within_a_fixed_budget():
@@ -29,19 +28,3 @@ def test_a2c_config_rules():
         A2CConfig().environment("CartPole-v1").training(train_batch_size=10).validate()
     with pytest.raises(ConfigError, match="unknown config key 'minibatch_size' for A2C"):
         A2CConfig().training(minibatch_size=64)
-
-
-def test_rmsprop_matches_torch_step_for_step():
-    torch.manual_seed(0)
-    ours_net, ref_net = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
-    ref_net.load_state_dict(ours_net.state_dict())
-    ours = RMSprop(ours_net.parameters(), lr=1e-2, alpha=0.99, eps=1e-5)
-    ref = torch.optim.RMSprop(ref_net.parameters(), lr=1e-2, alpha=0.99, eps=1e-5)
-    for _ in range(10):
-        x = torch.randn(8, 3)
-        for net, opt in ((ours_net, ours), (ref_net, ref)):
-            opt.zero_grad()
-            net(x).pow(2).mean().backward()
-            opt.step()
-    for a, b in zip(ours_net.parameters(), ref_net.parameters(), strict=True):
-        assert torch.allclose(a, b, atol=1e-6)

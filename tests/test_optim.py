@@ -1,18 +1,23 @@
 import subprocess
 import sys
 
+import pytest
 import torch
 
-from herdrl.optim import Adam
+from herdrl.optim import Adam, RMSprop
 
 
-def test_matches_torch_adam_step_for_step():
+@pytest.mark.parametrize("ours_class, ref_class, kwargs", [
+    (Adam, torch.optim.Adam, {"lr": 3e-3, "eps": 1e-5}),
+    (RMSprop, torch.optim.RMSprop, {"lr": 1e-2, "alpha": 0.99, "eps": 1e-5}),
+])
+def test_matches_torch_step_for_step(ours_class, ref_class, kwargs):
     torch.manual_seed(0)
     ours_net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
     ref_net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
     ref_net.load_state_dict(ours_net.state_dict())
-    ours = Adam(ours_net.parameters(), lr=3e-3, eps=1e-5)
-    ref = torch.optim.Adam(ref_net.parameters(), lr=3e-3, eps=1e-5)
+    ours = ours_class(ours_net.parameters(), **kwargs)
+    ref = ref_class(ref_net.parameters(), **kwargs)
     for _step in range(20):
         x = torch.randn(16, 4)
         for net, opt in ((ours_net, ours), (ref_net, ref)):

@@ -73,7 +73,8 @@ class SAC(OffPolicyAlgorithm):
                                       requires_grad=True)
         self.target_entropy = -float(self.module.action_dim) if cfg.target_entropy == "auto" else float(
             cfg.target_entropy)
-        self.critic_optimizer = Adam(self.module.critic_parameters(), lr=cfg.lr)
+        self.critics = self.module.critic_parameters()  # looked up once: the update runs every env step
+        self.critic_optimizer = Adam(self.critics, lr=cfg.lr)
         self.actor_optimizer = Adam(self.module.actor_parameters(), lr=cfg.lr)
         self.alpha_optimizer = Adam([self.log_alpha], lr=cfg.lr)
 
@@ -94,7 +95,7 @@ class SAC(OffPolicyAlgorithm):
         critic_loss.backward()
         self.critic_optimizer.step()
 
-        critics = module.critic_parameters()
+        critics = self.critics
         for p in critics:  # the actor loss differentiates through the critics, not into their weights
             p.requires_grad_(False)
         action, logp = module.sample(batch["obs"])
