@@ -145,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_export_parser(subparsers)
     _add_tune_parser(subparsers)
     _add_plot_parser(subparsers)
+    from herdrl.cluster.commands import add_cluster_parser, add_launch_parser
+
+    add_launch_parser(subparsers)
+    add_cluster_parser(subparsers)
     return parser
 
 
@@ -382,8 +386,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from herdrl.errors import HerdError
 
     try:
+        from herdrl.cluster.commands import cluster, launch
+
         commands = {"train": _train, "bench": _bench, "evaluate": _evaluate, "export": _export, "tune": _tune,
-                    "plot": _plot}
+                    "plot": _plot, "launch": launch, "cluster": cluster}
         return commands[args.command](args)
     except HerdError as exc:
         if args.debug:

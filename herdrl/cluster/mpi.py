@@ -1,0 +1,153 @@
+"""``herd launch mpi``: one Ray node per MPI rank, started by any MPI launcher.
+
+    mpirun -np 4 herd launch mpi -- herd train ppo --env CartPole-v1 --num-env-runners 6
+
+Rank 0 starts the head and sends its address and a fresh auth token to the other ranks; they join and
+wait. Rank 0 waits until every rank's node is alive, runs the driver with ``RAY_ADDRESS`` set, then tells
+the other ranks to stop their nodes (by PID, never ``ray stop``) and exits with the driver's exit code —
+which ``mpirun`` passes on as the job's.
+
+Waiting ranks poll a non-blocking receive with sleeps: MPI's blocking receive spins a core, which would
+take CPU from the Ray node on the same host.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from herdrl.cluster.connect import ClusterError
+from herdrl.cluster.nodes import (
+    NodeOptions,
+    NodeSpec,
+    auth_env,
+    remove_node_files,
+    start_node,
+    stop_node,
+    wait_for_nodes,
+    write_token,
+)
+
+_START, _STOP, _DONE = 11, 12, 13
+
+
+def _log(message: str) -> None:
+    print(f"herd launch mpi: {message}", file=sys.stderr, flush=True)
+
+
+def _poll(comm: Any, source: int, tag: int, timeout_s: float | None = None) -> Any:
+    """Receive one message without spinning a core; None after ``timeout_s``."""
+    request = comm.irecv(source=source, tag=tag)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        done, message = request.test()
+        if done:
+            return message
+        if deadline is not None and time.monotonic() >= deadline:
+            request.Cancel()
+            return None
+        time.sleep(0.1)
+
+
+def _raise_on_sigterm() -> None:
+    """A cancelled job (SIGTERM from mpirun or the scheduler) unwinds through the ``finally`` blocks."""
+    def handler(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def run(driver: list[str], options: NodeOptions) -> int:
+    """Run on every rank; returns this rank's exit code (rank 0: the driver's)."""
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise ClusterError("herd launch mpi needs mpi4py: pip install 'herdrl[mpi]'") from exc
+    if not driver:
+        raise ClusterError("give the driver command after --, e.g. herd launch mpi -- herd train ppo ...")
+    comm = MPI.COMM_WORLD
+    _raise_on_sigterm()
+    if comm.Get_rank() == 0:
+        return _rank_zero(comm, driver, options)
+    return _other_rank(comm, options)
+
+
+def _rank_zero(comm: Any, driver: list[str], options: NodeOptions) -> int:
+    size = comm.Get_size()
+    started = time.monotonic()
+    session = secrets.token_hex(3)
+    temp_dir = Path(f"/tmp/herd-{session}-r0")
+    token = write_token(f"{temp_dir}.token")
+    os.environ.update(auth_env(token))
+    others = range(1, size)
+    driver_proc: subprocess.Popen | None = None
+    announced = False
+    try:
+        try:
+            address, _ = start_node(NodeSpec(temp_dir, port=options.port, node_ip_address=options.node_ip(),
+                                             num_cpus=options.num_cpus, num_gpus=options.num_gpus,
+                                             object_store_memory=options.object_store_memory), block=True)
+        except ClusterError as exc:
+            for rank in others:
+                comm.send({"abort": str(exc)}, dest=rank, tag=_START)
+            raise
+        _log(f"head up at {address} after {time.monotonic() - started:.1f} s; {size - 1} rank(s) joining "
+             f"(Ray files: /tmp/herd-{session}-r*)")
+        for rank in others:
+            comm.send({"address": address, "token": token.read_text(), "session": session}, dest=rank, tag=_START)
+        announced = True
+        wait_for_nodes(address, size, options.join_timeout_s)
+        _log(f"all {size} Ray nodes joined after {time.monotonic() - started:.1f} s; running {' '.join(driver)}")
+        driver_proc = subprocess.Popen(driver, env={**os.environ, "RAY_ADDRESS": address})
+        rc = driver_proc.wait()
+        _log(f"driver exited with {rc}; stopping Ray on {size} node(s)")
+        return rc
+    finally:
+        if driver_proc is not None and driver_proc.poll() is None:
+            driver_proc.terminate()
+            driver_proc.wait()
+        clean = driver_proc is not None and driver_proc.returncode == 0
+        for rank in others if announced else ():
+            comm.send({"clean": clean}, dest=rank, tag=_STOP)
+        for rank in others if announced else ():
+            if _poll(comm, rank, _DONE, timeout_s=30.0) is None:
+                _log(f"rank {rank} did not confirm its Ray node stopped within 30 s")
+        stop_node(temp_dir)
+        token.unlink(missing_ok=True)
+        _tidy(temp_dir, clean)
+
+
+def _tidy(temp_dir: Path, clean: bool) -> None:
+    """Remove a node's files after a clean run; keep them (Ray's logs) and say where after a failure."""
+    if clean:
+        remove_node_files(temp_dir)
+    else:
+        _log(f"Ray logs of this node kept in {temp_dir} (start-up output: {temp_dir}.log)")
+
+
+def _other_rank(comm: Any, options: NodeOptions) -> int:
+    rank = comm.Get_rank()
+    message = _poll(comm, 0, _START)
+    if "abort" in message:
+        return 0  # rank 0 reports the error and exits non-zero
+    temp_dir = Path(f"/tmp/herd-{message['session']}-r{rank}")
+    token = write_token(f"{temp_dir}.token", message["token"])
+    os.environ.update(auth_env(token))
+    clean = False
+    try:
+        start_node(NodeSpec(temp_dir, address=message["address"], node_ip_address=options.node_ip(),
+                            num_cpus=options.num_cpus, num_gpus=options.num_gpus,
+                            object_store_memory=options.object_store_memory), block=True)
+        clean = _poll(comm, 0, _STOP)["clean"]
+        return 0
+    finally:
+        stop_node(temp_dir)
+        token.unlink(missing_ok=True)
+        comm.send("done", dest=0, tag=_DONE)
+        _tidy(temp_dir, clean)

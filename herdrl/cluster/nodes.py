@@ -1,0 +1,309 @@
+"""One Ray node of a herdrl cluster: start it, stop it by its own temp dir, wait for a cluster to assemble.
+
+Every launcher (Slurm, MPI, PBS, ssh) is built from these three steps, run on each node:
+
+* :func:`start_node` runs ``ray start`` with a temp dir of its own and free ports picked on that host, so
+  several jobs (or several fake nodes) share a host without colliding, and token auth on.
+* :func:`stop_node` stops the node by PID — the processes whose command line names its temp dir and their
+  children. Never ``ray stop``: that kills every Ray process on the host, other users' clusters included.
+* :func:`wait_for_nodes` polls (bounded) until the head answers and N nodes are alive: no fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from herdrl.cluster.connect import ClusterError, wait_for_port
+
+RAY_START = [sys.executable, "-m", "ray.scripts.scripts", "start"]
+AUTH_TOKEN_FILE = "ray_token"
+
+
+def free_port(host: str = "", low: int = 20000, high: int = 32000) -> int:
+    """A TCP port free on this host, outside Ray's worker port range (10002-19999) and the ephemeral range."""
+    for _ in range(500):
+        port = low + secrets.randbelow(high - low)
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, port))
+                return port
+            except OSError:
+                continue
+    raise ClusterError(f"no free TCP port between {low} and {high} on this host")
+
+
+def write_token(path: str | Path, token: str | None = None) -> Path:
+    """Write ``token`` (default: a fresh random one) to ``path`` as Ray's auth token file, owner-only."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(token or secrets.token_hex(32))
+    os.chmod(path, 0o600)
+    return path
+
+
+def auth_env(token_path: str | Path) -> dict[str, str]:
+    """Environment every node and the driver need to share one token-authenticated cluster."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(Path(token_path).resolve()),
+            "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def interface_address(name: str) -> str:
+    """The IPv4 address of network interface ``name`` (e.g. ``ib0``) on this host."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+        except OSError as exc:
+            raise ClusterError(f"network interface '{name}' has no IPv4 address here ({exc.strerror}); "
+                               f"list them with `ip -4 addr`") from exc
+    return socket.inet_ntoa(packed[20:24])
+
+
+@dataclass
+class NodeSpec:
+    """What one ``ray start`` needs. ``address`` is the head's ``HOST:PORT`` for a worker, None for the head."""
+
+    temp_dir: Path
+    address: str | None = None
+    port: int | None = None
+    node_ip_address: str | None = None
+    num_cpus: int | None = None
+    num_gpus: int | None = None
+    object_store_memory: int | None = None
+    resources: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def head(self) -> bool:
+        """True for the head node (no address to join)."""
+        return self.address is None
+
+    def ray_start_args(self) -> list[str]:
+        """``ray start`` arguments; fixed ports are picked free on this host (others Ray picks itself)."""
+        args = [f"--temp-dir={self.temp_dir}", f"--dashboard-agent-listen-port={free_port()}"]
+        if self.head:
+            args += ["--head", f"--port={self.port or free_port()}", "--include-dashboard=false",
+                     f"--ray-client-server-port={free_port()}"]
+        else:
+            args.append(f"--address={self.address}")
+        if self.node_ip_address:
+            args.append(f"--node-ip-address={self.node_ip_address}")
+        for flag, value in (("num-cpus", self.num_cpus), ("num-gpus", self.num_gpus),
+                            ("object-store-memory", self.object_store_memory)):
+            if value is not None:
+                args.append(f"--{flag}={value}")
+        if self.resources:
+            import json
+
+            args.append(f"--resources={json.dumps(self.resources)}")
+        return args
+
+
+@dataclass
+class NodeOptions:
+    """Per-node settings every launcher passes to ``ray start``."""
+
+    num_cpus: int | None = None
+    num_gpus: int | None = None
+    port: int | None = None
+    node_ip_address: str | None = None
+    interface: str | None = None
+    object_store_memory: int | None = None
+    join_timeout_s: float = 300.0
+
+    def node_ip(self) -> str | None:
+        """The address this node announces: ``--node-ip-address``, else ``--interface``'s, else Ray's pick."""
+        if self.node_ip_address:
+            return self.node_ip_address
+        if self.interface:
+            return interface_address(self.interface)
+        return None
+
+
+def _node_ip(spec: NodeSpec) -> str:
+    if spec.node_ip_address:
+        return spec.node_ip_address
+    from ray.util import get_node_ip_address
+
+    return get_node_ip_address()
+
+
+def start_node(spec: NodeSpec, block: bool = False, timeout_s: float = 120.0) -> tuple[str, subprocess.Popen | None]:
+    """Start one Ray node; returns the cluster address (``HOST:PORT`` of the head) and, with ``block``, the
+    ``ray start --block`` process (the node lives as long as it does).
+
+    Without ``block``, ``ray start`` daemonises and this returns once the node is up (``ray start`` waits).
+    With ``block``, a head returns once its port answers; a worker returns at once (wait for it with
+    :func:`wait_for_nodes`). Raises ClusterError with Ray's last error line when the start fails.
+    """
+    spec.temp_dir = Path(spec.temp_dir)
+    if len(str(spec.temp_dir)) > 60:  # Ray puts unix sockets under it; their paths are limited to 107 bytes
+        raise ClusterError(f"Ray temp dir '{spec.temp_dir}' is too long for Ray's socket paths; use a short "
+                           "path such as /tmp/herd-<job>")
+    args = spec.ray_start_args()
+    port = next((a.split("=", 1)[1] for a in args if a.startswith("--port=")), None)
+    address = f"{_node_ip(spec)}:{port}" if spec.head else str(spec.address)
+    if not block:
+        try:
+            done = subprocess.run([*RAY_START, *args], capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            stop_node(spec.temp_dir)
+            raise ClusterError(f"`ray start` did not finish within {timeout_s:g} s (is the head at "
+                               f"{spec.address} reachable?)") from exc
+        if done.returncode != 0:
+            raise ClusterError(f"`ray start` failed: {_last_error_line(done.stderr + done.stdout)}")
+        return address, None
+    log_path = node_log(spec.temp_dir)
+    with open(log_path, "ab") as log:  # Ray's start-up banner stays out of the job's output
+        proc = subprocess.Popen([*RAY_START, *args, "--block"], stdout=log, stderr=subprocess.STDOUT)
+    if spec.head:
+        try:
+            wait_for_port(address, timeout_s)
+        except ClusterError as exc:
+            proc.terminate()
+            stop_node(spec.temp_dir)
+            raise ClusterError(f"the Ray head did not come up: {_last_error_line(log_path.read_text())} "
+                               f"(log: {log_path})") from exc
+    return address, proc
+
+
+def node_log(temp_dir: str | Path) -> Path:
+    """Where ``ray start``'s own output goes: next to the node's temp dir."""
+    return Path(f"{str(temp_dir).rstrip('/')}.log")
+
+
+def remove_node_files(temp_dir: str | Path) -> None:
+    """Delete a stopped node's temp dir and start-up log (kept instead when a run failed, for its logs)."""
+    import shutil
+
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    node_log(temp_dir).unlink(missing_ok=True)
+
+
+def _last_error_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["no output"])[-1]
+
+
+def _cmdlines() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) for every process we can see."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (entry / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        table[int(entry.name)] = (ppid, cmd)
+    return table
+
+
+def node_pids(temp_dir: str | Path) -> list[int]:
+    """PIDs of the node whose temp dir is ``temp_dir``: processes naming it, and all their descendants."""
+    marker = str(temp_dir).rstrip("/") + "/"
+    marker_eq = "=" + str(temp_dir).rstrip("/")
+    table = _cmdlines()
+    me = os.getpid()
+    found = {pid for pid, (_, cmd) in table.items()
+             if pid != me and (marker in cmd or cmd.rstrip().endswith(marker_eq) or marker_eq + " " in cmd)}
+    grew = True
+    while grew:
+        children = {pid for pid, (ppid, _) in table.items() if ppid in found and pid != me} - found
+        found |= children
+        grew = bool(children)
+    return sorted(found)
+
+
+def stop_node(temp_dir: str | Path, grace_s: float = 5.0) -> int:
+    """SIGTERM the node's processes, SIGKILL what is left after ``grace_s``; returns how many there were.
+
+    (Ray's GCS ignores SIGTERM for several seconds, hence the SIGKILL.)
+    """
+    pids = node_pids(temp_dir)
+    total = len(pids)
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+        pids = [p for p in pids if _alive(p)]
+        if not pids:
+            break
+    return total
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@contextlib.contextmanager
+def _short_driver(address: str, node_ip_address: str | None, timeout_s: float) -> Iterator[Any]:
+    """``ray`` connected to ``address`` for the duration of the block (port checked first, bounded)."""
+    import logging
+
+    import ray
+
+    from herdrl.cluster.connect import _quiet_auth_warning
+
+    _quiet_auth_warning()
+    wait_for_port(address, timeout_s)
+    kwargs = {"_node_ip_address": node_ip_address} if node_ip_address else {}
+    os.environ["RAY_ADDRESS"] = address  # ray.init prefers RAY_ADDRESS over its argument
+    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, **kwargs)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def alive_nodes(address: str, node_ip_address: str | None = None, timeout_s: float = 30.0) -> list[dict]:
+    """The alive nodes of the cluster at ``address`` (``ray.nodes()`` entries), seen from a short driver."""
+    with _short_driver(address, node_ip_address, timeout_s) as ray:
+        return [n for n in ray.nodes() if n["Alive"]]
+
+
+def wait_for_nodes(address: str, count: int, timeout_s: float = 120.0, node_ip_address: str | None = None,
+                   on_progress: Callable[[int, int], None] | None = None) -> int:
+    """Block until the cluster at ``address`` has ``count`` alive nodes; returns that count.
+
+    Polls every half second; ClusterError after ``timeout_s`` saying how many joined.
+    """
+    deadline = time.monotonic() + timeout_s
+    with _short_driver(address, node_ip_address, timeout_s) as ray:
+        seen = -1
+        while True:
+            alive = sum(1 for n in ray.nodes() if n["Alive"])
+            if alive != seen and on_progress is not None:
+                on_progress(alive, count)
+            seen = alive
+            if alive >= count:
+                return alive
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"only {alive} of {count} Ray nodes joined {address} within {timeout_s:g} s; "
+                                   "see the nodes' logs (their --temp-dir/session_latest/logs)")
+            time.sleep(0.5)

@@ -1,0 +1,82 @@
+"""The per-node pieces every launcher is built from (no Ray started here)."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from herdrl.cluster.connect import ClusterError
+from herdrl.cluster.nodes import (
+    NodeSpec,
+    auth_env,
+    free_port,
+    interface_address,
+    node_pids,
+    start_node,
+    stop_node,
+    write_token,
+)
+
+
+def test_free_ports_avoid_rays_worker_range() -> None:
+    ports = {free_port() for _ in range(50)}
+    assert all(20000 <= p < 32000 for p in ports)
+
+
+def test_token_file_is_private_and_env_names_it(tmp_path: Path) -> None:
+    path = write_token(tmp_path / "sub" / "ray_token")
+    assert len(path.read_text()) == 64
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert write_token(path, "abc").read_text() == "abc"
+    env = auth_env(path)
+    assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == str(path.resolve())
+
+
+def test_interface_address() -> None:
+    assert interface_address("lo") == "127.0.0.1"
+    with pytest.raises(ClusterError, match="no-such-if0"):
+        interface_address("no-such-if0")
+
+
+def test_ray_start_arguments_for_head_and_worker(tmp_path: Path) -> None:
+    head = NodeSpec(tmp_path / "h", port=23456, num_cpus=2, resources={"big": 1})
+    args = head.ray_start_args()
+    assert "--head" in args and "--port=23456" in args and "--num-cpus=2" in args
+    assert "--include-dashboard=false" in args and '--resources={"big": 1}' in args
+    assert f"--temp-dir={tmp_path / 'h'}" in args
+    worker = NodeSpec(tmp_path / "w", address="10.0.0.1:23456", node_ip_address="10.0.0.2").ray_start_args()
+    assert "--address=10.0.0.1:23456" in worker and "--node-ip-address=10.0.0.2" in worker
+    assert "--head" not in worker and not any(a.startswith("--port=") for a in worker)
+
+
+def test_temp_dir_too_long_for_ray_sockets_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ClusterError, match="too long"):
+        start_node(NodeSpec(Path("/tmp") / ("x" * 80)))
+
+
+def test_stop_node_kills_the_processes_naming_its_temp_dir_and_their_children_only(tmp_path: Path) -> None:
+    ours, other = tmp_path / "ours", tmp_path / "other"
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
+           "time.sleep(60)"
+    parent = subprocess.Popen([sys.executable, "-c", code, f"--temp-dir={ours}"])
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--temp-dir={other}"])
+    try:
+        for _ in range(50):
+            if len(node_pids(ours)) == 2:
+                break
+            time.sleep(0.1)
+        pids = node_pids(ours)
+        assert parent.pid in pids and len(pids) == 2, "the node's process and its child"
+        assert bystander.pid not in pids
+        assert stop_node(ours, grace_s=2.0) == 2
+        assert parent.wait(timeout=5) is not None
+        assert node_pids(ours) == []
+        assert bystander.poll() is None, "another node's process is left alone"
+    finally:
+        parent.kill()
+        bystander.kill()

@@ -1,0 +1,85 @@
+"""`herd launch mpi` under a real `mpirun` (Open MPI + mpi4py): one Ray node per rank, all on this host."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from clustertools import HEALTH_CHECK_ENV, processes_matching, require, subprocess_env
+
+pytestmark = pytest.mark.cluster
+
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,tcp"]
+LAUNCH = ["herd", "launch", "mpi", "--num-cpus", "1", "--object-store-memory", "80000000", "--join-timeout", "120"]
+
+
+def _session(output: str) -> str:
+    match = re.search(r"Ray files: /tmp/herd-([0-9a-f]{6})-r", output)
+    assert match, output[-3000:]
+    return match.group(1)
+
+
+def test_three_ranks_join_and_train(tmp_path: Path) -> None:
+    require("mpi")
+    out = tmp_path / "results"
+    cmd = [*MPIRUN, "-np", "3", *LAUNCH, "--", "herd", "train", "ppo", "--env", "CartPole-v1",
+           "--num-env-runners", "2", "--stop-iters", "3", "--output", str(out), "--seed", "0"]
+    done = subprocess.run(cmd, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=240)
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text[-3000:]
+    assert "all 3 Ray nodes joined" in text
+    assert re.search(r"iter\s+3\s", done.stdout), "the driver's progress table reaches the job's stdout"
+    results = list(out.glob("CartPole-v1/*/result.json"))
+    assert len(results) == 1
+    rows = [json.loads(line) for line in results[0].read_text().splitlines()]
+    assert [r["training_iteration"] for r in rows] == [1, 2, 3]
+    assert not processes_matching("/tmp/herd-"), "no Ray process of the launch is left"
+    assert not list(Path("/tmp").glob(f"herd-{_session(text)}-*")), "a clean run leaves no Ray files behind"
+
+
+def test_driver_sees_every_node_and_its_exit_code_is_the_jobs(tmp_path: Path) -> None:
+    require("mpi")
+    driver = ("import os, sys, ray; ray.init(os.environ['RAY_ADDRESS']); "
+              "print('alive', sum(n['Alive'] for n in ray.nodes())); sys.exit(7)")
+    done = subprocess.run([*MPIRUN, "-np", "2", *LAUNCH, "--", "python", "-c", driver], cwd=tmp_path,
+                          env=subprocess_env(), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 7, (done.stdout + done.stderr)[-3000:]
+    assert "alive 2" in done.stdout
+    assert "driver exited with 7" in done.stderr
+    assert not processes_matching("/tmp/herd-")
+
+
+def test_training_survives_a_worker_node_whose_raylet_is_killed(tmp_path: Path) -> None:
+    """Kill rank 2's raylet by PID mid-run: its runner is restarted on a surviving node and training ends."""
+    require("mpi")
+    out = tmp_path / "results"
+    cmd = [*MPIRUN, "-np", "3", "-x", ",".join(HEALTH_CHECK_ENV), *LAUNCH, "--", "herd", "train", "ppo",
+           "--env", "herd/Latency-v0", "--num-env-runners", "2", "--stop-iters", "12", "--output", str(out),
+           "--config", "sample_timeout_s=20", "train_batch_size=400"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=subprocess_env(**HEALTH_CHECK_ENV), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    killed = None
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if killed is None and re.match(r"iter\s+2\s", line):
+                raylets = [p for p in processes_matching("raylet") if re.search(r"/tmp/herd-[0-9a-f]{6}-r2/", p)]
+                assert raylets, "".join(lines)
+                killed = int(raylets[0].split(":")[0])
+                os.kill(killed, signal.SIGKILL)
+        rc = proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = "".join(lines)
+    assert killed is not None, text[-3000:]
+    assert rc == 0, text[-3000:]
+    assert re.search(r"iter\s+12\s", text), text[-3000:]
+    assert "restarted" in text, "the runner on the dead node was replaced: " + text[-3000:]
+    assert not processes_matching("/tmp/herd-")
