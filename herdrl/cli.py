@@ -39,6 +39,9 @@ def _add_train_parser(subparsers: Any) -> None:
     p.add_argument("--address", help="join this Ray cluster (HOST:PORT or auto; default: RAY_ADDRESS, else a "
                                      "private Ray started for this run)")
     p.add_argument("--node-ip-address", help="this driver's own address when joining a cluster")
+    p.add_argument("--cluster", metavar="HOSTS_YAML",
+                   help="run this command on the head of the cluster `herd cluster up HOSTS_YAML` started, "
+                        "then copy its results here")
     p.add_argument("--ray-connect-timeout", type=float, help="seconds to wait for the cluster's head (default 30)")
     p.add_argument("--dashboard", action="store_true", help="start Ray's dashboard with the private Ray")
     p.add_argument("--working-dir", help="ship this directory to every Ray node (Ray runtime_env working_dir)")
@@ -195,7 +198,25 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
+def _train_args_without_cluster(argv: list[str]) -> list[str]:
+    """The ``herd train`` arguments of ``argv`` minus ``--cluster FILE`` (to run them on the head)."""
+    rest = argv[argv.index("train") + 1:]
+    out, skip = [], False
+    for arg in rest:
+        if skip:
+            skip = False
+        elif arg == "--cluster":
+            skip = True
+        elif not arg.startswith("--cluster="):
+            out.append(arg)
+    return out
+
+
 def _train(args: argparse.Namespace) -> int:
+    if args.cluster:
+        from herdrl.cluster.hosts import load_hosts, train_on_head
+
+        return train_on_head(load_hosts(args.cluster), _train_args_without_cluster(args.argv))
     from herdrl.checkpoint import read_meta
     from herdrl.errors import ConfigError
     from herdrl.experiment import find_resume_point, load_experiment_file, run_experiment
@@ -375,6 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``herd`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.version:
         from herdrl import __version__
 

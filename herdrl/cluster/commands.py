@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -57,6 +58,42 @@ def add_launch_parser(subparsers: Any) -> None:
     _add_node_options(m)
     _driver_args(m)
 
+    sl = kinds.add_parser("slurm", help="write and submit an sbatch script (or run it in this allocation)",
+                          description="Write an sbatch script that starts Ray on every node, runs the driver on "
+                                      "the first and stops Ray at the end; submit it.")
+    _add_batch_options(sl, queue_flag="--partition")
+    sl.add_argument("--in-allocation", action="store_true",
+                    help="run the script here, inside an existing salloc / srun --pty allocation")
+    sl.add_argument("--wait", action="store_true", help="wait for the job to end; exit with its exit code")
+    _driver_args(sl)
+
+    pb = kinds.add_parser("pbs", help="write (and with --submit, qsub) a PBS or Cobalt script",
+                          description="Write a PBS Pro or Cobalt script that runs `herd launch mpi` on every node.")
+    _add_batch_options(pb, queue_flag="--queue")
+    pb.add_argument("--launcher", choices=["mpiexec", "aprun", "mpirun"], default="mpiexec",
+                    help="the site's MPI launcher (default mpiexec; aprun on Cray XC such as Theta)")
+    pb.add_argument("--launcher-args", default="", help="extra arguments for the launcher, e.g. '--cpu-bind none'")
+    pb.add_argument("--flavor", choices=["pbs", "cobalt"], default="pbs", help="#PBS (default) or #COBALT directives")
+    pb.add_argument("--submit", action="store_true", help="run qsub on the script")
+    _driver_args(pb)
+
+
+def _add_batch_options(p: argparse.ArgumentParser, queue_flag: str) -> None:
+    p.add_argument("--nodes", type=int, default=2, help="nodes, one Ray node each (default 2)")
+    _add_node_options(p, per_node_names=True)
+    p.add_argument("--time", help="walltime HH:MM:SS")
+    p.add_argument(queue_flag, dest="queue", help="partition / queue")
+    p.add_argument("--account", help="account / project to charge")
+    p.add_argument("--job-name", default="herd", help="job name (default herd)")
+    p.add_argument("--setup", action="append", default=[], metavar="LINES",
+                   help="shell lines run first on the nodes, e.g. 'module load python; source venv/bin/activate' "
+                        "(repeatable)")
+    p.add_argument("--unset-ld-preload", action="store_true",
+                   help="unset LD_PRELOAD in the job (site preload libraries can crash Ray)")
+    p.add_argument("--output", default="results",
+                   help="results root; the script and the job's log go to OUTPUT/launch/ (default results)")
+    p.add_argument("--dry-run", action="store_true", help="print the script, write and submit nothing")
+
 
 def add_cluster_parser(subparsers: Any) -> None:
     """``herd cluster node|wait``: the per-node steps the launch scripts run."""
@@ -69,6 +106,7 @@ def add_cluster_parser(subparsers: Any) -> None:
     n.add_argument("--head", action="store_true", help="start the head (otherwise join --address)")
     n.add_argument("--address", help="head address HOST:PORT to join")
     n.add_argument("--address-file", help="head: write its address here once it answers")
+    n.add_argument("--remove-files", action="store_true", help="stop: also delete the node's temp dir and log")
     n.add_argument("--block", action="store_true",
                    help="stay in the foreground; stop the node when this process ends or is signalled")
     _add_node_options(n)
@@ -79,6 +117,20 @@ def add_cluster_parser(subparsers: Any) -> None:
     w.add_argument("--timeout", type=float, default=300.0, help="seconds (default 300)")
     w.add_argument("--node-ip-address", help="this host's node address (when several are on one host)")
 
+    up = kinds.add_parser("up", help="start Ray over ssh on the hosts of a hosts.yaml",
+                          description="Start a private cluster: the head, then each worker, over ssh.")
+    up.add_argument("hosts_file", help="hosts.yaml (head, workers, ssh, setup, ray)")
+    dn = kinds.add_parser("down", help="stop the Ray nodes a `herd cluster up` started (by PID, never ray stop)")
+    dn.add_argument("hosts_file")
+    st = kinds.add_parser("status", help="alive nodes of a cluster: from a hosts.yaml, or --address on a node")
+    st.add_argument("hosts_file", nargs="?")
+    st.add_argument("--address", help="head address HOST:PORT (when run on a node of that cluster)")
+    st.add_argument("--node-ip-address", help="this host's node address (when several are on one host)")
+    sy = kinds.add_parser("sync", help="copy a results directory back from the head with rsync")
+    sy.add_argument("hosts_file")
+    sy.add_argument("results_dir", nargs="?", default="results",
+                    help="results directory, relative to the head's workdir (default results)")
+
 
 def launch(args: argparse.Namespace) -> int:
     """``herd launch KIND``."""
@@ -86,7 +138,70 @@ def launch(args: argparse.Namespace) -> int:
         from herdrl.cluster import mpi
 
         return mpi.run(_driver(args), _node_options(args))
+    if args.launch_kind in ("slurm", "pbs"):
+        return _batch(args)
     raise ClusterError(f"unknown launcher {args.launch_kind}")
+
+
+def _batch_job(args: argparse.Namespace) -> Any:
+    from herdrl.cluster.scripts import BatchJob
+
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    launch_dir = (Path(args.output) / "launch" / f"{args.job_name}_{stamp}").resolve()
+    return BatchJob(driver=_driver(args), launch_dir=launch_dir, workdir=Path.cwd(), nodes=args.nodes,
+                    node_options=_node_options(args), time=args.time, partition=args.queue, account=args.account,
+                    job_name=args.job_name, setup=list(args.setup), unset_ld_preload=args.unset_ld_preload)
+
+
+def _batch(args: argparse.Namespace) -> int:
+    """Write the Slurm or PBS script into OUTPUT/launch/NAME_STAMP/ and run, submit or print it."""
+    from herdrl.cluster import scripts
+    from herdrl.cluster.nodes import AUTH_TOKEN_FILE, write_token
+
+    job = _batch_job(args)
+    slurm = args.launch_kind == "slurm"
+    text = scripts.slurm_script(job) if slurm else scripts.pbs_script(job, args.launcher, args.flavor,
+                                                                        args.launcher_args)
+    if args.dry_run:
+        print(text, end="")
+        return 0
+    job.launch_dir.mkdir(parents=True, exist_ok=True)
+    path = job.launch_dir / ("job.sbatch" if slurm else "job.pbs")
+    path.write_text(text)
+    if slurm:
+        write_token(job.launch_dir / AUTH_TOKEN_FILE)
+    results = _results_root(job.driver)
+    print(f"herd launch: wrote {path}; the driver's results go to {results}", flush=True)
+    if slurm and args.in_allocation:
+        if "SLURM_JOB_ID" not in os.environ:
+            raise ClusterError("--in-allocation needs a Slurm allocation (salloc / srun --pty): SLURM_JOB_ID is unset")
+        return subprocess.call(["bash", str(path)])
+    if not slurm and not args.submit:
+        print(f"herd launch: submit it with: qsub {path}")
+        return 0
+    submit = ["sbatch", "--parsable", *(["--wait"] if args.wait else []), str(path)] if slurm else ["qsub", str(path)]
+    try:
+        proc = subprocess.Popen(submit, stdout=subprocess.PIPE, text=True)
+    except FileNotFoundError as exc:
+        raise ClusterError(f"{submit[0]} not found: run this on the cluster's login node (or use --dry-run)") from exc
+    job_id = (proc.stdout.readline() if proc.stdout else "").strip().split(";")[0]
+    if job_id:
+        log = job.launch_dir / (f"slurm-{job_id}.out" if slurm else f"{args.flavor}.out")
+        print(f"herd launch: submitted job {job_id}; its output (live progress table): {log}", flush=True)
+    rc = proc.wait()
+    if rc != 0 and not job_id:
+        raise ClusterError(f"{submit[0]} refused the job (exit {rc}); its message is above")
+    return rc
+
+
+def _results_root(driver: list[str]) -> Path:
+    """Where a ``herd train``/``tune`` driver writes results: its --output, else results/ here."""
+    for i, arg in enumerate(driver):
+        if arg == "--output" and i + 1 < len(driver):
+            return Path(driver[i + 1]).resolve()
+        if arg.startswith("--output="):
+            return Path(arg.split("=", 1)[1]).resolve()
+    return (Path.cwd() / "results").resolve()
 
 
 def cluster(args: argparse.Namespace) -> int:
@@ -95,6 +210,24 @@ def cluster(args: argparse.Namespace) -> int:
         return _node(args)
     if args.cluster_kind == "wait":
         return _wait(args)
+    from herdrl.cluster import hosts
+
+    if args.cluster_kind == "status" and not args.hosts_file:
+        return _status_here(args)
+    spec = hosts.load_hosts(args.hosts_file)
+    if args.cluster_kind == "up":
+        state = hosts.up(spec)
+        print(f"train on it: herd train --cluster {args.hosts_file} ppo --env CartPole-v1 --num-env-runners N "
+              f"(or on a node: --address {state['address']})")
+        return 0
+    if args.cluster_kind == "down":
+        return hosts.down(spec)
+    if args.cluster_kind == "status":
+        print(hosts.status(spec), end="")
+        return 0
+    if args.cluster_kind == "sync":
+        hosts.sync(spec, args.results_dir)
+        return 0
     raise ClusterError(f"unknown cluster action {args.cluster_kind}")
 
 
@@ -105,11 +238,11 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _node(args: argparse.Namespace) -> int:
-    from herdrl.cluster.nodes import NodeSpec, start_node, stop_node
+    from herdrl.cluster.nodes import NodeSpec, node_pids, remove_node_files, start_node, stop_node, stopping_marker
 
     temp_dir = Path(args.temp_dir)
     if args.action == "stop":
-        count = stop_node(temp_dir)
+        count = stop_node(temp_dir, remove_files=args.remove_files)
         print(f"stopped {count} Ray process(es) of {temp_dir}")
         return 0
     if args.head == bool(args.address):
@@ -131,9 +264,32 @@ def _node(args: argparse.Namespace) -> int:
         if args.address_file:
             _write_atomic(Path(args.address_file), address)
         print(address, flush=True)
-        return proc.wait() if proc is not None else 0
+        rc = proc.wait() if proc is not None else 0
     finally:
-        stop_node(temp_dir)
+        if node_pids(temp_dir):
+            stop_node(temp_dir)
+    marker = stopping_marker(temp_dir)
+    if not marker.exists():
+        return rc  # the node died on its own: Ray's logs stay in the temp dir
+    if marker.read_text() == "remove":  # `herd cluster node stop --remove-files` while we were running
+        remove_node_files(temp_dir)
+    marker.unlink(missing_ok=True)
+    return 0
+
+
+def _status_here(args: argparse.Namespace) -> int:
+    from herdrl.cluster.nodes import alive_nodes
+
+    address = args.address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        raise ClusterError("give a hosts file, or --address HOST:PORT when running on a node of the cluster")
+    nodes = alive_nodes(address, args.node_ip_address)
+    print(f"{len(nodes)} alive Ray node(s) at {address}")
+    for node in sorted(nodes, key=lambda n: not n["Resources"].get("node:__internal_head__")):
+        res = node["Resources"]
+        role = "head" if res.get("node:__internal_head__") else "worker"
+        print(f"  {node['NodeManagerAddress']:<16} {role:<7} CPUs {res.get('CPU', 0):g}  GPUs {res.get('GPU', 0):g}")
+    return 0
 
 
 def _wait(args: argparse.Namespace) -> int:

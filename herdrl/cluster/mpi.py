@@ -27,7 +27,6 @@ from herdrl.cluster.nodes import (
     NodeOptions,
     NodeSpec,
     auth_env,
-    remove_node_files,
     start_node,
     stop_node,
     wait_for_nodes,
@@ -118,16 +117,14 @@ def _rank_zero(comm: Any, driver: list[str], options: NodeOptions) -> int:
         for rank in others if announced else ():
             if _poll(comm, rank, _DONE, timeout_s=30.0) is None:
                 _log(f"rank {rank} did not confirm its Ray node stopped within 30 s")
-        stop_node(temp_dir)
-        token.unlink(missing_ok=True)
-        _tidy(temp_dir, clean)
+        _stop(temp_dir, token, clean)
 
 
-def _tidy(temp_dir: Path, clean: bool) -> None:
-    """Remove a node's files after a clean run; keep them (Ray's logs) and say where after a failure."""
-    if clean:
-        remove_node_files(temp_dir)
-    else:
+def _stop(temp_dir: Path, token: Path, clean: bool) -> None:
+    """Stop this rank's node; remove its files after a clean run, keep them (Ray's logs) after a failure."""
+    stop_node(temp_dir, remove_files=clean)
+    token.unlink(missing_ok=True)
+    if not clean:
         _log(f"Ray logs of this node kept in {temp_dir} (start-up output: {temp_dir}.log)")
 
 
@@ -147,7 +144,5 @@ def _other_rank(comm: Any, options: NodeOptions) -> int:
         clean = _poll(comm, 0, _STOP)["clean"]
         return 0
     finally:
-        stop_node(temp_dir)
-        token.unlink(missing_ok=True)
+        _stop(temp_dir, token, clean)
         comm.send("done", dest=0, tag=_DONE)
-        _tidy(temp_dir, clean)

@@ -185,12 +185,18 @@ def node_log(temp_dir: str | Path) -> Path:
     return Path(f"{str(temp_dir).rstrip('/')}.log")
 
 
+def stopping_marker(temp_dir: str | Path) -> Path:
+    """File :func:`stop_node` creates before stopping a node, so its foreground starter exits 0, not 1."""
+    return Path(f"{str(temp_dir).rstrip('/')}.stopping")
+
+
 def remove_node_files(temp_dir: str | Path) -> None:
     """Delete a stopped node's temp dir and start-up log (kept instead when a run failed, for its logs)."""
     import shutil
 
     shutil.rmtree(temp_dir, ignore_errors=True)
     node_log(temp_dir).unlink(missing_ok=True)
+    stopping_marker(temp_dir).unlink(missing_ok=True)
 
 
 def _last_error_line(text: str) -> str:
@@ -231,12 +237,16 @@ def node_pids(temp_dir: str | Path) -> list[int]:
     return sorted(found)
 
 
-def stop_node(temp_dir: str | Path, grace_s: float = 5.0) -> int:
+def stop_node(temp_dir: str | Path, grace_s: float = 5.0, remove_files: bool = False) -> int:
     """SIGTERM the node's processes, SIGKILL what is left after ``grace_s``; returns how many there were.
 
-    (Ray's GCS ignores SIGTERM for several seconds, hence the SIGKILL.)
+    (Ray's GCS ignores SIGTERM for several seconds, hence the SIGKILL.) ``remove_files`` deletes the node's
+    temp dir and log afterwards — or leaves that to the node's ``herd cluster node start --block`` process,
+    which exits 0 (a deliberate stop, not a crash) and removes them itself.
     """
     pids = node_pids(temp_dir)
+    if pids:  # tells a foreground `herd cluster node start --block` that its node ends on purpose
+        stopping_marker(temp_dir).write_text("remove" if remove_files else "keep")
     total = len(pids)
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
         for pid in pids:
@@ -250,7 +260,16 @@ def stop_node(temp_dir: str | Path, grace_s: float = 5.0) -> int:
         pids = [p for p in pids if _alive(p)]
         if not pids:
             break
+    if not _foreground_starter(temp_dir):
+        if remove_files:
+            remove_node_files(temp_dir)
+        stopping_marker(temp_dir).unlink(missing_ok=True)
     return total
+
+
+def _foreground_starter(temp_dir: str | Path) -> bool:
+    needle = f"--temp-dir {str(temp_dir).rstrip('/')} "
+    return any("cluster node start" in cmd and needle in cmd + " " for _, cmd in _cmdlines().values())
 
 
 def _alive(pid: int) -> bool:

@@ -1,0 +1,183 @@
+"""Batch scripts for ``herd launch slurm`` and ``herd launch pbs``: plain bash a user can read and edit.
+
+Slurm: the script starts the head on the job's first node (one ``srun`` step that stays in the
+foreground), waits until the head answers, starts one worker step per other node, waits until every node
+has joined (``herd cluster wait`` polls, bounded: no fixed sleeps), runs the driver with ``RAY_ADDRESS``
+set, and on exit — driver done, failed, or the job cancelled — ends the steps; each step stops its own Ray
+node by PID (``herd cluster node`` never calls ``ray stop``).
+
+PBS / Cobalt: the script hands the nodes to the MPI bootstrap (``herd launch mpi``) with the site's
+launcher (``mpiexec``, ``aprun`` or ``mpirun``).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from herdrl.cluster.connect import ClusterError
+from herdrl.cluster.nodes import AUTH_TOKEN_FILE, NodeOptions
+
+
+@dataclass
+class BatchJob:
+    """Everything a batch script needs: resources, the site's setup lines, and the driver command."""
+
+    driver: list[str]
+    launch_dir: Path
+    workdir: Path
+    nodes: int = 2
+    node_options: NodeOptions = field(default_factory=NodeOptions)
+    time: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    job_name: str = "herd"
+    setup: list[str] = field(default_factory=list)
+    unset_ld_preload: bool = False
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ClusterError(f"--nodes must be at least 1, got {self.nodes}")
+        if self.time is not None and not _valid_time(self.time):
+            raise ClusterError(f"--time '{self.time}' is not a walltime: use HH:MM:SS, MM:SS or D-HH:MM:SS")
+        if not self.driver:
+            raise ClusterError("give the driver command after --, e.g. -- herd train ppo --env CartPole-v1")
+
+    def node_args(self) -> list[str]:
+        """``herd cluster node`` / ``herd launch mpi`` flags carrying the per-node options."""
+        o = self.node_options
+        args: list[str] = []
+        for flag, value in (("--num-cpus", o.num_cpus), ("--num-gpus", o.num_gpus), ("--port", o.port),
+                            ("--node-ip-address", o.node_ip_address), ("--interface", o.interface),
+                            ("--object-store-memory", o.object_store_memory)):
+            if value is not None:
+                args += [flag, str(value)]
+        return [*args, "--join-timeout", f"{o.join_timeout_s:g}"]
+
+    def preamble(self, token: bool = True) -> list[str]:
+        """Lines every script runs first: strict mode, working dir, setup, and (``token``) the auth
+        environment naming the launch dir's token file (the MPI bootstrap makes its own instead)."""
+        lines = ["set -uo pipefail", f"cd {shlex.quote(str(self.workdir))}"]
+        lines += self.setup
+        if self.unset_ld_preload:
+            lines.append("unset LD_PRELOAD  # site preload libraries (e.g. darshan) crash Ray's processes")
+        if token:
+            path = shlex.quote(str(self.launch_dir / AUTH_TOKEN_FILE))
+            lines.append(f"export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={path}")
+        return lines
+
+
+def _valid_time(text: str) -> bool:
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    return (not days or days.isdigit()) and 1 <= len(parts) <= 3 and all(p.isdigit() for p in parts)
+
+
+def _directives(prefix: str, pairs: list[tuple[str, object]]) -> list[str]:
+    return [f"{prefix} {flag}{value}" for flag, value in pairs if value is not None and value != ""]
+
+
+def slurm_script(job: BatchJob) -> str:
+    """The sbatch script: Ray on every node of the allocation, the driver on the first."""
+    o = job.node_options
+    header = ["#!/bin/bash", *_directives("#SBATCH", [
+        ("--job-name=", job.job_name), ("--nodes=", job.nodes), ("--ntasks-per-node=", 1),
+        ("--cpus-per-task=", o.num_cpus), ("--gpus-per-node=", o.num_gpus), ("--time=", job.time),
+        ("--partition=", job.partition), ("--account=", job.account),
+        ("--output=", shlex.quote(str(job.launch_dir / "slurm-%j.out")))])]
+    launch_dir = shlex.quote(str(job.launch_dir))
+    node_args = " ".join(shlex.quote(a) for a in job.node_args())
+    timeout = f"{o.join_timeout_s:g}"
+    body = f"""\
+# Written by `herd launch slurm`: Ray on every node of this job, the driver on the first, Ray stopped at the end.
+{chr(10).join(job.preamble())}
+launch_dir={launch_dir}
+job=${{SLURM_JOB_ID:?run this script with sbatch, or inside an allocation}}
+mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+node_args=({node_args})
+steps=()
+rc=1
+stop_ray() {{  # stop each started Ray node by PID (its own temp dir; never `ray stop`), then end the steps
+  trap - EXIT TERM INT
+  local stoppers=() i files=()
+  [ "$rc" = 0 ] && files=(--remove-files)  # after a failure Ray's logs stay in /tmp/herd-$job-* on the nodes
+  for i in "${{!steps[@]}}"; do
+    srun --nodes=1 --ntasks=1 --overlap -w "${{nodes[$i]}}" \
+      herd cluster node stop --temp-dir "/tmp/herd-$job-$i" "${{files[@]}}" >/dev/null &
+    stoppers+=($!)
+  done
+  [ ${{#stoppers[@]}} -gt 0 ] && wait "${{stoppers[@]}}"
+  for _ in $(seq 100); do steps_alive || break; sleep 0.2; done  # node steps end once their node stopped
+  [ ${{#steps[@]}} -gt 0 ] && kill "${{steps[@]}}" 2>/dev/null
+  wait
+}}
+steps_alive() {{
+  local pid
+  for pid in "${{steps[@]}}"; do kill -0 "$pid" 2>/dev/null && return 0; done
+  return 1
+}}
+trap stop_ray EXIT
+trap 'exit 143' TERM INT
+start_node() {{  # start_node INDEX ARGS...: a foreground Ray node on nodes[INDEX], as one job step
+  srun --nodes=1 --ntasks=1 --overlap -w "${{nodes[$1]}}" \\
+    herd cluster node start --block --temp-dir "/tmp/herd-$job-$1" "${{node_args[@]}}" "${{@:2}}" &
+  steps+=($!)
+}}
+echo "herd launch: Ray head on ${{nodes[0]}}, $((${{#nodes[@]}} - 1)) worker node(s)"
+start_node 0 --head --address-file "$launch_dir/head-$job"
+address=$(herd cluster wait --address-file "$launch_dir/head-$job" --nodes 1 --timeout {timeout}) || exit 1
+for i in "${{!nodes[@]}}"; do
+  [ "$i" -eq 0 ] || start_node "$i" --address "$address"
+done
+herd cluster wait --address "$address" --nodes ${{#nodes[@]}} --timeout {timeout} >/dev/null || exit 1
+echo "herd launch: ${{#nodes[@]}} Ray nodes up at $address after ${{SECONDS}} s; running the driver in $PWD"
+export RAY_ADDRESS=$address
+{shlex.join(job.driver)}
+rc=$?
+echo "herd launch: driver exited with $rc"
+exit $rc
+"""
+    return "\n".join(header) + "\n" + body
+
+
+LAUNCHERS = {
+    "mpiexec": "mpiexec -n {n} --ppn 1",  # MPICH / Cray PALS (Polaris, Aurora)
+    "aprun": "aprun -n {n} -N 1",  # Cray ALPS (Theta)
+    "mpirun": "mpirun -np {n} --map-by node",  # Open MPI
+}
+
+
+def pbs_launch_line(job: BatchJob, launcher: str, launcher_args: str = "") -> str:
+    """The MPI launch line of a PBS/Cobalt script: one ``herd launch mpi`` rank per node."""
+    if launcher not in LAUNCHERS:
+        raise ClusterError(f"unknown --launcher '{launcher}': choose one of {', '.join(LAUNCHERS)}")
+    parts = [LAUNCHERS[launcher].format(n=job.nodes)]
+    if launcher_args:
+        parts.append(launcher_args)
+    parts += ["herd launch mpi", " ".join(shlex.quote(a) for a in job.node_args()), "--", shlex.join(job.driver)]
+    return " ".join(parts)
+
+
+def pbs_script(job: BatchJob, launcher: str = "mpiexec", flavor: str = "pbs", launcher_args: str = "") -> str:
+    """The qsub script (PBS Pro ``#PBS`` or Cobalt ``#COBALT`` directives) around the MPI bootstrap."""
+    o = job.node_options
+    out = shlex.quote(str(job.launch_dir / f"{flavor}.out"))
+    if flavor == "pbs":
+        select = f"select={job.nodes}" + (f":ncpus={o.num_cpus}" if o.num_cpus else "") + (
+            f":ngpus={o.num_gpus}" if o.num_gpus else "")
+        header = _directives("#PBS", [("-N ", job.job_name), ("-l ", select), ("-l place=", "scatter"),
+                                      ("-l walltime=", job.time), ("-q ", job.partition), ("-A ", job.account),
+                                      ("-j ", "oe"), ("-o ", out)])
+    elif flavor == "cobalt":
+        header = _directives("#COBALT", [("-n ", job.nodes), ("-t ", job.time), ("-q ", job.partition),
+                                         ("-A ", job.account), ("--jobname ", job.job_name), ("-o ", out),
+                                         ("-e ", out)])
+    else:
+        raise ClusterError(f"unknown --flavor '{flavor}': choose pbs or cobalt")
+    lines = ["#!/bin/bash", *header,
+             f"# Written by `herd launch pbs`: one `herd launch mpi` rank per node ({launcher}); rank 0 = driver.",
+             *job.preamble(token=False),
+             "echo \"herd launch: results go under $PWD\"",
+             pbs_launch_line(job, launcher, launcher_args)]
+    return "\n".join(lines) + "\n"

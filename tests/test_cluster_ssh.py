@@ -1,0 +1,125 @@
+"""`herd cluster up|status|sync|down` and `herd train --cluster` against two real sshd "hosts" on loopback."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from clustertools import BIN, processes_matching, require, subprocess_env
+from sshhosts import SshHosts
+
+from herdrl.cluster.connect import ClusterError
+from herdrl.cluster.hosts import Host, load_hosts
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def ssh_hosts():
+    require("ssh")
+    try:
+        hosts = SshHosts(["127.0.0.2", "127.0.0.3"]).start()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"ssh unavailable: {exc}")
+    yield hosts
+    hosts.stop()
+
+
+def _hosts_file(tmp_path: Path, ssh_hosts: SshHosts, name: str) -> Path:
+    path = tmp_path / "hosts.yaml"
+    path.write_text(yaml.safe_dump({
+        "cluster_name": name, "head": ssh_hosts.entries[0], "workers": ssh_hosts.entries[1:],
+        "ssh": {"user": "root", "key": str(ssh_hosts.key),
+                "options": ["StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "LogLevel=ERROR"]},
+        "setup": [f"export PATH={BIN}:$PATH"], "workdir": str(tmp_path / "on-head"),
+        "ray": {"num_cpus": 1, "object_store_memory": 80_000_000},
+    }))
+    return path
+
+
+def _herd(args: list[str], cwd: Path, home: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["herd", *args], cwd=cwd, env=subprocess_env(HERD_HOME=str(home)), capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_up_status_train_sync_down(ssh_hosts: SshHosts, tmp_path: Path) -> None:
+    name = f"t{secrets.token_hex(3)}"
+    hosts_file = _hosts_file(tmp_path, ssh_hosts, name)
+    here = tmp_path / "laptop"
+    here.mkdir()
+    home = tmp_path / "herd-home"
+    try:
+        up = _herd(["cluster", "up", str(hosts_file)], here, home)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "2 Ray nodes alive at 127.0.0.2:" in up.stdout
+        assert (home / "clusters" / name / "ray_token").stat().st_mode & 0o077 == 0, "the token is owner-only"
+        again = _herd(["cluster", "up", str(hosts_file)], here, home)
+        assert again.returncode == 2 and "already up" in again.stderr
+
+        status = _herd(["cluster", "status", str(hosts_file)], here, home)
+        assert status.returncode == 0, status.stderr
+        assert "2 alive Ray node(s)" in status.stdout
+        assert re.search(r"127\.0\.0\.2\s+head", status.stdout) and re.search(r"127\.0\.0\.3\s+worker", status.stdout)
+
+        train = _herd(["train", "--cluster", str(hosts_file), "ppo", "--env", "CartPole-v1", "--num-env-runners",
+                       "2", "--stop-iters", "3", "--output", "runs"], here, home)
+        assert train.returncode == 0, train.stdout + train.stderr
+        assert "running on 127.0.0.2" in train.stdout and re.search(r"iter\s+3\s", train.stdout)
+        copied = list((here / "runs").glob("CartPole-v1/*/result.json"))
+        assert len(copied) == 1, "results were copied back from the head"
+        assert [json.loads(r)["training_iteration"] for r in copied[0].read_text().splitlines()] == [1, 2, 3]
+        assert list((tmp_path / "on-head" / "runs").glob("CartPole-v1/*/result.json")), "they ran on the head"
+
+        (tmp_path / "on-head" / "runs" / "extra.txt").write_text("late file")
+        synced = _herd(["cluster", "sync", str(hosts_file), "runs"], here, home)
+        assert synced.returncode == 0, synced.stderr
+        assert (here / "runs" / "extra.txt").read_text() == "late file"
+        assert processes_matching(f"/tmp/herd-{name}-1"), "the worker node runs until down"
+    finally:
+        down = _herd(["cluster", "down", str(hosts_file)], here, home)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not processes_matching(f"/tmp/herd-{name}-"), "down stopped every node"
+    assert not list(Path("/tmp").glob(f"herd-{name}-*")), "and removed their temp dirs and tokens"
+    assert not (home / "clusters" / name / "state.json").exists()
+    status = _herd(["cluster", "status", str(hosts_file)], here, home)
+    assert status.returncode == 2 and "not up" in status.stderr
+
+
+def test_unreachable_host_is_one_line_error(ssh_hosts: SshHosts, tmp_path: Path) -> None:
+    path = tmp_path / "hosts.yaml"
+    path.write_text(yaml.safe_dump({"cluster_name": "dead", "head": "127.0.0.9:1",
+                                    "ssh": {"options": ["ConnectTimeout=2"]}}))
+    done = _herd(["cluster", "up", str(path)], tmp_path, tmp_path / "home")
+    assert done.returncode == 2
+    assert "127.0.0.9" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize("text, message", [
+    ("workers: [a]", "needs at least `head"),
+    ("head: a\nwrokers: [b]", "did you mean 'workers'"),
+    ("head: a\nssh: {usr: me}", "did you mean 'user'"),
+    ("head: a\ncluster_name: 'has space'", "cluster_name"),
+    ("head: [a", "not valid YAML"),
+])
+def test_bad_hosts_files_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "hosts.yaml"
+    path.write_text(text)
+    with pytest.raises(ClusterError, match=re.escape(message)):
+        load_hosts(path)
+
+
+def test_ssh_command_and_node_addresses(tmp_path: Path) -> None:
+    path = tmp_path / "lab.yaml"
+    path.write_text("head: 10.0.0.1\nworkers: [node2.example:2222]\nssh: {user: me, port: 22, key: /k}\n")
+    hosts = load_hosts(path)
+    assert hosts.name == "lab" and hosts.workers == [Host("node2.example", 2222)]
+    cmd = hosts.ssh(hosts.workers[0], "herd cluster node stop --temp-dir /tmp/x")
+    assert cmd[:5] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15"]
+    assert cmd[cmd.index("-p") + 1] == "2222" and cmd[cmd.index("-i") + 1] == "/k" and "me@node2.example" in cmd
+    assert hosts.node_ip(hosts.head) == "10.0.0.1", "an IP in the file is what the node announces"
+    assert hosts.node_ip(hosts.workers[0]) is None, "a host name: Ray picks the address"

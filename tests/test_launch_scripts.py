@@ -1,0 +1,106 @@
+"""Golden tests of the generated batch scripts (fixed options -> exact text) and the launch command's checks.
+
+Regenerate after an intended change: HERD_UPDATE_GOLDEN=1 pytest tests/test_launch_scripts.py
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from herdrl.cli import main
+from herdrl.cluster.connect import ClusterError
+from herdrl.cluster.nodes import NodeOptions
+from herdrl.cluster.scripts import BatchJob, pbs_script, slurm_script
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _job(**changes) -> BatchJob:
+    fields = dict(driver=["herd", "train", "ppo", "--env", "CartPole-v1", "--num-env-runners", "15", "--output",
+                          "/shared/results"],
+                  launch_dir=Path("/shared/results/launch/cartpole_2026-01-01_00-00-00"),
+                  workdir=Path("/shared/project"), nodes=4,
+                  node_options=NodeOptions(num_cpus=16, num_gpus=1, interface="ib0", join_timeout_s=600),
+                  time="01:30:00", partition="gpu", account="rl-proj", job_name="cartpole",
+                  setup=["module load python/3.11", "source /shared/project/.venv/bin/activate"],
+                  unset_ld_preload=True)
+    fields.update(changes)
+    return BatchJob(**fields)
+
+
+def _check(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("HERD_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} changed; if intended: HERD_UPDATE_GOLDEN=1 pytest {__file__}"
+
+
+@pytest.mark.parametrize("name, make", [
+    ("slurm.sbatch", lambda: slurm_script(_job())),
+    ("pbs-mpiexec.pbs", lambda: pbs_script(_job(), launcher="mpiexec")),
+    ("cobalt-aprun.sh", lambda: pbs_script(_job(partition="debug-cache-quad"), launcher="aprun", flavor="cobalt")),
+])
+def test_generated_scripts_match_golden_files(name: str, make) -> None:
+    _check(name, make())
+
+
+def test_scripts_are_valid_bash() -> None:
+    for text in (slurm_script(_job()), pbs_script(_job()), pbs_script(_job(), launcher="aprun", flavor="cobalt")):
+        assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_minimal_slurm_script_has_no_optional_directives() -> None:
+    text = slurm_script(_job(node_options=NodeOptions(), time=None, partition=None, account=None, setup=[],
+                             unset_ld_preload=False))
+    for absent in ("--time", "--partition", "--account", "--cpus-per-task", "--gpus-per-node"):
+        assert f"#SBATCH {absent}" not in text
+    assert "LD_PRELOAD" not in text and "node_args=(--join-timeout 300)" in text
+    assert "#SBATCH --nodes=4" in text and "RAY_AUTH_MODE=token" in text
+    assert not re.search(r"^[^#]*\bray stop", text, re.M), "never a host-wide ray stop"
+    assert "symmetric-run" not in text and not re.search(r"sleep [1-9]", text), "polls, no fixed sleeps"
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"nodes": 0}, "--nodes"), ({"time": "1h"}, "walltime"), ({"driver": []}, "driver command"),
+])
+def test_bad_batch_options_are_refused(changes, message) -> None:
+    with pytest.raises(ClusterError, match=message):
+        _job(**changes)
+
+
+def test_unknown_launcher_is_refused() -> None:
+    with pytest.raises(ClusterError, match="launcher"):
+        pbs_script(_job(), launcher="srun")
+
+
+def test_dry_run_prints_the_script_and_writes_nothing(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", "slurm", "--nodes", "3", "--dry-run", "--", "herd", "train", "ppo"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("#!/bin/bash\n#SBATCH --job-name=herd\n#SBATCH --nodes=3\n")
+    assert out.rstrip().endswith("exit $rc") and "herd train ppo" in out
+    assert not (tmp_path / "results").exists()
+
+
+def test_pbs_without_submit_writes_the_script_and_says_how_to_submit(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", "pbs", "--nodes", "2", "--launcher", "mpirun", "--", "herd", "train", "ppo"]) == 0
+    out = capsys.readouterr().out
+    scripts = list(tmp_path.glob("results/launch/herd_*/job.pbs"))
+    assert len(scripts) == 1 and f"qsub {scripts[0]}" in out
+    assert "mpirun -np 2 --map-by node herd launch mpi" in scripts[0].read_text()
+
+
+def test_missing_driver_and_missing_sbatch_are_one_line_errors(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", "slurm", "--nodes", "2"]) == 2
+    assert "driver command" in capsys.readouterr().err
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    assert main(["launch", "slurm", "--", "herd", "train", "ppo"]) == 2
+    err = capsys.readouterr().err
+    assert "sbatch not found" in err and err.count("\n") == 1

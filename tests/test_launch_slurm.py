@@ -1,0 +1,107 @@
+"""`herd launch slurm` on a real Slurm (slurmctld + 3 slurmd "fake nodes" on this host, see slurmcluster.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from clustertools import processes_matching, require, subprocess_env
+from slurmcluster import SlurmCluster
+
+pytestmark = pytest.mark.cluster
+NODE_ARGS = ["--object-store-memory", "80000000", "--join-timeout", "120"]
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    if os.geteuid() != 0:
+        pytest.skip("slurm unavailable: its daemons need root here (SlurmUser=root)")
+    require("slurm")
+    try:
+        cluster = SlurmCluster(nodes=3).start()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"slurm unavailable: {exc}")
+    yield cluster
+    cluster.stop()
+
+
+def _launch(slurm: SlurmCluster, cwd: Path, args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    env = subprocess_env(SLURM_CONF=str(slurm.conf))
+    return subprocess.run(["herd", "launch", "slurm", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _job_id(stdout: str) -> str:
+    match = re.search(r"submitted job (\d+)", stdout)
+    assert match, stdout
+    return match.group(1)
+
+
+def _job_output(root: Path, job_id: str) -> str:
+    files = list(root.glob(f"launch/*/slurm-{job_id}.out"))
+    assert len(files) == 1, list(root.rglob("*"))
+    return files[0].read_text()
+
+
+def _nothing_left(job_id: str) -> None:
+    assert not processes_matching(f"/tmp/herd-{job_id}-"), "no Ray process of the job is left"
+
+
+def test_three_node_job_trains_and_leaves_nothing_behind(slurm: SlurmCluster, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    done = _launch(slurm, tmp_path, ["--nodes", "3", *NODE_ARGS, "--output", str(out), "--",
+                                     "herd", "train", "ppo", "--env", "CartPole-v1", "--num-env-runners", "2",
+                                     "--stop-iters", "3", "--output", str(out)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"results go to {out}" in done.stdout
+    job_id = _job_id(done.stdout)
+    info = slurm.wait_job(job_id)
+    log = _job_output(out, job_id)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", log
+    assert "3/3 Ray nodes alive" in log and "3 Ray nodes up at" in log
+    assert re.search(r"iter\s+3\s", log), "the job's output shows the live progress table"
+    rows = [json.loads(line) for line in next(out.glob("CartPole-v1/*/result.json")).read_text().splitlines()]
+    assert [r["training_iteration"] for r in rows] == [1, 2, 3]
+    _nothing_left(job_id)
+    assert not list(Path("/tmp").glob(f"herd-{job_id}-*")), "a clean job removes its Ray temp dirs"
+
+
+def test_wait_returns_the_drivers_exit_code(slurm: SlurmCluster, tmp_path: Path) -> None:
+    driver = ("import os, sys, ray; ray.init(os.environ['RAY_ADDRESS']); "
+              "print('alive', sum(n['Alive'] for n in ray.nodes())); sys.exit(5)")
+    done = _launch(slurm, tmp_path, ["--nodes", "2", *NODE_ARGS, "--wait", "--", "python", "-c", driver])
+    assert done.returncode == 5, done.stdout + done.stderr
+    job_id = _job_id(done.stdout)
+    log = _job_output(tmp_path / "results", job_id)
+    assert "alive 2" in log and "driver exited with 5" in log
+    _nothing_left(job_id)
+
+
+def test_in_allocation_runs_inside_salloc(slurm: SlurmCluster, tmp_path: Path) -> None:
+    env = subprocess_env(SLURM_CONF=str(slurm.conf))
+    driver = "import os, ray; ray.init(os.environ['RAY_ADDRESS']); print('alive', len(ray.nodes()))"
+    done = subprocess.run(["salloc", "-N", "2", "herd", "launch", "slurm", "--in-allocation", *NODE_ARGS, "--",
+                           "python", "-c", driver], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "alive 2" in done.stdout and "2 Ray nodes up at" in done.stdout
+
+
+def test_cancelled_job_stops_ray_on_every_node(slurm: SlurmCluster, tmp_path: Path) -> None:
+    done = _launch(slurm, tmp_path, ["--nodes", "2", *NODE_ARGS, "--", "python", "-c",
+                                     "import time; time.sleep(600)"])
+    job_id = _job_id(done.stdout)
+    deadline = time.monotonic() + 120
+    while "running the driver" not in "".join(p.read_text() for p in tmp_path.glob("results/launch/*/slurm-*.out")):
+        assert time.monotonic() < deadline, "the cluster did not come up"
+        time.sleep(0.3)
+    assert processes_matching(f"/tmp/herd-{job_id}-"), "Ray runs while the job runs"
+    subprocess.run(["scancel", job_id], env=subprocess_env(SLURM_CONF=str(slurm.conf)), check=True)
+    info = slurm.wait_job(job_id)
+    assert info["JobState"] == "CANCELLED"
+    _nothing_left(job_id)
