@@ -5,6 +5,7 @@ Stopped with `scontrol shutdown` of this cluster only (its own SLURM_CONF), then
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -14,7 +15,7 @@ import time
 from pathlib import Path
 
 CONF = """\
-ClusterName=herdtest
+ClusterName={name}
 SlurmctldHost=localhost
 SlurmUser=root
 SlurmctldPort={ctld_port}
@@ -85,7 +86,8 @@ class SlurmCluster:
         for sub in ("state", "log"):
             (self.root / sub).mkdir()
         base = _free_block(self.nodes + 1)
-        self.conf.write_text(CONF.format(root=self.root, ctld_port=base, nodes=self.nodes,
+        self.name = f"herd{secrets.token_hex(3)}"  # Ray temp dirs are /tmp/herd-<cluster>-<job>-<node>
+        self.conf.write_text(CONF.format(name=self.name, root=self.root, ctld_port=base, nodes=self.nodes,
                                          first_node_port=base + 1, last_node_port=base + self.nodes))
         if not self._munge_works():
             Path("/run/munge").mkdir(parents=True, exist_ok=True)
@@ -123,7 +125,12 @@ class SlurmCluster:
         return dict(item.split("=", 1) for item in text.split() if "=" in item)
 
     def stop(self) -> None:
-        """``scontrol shutdown`` of this cluster, then SIGKILL its daemons and steps by PID; remove files."""
+        """Cancel this cluster's jobs (their steps stop their Ray nodes), ``scontrol shutdown``, then SIGKILL
+        its daemons and steps by PID; remove files."""
+        _run(["scancel", "--full", "--partition", "debug"], self.env)
+        deadline = time.monotonic() + 30
+        while _run(["squeue", "-h"], self.env).stdout.strip() and time.monotonic() < deadline:
+            time.sleep(0.3)
         _run(["scontrol", "shutdown"], self.env)
         pids = [int(p.read_text()) for p in self.root.glob("*.pid") if p.read_text().strip().isdigit()]
         deadline = time.monotonic() + 10

@@ -123,3 +123,17 @@ def test_ssh_command_and_node_addresses(tmp_path: Path) -> None:
     assert cmd[cmd.index("-p") + 1] == "2222" and cmd[cmd.index("-i") + 1] == "/k" and "me@node2.example" in cmd
     assert hosts.node_ip(hosts.head) == "10.0.0.1", "an IP in the file is what the node announces"
     assert hosts.node_ip(hosts.workers[0]) is None, "a host name: Ray picks the address"
+
+
+def test_rays_local_provider_cluster_yaml_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text("cluster_name: deepcomp\nprovider: {type: local, head_ip: 10.0.0.1, worker_ips: [10.0.0.2]}\n"
+                    "auth: {ssh_user: me, ssh_private_key: ~/.ssh/id_rsa}\n"
+                    "setup_commands: [source ~/venv/bin/activate]\nmin_workers: 1\n")
+    hosts = load_hosts(path)
+    assert (hosts.name, hosts.head, hosts.workers) == ("deepcomp", Host("10.0.0.1"), [Host("10.0.0.2")])
+    assert hosts.ssh_user == "me" and hosts.ssh_key == "~/.ssh/id_rsa"
+    assert hosts.setup == ["source ~/venv/bin/activate"]
+    path.write_text("provider: {type: aws}\n")
+    with pytest.raises(ClusterError, match="local"):
+        load_hosts(path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -38,7 +39,7 @@ def test_three_ranks_join_and_train(tmp_path: Path) -> None:
     assert len(results) == 1
     rows = [json.loads(line) for line in results[0].read_text().splitlines()]
     assert [r["training_iteration"] for r in rows] == [1, 2, 3]
-    assert not processes_matching("/tmp/herd-"), "no Ray process of the launch is left"
+    assert not processes_matching(f"/tmp/herd-{_session(text)}-"), "no Ray process of the launch is left"
     assert not list(Path("/tmp").glob(f"herd-{_session(text)}-*")), "a clean run leaves no Ray files behind"
 
 
@@ -51,7 +52,11 @@ def test_driver_sees_every_node_and_its_exit_code_is_the_jobs(tmp_path: Path) ->
     assert done.returncode == 7, (done.stdout + done.stderr)[-3000:]
     assert "alive 2" in done.stdout
     assert "driver exited with 7" in done.stderr
-    assert not processes_matching("/tmp/herd-")
+    session = _session(done.stderr)
+    assert not processes_matching(f"/tmp/herd-{session}-")
+    assert "Ray logs of this node kept" in done.stderr, "a failed driver keeps the nodes' logs and says where"
+    for path in Path("/tmp").glob(f"herd-{session}-*"):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def test_training_survives_a_worker_node_whose_raylet_is_killed(tmp_path: Path) -> None:
@@ -82,4 +87,24 @@ def test_training_survives_a_worker_node_whose_raylet_is_killed(tmp_path: Path) 
     assert rc == 0, text[-3000:]
     assert re.search(r"iter\s+12\s", text), text[-3000:]
     assert "restarted" in text, "the runner on the dead node was replaced: " + text[-3000:]
-    assert not processes_matching("/tmp/herd-")
+    assert not processes_matching(f"/tmp/herd-{_session(text)}-")
+
+
+def test_generated_pbs_script_runs_under_real_mpirun(tmp_path: Path) -> None:
+    """`herd launch pbs --launcher mpirun` writes a script whose launch line trains on 2 ranks here."""
+    require("mpi")
+    out = tmp_path / "results"
+    written = subprocess.run(
+        ["herd", "launch", "pbs", "--nodes", "2", "--launcher", "mpirun", "--object-store-memory", "80000000",
+         "--launcher-args", " ".join(MPIRUN[1:]), "--output", str(out), "--",
+         "herd", "train", "ppo", "--env", "CartPole-v1", "--num-env-runners", "1", "--stop-iters", "2",
+         "--output", str(out)], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=60)
+    assert written.returncode == 0, written.stderr
+    script = next(out.glob("launch/herd_*/job.pbs"))
+    assert "mpirun -np 2 --map-by node --allow-run-as-root" in script.read_text()
+    done = subprocess.run(["bash", str(script)], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "all 2 Ray nodes joined" in done.stderr and re.search(r"iter\s+2\s", done.stdout)
+    assert len(list(out.glob("CartPole-v1/*/result.json"))) == 1
+    assert not processes_matching(f"/tmp/herd-{_session(done.stderr)}-")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -48,8 +49,15 @@ def _job_output(root: Path, job_id: str) -> str:
     return files[0].read_text()
 
 
-def _nothing_left(job_id: str) -> None:
-    assert not processes_matching(f"/tmp/herd-{job_id}-"), "no Ray process of the job is left"
+def _temp_prefix(slurm: SlurmCluster, job_id: str) -> str:
+    return f"/tmp/herd-{slurm.name}-{job_id}-"
+
+
+def _nothing_left(slurm: SlurmCluster, job_id: str) -> None:
+    """No Ray process of the job is left; then remove the Ray logs a failed or cancelled job keeps."""
+    assert not processes_matching(_temp_prefix(slurm, job_id)), "no Ray process of the job is left"
+    for path in Path("/tmp").glob(f"{_temp_prefix(slurm, job_id)[5:]}*"):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def test_three_node_job_trains_and_leaves_nothing_behind(slurm: SlurmCluster, tmp_path: Path) -> None:
@@ -67,8 +75,8 @@ def test_three_node_job_trains_and_leaves_nothing_behind(slurm: SlurmCluster, tm
     assert re.search(r"iter\s+3\s", log), "the job's output shows the live progress table"
     rows = [json.loads(line) for line in next(out.glob("CartPole-v1/*/result.json")).read_text().splitlines()]
     assert [r["training_iteration"] for r in rows] == [1, 2, 3]
-    _nothing_left(job_id)
-    assert not list(Path("/tmp").glob(f"herd-{job_id}-*")), "a clean job removes its Ray temp dirs"
+    assert not list(Path("/tmp").glob(f"{_temp_prefix(slurm, job_id)[5:]}*")), "a clean job removes its Ray files"
+    _nothing_left(slurm, job_id)
 
 
 def test_wait_returns_the_drivers_exit_code(slurm: SlurmCluster, tmp_path: Path) -> None:
@@ -79,7 +87,7 @@ def test_wait_returns_the_drivers_exit_code(slurm: SlurmCluster, tmp_path: Path)
     job_id = _job_id(done.stdout)
     log = _job_output(tmp_path / "results", job_id)
     assert "alive 2" in log and "driver exited with 5" in log
-    _nothing_left(job_id)
+    _nothing_left(slurm, job_id)
 
 
 def test_in_allocation_runs_inside_salloc(slurm: SlurmCluster, tmp_path: Path) -> None:
@@ -100,8 +108,8 @@ def test_cancelled_job_stops_ray_on_every_node(slurm: SlurmCluster, tmp_path: Pa
     while "running the driver" not in "".join(p.read_text() for p in tmp_path.glob("results/launch/*/slurm-*.out")):
         assert time.monotonic() < deadline, "the cluster did not come up"
         time.sleep(0.3)
-    assert processes_matching(f"/tmp/herd-{job_id}-"), "Ray runs while the job runs"
+    assert processes_matching(_temp_prefix(slurm, job_id)), "Ray runs while the job runs"
     subprocess.run(["scancel", job_id], env=subprocess_env(SLURM_CONF=str(slurm.conf)), check=True)
     info = slurm.wait_job(job_id)
     assert info["JobState"] == "CANCELLED"
-    _nothing_left(job_id)
+    _nothing_left(slurm, job_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -179,19 +180,36 @@ def _batch(args: argparse.Namespace) -> int:
     if not slurm and not args.submit:
         print(f"herd launch: submit it with: qsub {path}")
         return 0
-    submit = ["sbatch", "--parsable", *(["--wait"] if args.wait else []), str(path)] if slurm else ["qsub", str(path)]
+    submit = ["sbatch", "--parsable", str(path)] if slurm else ["qsub", str(path)]
     try:
-        proc = subprocess.Popen(submit, stdout=subprocess.PIPE, text=True)
+        done = subprocess.run(submit, stdout=subprocess.PIPE, text=True)
     except FileNotFoundError as exc:
         raise ClusterError(f"{submit[0]} not found: run this on the cluster's login node (or use --dry-run)") from exc
-    job_id = (proc.stdout.readline() if proc.stdout else "").strip().split(";")[0]
-    if job_id:
-        log = job.launch_dir / (f"slurm-{job_id}.out" if slurm else f"{args.flavor}.out")
-        print(f"herd launch: submitted job {job_id}; its output (live progress table): {log}", flush=True)
-    rc = proc.wait()
-    if rc != 0 and not job_id:
-        raise ClusterError(f"{submit[0]} refused the job (exit {rc}); its message is above")
-    return rc
+    job_id = done.stdout.strip().split(";")[0]
+    if done.returncode != 0 or not job_id:
+        raise ClusterError(f"{submit[0]} refused the job (exit {done.returncode}); its message is above")
+    log = job.launch_dir / (f"slurm-{job_id}.out" if slurm else f"{args.flavor}.out")
+    print(f"herd launch: submitted job {job_id}; its output (live progress table): {log}", flush=True)
+    return _wait_for_slurm_job(job_id) if slurm and args.wait else 0
+
+
+def _wait_for_slurm_job(job_id: str) -> int:
+    """Poll until the job leaves the queue (every second: `sbatch --wait` backs off to tens of seconds);
+    return its exit code."""
+    while subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True).stdout.strip():
+        time.sleep(1.0)
+    shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    match = re.search(r"\bExitCode=(\d+):(\d+)", shown)
+    if match is None:  # older than the controller's MinJobAge: ask accounting
+        shown = subprocess.run(["sacct", "-n", "-X", "-j", job_id, "-o", "ExitCode"], capture_output=True,
+                               text=True).stdout
+        match = re.search(r"(\d+):(\d+)", shown)
+    if match is None:
+        raise ClusterError(f"job {job_id} ended but Slurm no longer reports its exit code")
+    code, signal_number = int(match.group(1)), int(match.group(2))
+    state = re.search(r"\bJobState=(\w+)", shown)
+    print(f"herd launch: job {job_id} ended ({state.group(1) if state else 'done'}, exit {code})", flush=True)
+    return code if code or not signal_number else 128 + signal_number
 
 
 def _results_root(driver: list[str]) -> Path:

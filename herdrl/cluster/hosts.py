@@ -10,6 +10,8 @@ The hosts file (every key but ``head`` optional)::
     workdir: herd-work                # where `herd train --cluster` runs on the head (relative to its home)
     ray: {port: 6379, num_cpus: 8, num_gpus: 1, object_store_memory: 2000000000, node_ip_address: host}
 
+Ray's own ``cluster.yaml`` for ``ray up`` with ``provider: {type: local, head_ip, worker_ips}`` is read too.
+
 ``up`` copies a fresh auth token to every host (owner-only file), starts the head, then each worker, each
 waiting for Ray to come up, then waits on the head until all nodes are alive. ``down`` stops each node
 by PID through its own temp dir (never ``ray stop``). A Ray driver must run on a cluster node, so
@@ -129,6 +131,8 @@ def load_hosts(path: str | Path) -> HostsFile:
         raise ClusterError(f"cannot read hosts file {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
         raise ClusterError(f"hosts file {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if isinstance(data, dict) and "provider" in data:
+        data = from_ray_cluster_yaml(data, str(path))
     if not isinstance(data, dict) or "head" not in data:
         raise ClusterError(f"hosts file {path} needs at least `head: HOST`")
     _check_keys(data, KEYS, str(path))
@@ -148,6 +152,24 @@ def load_hosts(path: str | Path) -> HostsFile:
                      ssh_options=[str(o) for o in ssh.get("options") or []],
                      setup=[str(line) for line in data.get("setup") or []],
                      workdir=str(data.get("workdir", ".")), ray=dict(ray))
+
+
+def from_ray_cluster_yaml(data: dict, where: str) -> dict:
+    """Translate the ``cluster.yaml`` of ``ray up`` with a local provider (head_ip, worker_ips, auth,
+    setup_commands) into a hosts file, so a user's existing file works with ``herd cluster up``."""
+    provider = data.get("provider") or {}
+    if provider.get("type") != "local":
+        raise ClusterError(f"{where}: only Ray's `provider: {{type: local}}` cluster.yaml can be read (it lists "
+                           "the machines); for cloud providers keep using `ray up`")
+    auth = data.get("auth") or {}
+    setup = [*(data.get("initialization_commands") or []), *(data.get("setup_commands") or [])]
+    out: dict[str, Any] = {"head": provider.get("head_ip"), "workers": list(provider.get("worker_ips") or []),
+                           "setup": setup,
+                           "ssh": {k: v for k, v in (("user", auth.get("ssh_user")),
+                                                     ("key", auth.get("ssh_private_key"))) if v}}
+    if data.get("cluster_name"):
+        out["cluster_name"] = data["cluster_name"]
+    return out
 
 
 def _check_keys(data: dict, allowed: set[str], where: str) -> None:

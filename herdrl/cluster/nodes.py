@@ -269,7 +269,8 @@ def stop_node(temp_dir: str | Path, grace_s: float = 5.0, remove_files: bool = F
 
 def _foreground_starter(temp_dir: str | Path) -> bool:
     needle = f"--temp-dir {str(temp_dir).rstrip('/')} "
-    return any("cluster node start" in cmd and needle in cmd + " " for _, cmd in _cmdlines().values())
+    return any("cluster node start" in cmd and needle in cmd + " "
+               for pid, (_, cmd) in _cmdlines().items() if pid != os.getpid())
 
 
 def _alive(pid: int) -> bool:

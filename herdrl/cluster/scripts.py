@@ -93,7 +93,7 @@ def slurm_script(job: BatchJob) -> str:
 # Written by `herd launch slurm`: Ray on every node of this job, the driver on the first, Ray stopped at the end.
 {chr(10).join(job.preamble())}
 launch_dir={launch_dir}
-job=${{SLURM_JOB_ID:?run this script with sbatch, or inside an allocation}}
+job=${{SLURM_CLUSTER_NAME:-slurm}}-${{SLURM_JOB_ID:?run this script with sbatch, or inside an allocation}}
 mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 node_args=({node_args})
 steps=()
@@ -125,8 +125,8 @@ start_node() {{  # start_node INDEX ARGS...: a foreground Ray node on nodes[INDE
   steps+=($!)
 }}
 echo "herd launch: Ray head on ${{nodes[0]}}, $((${{#nodes[@]}} - 1)) worker node(s)"
-start_node 0 --head --address-file "$launch_dir/head-$job"
-address=$(herd cluster wait --address-file "$launch_dir/head-$job" --nodes 1 --timeout {timeout}) || exit 1
+start_node 0 --head --address-file "$launch_dir/head-$SLURM_JOB_ID"
+address=$(herd cluster wait --address-file "$launch_dir/head-$SLURM_JOB_ID" --nodes 1 --timeout {timeout}) || exit 1
 for i in "${{!nodes[@]}}"; do
   [ "$i" -eq 0 ] || start_node "$i" --address "$address"
 done
