@@ -114,10 +114,10 @@ def _rank_zero(comm: Any, driver: list[str], options: NodeOptions) -> int:
         clean = driver_proc is not None and driver_proc.returncode == 0
         for rank in others if announced else ():
             comm.send({"clean": clean}, dest=rank, tag=_STOP)
+        _stop(temp_dir, token, clean)  # meanwhile the other ranks stop theirs
         for rank in others if announced else ():
             if _poll(comm, rank, _DONE, timeout_s=30.0) is None:
                 _log(f"rank {rank} did not confirm its Ray node stopped within 30 s")
-        _stop(temp_dir, token, clean)
 
 
 def _stop(temp_dir: Path, token: Path, clean: bool) -> None:
