@@ -20,7 +20,8 @@ def _add_node_options(p: argparse.ArgumentParser, per_node_names: bool = False) 
     p.add_argument(cpus, dest="num_cpus", type=int, help="CPUs each Ray node offers (default: all it has)")
     p.add_argument(gpus, dest="num_gpus", type=int, help="GPUs each Ray node offers (default: all it has)")
     p.add_argument("--port", type=int, help="head port (default: a free port picked on the head node)")
-    p.add_argument("--node-ip-address", help="address every node announces (default: Ray's choice)")
+    p.add_argument("--node-ip-address",
+                   help="address the node(s) announce; one host only (on several nodes use --interface)")
     p.add_argument("--interface", help="announce this network interface's address, e.g. ib0 (fast fabric)")
     p.add_argument("--object-store-memory", type=int, help="bytes of object store per node (default: Ray's)")
     p.add_argument("--join-timeout", type=float, default=300.0,
