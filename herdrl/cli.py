@@ -42,6 +42,9 @@ def _add_train_parser(subparsers: Any) -> None:
     p.add_argument("--cluster", metavar="HOSTS_YAML",
                    help="run this command on the head of the cluster `herd cluster up HOSTS_YAML` started, "
                         "then copy its results here")
+    p.add_argument("--detach", action="store_true",
+                   help="with --cluster: run in the background on the head (survives this terminal); "
+                        "copy results later with herd cluster sync")
     p.add_argument("--ray-connect-timeout", type=float, help="seconds to wait for the cluster's head (default 30)")
     p.add_argument("--dashboard", action="store_true", help="start Ray's dashboard with the private Ray")
     p.add_argument("--working-dir", help="ship this directory to every Ray node (Ray runtime_env working_dir)")
@@ -199,7 +202,7 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _train_args_without_cluster(argv: list[str]) -> list[str]:
-    """The ``herd train`` arguments of ``argv`` minus ``--cluster FILE`` (to run them on the head)."""
+    """The ``herd train`` arguments of ``argv`` minus ``--cluster FILE`` and ``--detach`` (to run on the head)."""
     rest = argv[argv.index("train") + 1:]
     out, skip = [], False
     for arg in rest:
@@ -207,16 +210,20 @@ def _train_args_without_cluster(argv: list[str]) -> list[str]:
             skip = False
         elif arg == "--cluster":
             skip = True
-        elif not arg.startswith("--cluster="):
+        elif arg != "--detach" and not arg.startswith("--cluster="):
             out.append(arg)
     return out
 
 
 def _train(args: argparse.Namespace) -> int:
+    if args.detach and not args.cluster:
+        from herdrl.errors import ConfigError
+
+        raise ConfigError("--detach runs a training on a cluster's head: give --cluster HOSTS_YAML too")
     if args.cluster:
         from herdrl.cluster.hosts import load_hosts, train_on_head
 
-        return train_on_head(load_hosts(args.cluster), _train_args_without_cluster(args.argv))
+        return train_on_head(load_hosts(args.cluster), _train_args_without_cluster(args.argv), detach=args.detach)
     from herdrl.checkpoint import read_meta
     from herdrl.errors import ConfigError
     from herdrl.experiment import find_resume_point, load_experiment_file, run_experiment

@@ -6,6 +6,7 @@ import json
 import re
 import secrets
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -75,10 +76,22 @@ def test_up_status_train_sync_down(ssh_hosts: SshHosts, tmp_path: Path) -> None:
         assert [json.loads(r)["training_iteration"] for r in copied[0].read_text().splitlines()] == [1, 2, 3]
         assert list((tmp_path / "on-head" / "runs").glob("CartPole-v1/*/result.json")), "they ran on the head"
 
+        detached = _herd(["train", "--cluster", str(hosts_file), "--detach", "ppo", "--env", "CartPole-v1",
+                          "--stop-iters", "2", "--output", "runs"], here, home)
+        assert detached.returncode == 0, detached.stdout + detached.stderr
+        log = Path(re.search(r"its output: (\S+)", detached.stdout).group(1))
+        assert f"herd cluster sync {hosts_file} runs" in detached.stdout
+        deadline = time.monotonic() + 120
+        while "training_iteration:" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline, "the detached run did not finish"
+            time.sleep(0.3)
+        assert len(list((tmp_path / "on-head" / "runs").glob("CartPole-v1/*/result.json"))) == 2
+
         (tmp_path / "on-head" / "runs" / "extra.txt").write_text("late file")
         synced = _herd(["cluster", "sync", str(hosts_file), "runs"], here, home)
         assert synced.returncode == 0, synced.stderr
         assert (here / "runs" / "extra.txt").read_text() == "late file"
+        assert len(list((here / "runs").glob("CartPole-v1/*/result.json"))) == 2, "sync brought the detached run"
         assert processes_matching(f"/tmp/herd-{name}-1"), "the worker node runs until down"
     finally:
         down = _herd(["cluster", "down", str(hosts_file)], here, home)
@@ -137,3 +150,10 @@ def test_rays_local_provider_cluster_yaml_is_read(tmp_path: Path) -> None:
     path.write_text("provider: {type: aws}\n")
     with pytest.raises(ClusterError, match="local"):
         load_hosts(path)
+
+
+def test_detach_needs_a_cluster(capsys) -> None:
+    from herdrl.cli import main
+
+    assert main(["train", "--detach", "ppo", "--env", "CartPole-v1"]) == 2
+    assert "--cluster" in capsys.readouterr().err

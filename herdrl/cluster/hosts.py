@@ -75,6 +75,7 @@ class HostsFile:
     setup: list[str] = field(default_factory=list)
     workdir: str = "."
     ray: dict[str, Any] = field(default_factory=dict)
+    source: str = "hosts.yaml"  #: the file it was read from (for the commands we print)
 
     @property
     def hosts(self) -> list[Host]:
@@ -151,7 +152,7 @@ def load_hosts(path: str | Path) -> HostsFile:
                      ssh_port=int(ssh["port"]) if ssh.get("port") else None,
                      ssh_options=[str(o) for o in ssh.get("options") or []],
                      setup=[str(line) for line in data.get("setup") or []],
-                     workdir=str(data.get("workdir", ".")), ray=dict(ray))
+                     workdir=str(data.get("workdir", ".")), ray=dict(ray), source=str(path))
 
 
 def from_ray_cluster_yaml(data: dict, where: str) -> dict:
@@ -312,9 +313,19 @@ def sync(hosts: HostsFile, results: str, log: Any = print) -> Path:
     return local
 
 
-def train_on_head(hosts: HostsFile, train_args: list[str]) -> int:
+def remote_path(path: str) -> str:
+    """``path`` quoted for the remote shell, keeping a leading ``~`` (the remote home) expandable."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def train_on_head(hosts: HostsFile, train_args: list[str], detach: bool = False) -> int:
     """Run ``herd train TRAIN_ARGS`` on the head (joined to the cluster), streaming its output, then copy its
-    results back here. Returns the remote exit code."""
+    results back here; returns the remote exit code. ``detach``: start it in the background on the head
+    (it survives this terminal) and return at once; copy results later with :func:`sync`."""
     state = _state(hosts)
     if state is None:
         raise ClusterError(f"cluster '{hosts.name}' is not up: run `herd cluster up` with this hosts file first")
@@ -322,12 +333,22 @@ def train_on_head(hosts: HostsFile, train_args: list[str]) -> int:
     ip = hosts.node_ip(hosts.head)
     if ip and "--node-ip-address" not in args:
         args += ["--node-ip-address", ip]
-    workdir = hosts.workdir
-    remote = hosts.script(f"mkdir -p {workdir} && cd {workdir}", "set +e", shlex.join(["herd", "train", *args]),
-                          token_of=0)
-    print(f"herd train --cluster: running on {hosts.head.address} in {workdir}", flush=True)
-    rc = subprocess.call(hosts.ssh(hosts.head, remote))
+    workdir = remote_path(hosts.workdir)
+    command = shlex.join(["herd", "train", *args])
     results = _output_of(train_args)
+    if detach:
+        log = f"herd-train-{time.strftime('%Y-%m-%d_%H-%M-%S')}.log"
+        out = _run(hosts, hosts.head, hosts.script(
+            f"mkdir -p {workdir} && cd {workdir}", f"nohup {command} > {log} 2>&1 < /dev/null &",
+            f'echo "$PWD/{log}"', token_of=0))
+        log_path = out.strip().splitlines()[-1]
+        print(f"herd train --cluster: running detached on {hosts.head.address}; its output: {log_path}\n"
+              f"  follow it:    {shlex.join(hosts.ssh(hosts.head, 'tail -f ' + shlex.quote(log_path)))}\n"
+              f"  copy results: herd cluster sync {shlex.quote(hosts.source)} {shlex.quote(results)}", flush=True)
+        return 0
+    remote = hosts.script(f"mkdir -p {workdir} && cd {workdir}", "set +e", command, token_of=0)
+    print(f"herd train --cluster: running on {hosts.head.address} in {hosts.workdir}", flush=True)
+    rc = subprocess.call(hosts.ssh(hosts.head, remote))
     try:
         sync(hosts, results)
     except ClusterError as exc:
