@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import stat
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from herdrl.cluster.nodes import (
     free_port,
     interface_address,
     node_pids,
+    remove_node_files,
     start_node,
     stop_node,
     write_token,
@@ -80,3 +82,15 @@ def test_stop_node_kills_the_processes_naming_its_temp_dir_and_their_children_on
     finally:
         parent.kill()
         bystander.kill()
+
+
+def test_a_head_whose_ray_start_fails_is_reported_at_once() -> None:
+    """`ray start --head` refuses a 1 KB object store and exits: reported at once, not after the timeout."""
+    temp = Path(f"/tmp/herd-t{secrets.token_hex(3)}")
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match="exited: .*minimum allowed"):
+        start_node(NodeSpec(temp, node_ip_address="127.0.0.2", num_cpus=1, object_store_memory=1000), block=True,
+                   timeout_s=120)
+    assert time.monotonic() - started < 60
+    assert node_pids(temp) == []
+    remove_node_files(temp)

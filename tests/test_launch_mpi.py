@@ -59,11 +59,23 @@ def test_driver_sees_every_node_and_its_exit_code_is_the_jobs(tmp_path: Path) ->
         shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
+def _raylet_hosting_a_runner_off_the_head(session: str) -> int:
+    """PID of the raylet of a worker rank's node (not rank 0's) that hosts an env runner actor."""
+    for line in processes_matching("ray::RemoteEnvRunner"):
+        runner = int(line.split(":")[0])
+        raylet = int(Path(f"/proc/{runner}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        cmd = Path(f"/proc/{raylet}/cmdline").read_bytes().decode(errors="replace")
+        if "raylet" in cmd and re.search(rf"/tmp/herd-{session}-r[1-9]", cmd):
+            return raylet
+    raise AssertionError("no env runner on a worker rank's node")
+
+
 def test_training_survives_a_worker_node_whose_raylet_is_killed(tmp_path: Path) -> None:
     """Kill rank 2's raylet by PID mid-run: its runner is restarted on a surviving node and training ends."""
     require("mpi")
     out = tmp_path / "results"
-    cmd = [*MPIRUN, "-np", "3", "-x", ",".join(HEALTH_CHECK_ENV), *LAUNCH, "--", "herd", "train", "ppo",
+    forward = [arg for name in HEALTH_CHECK_ENV for arg in ("-x", name)]
+    cmd = [*MPIRUN, "-np", "3", *forward, *LAUNCH, "--", "herd", "train", "ppo",
            "--env", "herd/Latency-v0", "--num-env-runners", "2", "--stop-iters", "12", "--output", str(out),
            "--config", "sample_timeout_s=20", "train_batch_size=400"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=subprocess_env(**HEALTH_CHECK_ENV), stdout=subprocess.PIPE,
@@ -74,9 +86,7 @@ def test_training_survives_a_worker_node_whose_raylet_is_killed(tmp_path: Path) 
         for line in proc.stdout:
             lines.append(line)
             if killed is None and re.match(r"iter\s+2\s", line):
-                raylets = [p for p in processes_matching("raylet") if re.search(r"/tmp/herd-[0-9a-f]{6}-r2/", p)]
-                assert raylets, "".join(lines)
-                killed = int(raylets[0].split(":")[0])
+                killed = _raylet_hosting_a_runner_off_the_head(_session("".join(lines)))
                 os.kill(killed, signal.SIGKILL)
         rc = proc.wait(timeout=240)
     finally:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import secrets
 import signal
@@ -106,8 +107,6 @@ class NodeSpec:
             if value is not None:
                 args.append(f"--{flag}={value}")
         if self.resources:
-            import json
-
             args.append(f"--resources={json.dumps(self.resources)}")
         return args
 
@@ -150,9 +149,8 @@ def start_node(spec: NodeSpec, block: bool = False, timeout_s: float = 120.0) ->
     """Start one Ray node; returns the cluster address (``HOST:PORT`` of the head) and, with ``block``, the
     ``ray start --block`` process (the node lives as long as it does).
 
-    Without ``block``, ``ray start`` daemonises and this returns once the node is up (``ray start`` waits).
-    With ``block``, a head returns once its port answers; a worker returns at once (wait for it with
-    :func:`wait_for_nodes`). Raises ClusterError with Ray's last error line when the start fails.
+    Either way this returns once ``ray start`` reports the node up (a worker has then joined the head).
+    Raises ClusterError with Ray's last error line when the start fails.
     """
     spec.temp_dir = Path(spec.temp_dir)
     if spec.head and not spec.node_ip_address:  # the address we announce is the one the head uses
@@ -176,15 +174,30 @@ def start_node(spec: NodeSpec, block: bool = False, timeout_s: float = 120.0) ->
     log_path = node_log(spec.temp_dir)
     with open(log_path, "ab") as log:  # Ray's start-up banner stays out of the job's output
         proc = subprocess.Popen([*RAY_START, *args, "--block"], stdout=log, stderr=subprocess.STDOUT)
+    _wait_until_started(proc, spec.temp_dir, timeout_s)
     if spec.head:
-        try:
-            wait_for_port(address, timeout_s)
-        except ClusterError as exc:
-            proc.terminate()
-            stop_node(spec.temp_dir)
-            raise ClusterError(f"the Ray head did not come up: {_last_error_line(log_path.read_text())} "
-                               f"(log: {log_path})") from exc
+        wait_for_port(address, timeout_s)
     return address, proc
+
+
+RAY_STARTED = "Ray runtime started"  # what `ray start` prints once every process of the node is up
+
+
+def _wait_until_started(proc: subprocess.Popen, temp_dir: Path, timeout_s: float) -> None:
+    """Poll the node's start-up log until Ray says it started; ClusterError at once if ``ray start`` exits
+    first (a GCS can already answer while the raylet is failing), or after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    log_path = node_log(temp_dir)
+    while True:
+        text = log_path.read_text(errors="replace")
+        if RAY_STARTED in text:
+            return
+        if proc.poll() is not None or time.monotonic() >= deadline:
+            proc.terminate()
+            stop_node(temp_dir)
+            why = "exited" if proc.poll() is not None else f"did not start within {timeout_s:g} s"
+            raise ClusterError(f"the Ray node {why}: {_last_error_line(text)} (log: {log_path})")
+        time.sleep(0.1)
 
 
 def node_log(temp_dir: str | Path) -> Path:
