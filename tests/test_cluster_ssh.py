@@ -157,3 +157,8 @@ def test_detach_needs_a_cluster(capsys) -> None:
 
     assert main(["train", "--detach", "ppo", "--env", "CartPole-v1"]) == 2
     assert "--cluster" in capsys.readouterr().err
+
+
+def test_shipped_hosts_example_parses() -> None:
+    hosts = load_hosts(Path(__file__).parent.parent / "examples" / "cluster" / "hosts.yaml")
+    assert hosts.name == "lab" and len(hosts.workers) == 2 and hosts.ray["num_cpus"] == 8
