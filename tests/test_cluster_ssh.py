@@ -103,6 +103,21 @@ def test_up_status_train_sync_down(ssh_hosts: SshHosts, tmp_path: Path) -> None:
     assert status.returncode == 2 and "not up" in status.stderr
 
 
+def test_a_worker_that_fails_stops_the_nodes_that_started(ssh_hosts: SshHosts, tmp_path: Path) -> None:
+    name = f"t{secrets.token_hex(3)}"
+    path = _hosts_file(tmp_path, ssh_hosts, name)
+    spec = yaml.safe_load(path.read_text())
+    spec["workers"].append("127.0.0.9:1")  # nothing listens there
+    spec["ssh"]["options"].append("ConnectTimeout=3")
+    path.write_text(yaml.safe_dump(spec))
+    home = tmp_path / "home"
+    done = _herd(["cluster", "up", str(path)], tmp_path, home)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "127.0.0.9" in done.stderr and "nodes that had started were stopped" in done.stderr
+    assert not processes_matching(f"/tmp/herd-{name}-"), "the head and the good worker were stopped"
+    assert not (home / "clusters" / name / "state.json").exists()
+
+
 def test_unreachable_host_is_one_line_error(ssh_hosts: SshHosts, tmp_path: Path) -> None:
     path = tmp_path / "hosts.yaml"
     path.write_text(yaml.safe_dump({"cluster_name": "dead", "head": "127.0.0.9:1",
@@ -132,7 +147,7 @@ def test_ssh_command_and_node_addresses(tmp_path: Path) -> None:
     hosts = load_hosts(path)
     assert hosts.name == "lab" and hosts.workers == [Host("node2.example", 2222)]
     cmd = hosts.ssh(hosts.workers[0], "herd cluster node stop --temp-dir /tmp/x")
-    assert cmd[:5] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15"]
+    assert cmd[:5] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15"], "no options in the file"
     assert cmd[cmd.index("-p") + 1] == "2222" and cmd[cmd.index("-i") + 1] == "/k" and "me@node2.example" in cmd
     assert hosts.node_ip(hosts.head) == "10.0.0.1", "an IP in the file is what the node announces"
     assert hosts.node_ip(hosts.workers[0]) is None, "a host name: Ray picks the address"

@@ -100,14 +100,15 @@ class HostsFile:
 
     def ssh(self, host: Host, remote: str) -> list[str]:
         """The ``ssh`` command line running shell text ``remote`` on ``host`` (never prompts)."""
-        cmd = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15"]
+        cmd = ["ssh"]
+        for option in self.ssh_options:  # first: ssh keeps the first value it gets for an option
+            cmd += ["-o", option]
+        cmd += ["-o", "BatchMode=yes", "-o", "ConnectTimeout=15"]
         port = host.ssh_port or self.ssh_port
         if port:
             cmd += ["-p", str(port)]
         if self.ssh_key:
             cmd += ["-i", str(Path(self.ssh_key).expanduser())]
-        for option in self.ssh_options:
-            cmd += ["-o", option]
         target = f"{self.ssh_user}@{host.address}" if self.ssh_user else host.address
         return [*cmd, target, f"bash -c {shlex.quote(remote)}"]
 
@@ -241,21 +242,33 @@ def up(hosts: HostsFile, log: Any = print) -> dict[str, Any]:
     token_path = write_token(state_dir(hosts) / "ray_token")
     token = token_path.read_text()
     log(f"herd cluster up: starting the head on {hosts.head.address}")
-    address = _start_host(hosts, 0, token, None)
+    try:
+        address = _start_host(hosts, 0, token, None)
+    except BaseException:
+        token_path.unlink(missing_ok=True)
+        raise
     if not re.fullmatch(r"\S+:\d+", address):
         raise ClusterError(f"the head on {hosts.head.address} did not report its address (got '{address}')")
     state = {"address": address, "hosts": [h.address for h in hosts.hosts], "started": time.time()}
     (state_dir(hosts) / "state.json").write_text(json.dumps(state))
     log(f"herd cluster up: head up at {address} after {time.monotonic() - started:.1f} s; "
         f"starting {len(hosts.workers)} worker(s)")
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts.workers)))) as pool:
-        futures = [pool.submit(_start_host, hosts, i, token, address) for i in range(1, len(hosts.hosts))]
-        for i, future in enumerate(futures, start=1):
-            future.result()
-            log(f"herd cluster up: worker {hosts.hosts[i].address} joined")
-    wait = (f"herd cluster wait --address {shlex.quote(address)} --nodes {len(hosts.hosts)} "
-            f"--timeout {float(hosts.ray.get('join_timeout_s', 120)):g}{_driver_ip_flag(hosts)}")
-    _run(hosts, hosts.head, hosts.script(wait, token_of=0))
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts.workers)))) as pool:
+            futures = [pool.submit(_start_host, hosts, i, token, address) for i in range(1, len(hosts.hosts))]
+            for i, future in enumerate(futures, start=1):
+                future.result()
+                log(f"herd cluster up: worker {hosts.hosts[i].address} joined")
+        wait = (f"herd cluster wait --address {shlex.quote(address)} --nodes {len(hosts.hosts)} "
+                f"--timeout {float(hosts.ray.get('join_timeout_s', 120)):g}{_driver_ip_flag(hosts)}")
+        _run(hosts, hosts.head, hosts.script(wait, token_of=0))
+    except (ClusterError, KeyboardInterrupt) as exc:  # no half-started cluster is left behind
+        log("herd cluster up: failed; stopping the nodes that started")
+        try:
+            down(hosts, log=lambda message: None)
+        except ClusterError:
+            pass  # the host that failed is usually unreachable for `down` too
+        raise ClusterError(f"{exc}; the nodes that had started were stopped") from exc
     log(f"herd cluster up: {len(hosts.hosts)} Ray nodes alive at {address} after "
         f"{time.monotonic() - started:.1f} s")
     return state
