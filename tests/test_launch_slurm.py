@@ -113,3 +113,17 @@ def test_cancelled_job_stops_ray_on_every_node(slurm: SlurmCluster, tmp_path: Pa
     info = slurm.wait_job(job_id)
     assert info["JobState"] == "CANCELLED"
     _nothing_left(slurm, job_id)
+
+
+def test_a_node_that_cannot_start_fails_the_job_at_once(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """Ray refuses a 1 KB object store: the job ends with Ray's error well before the 600 s join timeout."""
+    started = time.monotonic()
+    done = _launch(slurm, tmp_path, ["--nodes", "2", "--object-store-memory", "1000", "--join-timeout", "600",
+                                     "--wait", "--", "python", "-c", "print('never runs')"], timeout=150)
+    assert done.returncode != 0
+    job_id = _job_id(done.stdout)
+    log = _job_output(tmp_path / "results", job_id)
+    assert "minimum allowed" in log and "ended before the cluster was up" in log, log
+    assert "never runs" not in log
+    assert time.monotonic() - started < 120
+    _nothing_left(slurm, job_id)

@@ -118,6 +118,8 @@ def add_cluster_parser(subparsers: Any) -> None:
     w.add_argument("--nodes", type=int, required=True, help="number of alive nodes to wait for")
     w.add_argument("--timeout", type=float, default=300.0, help="seconds (default 300)")
     w.add_argument("--node-ip-address", help="this host's node address (when several are on one host)")
+    w.add_argument("--watch", type=int, nargs="*", default=[], metavar="PID",
+                   help="give up at once when one of these processes (node start steps) has ended")
 
     up = kinds.add_parser("up", help="start Ray over ssh on the hosts of a hosts.yaml",
                           description="Start a private cluster: the head, then each worker, over ssh.")
@@ -312,15 +314,24 @@ def _status_here(args: argparse.Namespace) -> int:
 
 
 def _wait(args: argparse.Namespace) -> int:
-    from herdrl.cluster.nodes import wait_for_nodes
+    from herdrl.cluster.connect import wait_for_port
+    from herdrl.cluster.nodes import process_alive, wait_for_nodes
 
     deadline = time.monotonic() + args.timeout
+
+    def check() -> None:  # a node's start step that ended means it failed: no use waiting out the timeout
+        ended = [pid for pid in args.watch if not process_alive(pid)]
+        if ended:
+            raise ClusterError(f"a Ray node's start (pid {ended[0]}) ended before the cluster was up; its error "
+                               "is above (Ray's own output: /tmp/herd-*.log on that node)")
+
     address = args.address
     if not address:
         if not args.address_file:
             raise ClusterError("give --address HOST:PORT or --address-file FILE")
         path = Path(args.address_file)
         while not path.exists():
+            check()
             if time.monotonic() >= deadline:
                 raise ClusterError(f"no head address in {path} after {args.timeout:g} s: the head did not start; "
                                    "see its log next to that file")
@@ -331,10 +342,16 @@ def _wait(args: argparse.Namespace) -> int:
         print(f"herd cluster wait: {alive}/{wanted} Ray nodes alive at {address}", file=sys.stderr, flush=True)
 
     if args.nodes <= 1:  # the head alone: its port answering is enough (no Ray driver needed, ~2 s saved)
-        from herdrl.cluster.connect import wait_for_port
-
-        wait_for_port(address, max(1.0, deadline - time.monotonic()))
+        while True:
+            check()
+            try:
+                wait_for_port(address, 1.0)
+                break
+            except ClusterError:
+                if time.monotonic() >= deadline:
+                    raise
     else:
-        wait_for_nodes(address, args.nodes, max(1.0, deadline - time.monotonic()), args.node_ip_address, progress)
+        wait_for_nodes(address, args.nodes, max(1.0, deadline - time.monotonic()), args.node_ip_address, progress,
+                       check)
     print(address)
     return 0

@@ -275,9 +275,9 @@ def stop_node(temp_dir: str | Path, grace_s: float = 3.0, remove_files: bool = F
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        while time.monotonic() < deadline and any(process_alive(p) for p in pids):
             time.sleep(0.1)
-        pids = [p for p in pids if _alive(p)]
+        pids = [p for p in pids if process_alive(p)]
         if not pids:
             break
     if not _foreground_starter(temp_dir):
@@ -293,7 +293,8 @@ def _foreground_starter(temp_dir: str | Path) -> bool:
                for pid, (_, cmd) in _cmdlines().items() if pid != os.getpid())
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, exited but not yet reaped, counts as ended)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
@@ -328,10 +329,12 @@ def alive_nodes(address: str, node_ip_address: str | None = None, timeout_s: flo
 
 
 def wait_for_nodes(address: str, count: int, timeout_s: float = 120.0, node_ip_address: str | None = None,
-                   on_progress: Callable[[int, int], None] | None = None) -> int:
+                   on_progress: Callable[[int, int], None] | None = None,
+                   check: Callable[[], None] | None = None) -> int:
     """Block until the cluster at ``address`` has ``count`` alive nodes; returns that count.
 
-    Polls every half second; ClusterError after ``timeout_s`` saying how many joined.
+    Polls every half second, calling ``check`` (which may raise to give up early); ClusterError after
+    ``timeout_s`` saying how many joined.
     """
     deadline = time.monotonic() + timeout_s
     with _short_driver(address, node_ip_address, timeout_s) as ray:
@@ -343,6 +346,8 @@ def wait_for_nodes(address: str, count: int, timeout_s: float = 120.0, node_ip_a
             seen = alive
             if alive >= count:
                 return alive
+            if check is not None:
+                check()
             if time.monotonic() >= deadline:
                 raise ClusterError(f"only {alive} of {count} Ray nodes joined {address} within {timeout_s:g} s; "
                                    "see the nodes' logs (their --temp-dir/session_latest/logs)")

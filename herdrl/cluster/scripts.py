@@ -126,11 +126,13 @@ start_node() {{  # start_node INDEX ARGS...: a foreground Ray node on nodes[INDE
 }}
 echo "herd launch: Ray head on ${{nodes[0]}}, $((${{#nodes[@]}} - 1)) worker node(s)"
 start_node 0 --head --address-file "$launch_dir/head-$SLURM_JOB_ID"
-address=$(herd cluster wait --address-file "$launch_dir/head-$SLURM_JOB_ID" --nodes 1 --timeout {timeout}) || exit 1
+address=$(herd cluster wait --address-file "$launch_dir/head-$SLURM_JOB_ID" --nodes 1 --timeout {timeout} \\
+  --watch "${{steps[@]}}") || exit 1
 for i in "${{!nodes[@]}}"; do
   [ "$i" -eq 0 ] || start_node "$i" --address "$address"
 done
-herd cluster wait --address "$address" --nodes ${{#nodes[@]}} --timeout {timeout} >/dev/null || exit 1
+herd cluster wait --address "$address" --nodes ${{#nodes[@]}} --timeout {timeout} --watch "${{steps[@]}}" \\
+  >/dev/null || exit 1
 echo "herd launch: ${{#nodes[@]}} Ray nodes up at $address after ${{SECONDS}} s; running the driver in $PWD"
 export RAY_ADDRESS=$address
 {shlex.join(job.driver)}
