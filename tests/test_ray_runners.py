@@ -181,3 +181,28 @@ def test_a_runner_stuck_past_sample_timeout_counts_as_failed():
         algo.train()  # 40 steps x 50 ms = 2 s > 0.5 s
     assert time.monotonic() - start < 10
     algo.stop()
+
+
+@pytest.mark.parametrize("name, env, training, loss_key", [
+    ("A2C", "CartPole-v1", {"train_batch_size": 320}, "policy_loss"),
+    ("TRPO", "CartPole-v1", {"train_batch_size": 256}, "vf_loss"),
+    ("DQN", "CartPole-v1", {"min_sample_timesteps_per_iteration": 200, "num_steps_sampled_before_learning_starts": 64},
+     "loss"),
+    ("SAC", "Pendulum-v1", {"min_sample_timesteps_per_iteration": 200, "num_steps_sampled_before_learning_starts": 64,
+                            "model": {"fcnet_hiddens": [32, 32]}}, "critic_loss"),
+])
+def test_every_algorithm_trains_on_two_ray_runners(name, env, training, loss_key):
+    from herdrl.registry import get_config_class
+
+    config = (get_config_class(name)().environment(env).env_runners(num_env_runners=2, num_envs_per_env_runner=2)
+              .training(**training).debugging(seed=0))
+    algo = config.build()
+    try:
+        assert len(set(algo.runners.call("pid"))) == 2 and os.getpid() not in algo.runners.call("pid")
+        results = [algo.train() for _ in range(2)]
+    finally:
+        algo.stop()
+    last = results[-1]
+    assert last["num_healthy_env_runners"] == 2
+    assert last["num_env_steps_sampled_lifetime"] > results[0]["num_env_steps_sampled_lifetime"] > 0
+    assert loss_key in last and last[loss_key] == last[loss_key], f"{name} learned on runner data: {last}"

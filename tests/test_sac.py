@@ -54,3 +54,15 @@ def test_sac_needs_box_actions():
         SACConfig().environment("CartPole-v1").build()
     with pytest.raises(ConfigError, match="target_entropy"):
         SACConfig().environment("Pendulum-v1").training(target_entropy="high").validate()
+
+
+@pytest.mark.parametrize("target_entropy, direction", [(10.0, +1), (-10.0, -1)])
+def test_entropy_weight_moves_towards_the_target_entropy(target_entropy, direction):
+    """Policy entropy below the target raises alpha (more exploration bonus); above it lowers alpha."""
+    algo = SACConfig().environment("Pendulum-v1").training(
+        target_entropy=target_entropy, min_sample_timesteps_per_iteration=200,
+        num_steps_sampled_before_learning_starts=100, **SMALL).debugging(seed=0).build()
+    before = algo.log_alpha.item()
+    algo.train()
+    assert (algo.log_alpha.item() - before) * direction > 0
+    algo.stop()

@@ -9,6 +9,8 @@ then a separate value-function fit (``num_critic_updates`` passes of Adam miniba
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
@@ -50,6 +52,23 @@ class TRPOConfig(AlgorithmConfig):
     def algo_class(cls) -> type:
         """:class:`TRPO`."""
         return TRPO
+
+
+def backtracking_line_search(evaluate: Callable[[torch.Tensor], tuple[float, float]], start: torch.Tensor,
+                             full_step: torch.Tensor, old_surrogate: float, max_kl: float, shrink: float,
+                             max_iter: int) -> tuple[torch.Tensor | None, float, float]:
+    """Try ``start + shrink**i * full_step`` for i = 0, 1, ...; accept the first whose KL is within ``max_kl``
+    *and* whose surrogate strictly beats ``old_surrogate``. ``evaluate(params) -> (surrogate, kl)``.
+
+    Returns (accepted parameters, their surrogate, their KL), or (None, old_surrogate, 0.0) when no step
+    qualifies (the caller keeps the old policy).
+    """
+    for i in range(max_iter):
+        candidate = start + shrink ** i * full_step
+        surrogate, kl = evaluate(candidate)
+        if kl <= max_kl and surrogate > old_surrogate:
+            return candidate, surrogate, kl
+    return None, old_surrogate, 0.0
 
 
 def conjugate_gradient(matvec, b: torch.Tensor, iterations: int, tol: float = 1e-10) -> torch.Tensor:
@@ -117,18 +136,19 @@ class TRPO(Algorithm):
         full_step = torch.sqrt(2 * cfg.target_kl / (curvature + 1e-12)) * direction
         old_params = parameters_to_vector(params).detach()
         old_surrogate = surrogate.item()
-        accepted, kl_value, new_surrogate = False, 0.0, old_surrogate
+
+        def evaluate(candidate: torch.Tensor) -> tuple[float, float]:
+            vector_to_parameters(candidate, params)
+            new, kl = surrogate_and_kl()
+            return new.item(), kl.item()
+
         with torch.no_grad():
-            for i in range(cfg.line_search_max_iter):
-                vector_to_parameters(old_params + cfg.line_search_shrinking_factor ** i * full_step, params)
-                new, kl = surrogate_and_kl()
-                if kl.item() <= cfg.target_kl and new.item() > old_surrogate:
-                    accepted, kl_value, new_surrogate = True, kl.item(), new.item()
-                    break
-            if not accepted:
-                vector_to_parameters(old_params, params)
+            accepted, new_surrogate, kl_value = backtracking_line_search(
+                evaluate, old_params, full_step, old_surrogate, cfg.target_kl, cfg.line_search_shrinking_factor,
+                cfg.line_search_max_iter)
+            vector_to_parameters(old_params if accepted is None else accepted, params)
         return {"policy_improvement": new_surrogate - old_surrogate, "kl": kl_value,
-                "line_search_accepted": float(accepted), "grad_norm": float(grad.norm())}
+                "line_search_accepted": float(accepted is not None), "grad_norm": float(grad.norm())}
 
     def _fit_value(self, batch: dict[str, torch.Tensor]) -> float:
         cfg = self.config

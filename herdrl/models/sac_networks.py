@@ -39,8 +39,8 @@ class SACModule(nn.Module):
                                        _head(feature_dim, 1, 1.0))
         self.q1 = critic()
         self.q2 = critic() if twin_q else None
-        low = torch.as_tensor(action_space.low.reshape(-1), dtype=torch.float32)
-        high = torch.as_tensor(action_space.high.reshape(-1), dtype=torch.float32)
+        low = torch.tensor(action_space.low.reshape(-1), dtype=torch.float32)  # a copy: Ray hands read-only arrays
+        high = torch.tensor(action_space.high.reshape(-1), dtype=torch.float32)
         self.register_buffer("action_scale", (high - low) / 2)
         self.register_buffer("action_bias", (high + low) / 2)
 
