@@ -103,7 +103,7 @@ stop_ray() {{  # stop each started Ray node by PID (its own temp dir; never `ray
   local stoppers=() i files=()
   [ "$rc" = 0 ] && files=(--remove-files)  # after a failure Ray's logs stay in /tmp/herd-$job-* on the nodes
   for i in "${{!steps[@]}}"; do
-    srun --nodes=1 --ntasks=1 --overlap -w "${{nodes[$i]}}" \
+    srun --nodes=1 --ntasks=1 --overlap -w "${{nodes[$i]}}" \\
       herd cluster node stop --temp-dir "/tmp/herd-$job-$i" "${{files[@]}}" >/dev/null &
     stoppers+=($!)
   done
