@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from herdrl.cluster.nodes import process_alive, process_table
+
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
 HEALTH_CHECK_ENV = {  # a dead node is noticed in ~1.5 s instead of ~20 s (read by the head's GCS)
@@ -47,15 +49,5 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 def processes_matching(text: str) -> list[str]:
     """Command lines of live processes that contain ``text``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if text in cmd and state != "Z":
-            found.append(f"{entry.name}: {cmd[:200]}")
-    return found
+    return [f"{pid}: {cmd[:200]}" for pid, (_, cmd) in process_table().items()
+            if pid != os.getpid() and text in cmd and process_alive(pid)]

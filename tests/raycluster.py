@@ -7,28 +7,14 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from herdrl.cluster.nodes import free_port, node_pids, process_table, stop_node
+
 RAY = str(Path(sys.executable).parent / "ray")
-
-
-def free_port(low: int = 20000, high: int = 30000) -> int:
-    """A free TCP port outside Ray's default worker port range (10002-19999)."""
-    for _ in range(200):
-        port = low + secrets.randbelow(high - low)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port")
 
 
 class RayStartCluster:
@@ -43,8 +29,10 @@ class RayStartCluster:
         self.env.pop("RAY_ADDRESS", None)
         self.port = free_port()
         self.address = f"127.0.0.2:{self.port}"
+        self.temps: list[Path] = []  # the nodes' temp dirs, head first
 
     def _start(self, args: list[str], temp: str) -> None:
+        self.temps.append(self.root / temp)
         subprocess.run([RAY, "start", *args, f"--temp-dir={self.root / temp}", "--num-cpus=1",
                         f"--dashboard-agent-listen-port={free_port()}", "--object-store-memory=80000000"],
                        env=self.env, check=True, capture_output=True, text=True, timeout=120)
@@ -58,32 +46,14 @@ class RayStartCluster:
         return self
 
     def pids(self) -> list[int]:
-        """Processes of this cluster: those whose command line names our temp dir or our head address."""
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if str(self.root) in cmd or f"--address={self.address}" in cmd or f"{self.address} " in cmd:
-                found.append(int(entry.name))
-        return found
+        """Processes of this cluster: each node's (herdrl's lookup through its temp dir), and any process naming
+        the head's address (checked again after the temp dirs are gone)."""
+        named = {pid for pid, (_, cmd) in process_table().items() if pid != os.getpid()
+                 and (f"--address={self.address}" in cmd or f"{self.address} " in cmd)}
+        return sorted(named.union(*(node_pids(temp) for temp in self.temps)))
 
     def stop(self) -> None:
-        """SIGTERM our processes, SIGKILL what is left after a grace period, remove the temp dir."""
-        pids = self.pids()
-        for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
-            for pid in pids:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-                time.sleep(0.1)
-            pids = [p for p in pids if Path(f"/proc/{p}").exists()]
-            if not pids:
-                break
+        """Stop every node by PID (workers first), remove the temp dir."""
+        for temp in reversed(self.temps):
+            stop_node(temp)
         shutil.rmtree(self.root, ignore_errors=True)

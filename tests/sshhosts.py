@@ -12,6 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from herdrl.cluster.nodes import free_port
+
 CONFIG = """\
 Port {port}
 ListenAddress {address}
@@ -25,12 +27,6 @@ UsePAM no
 StrictModes no
 LogLevel ERROR
 """
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 class SshHosts:
@@ -49,7 +45,7 @@ class SshHosts:
         shutil.copy(self.root / "client_key.pub", self.root / "authorized_keys")
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation dir
         for index, address in enumerate(self.addresses):
-            port = _free_port(address)
+            port = free_port(address)
             config = self.root / f"sshd-{index}.conf"
             config.write_text(CONFIG.format(port=port, address=address, root=self.root, index=index))
             started = subprocess.run([sshd, "-f", str(config), "-E", str(self.root / f"sshd-{index}.log")],

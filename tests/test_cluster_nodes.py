@@ -18,6 +18,8 @@ from herdrl.cluster.nodes import (
     free_port,
     interface_address,
     node_pids,
+    process_alive,
+    process_table,
     remove_node_files,
     start_node,
     stop_node,
@@ -94,3 +96,27 @@ def test_a_head_whose_ray_start_fails_is_reported_at_once() -> None:
     assert time.monotonic() - started < 60
     assert node_pids(temp) == []
     remove_node_files(temp)
+
+
+def test_stopping_a_daemonised_head_also_stops_its_orphaned_client_server(tmp_path: Path) -> None:
+    """`ray start` without --block exits, leaving the head's Ray Client server with only the address on its
+    command line; stop_node must find it too (it would otherwise linger ~30 s after `herd cluster down`)."""
+    import os
+
+    temp = Path(f"/tmp/herd-t{secrets.token_hex(3)}")
+    token = write_token(f"{temp}.token")
+    saved = dict(os.environ)
+    os.environ.update(auth_env(token))
+    try:
+        address, _ = start_node(NodeSpec(temp, node_ip_address="127.0.0.2", num_cpus=1,
+                                         object_store_memory=80_000_000))
+        client = [pid for pid, (_, cmd) in process_table().items()
+                  if "ray.util.client.server" in cmd and f"--address={address} " in cmd]
+        assert client and set(client) <= set(node_pids(temp))
+        stop_node(temp, remove_files=True)
+        assert not any(process_alive(pid) for pid in client)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        stop_node(temp, remove_files=True)
+        token.unlink(missing_ok=True)

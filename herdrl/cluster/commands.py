@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -259,7 +258,14 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _node(args: argparse.Namespace) -> int:
-    from herdrl.cluster.nodes import NodeSpec, node_pids, remove_node_files, start_node, stop_node, stopping_marker
+    from herdrl.cluster.nodes import (
+        exit_on_sigterm,
+        node_pids,
+        remove_node_files,
+        start_node,
+        stop_node,
+        stopping_marker,
+    )
 
     temp_dir = Path(args.temp_dir)
     if args.action == "stop":
@@ -269,9 +275,7 @@ def _node(args: argparse.Namespace) -> int:
     if args.head == bool(args.address):
         raise ClusterError("give exactly one of --head or --address HOST:PORT")
     options = _node_options(args)
-    spec = NodeSpec(temp_dir, address=args.address, port=options.port, node_ip_address=options.node_ip(),
-                    num_cpus=options.num_cpus, num_gpus=options.num_gpus,
-                    object_store_memory=options.object_store_memory)
+    spec = options.spec(temp_dir, address=args.address)
     if not args.block:
         address, _ = start_node(spec, timeout_s=options.join_timeout_s)
         if args.address_file:
@@ -279,7 +283,7 @@ def _node(args: argparse.Namespace) -> int:
         print(address)
         return 0
     # Foreground node: whatever ends this process (driver done, scancel, Ctrl-C) stops the node by PID.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    exit_on_sigterm()
     try:
         address, proc = start_node(spec, block=True, timeout_s=options.join_timeout_s)
         if args.address_file:

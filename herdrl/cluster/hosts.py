@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from herdrl.cluster.connect import ClusterError
-from herdrl.cluster.nodes import write_token
+from herdrl.cluster.nodes import NodeOptions, write_token
 from herdrl.errors import did_you_mean
 
 KEYS = {"cluster_name", "head", "workers", "ssh", "setup", "workdir", "ray"}
@@ -211,14 +211,11 @@ def _run(hosts: HostsFile, host: Host, remote: str, stdin: str | None = None, ti
 
 
 def _node_flags(hosts: HostsFile, host: Host) -> str:
-    flags = []
-    ip = hosts.node_ip(host)
-    if ip:
-        flags.append(f"--node-ip-address {shlex.quote(ip)}")
-    for key in ("num_cpus", "num_gpus", "object_store_memory"):
-        if hosts.ray.get(key) is not None:
-            flags.append(f"--{key.replace('_', '-')} {int(hosts.ray[key])}")
-    return " ".join(flags)
+    options = NodeOptions(num_cpus=hosts.ray.get("num_cpus"), num_gpus=hosts.ray.get("num_gpus"),
+                          object_store_memory=hosts.ray.get("object_store_memory"),
+                          node_ip_address=hosts.node_ip(host),
+                          join_timeout_s=float(hosts.ray.get("join_timeout_s", 120)))
+    return shlex.join(options.cli_args())
 
 
 def _start_host(hosts: HostsFile, index: int, token: str, address: str | None) -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -25,8 +24,8 @@ from typing import Any
 from herdrl.cluster.connect import ClusterError
 from herdrl.cluster.nodes import (
     NodeOptions,
-    NodeSpec,
     auth_env,
+    exit_on_sigterm,
     start_node,
     stop_node,
     wait_for_nodes,
@@ -54,14 +53,6 @@ def _poll(comm: Any, source: int, tag: int, timeout_s: float | None = None) -> A
         time.sleep(0.1)
 
 
-def _raise_on_sigterm() -> None:
-    """A cancelled job (SIGTERM from mpirun or the scheduler) unwinds through the ``finally`` blocks."""
-    def handler(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def run(driver: list[str], options: NodeOptions) -> int:
     """Run on every rank; returns this rank's exit code (rank 0: the driver's)."""
     try:
@@ -71,7 +62,7 @@ def run(driver: list[str], options: NodeOptions) -> int:
     if not driver:
         raise ClusterError("give the driver command after --, e.g. herd launch mpi -- herd train ppo ...")
     comm = MPI.COMM_WORLD
-    _raise_on_sigterm()
+    exit_on_sigterm()
     if comm.Get_rank() == 0:
         return _rank_zero(comm, driver, options)
     return _other_rank(comm, options)
@@ -89,9 +80,7 @@ def _rank_zero(comm: Any, driver: list[str], options: NodeOptions) -> int:
     announced = False
     try:
         try:
-            address, _ = start_node(NodeSpec(temp_dir, port=options.port, node_ip_address=options.node_ip(),
-                                             num_cpus=options.num_cpus, num_gpus=options.num_gpus,
-                                             object_store_memory=options.object_store_memory), block=True)
+            address, _ = start_node(options.spec(temp_dir), block=True)
         except ClusterError as exc:
             for rank in others:
                 comm.send({"abort": str(exc)}, dest=rank, tag=_START)
@@ -138,9 +127,7 @@ def _other_rank(comm: Any, options: NodeOptions) -> int:
     os.environ.update(auth_env(token))
     clean = False
     try:
-        start_node(NodeSpec(temp_dir, address=message["address"], node_ip_address=options.node_ip(),
-                            num_cpus=options.num_cpus, num_gpus=options.num_gpus,
-                            object_store_memory=options.object_store_memory), block=True)
+        start_node(options.spec(temp_dir, address=message["address"]), block=True)
         clean = _poll(comm, 0, _STOP)["clean"]
         return 0
     finally:

@@ -131,6 +131,28 @@ class NodeOptions:
             return interface_address(self.interface)
         return None
 
+    def spec(self, temp_dir: str | Path, address: str | None = None) -> NodeSpec:
+        """The ``ray start`` of one node on this host: the head (no ``address``) or a worker joining it."""
+        return NodeSpec(Path(temp_dir), address=address, port=self.port if address is None else None,
+                        node_ip_address=self.node_ip(), num_cpus=self.num_cpus, num_gpus=self.num_gpus,
+                        object_store_memory=self.object_store_memory)
+
+    def cli_args(self) -> list[str]:
+        """The same options as ``herd cluster node`` / ``herd launch mpi`` flags, for scripts and ssh."""
+        args: list[str] = []
+        for flag, value in (("--num-cpus", self.num_cpus), ("--num-gpus", self.num_gpus), ("--port", self.port),
+                            ("--node-ip-address", self.node_ip_address), ("--interface", self.interface),
+                            ("--object-store-memory", self.object_store_memory)):
+            if value is not None:
+                args += [flag, str(value)]
+        return [*args, "--join-timeout", f"{self.join_timeout_s:g}"]
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM (a cancelled job, ``mpirun`` or ``srun`` ending a step) into SystemExit, so ``finally``
+    blocks stop this host's Ray node."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
 
 def default_node_ip() -> str:
     """This host's outward address, found the way Ray finds it (the source address of a UDP socket
@@ -225,7 +247,7 @@ def _last_error_line(text: str) -> str:
     return (errors or lines or ["no output"])[-1]
 
 
-def _cmdlines() -> dict[int, tuple[int, str]]:
+def process_table() -> dict[int, tuple[int, str]]:
     """pid -> (parent pid, command line) for every process we can see."""
     table = {}
     for entry in Path("/proc").iterdir():
@@ -245,7 +267,7 @@ def node_pids(temp_dir: str | Path) -> list[int]:
     """PIDs of the node whose temp dir is ``temp_dir``: processes naming it, and all their descendants."""
     marker = str(temp_dir).rstrip("/") + "/"
     marker_eq = "=" + str(temp_dir).rstrip("/")
-    table = _cmdlines()
+    table = process_table()
     me = os.getpid()
     found = {pid for pid, (_, cmd) in table.items()
              if pid != me and (marker in cmd or cmd.rstrip().endswith(marker_eq) or marker_eq + " " in cmd)}
@@ -254,6 +276,12 @@ def node_pids(temp_dir: str | Path) -> list[int]:
         children = {pid for pid, (ppid, _) in table.items() if ppid in found and pid != me} - found
         found |= children
         grew = bool(children)
+    # A head started by a `ray start` that has exited leaves its Ray Client server orphaned, naming only the
+    # cluster's address: find it through the address Ray records in the head's temp dir.
+    recorded = Path(temp_dir) / "ray_current_cluster"
+    if any("gcs_server" in table[pid][1] for pid in found) and recorded.exists():
+        needle = f"--address={recorded.read_text().strip()} "
+        found |= {pid for pid, (_, cmd) in table.items() if "ray.util.client.server" in cmd and needle in cmd}
     return sorted(found)
 
 
@@ -290,7 +318,7 @@ def stop_node(temp_dir: str | Path, grace_s: float = 3.0, remove_files: bool = F
 def _foreground_starter(temp_dir: str | Path) -> bool:
     needle = f"--temp-dir {str(temp_dir).rstrip('/')} "
     return any("cluster node start" in cmd and needle in cmd + " "
-               for pid, (_, cmd) in _cmdlines().items() if pid != os.getpid())
+               for pid, (_, cmd) in process_table().items() if pid != os.getpid())
 
 
 def process_alive(pid: int) -> bool:

@@ -44,17 +44,6 @@ class BatchJob:
         if not self.driver:
             raise ClusterError("give the driver command after --, e.g. -- herd train ppo --env CartPole-v1")
 
-    def node_args(self) -> list[str]:
-        """``herd cluster node`` / ``herd launch mpi`` flags carrying the per-node options."""
-        o = self.node_options
-        args: list[str] = []
-        for flag, value in (("--num-cpus", o.num_cpus), ("--num-gpus", o.num_gpus), ("--port", o.port),
-                            ("--node-ip-address", o.node_ip_address), ("--interface", o.interface),
-                            ("--object-store-memory", o.object_store_memory)):
-            if value is not None:
-                args += [flag, str(value)]
-        return [*args, "--join-timeout", f"{o.join_timeout_s:g}"]
-
     def preamble(self, token: bool = True) -> list[str]:
         """Lines every script runs first: strict mode, working dir, setup, and (``token``) the auth
         environment naming the launch dir's token file (the MPI bootstrap makes its own instead)."""
@@ -87,7 +76,7 @@ def slurm_script(job: BatchJob) -> str:
         ("--partition=", job.partition), ("--account=", job.account),
         ("--output=", shlex.quote(str(job.launch_dir / "slurm-%j.out")))])]
     launch_dir = shlex.quote(str(job.launch_dir))
-    node_args = " ".join(shlex.quote(a) for a in job.node_args())
+    node_args = shlex.join(job.node_options.cli_args())
     timeout = f"{o.join_timeout_s:g}"
     body = f"""\
 # Written by `herd launch slurm`: Ray on every node of this job, the driver on the first, Ray stopped at the end.
@@ -157,7 +146,7 @@ def pbs_launch_line(job: BatchJob, launcher: str, launcher_args: str = "") -> st
     parts = [LAUNCHERS[launcher].format(n=job.nodes)]
     if launcher_args:
         parts.append(launcher_args)
-    parts += ["herd launch mpi", " ".join(shlex.quote(a) for a in job.node_args()), "--", shlex.join(job.driver)]
+    parts += ["herd launch mpi", shlex.join(job.node_options.cli_args()), "--", shlex.join(job.driver)]
     return " ".join(parts)
 
 
