@@ -26,7 +26,7 @@ demo: $(VENV)/.installed
 	$(BIN)/herd train ppo --env CartPole-v1
 
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check herdrl tests benchmarks examples

@@ -30,6 +30,7 @@ CASES = [
     ("SAC", "Pendulum-v1", -200.0, 20_000),
     ("A2C", "CartPole-v1", 475.0, 500_000),
     ("TRPO", "CartPole-v1", 475.0, 300_000),
+    ("TRPO", "Pendulum-v1", -200.0, 400_000),
     ("PPO", "Pendulum-v1", -200.0, 400_000),
 ]
 OFF_POLICY = {"DQN", "SAC"}
@@ -37,6 +38,7 @@ HERD_CONFIG = {
     ("DQN", "Acrobot-v1"): ["-f", str(HERE.parent / "examples" / "acrobot-dqn.yaml")],
     ("SAC", "Pendulum-v1"): ["-f", str(HERE.parent / "examples" / "pendulum-sac.yaml")],
     ("PPO", "Pendulum-v1"): ["-f", str(HERE.parent / "examples" / "pendulum-ppo.yaml")],
+    ("TRPO", "Pendulum-v1"): ["-f", str(HERE.parent / "examples" / "pendulum-trpo.yaml")],
 }
 
 

@@ -37,6 +37,8 @@ ZOO = {
     ("SAC", "Pendulum-v1"): (1, SAC, dict(learning_rate=1e-3)),
     ("TRPO", "CartPole-v1"): (2, TRPO, dict(n_steps=512, batch_size=512, cg_damping=1e-3, gae_lambda=0.98,
                                             gamma=0.99, learning_rate=1e-3, n_critic_updates=20)),
+    ("TRPO", "Pendulum-v1"): (2, TRPO, dict(n_steps=1024, gamma=0.9, n_critic_updates=15, use_sde=True,
+                                            sde_sample_freq=4)),
 }
 
 

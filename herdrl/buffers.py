@@ -12,6 +12,8 @@ import numpy as np
 from herdrl.rollout.runner import Fragment
 
 REPLAY_DEFAULTS = {"type": "uniform", "capacity": 100_000, "alpha": 0.6, "beta": 0.4}
+#: What one stored transition is made of.
+FIELDS = ("obs", "next_obs", "actions", "rewards", "discounts")
 
 
 def check_replay_config(replay_config: dict, batch_size: int) -> None:
@@ -91,7 +93,7 @@ class ReplayBuffer:
         """Store transitions (oldest overwritten); return the slots they went to."""
         n = len(batch["rewards"])
         slots = (self.cursor + np.arange(n)) % self.capacity
-        for key in ("obs", "next_obs", "actions", "rewards", "discounts"):
+        for key in FIELDS:
             getattr(self, key)[slots] = batch[key]
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
@@ -106,7 +108,31 @@ class ReplayBuffer:
         """Uniform replay ignores priorities."""
 
     def _gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
-        return {key: getattr(self, key)[slots] for key in ("obs", "next_obs", "actions", "rewards", "discounts")}
+        return {key: getattr(self, key)[slots] for key in FIELDS}
+
+    def _stored_slots(self) -> np.ndarray:
+        """Slots holding transitions, oldest first."""
+        start = self.cursor if self.size == self.capacity else 0
+        return (start + np.arange(self.size)) % self.capacity
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The stored transitions as plain arrays, oldest first (what a checkpoint saves)."""
+        return self._gather(self._stored_slots())
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Replace the contents with :meth:`state`'s arrays (the newest ``capacity`` of them if there are more).
+
+        Raises ValueError when the arrays do not fit this buffer's shapes.
+        """
+        n = len(state["rewards"])
+        for key in FIELDS:
+            own = getattr(self, key)
+            if state[key].shape[1:] != own.shape[1:] or len(state[key]) != n:
+                raise ValueError(f"replay field '{key}' has shape {state[key].shape}, this buffer "
+                                 f"{('N', *own.shape[1:])}")
+        self.size = self.cursor = 0
+        keep = slice(max(0, n - self.capacity), n)
+        self.add({key: state[key][keep] for key in FIELDS})
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -136,7 +162,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def add(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         """Store transitions with the highest priority seen so far (each is replayed at least once soon)."""
         slots = super().add(batch)
-        self._set(slots, np.full(len(slots), self.max_priority ** self.alpha))
+        if len(slots):
+            self._set(slots, np.full(len(slots), self.max_priority ** self.alpha))
         return slots
 
     def sample(self, batch_size: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
@@ -153,6 +180,21 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         probs = self.tree[slots + self.tree_size] / total
         weights = (self.size * np.maximum(probs, 1e-12)) ** -self.beta
         return self._gather(slots), slots, (weights / weights.max()).astype(np.float32)
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The transitions with their priorities, oldest first."""
+        slots = self._stored_slots()
+        return {**self._gather(slots), "priorities": self.tree[slots + self.tree_size],
+                "max_priority": np.array(self.max_priority)}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Transitions and priorities from :meth:`state` (a uniform buffer's state gets the top priority)."""
+        super().load_state(state)
+        n = len(state["rewards"])
+        if "priorities" in state and n:
+            self.tree[:] = 0.0
+            self.max_priority = float(state["max_priority"])
+            self._set(self._stored_slots(), state["priorities"][max(0, n - self.capacity):])
 
     def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
         """Set priorities to |TD error| + eps."""

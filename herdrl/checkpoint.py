@@ -3,22 +3,31 @@
 A checkpoint is a directory::
 
     checkpoint_000040/
-      checkpoint.json   format version, algorithm, config, counters, episode stats, spaces, numpy RNG state
-      learner.pt        module and optimizer tensors, torch RNG state (torch.save of tensors/numbers only)
+      checkpoint.json     format version, algorithm, config, counters, episode stats, spaces, numpy RNG state
+      learner.pt          module and optimizer tensors, torch RNG state (torch.save of tensors/numbers only)
+      replay_buffer.npz   off-policy algorithms with store_buffer_in_checkpoints, newest checkpoint only
 
 Writing goes to a hidden temporary sibling, every file is fsync'ed, then the directory is renamed into place
 (and the parent fsync'ed): a crash or a full disk mid-write leaves the previous checkpoints untouched and at
-worst a ``.checkpoint_*.tmp-*`` directory that readers ignore and the next save removes.
+worst a ``.checkpoint_*.tmp-*`` directory that readers ignore and a later save removes once its writer is gone.
+Replacing an existing checkpoint moves the old one aside first (``.checkpoint_*.old-*``); a crash between the
+two renames is repaired by the next reader or writer, which puts the old checkpoint back.
 
-Reading never unpickles: JSON for everything but tensors, and ``torch.load(weights_only=True)``, whose
-restricted loader accepts tensors, numbers, strings and containers and refuses any other object.
+Reading never unpickles: JSON for everything but tensors, ``torch.load(weights_only=True)`` (torch >= 2.6:
+older versions can be tricked into unpickling, CVE-2025-32434), whose restricted loader accepts tensors,
+numbers, strings and containers and refuses any other object, and ``numpy.load(allow_pickle=False)``. The config
+a checkpoint holds never says where a run executes, what it installs or which cluster it joins: those keys
+(:data:`SITE_KEYS`) are written blank and dropped on loading (:func:`checkpoint_config`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import secrets
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +37,20 @@ import torch
 
 from herdrl.errors import HerdError
 
-FORMAT_VERSION = 1
+#: 2: PPO/A2C ``vf_loss_coeff`` weighs the plain mean squared error (RLlib's formula; 1 weighed half of it).
+FORMAT_VERSION = 2
 PREFIX = "checkpoint_"
 META_FILE = "checkpoint.json"
 TENSOR_FILE = "learner.pt"
+
+#: Config keys that decide where a run executes, what it installs or runs at start-up, and which cluster it
+#: joins. They come from the user's command (flags, environment), never from a file: ``save()`` writes them
+#: blank and :func:`checkpoint_config` drops them. ``runtime_env`` can run shell commands (``py_executable``),
+#: install packages (``pip``, ``uv``, ``conda``), set ``env_vars`` and run hooks; a foreign ``address`` would
+#: connect this driver to a cluster whose replies Ray unpickles; the dashboard serves Ray's job-submission API.
+SITE_KEYS = ("address", "node_ip_address", "runtime_env", "include_dashboard")
+
+logger = logging.getLogger("herdrl")
 
 
 class CheckpointError(HerdError):
@@ -51,41 +70,134 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_checkpoint(path: Path, meta: dict[str, Any], tensors: dict[str, Any]) -> Path:
-    """Write a checkpoint directory at ``path`` atomically (replacing one that is there)."""
+def _writer_tag() -> str:
+    """``<host>~<pid>~<random>``: who writes a temporary directory (so nobody else removes it while it does)."""
+    host = socket.gethostname().replace("~", "-").replace("/", "-")
+    return f"{host}~{os.getpid()}~{secrets.token_hex(3)}"
+
+
+def _writer_gone(name: str) -> bool:
+    """Whether the process that made the temporary directory ``name`` has ended.
+
+    Only a writer on this host can be checked; another host's (a shared file system) counts as alive.
+    """
+    tag = name.split(".tmp-", 1)[-1].split(".old-", 1)[-1]
+    if tag.isdigit():  # an older herdrl's ".tmp-PID"
+        tag = f"{_writer_tag().split('~')[0]}~{tag}~"
+    try:
+        host, pid, _ = tag.split("~")
+        pid_number = int(pid)
+    except ValueError:
+        return True  # not a name any herdrl writes
+    if host != _writer_tag().split("~")[0]:
+        return False
+    if pid_number == os.getpid():
+        return False  # another save of this process (a thread) may be in flight
+    try:
+        os.kill(pid_number, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def recover(parent: Path) -> None:
+    """Repair what crashed writers left in ``parent``: a checkpoint moved aside (``.NAME.old-*``) whose
+    replacement never arrived goes back to NAME; leftover temporary and moved-aside directories of writers
+    that are gone are removed. In-flight directories of live writers are left alone."""
+    for old in parent.glob(f".{PREFIX}*.old-*"):
+        if not _writer_gone(old.name):
+            continue
+        target = parent / old.name[1:old.name.rindex(".old-")]
+        if not target.exists():
+            try:
+                os.rename(old, target)
+                continue
+            except OSError:
+                pass
+        shutil.rmtree(old, ignore_errors=True)
+    for tmp in parent.glob(f".{PREFIX}*.tmp-*"):
+        if _writer_gone(tmp.name):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_synced(path: Path, write: Any, mode: str = "wb") -> None:
+    with open(path, mode) as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_checkpoint(path: Path, meta: dict[str, Any], tensors: dict[str, Any],
+                     arrays: dict[str, dict[str, np.ndarray]] | None = None) -> Path:
+    """Write a checkpoint directory at ``path`` atomically (replacing one that is there).
+
+    ``arrays``: extra plain-array files, ``{"replay_buffer": {name: array}}`` -> ``replay_buffer.npz``.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{PREFIX}*.tmp-*"):  # left by a crash mid-write
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    recover(path.parent)
+    tag = _writer_tag()
+    tmp = path.parent / f".{path.name}.tmp-{tag}"
     tmp.mkdir()
+    old = None
     try:
-        with open(tmp / TENSOR_FILE, "wb") as f:
-            torch.save(tensors, f)
-            f.flush()
-            os.fsync(f.fileno())
-        with open(tmp / META_FILE, "w") as f:
-            json.dump({"format_version": FORMAT_VERSION, **meta}, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(tmp / TENSOR_FILE, lambda f: torch.save(tensors, f))
+        for name, data in (arrays or {}).items():
+            _write_synced(tmp / f"{name}.npz", lambda f, data=data: np.savez(f, **data))
+        _write_synced(tmp / META_FILE, lambda f: json.dump({"format_version": FORMAT_VERSION, **meta}, f, indent=1),
+                      "w")
         _fsync_dir(tmp)
-        old = None
         if path.exists():
-            old = path.parent / f".{path.name}.old-{os.getpid()}"
+            old = path.parent / f".{path.name}.old-{tag}"
             os.rename(path, old)
         os.rename(tmp, path)
         _fsync_dir(path.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not path.exists():
+            os.rename(old, path)  # the replacement failed: the old checkpoint stays where it was
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def read_arrays(path: Path, name: str) -> dict[str, np.ndarray] | None:
+    """The plain arrays of ``<checkpoint>/<name>.npz`` (None if the checkpoint has none), never unpickled."""
+    file = Path(path) / f"{name}.npz"
+    if not file.exists():
+        return None
+    try:
+        with np.load(file, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except Exception as exc:  # ValueError (object arrays refused), BadZipFile, OSError
+        raise CheckpointError(f"checkpoint '{path}': {file.name} is damaged or not plain arrays, refusing to load "
+                              f"it ({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})"
+                              ) from None
+
+
+def checkpoint_config(meta: dict[str, Any]) -> dict[str, Any]:
+    """The config a checkpoint was trained with, ready for ``from_dict``: site keys (:data:`SITE_KEYS`) dropped
+    (a warning names any a file set), older formats migrated to today's meaning of each key."""
+    config = dict(meta["config"])
+    for key in SITE_KEYS:
+        value = config.pop(key, None)
+        if value not in (None, False, {}, ""):
+            logger.warning("herdrl: checkpoint '%s' sets %s=%r; ignored: where a run executes and which cluster "
+                           "it joins come from your command, never from a file", meta.get("path"), key, value)
+    if meta.get("format_version", 1) < 2 and meta.get("algorithm") in ("PPO", "A2C") \
+            and isinstance(config.get("vf_loss_coeff"), (int, float)):
+        config["vf_loss_coeff"] = 0.5 * config["vf_loss_coeff"]  # format 1 weighed 0.5 * MSE
+    return config
 
 
 def read_meta(path: Path) -> dict[str, Any]:
     """The JSON part of a checkpoint, checked for presence and format version."""
     path = Path(path)
+    if not path.exists() and path.parent.is_dir():
+        recover(path.parent)  # a writer may have crashed while replacing this very checkpoint
     if not path.exists():
         raise CheckpointError(f"checkpoint '{path}' not found")
     if path.is_dir() and not (path / META_FILE).exists():
@@ -107,8 +219,16 @@ def read_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
+def _torch_loads_safely() -> bool:
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    return (major, minor) >= (2, 6)
+
+
 def read_tensors(path: Path) -> dict[str, Any]:
     """The tensor part of a checkpoint, loaded with ``weights_only=True`` (no code from disk runs)."""
+    if not _torch_loads_safely():
+        raise CheckpointError(f"torch {torch.__version__} can be tricked into running code while loading weights "
+                              "(CVE-2025-32434); herdrl loads checkpoints with torch >= 2.6: pip install -U torch")
     file = Path(path) / TENSOR_FILE
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
@@ -121,7 +241,9 @@ def read_tensors(path: Path) -> dict[str, Any]:
 
 
 def list_checkpoints(trial_dir: Path) -> list[Path]:
-    """``checkpoint_*`` directories in a trial, oldest first."""
+    """``checkpoint_*`` directories in a trial, oldest first (after repairing a crashed replacement)."""
+    if Path(trial_dir).is_dir():
+        recover(Path(trial_dir))
     return sorted(p for p in Path(trial_dir).glob(f"{PREFIX}*") if p.is_dir())
 
 

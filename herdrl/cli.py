@@ -224,7 +224,7 @@ def _train(args: argparse.Namespace) -> int:
         from herdrl.cluster.hosts import load_hosts, train_on_head
 
         return train_on_head(load_hosts(args.cluster), _train_args_without_cluster(args.argv), detach=args.detach)
-    from herdrl.checkpoint import read_meta
+    from herdrl.checkpoint import checkpoint_config, read_meta
     from herdrl.errors import ConfigError
     from herdrl.experiment import find_resume_point, load_experiment_file, run_experiment
     from herdrl.registry import get_config_class
@@ -254,7 +254,7 @@ def _train(args: argparse.Namespace) -> int:
             raise ConfigError(f"--resume: {trial_dir} is a {meta['algorithm']} trial, not {algorithm}")
         if env and meta["config"]["env"] and env != meta["config"]["env"]:
             raise ConfigError(f"--resume: {trial_dir} trained on {meta['config']['env']}, not {env}")
-        config = get_config_class(meta["algorithm"]).from_dict(meta["config"])
+        config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta))
         if env and not meta["config"]["env"]:
             config.environment(env)
         config.update_from_dict(overrides)

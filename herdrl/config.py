@@ -152,7 +152,7 @@ class AlgorithmConfig:
         "train_batch_size": Field(4000, (int,), "training", low=1),
         "grad_clip": Field(None, (float,), "training", low=0, low_open=True, allow_none=True),
         "model": Field(MODEL_DEFAULTS, (dict,), "training"),
-        "seed": Field(None, (int,), "debugging", allow_none=True),
+        "seed": Field(None, (int,), "debugging", low=0, allow_none=True),
         "evaluation_interval": Field(None, (int,), "evaluation", low=1, allow_none=True,
                                      doc="evaluate every N iterations (None: never)"),
         "evaluation_duration": Field(10, (int,), "evaluation", low=1, doc="episodes per evaluation"),
@@ -383,7 +383,7 @@ class AlgorithmConfig:
         """How runners pick actions with ``module``: its numpy twin where it has one, else torch."""
         from herdrl.models import NumpyPolicy, TorchPolicy
 
-        return NumpyPolicy(module, rng) if NumpyPolicy.supports(module) else TorchPolicy(module)
+        return NumpyPolicy(module, rng) if NumpyPolicy.supports(module) else TorchPolicy(module, rng)
 
     def build(self, logger: Any = None) -> Any:
         """Validate and return the algorithm (e.g. ``PPO``) ready to ``train()``.

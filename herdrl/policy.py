@@ -30,13 +30,13 @@ class Policy:
     @classmethod
     def from_checkpoint(cls, path: str | Path) -> Policy:
         """Load the policy of a checkpoint (or of the newest valid checkpoint in a trial directory)."""
-        from herdrl.checkpoint import CheckpointError, read_meta, read_tensors, space_from_json
+        from herdrl.checkpoint import CheckpointError, checkpoint_config, read_meta, read_tensors, space_from_json
         from herdrl.registry import get_config_class
 
         meta = read_meta(Path(path))
         obs_space = space_from_json(meta["spaces"]["observation"])
         action_space = space_from_json(meta["spaces"]["action"])
-        config = get_config_class(meta["algorithm"]).from_dict(meta["config"])
+        config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta))
         module = config.build_module(ObsEncoder(obs_space).dim, action_space)
         try:
             module.load_state_dict(read_tensors(meta["path"])["learner"]["module"])

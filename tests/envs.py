@@ -88,3 +88,27 @@ class RandomLength(gym.Env):
         end = self.left == 0
         truncated = end and bool(self.np_random.integers(2))
         return np.zeros(2, np.float32), float(self.np_random.random()), end and not truncated, truncated, {}
+
+
+class SameStepVectorEnv(gym.vector.VectorEnv):
+    """A third-party style vector env of Countdowns that resets *within* the step that ends an episode (the
+    reset observation comes back at once) and, like many, says nothing about its autoreset mode."""
+
+    def __init__(self, num_envs: int = 1, declare: str | None = None, **config) -> None:
+        self.envs = [Countdown(config) for _ in range(num_envs)]
+        self.num_envs = num_envs
+        self.single_observation_space = self.envs[0].observation_space
+        self.single_action_space = self.envs[0].action_space
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self.metadata = {} if declare is None else {"autoreset_mode": gym.vector.AutoresetMode[declare]}
+
+    def reset(self, *, seed=None, options=None):
+        return np.stack([env.reset()[0] for env in self.envs]), {}
+
+    def step(self, actions):
+        out = [env.step(a) for env, a in zip(self.envs, actions, strict=True)]
+        obs = [env.reset()[0] if term or trunc else o for env, (o, _, term, trunc, _) in zip(self.envs, out,
+                                                                                            strict=True)]
+        return (np.stack(obs), np.array([r for _, r, *_ in out]), np.array([t for _, _, t, _, _ in out]),
+                np.array([t for _, _, _, t, _ in out]), {})

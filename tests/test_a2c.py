@@ -28,3 +28,17 @@ def test_a2c_config_rules():
         A2CConfig().environment("CartPole-v1").training(train_batch_size=10).validate()
     with pytest.raises(ConfigError, match="unknown config key 'minibatch_size' for A2C"):
         A2CConfig().training(minibatch_size=64)
+
+
+def test_a2c_loss_weighs_the_plain_mse_computed_by_hand():
+    from test_ppo import _hand_made_batch, raw_policy_and_values
+
+    algo = A2CConfig().environment("CartPole-v1").training(vf_loss_coeff=0.5, entropy_coeff=0.01).debugging(seed=0) \
+        .build()
+    batch = _hand_made_batch(algo)
+    loss, _ = algo.loss(batch)
+    dist, values = raw_policy_and_values(algo.module, batch["obs"])
+    expected = (-(dist.log_prob(batch["actions"]) * batch["advantages"]).mean()
+                + 0.5 * ((values - batch["returns"]) ** 2).mean() - 0.01 * dist.entropy().mean())
+    assert float(loss) == pytest.approx(float(expected), rel=1e-5)
+    algo.stop()

@@ -103,7 +103,7 @@ def test_damaged_and_foreign_checkpoints_give_one_clear_line(tmp_path):
     newer = algo.save(tmp_path / "newer")
     meta = json.loads((newer / "checkpoint.json").read_text())
     (newer / "checkpoint.json").write_text(json.dumps({**meta, "format_version": 99}))
-    with pytest.raises(CheckpointError, match="format version 99; this herdrl reads up to 1: upgrade herdrl"):
+    with pytest.raises(CheckpointError, match="format version 99; this herdrl reads up to 2: upgrade herdrl"):
         algo.restore(newer)
     other = algo.save(tmp_path / "other")
     (other / "checkpoint.json").write_text(json.dumps({**meta, "algorithm": "DQN"}))
@@ -135,6 +135,112 @@ def test_a_crash_mid_write_leaves_the_previous_checkpoint_intact(tmp_path, monke
     assert newest_valid_checkpoint(tmp_path) == first
     algo.save(tmp_path / "checkpoint_000002")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000001", "checkpoint_000002"]
+
+
+def _iteration_of(path):
+    return json.loads((path / "checkpoint.json").read_text())["counters"]["training_iteration"]
+
+
+def test_a_crash_while_replacing_a_checkpoint_loses_neither_version(tmp_path):
+    """Replacing checkpoint_000001: a kill between moving the old one aside and renaming the new one in; a
+    failure at that point. Either way checkpoint_000001 is there afterwards, old or new, and nothing is left."""
+    algo = trained(1)
+    path = algo.save(tmp_path / "checkpoint_000001")
+    algo.stop()
+    code = (f"import os, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); from test_checkpoint import trained\n"
+            "algo = trained(2)\n"
+            "real, calls = os.rename, []\n"
+            "def rename(src, dst):\n"
+            "    calls.append(src); real(src, dst)\n"
+            "    if len(calls) == 1: os._exit(9)   # killed right after moving the old checkpoint aside\n"
+            f"os.rename = rename; algo.save({str(path)!r})\n")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 9
+    assert not path.exists() and len(list(tmp_path.glob(".checkpoint_000001.old-*"))) == 1  # the crash window
+    assert newest_valid_checkpoint(tmp_path) == path and _iteration_of(path) == 1  # a reader puts it back
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000001"]
+
+    algo = trained(2)
+    real, calls = os.rename, []
+
+    def failing_rename(src, dst):
+        calls.append(src)
+        if len(calls) == 2:
+            raise OSError(5, "Input/output error")
+        real(src, dst)
+
+    os.rename = failing_rename
+    try:
+        with pytest.raises(OSError, match="Input/output"):
+            algo.save(path)
+    finally:
+        os.rename = real
+    assert _iteration_of(path) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000001"]
+    algo.save(path)
+    assert _iteration_of(path) == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000001"]
+    algo.stop()
+
+
+def test_cleanup_never_touches_a_live_writers_temporary_directory(tmp_path):
+    from herdrl.checkpoint import _writer_tag
+
+    host = _writer_tag().split("~")[0]
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = tmp_path / f".checkpoint_000007.tmp-{host}~{writer.pid}~abc123"
+        elsewhere = tmp_path / ".checkpoint_000008.tmp-other-host~1~abc123"  # a writer on another node
+        for d in (live, elsewhere):
+            d.mkdir()
+            (d / "learner.pt").write_bytes(b"in flight")
+        algo = trained(1)
+        algo.save(tmp_path / "checkpoint_000001")
+        assert live.exists() and elsewhere.exists()
+    finally:
+        writer.kill()
+        writer.wait()
+    algo.save(tmp_path / "checkpoint_000002")  # its writer is gone now: removed
+    algo.stop()
+    assert not live.exists() and elsewhere.exists()
+
+
+def test_a_crafted_checkpoint_cannot_run_code_or_choose_the_cluster(tmp_path):
+    """checkpoint.json is a file anyone may have written: loading, resuming and evaluating it must neither run its
+    runtime_env (Ray puts py_executable into a shell command line) nor connect to the address it names."""
+    import socket
+
+    marker = tmp_path / "pwned-marker"
+    listener = socket.socket()  # the "foreign cluster": nothing may even connect to it
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    trial = tmp_path / "results" / "exp" / "trial"
+    algo = trained(1)
+    path = algo.save(trial / "checkpoint_000001")
+    algo.stop()
+    meta = json.loads((path / "checkpoint.json").read_text())
+    meta["config"].update(
+        num_env_runners=1, num_envs_per_env_runner=2, address=f"127.0.0.1:{listener.getsockname()[1]}",
+        node_ip_address="127.0.0.9", include_dashboard=True,
+        runtime_env={"py_executable": f"touch {marker}; python", "env_vars": {"HERD_PWNED": "1"},
+                     "worker_process_setup_hook": "os.abort"})
+    (path / "checkpoint.json").write_text(json.dumps(meta))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    load = (f"from herdrl import Algorithm; a = Algorithm.from_checkpoint({str(path)!r}); r = a.train(); a.stop(); "
+            "print(a.config.runtime_env, a.config.address, a.config.node_ip_address, r['num_healthy_env_runners'])")
+    loaded = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, env=env, timeout=180)
+    assert loaded.stdout.split() == ["None", "None", "None", "1"], loaded.stderr[-2000:]
+    assert "sets runtime_env=" in loaded.stderr  # the user is told what the file asked for
+    resumed = subprocess.run([HERD, "train", "--resume", "--output", str(tmp_path / "results"), "--name", "exp",
+                              "--trial", "trial", "--stop-iters", "2", "--quiet", "--no-tensorboard"],
+                             capture_output=True, text=True, env=env, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    evaluated = subprocess.run([HERD, "evaluate", str(trial), "--episodes", "2"], capture_output=True, text=True,
+                               env=env, timeout=120)
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert Policy.from_checkpoint(trial).compute_single_action(np.zeros(4, np.float32)) in (0, 1)
+    assert not marker.exists()
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+    listener.close()
 
 
 def test_prune_keeps_the_newest_and_the_best(tmp_path):

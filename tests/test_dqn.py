@@ -93,3 +93,98 @@ def test_replay_buffers_store_sample_and_prioritize():
     assert (sampled == 3).mean() == pytest.approx(10 / 17, abs=0.03)  # p_i / sum p
     assert batch["rewards"][sampled == 3][0] == 3.0
     assert weights[sampled == 3].max() == pytest.approx(0.1 * weights[sampled != 3].max(), rel=1e-3)
+
+
+def test_target_network_updates_exactly_on_schedule(monkeypatch):
+    """Rounds of ~250 env steps with an update due every 100: one per 100 steps, not one per round."""
+    import herdrl.algorithms.dqn as dqn
+
+    updates = []  # k Polyak updates with tau 0.5 arrive as one with 1 - 0.5**k
+    real = dqn.polyak_update
+    monkeypatch.setattr(dqn, "polyak_update", lambda target, online, tau: (
+        updates.append(round(np.log(1 - tau) / np.log(0.5))), real(target, online, tau)))
+    algo = (DQNConfig().environment("CartPole-v1")
+            .env_runners(num_envs_per_env_runner=4, rollout_fragment_length=64)
+            .training(target_network_update_freq=100, tau=0.5, num_steps_sampled_before_learning_starts=0,
+                      min_sample_timesteps_per_iteration=1000).debugging(seed=0).build())
+    result = algo.train()
+    steps = result["num_env_steps_sampled_lifetime"]
+    assert steps > 1000 and sum(updates) == steps // 100
+    assert len(updates) > 4  # spread between the gradient steps of each round, not one lump per round
+    algo.stop()
+
+
+def _off_policy(algo_name, store):
+    from herdrl import SACConfig
+
+    if algo_name == "DQN":
+        config = DQNConfig().environment("CartPole-v1").training(
+            num_steps_sampled_before_learning_starts=600, min_sample_timesteps_per_iteration=512)
+    else:
+        config = SACConfig().environment("Pendulum-v1").training(
+            num_steps_sampled_before_learning_starts=300, min_sample_timesteps_per_iteration=200,
+            model={"fcnet_hiddens": [32]})
+    return config.training(store_buffer_in_checkpoints=store).debugging(seed=0)
+
+
+@pytest.mark.parametrize("algo_name", ["DQN", "SAC"])
+@pytest.mark.parametrize("store", [False, True])
+def test_a_resumed_run_learns_only_once_its_buffer_holds_enough(tmp_path, algo_name, store):
+    algo = _off_policy(algo_name, store).build()
+    while algo.train()["num_gradient_updates"] == 0:
+        pass
+    saved = algo.buffer.state()
+    path = algo.save(tmp_path / "checkpoint_000002")
+    algo.stop()
+    resumed = Algorithm.from_checkpoint(path)
+    if store:
+        restored = resumed.buffer.state()
+        assert saved.keys() == restored.keys() and all(np.array_equal(saved[k], restored[k]) for k in saved)
+        assert resumed.train()["num_gradient_updates"] > 0  # learns at once, from the restored buffer
+    else:
+        assert len(resumed.buffer) == 0
+        starts = resumed.config.num_steps_sampled_before_learning_starts
+        result = resumed.train()
+        while result["replay_buffer_size"] < starts:  # no gradient step from a near-empty buffer
+            assert result["num_gradient_updates"] == 0, result
+            result = resumed.train()
+        assert result["num_gradient_updates"] > 0
+    resumed.stop()
+
+
+def test_the_buffer_lives_in_the_newest_checkpoint_only_and_is_never_unpickled(tmp_path):
+    from herdrl.checkpoint import CheckpointError
+
+    algo = _off_policy("DQN", True).build()
+    algo.train()
+    first = algo.save(tmp_path / "checkpoint_000001")
+    algo.train()
+    second = algo.save(tmp_path / "checkpoint_000002")
+    algo.stop()
+    assert not (first / "replay_buffer.npz").exists() and (second / "replay_buffer.npz").exists()
+    assert Algorithm.from_checkpoint(first).buffer.size == 0  # still a valid checkpoint, without the buffer
+    state = dict(np.load(second / "replay_buffer.npz"))
+    state["obs"] = np.array([object()] * len(state["obs"]), dtype=object)  # a pickled object array
+    with open(second / "replay_buffer.npz", "wb") as f:
+        np.savez(f, **state)
+    with pytest.raises(CheckpointError, match="replay_buffer.npz is damaged or not plain arrays"):
+        Algorithm.from_checkpoint(second)
+
+
+def test_prioritized_buffer_state_round_trip_keeps_priorities_and_order():
+    rng = np.random.default_rng(0)
+    buffer = PrioritizedReplayBuffer(8, 2, rng)
+    for start in range(0, 12, 3):  # wraps around: 12 transitions into 8 slots
+        n = 3
+        buffer.add({"obs": np.full((n, 2), start, np.float32), "next_obs": np.zeros((n, 2), np.float32),
+                    "actions": np.arange(start, start + n), "rewards": np.arange(start, start + n, dtype=np.float32),
+                    "discounts": np.ones(n, np.float32)})
+        buffer.update_priorities(np.array([buffer.cursor - 1]) % 8, np.array([float(start + 1)]))
+    state = buffer.state()
+    assert state["rewards"].tolist() == list(range(4, 12))  # the newest 8, oldest first
+    copy = PrioritizedReplayBuffer(8, 2, np.random.default_rng(0))
+    copy.load_state(state)
+    assert np.allclose(copy.state()["priorities"], state["priorities"]) and copy.max_priority == buffer.max_priority
+    smaller = ReplayBuffer(5, 2, rng)
+    smaller.load_state(state)
+    assert smaller.state()["rewards"].tolist() == list(range(7, 12))

@@ -120,6 +120,19 @@ def test_vector_entry_point_is_preferred_and_sync_can_be_forced():
     assert sync.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
 
 
+@pytest.mark.parametrize("declare, says", [(None, "does not declare its autoreset mode"),
+                                           ("SAME_STEP", "has autoreset mode")])
+def test_a_vector_env_that_is_not_next_step_is_refused_not_assumed(declare, says):
+    import gymnasium as gym
+
+    env_id = "herdtest/SameStep-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point="envs:Countdown", vector_entry_point="envs:SameStepVectorEnv")
+    with pytest.raises(EnvError, match=says) as info:
+        make_vector_env(env_id, {"declare": declare} if declare else {}, num_envs=2)
+    assert "\n" not in str(info.value) and "NEXT_STEP" in str(info.value)
+
+
 def test_discrete_observations_are_one_hot():
     import gymnasium as gym
 
@@ -207,5 +220,5 @@ def test_episode_returns_and_lengths_across_many_envs_and_fragments():
                     expected.append((carry_return[b], carry_length[b]))
                     carry_return[b], carry_length[b] = 0.0, 0
         assert frag.episode_lengths == [length for _, length in expected]
-        assert frag.episode_returns == pytest.approx([ret for ret, _ in expected])
+        assert frag.episode_returns == pytest.approx([ret for ret, _ in expected], abs=1e-6)
         assert all(1 <= length <= 5 for length in frag.episode_lengths)

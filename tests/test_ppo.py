@@ -93,3 +93,64 @@ def test_value_clipping_and_shared_layers_train(vf_clip_param, share):
     algo = config.build()
     results = [algo.train() for _ in range(3)]
     assert all(math.isfinite(r["vf_loss"]) for r in results)
+
+
+def _hand_made_batch(algo):
+    """A fixed batch from the policy, then the policy moved a little (so ratios differ from 1)."""
+    import torch
+
+    from herdrl.rollout.batch import on_policy_batch
+
+    batch = on_policy_batch(algo.module, algo.sample(), 0.99, 0.95, algo.device)
+    with torch.no_grad():
+        for p in algo.module.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return batch
+
+
+def raw_policy_and_values(module, obs):
+    """A CartPole actor-critic's action distribution and values, built from its raw layers."""
+    import torch
+
+    with torch.no_grad():
+        dist = torch.distributions.Categorical(logits=module.pi_head(module.pi_body(obs)))
+        return dist, module.vf_head(module.vf_body(obs)).squeeze(-1)
+
+
+def test_ppo_loss_is_rllibs_formula_computed_by_hand():
+    """vf_loss_coeff weighs the plain MSE (RLlib's PPO), checked against a loss built from the raw layers."""
+    import torch
+
+    algo = PPOConfig().environment("CartPole-v1").training(vf_loss_coeff=0.7, entropy_coeff=0.01, clip_param=0.2) \
+        .debugging(seed=0).build()
+    batch = _hand_made_batch(algo)
+    loss, stats = algo.loss(batch)
+    dist, values = raw_policy_and_values(algo.module, batch["obs"])
+    with torch.no_grad():
+        ratio = torch.exp(dist.log_prob(batch["actions"]) - batch["old_logp"])
+        adv = batch["advantages"]
+        surrogate = torch.min(ratio * adv, torch.clamp(ratio, 0.8, 1.2) * adv).mean()
+        expected = -surrogate + 0.7 * ((values - batch["returns"]) ** 2).mean() - 0.01 * dist.entropy().mean()
+    assert float(loss) == pytest.approx(float(expected), rel=1e-5)
+    assert float(stats["vf_loss"]) == pytest.approx(float(((values - batch["returns"]) ** 2).mean()), rel=1e-5)
+    assert PPOConfig().vf_loss_coeff == 0.25  # today's default keeps the old effective weight (0.5 x 0.5 MSE)
+    algo.stop()
+
+
+def test_a_checkpoint_from_before_the_formula_change_keeps_its_effective_value_weight(tmp_path):
+    import json
+
+    from herdrl import A2CConfig, Algorithm
+    from herdrl.policy import Policy
+
+    for config, coeff in ((PPOConfig(), 0.5), (A2CConfig(), 1.0)):
+        algo = config.environment("CartPole-v1").training(vf_loss_coeff=coeff).build()
+        path = algo.save(tmp_path / algo.config.algo_name)
+        algo.stop()
+        meta = json.loads((path / "checkpoint.json").read_text())
+        meta["format_version"] = 1  # written by herdrl 0.1, where the loss was vf_loss_coeff * 0.5 * MSE
+        (path / "checkpoint.json").write_text(json.dumps(meta))
+        restored = Algorithm.from_checkpoint(path)
+        assert restored.config.vf_loss_coeff == coeff / 2
+        restored.stop()
+        Policy.from_checkpoint(path)

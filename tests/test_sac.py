@@ -66,3 +66,41 @@ def test_entropy_weight_moves_towards_the_target_entropy(target_entropy, directi
     algo.train()
     assert (algo.log_alpha.item() - before) * direction > 0
     algo.stop()
+
+
+def test_log_probabilities_are_those_of_the_squashed_action_in_unit_space():
+    """The entropy that automatic tuning holds at -action_dim is measured in [-1, 1] (as SB3 and RLlib do), not
+    in the env's units: checked against torch.distributions' tanh-transformed Gaussian on Pendulum (bounds +-2)."""
+    algo = SACConfig().environment("Pendulum-v1").training(**SMALL).debugging(seed=0).build()
+    module = algo.module
+    obs = torch.from_numpy(np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32))
+    with torch.no_grad():
+        actions, logp = module.sample(obs)
+        mean, log_std = module.mean_log_std(obs)
+    squashed = torch.distributions.TransformedDistribution(
+        torch.distributions.Normal(mean, log_std.exp()), [torch.distributions.TanhTransform(cache_size=1)])
+    unit = ((actions - module.action_bias) / module.action_scale).clamp(-1 + 1e-6, 1 - 1e-6)
+    assert torch.allclose(logp, squashed.log_prob(unit).sum(-1), atol=1e-3)
+    assert algo.target_entropy == -1.0
+    algo.stop()
+
+
+def test_sac_refuses_an_unbounded_action_space():
+    import gymnasium as gym
+
+    from herdrl import register_env
+
+    class Unbounded(gym.Env):
+        observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+        action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(2, np.float32), {}
+
+        def step(self, action):
+            return np.zeros(2, np.float32), 0.0, False, False, {}
+
+    register_env("unbounded-actions", lambda cfg: Unbounded())
+    with pytest.raises(ConfigError, match="unbounded") as info:
+        SACConfig().environment("unbounded-actions").build()
+    assert "\n" not in str(info.value)

@@ -8,6 +8,7 @@ checkpoints happen per iteration, not per tiny update.
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from herdrl.algorithms.base import Algorithm
@@ -29,7 +30,8 @@ class A2CConfig(AlgorithmConfig):
         "gamma": shared_field("gamma", 0.99),
         "grad_clip": shared_field("grad_clip", 0.5),
         "lambda_": Field(1.0, (float,), "training", low=0, high=1, doc="GAE lambda (1: n-step returns)"),
-        "vf_loss_coeff": Field(0.5, (float,), "training", low=0),
+        "vf_loss_coeff": Field(0.25, (float,), "training", low=0,
+                               doc="weight of the value loss, the mean squared error (SB3's vf_coef formula)"),
         "entropy_coeff": Field(0.0, (float,), "training", low=0),
         "rmsprop_alpha": Field(0.99, (float,), "training", low=0, high=1),
         "rmsprop_eps": Field(1e-5, (float,), "training", low=0, low_open=True),
@@ -64,23 +66,30 @@ class A2C(Algorithm):
         """Sample-and-update until ``train_batch_size`` env steps were sampled this iteration."""
         cfg = self.config
         updates = max(1, cfg.train_batch_size // (cfg.total_envs * cfg.fragment_length()))
-        sums = {"policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "grad_norm": 0.0}
+        sums: dict[str, float] = {}
         for _ in range(updates):
             batch = on_policy_batch(self.module, self.sample(), cfg.gamma, cfg.lambda_, self.device)
-            advantages = batch["advantages"]
-            if cfg.normalize_advantages and len(advantages) > 1:
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-            dist_inputs, values = self.module(batch["obs"])
-            logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"])
-            policy_loss = -(logp * advantages).mean()
-            vf_loss = 0.5 * (values - batch["returns"]).pow(2).mean()
-            entropy_mean = entropy.mean()
-            loss = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy_mean
+            if cfg.normalize_advantages and len(batch["advantages"]) > 1:
+                adv = batch["advantages"]
+                batch["advantages"] = (adv - adv.mean()) / (adv.std() + 1e-8)
+            loss, stats = self.loss(batch)
             self.optimizer.zero_grad()
             loss.backward()
-            grad_norm = nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip or float("inf"))
+            stats["grad_norm"] = nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip or float("inf"))
             self.optimizer.step()
-            for key, value in (("policy_loss", policy_loss), ("vf_loss", vf_loss), ("entropy", entropy_mean),
-                               ("grad_norm", grad_norm)):
-                sums[key] += float(value.detach())
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
         return {**{k: v / updates for k, v in sums.items()}, "num_gradient_updates": updates}
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """A2C's loss on a batch of :func:`on_policy_batch` keys:
+        ``-mean(log pi * advantage) + vf_loss_coeff * value MSE - entropy_coeff * entropy``, and its parts."""
+        cfg = self.config
+        dist_inputs, values = self.module(batch["obs"])
+        logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"])
+        policy_loss = -(logp * batch["advantages"]).mean()
+        vf_loss = (values - batch["returns"]).pow(2).mean()
+        entropy_mean = entropy.mean()
+        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy_mean
+        return loss, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),
+                      "entropy": entropy_mean.detach()}

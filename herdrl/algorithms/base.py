@@ -17,8 +17,11 @@ import numpy as np
 import torch
 
 from herdrl.checkpoint import (
+    SITE_KEYS,
     CheckpointError,
+    checkpoint_config,
     checkpoint_name,
+    list_checkpoints,
     read_meta,
     read_tensors,
     space_from_json,
@@ -197,7 +200,7 @@ class Algorithm:
         config = self.config.to_dict()
         if callable(config["env"]):
             config["env"] = None  # a class or function: from_checkpoint then needs env=... again
-        for key in ("address", "node_ip_address", "runtime_env"):  # where it ran is not part of the experiment
+        for key in SITE_KEYS:  # where it ran is not part of the experiment (and never read back)
             config[key] = None
         meta = {
             "algorithm": self.config.algo_name, "config": config,
@@ -211,7 +214,19 @@ class Algorithm:
             "metrics": {k: v for k, v in self.last_result.items() if isinstance(v, (int, float))},
         }
         tensors = {"learner": self.learner_state(), "torch_rng": torch.get_rng_state()}
-        return write_checkpoint(Path(checkpoint_dir), meta, tensors)
+        arrays = self.checkpoint_arrays()
+        path = write_checkpoint(Path(checkpoint_dir), meta, tensors, arrays)
+        for older in list_checkpoints(path.parent):  # large array files live in the newest checkpoint only
+            for name in arrays if older != path else ():
+                (older / f"{name}.npz").unlink(missing_ok=True)
+        return path
+
+    def checkpoint_arrays(self) -> dict[str, dict[str, np.ndarray]]:
+        """Extra state saved as plain numpy arrays, one ``.npz`` file per key (off-policy: the replay buffer)."""
+        return {}
+
+    def load_checkpoint_arrays(self, path: Path) -> None:
+        """Inverse of :meth:`checkpoint_arrays`, given the checkpoint directory."""
 
     def restore(self, path: str | Path) -> None:
         """Load a checkpoint of this algorithm into this instance: weights, optimizer, counters, RNG states."""
@@ -240,6 +255,7 @@ class Algorithm:
         self._lengths = deque(meta["episodes"]["lengths"], maxlen=EPISODE_WINDOW)
         self.rng.bit_generator.state = meta["numpy_rng"]
         self.last_result = dict(meta.get("metrics", {}))
+        self.load_checkpoint_arrays(Path(where))
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, **config_overrides: Any) -> Algorithm:
@@ -250,7 +266,7 @@ class Algorithm:
         from herdrl.registry import get_config_class
 
         meta = read_meta(Path(path))
-        config = get_config_class(meta["algorithm"]).from_dict(meta["config"])
+        config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta))
         config.update_from_dict(config_overrides)
         algo = config.build()
         try:

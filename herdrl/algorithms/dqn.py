@@ -106,21 +106,25 @@ class DQN(OffPolicyAlgorithm):
         self.optimizer.step()
         return {"loss": loss.item(), "mean_abs_td_error": td_error.abs().mean().item()}, td_error.cpu().numpy()
 
-    def after_round(self, new_steps: int) -> None:
-        """Update the target network every ``target_network_update_freq`` env steps."""
-        self._since_target_update += new_steps
-        if self._since_target_update >= self.config.target_network_update_freq:
-            self._since_target_update = 0
-            polyak_update(self.target, self.module, self.config.tau)
+    def advance_learning_clock(self, env_steps: int) -> None:
+        """Update the target network every ``target_network_update_freq`` env steps, exactly: as many updates
+        as fell due (``k`` Polyak updates with ``tau`` in one, as ``1 - (1 - tau)**k``), the remainder kept."""
+        self._since_target_update += env_steps
+        due, self._since_target_update = divmod(self._since_target_update, self.config.target_network_update_freq)
+        if due:
+            polyak_update(self.target, self.module, 1.0 - (1.0 - self.config.tau) ** due)
 
     def learner_state(self) -> dict:
-        """Module, optimizer and target network (the replay buffer is not saved: it refills after a resume)."""
-        return {**super().learner_state(), "target": self.target.state_dict()}
+        """Module, optimizer, target network and the env steps since its last update (the replay buffer is a
+        separate file: ``store_buffer_in_checkpoints``)."""
+        return {**super().learner_state(), "target": self.target.state_dict(),
+                "since_target_update": self._since_target_update}
 
     def load_learner_state(self, state: dict) -> None:
         """Inverse of :meth:`learner_state`."""
         super().load_learner_state(state)
         self.target.load_state_dict(state["target"])
+        self._since_target_update = int(state.get("since_target_update", 0))  # format 1 did not save it
 
 
 @torch.no_grad()

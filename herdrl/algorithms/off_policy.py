@@ -1,13 +1,16 @@
 """What DQN and SAC share: a replay buffer in the driver, sampling rounds, and a replay ratio.
 
 An iteration samples ``min_sample_timesteps_per_iteration`` env steps in rounds of one fragment per runner.
-After ``num_steps_sampled_before_learning_starts``, each round is followed by as many gradient steps of
-``train_batch_size`` replayed transitions as keep replayed/sampled at ``training_intensity``. Training
-episodes explore, so "solved" is judged on greedy evaluation episodes (``evaluation/...``, every iteration).
+Once the buffer holds ``num_steps_sampled_before_learning_starts`` transitions, each round is followed by as
+many gradient steps of ``train_batch_size`` replayed transitions as keep replayed/sampled at
+``training_intensity``. Learning waits on what the buffer holds, not on lifetime steps: a run resumed without
+its buffer (``store_buffer_in_checkpoints`` off) refills it before it learns again. Training episodes
+explore, so "solved" is judged on greedy evaluation episodes (``evaluation/...``, every iteration).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +18,7 @@ import torch
 
 from herdrl.algorithms.base import Algorithm
 from herdrl.buffers import REPLAY_DEFAULTS, check_replay_config, fragment_transitions, make_buffer
+from herdrl.checkpoint import CheckpointError, read_arrays
 from herdrl.config import AlgorithmConfig, Field, shared_field
 from herdrl.errors import ConfigError
 
@@ -33,6 +37,9 @@ class OffPolicyConfig(AlgorithmConfig):
         "training_intensity": Field(32.0, (float,), "training", low=0, low_open=True,
                                     doc="replayed transitions per sampled env step"),
         "n_step": Field(1, (int,), "training", low=1),
+        "store_buffer_in_checkpoints": Field(
+            False, (bool,), "training",
+            doc="save the replay buffer (plain arrays) with the newest checkpoint, so a resumed run learns at once"),
     }
     ALIASES = {"learning_starts": "num_steps_sampled_before_learning_starts"}
 
@@ -64,8 +71,9 @@ class OffPolicyAlgorithm(Algorithm):
         """One gradient step on a replayed batch; return metrics and the TD errors (for priorities)."""
         raise NotImplementedError
 
-    def after_round(self, new_steps: int) -> None:
-        """Called after each sampling round once learning has started (target-network updates)."""
+    def advance_learning_clock(self, env_steps: int) -> None:
+        """Called as learning passes ``env_steps`` more sampled env steps, between gradient steps, so schedules
+        in env steps (DQN's target updates) fall between the right gradient steps."""
 
     def training_step(self) -> dict[str, float]:
         """Sample rounds and gradient steps until this iteration sampled its share of env steps."""
@@ -75,11 +83,15 @@ class OffPolicyAlgorithm(Algorithm):
             for fragment in self.sample(self.exploration(self.env_steps_lifetime + self._iter_steps)):
                 self.buffer.add(fragment_transitions(fragment, cfg.gamma, cfg.n_step))
             new_steps, sampled = self._iter_steps - sampled, self._iter_steps
-            if self.env_steps_lifetime + sampled < cfg.num_steps_sampled_before_learning_starts:
+            if len(self.buffer) < cfg.num_steps_sampled_before_learning_starts:
                 continue
             self._replay_debt += cfg.training_intensity * new_steps
-            while self._replay_debt >= cfg.train_batch_size:
-                self._replay_debt -= cfg.train_batch_size
+            due = int(self._replay_debt // cfg.train_batch_size)
+            self._replay_debt -= due * cfg.train_batch_size
+            clock = 0
+            for j in range(due):  # the round's env steps, spread evenly over its gradient steps
+                self.advance_learning_clock(new_steps * j // due - clock)
+                clock = new_steps * j // due
                 data, slots, weights = self.buffer.sample(cfg.train_batch_size)
                 batch = {k: torch.from_numpy(v).to(self.device) for k, v in data.items()}
                 metrics, td_errors = self.update(batch, torch.from_numpy(weights).to(self.device))
@@ -87,7 +99,23 @@ class OffPolicyAlgorithm(Algorithm):
                 for key, value in metrics.items():
                     sums[key] = sums.get(key, 0.0) + value
                 updates += 1
-            self.after_round(new_steps)
+            self.advance_learning_clock(new_steps - clock)
         means = {k: v / updates for k, v in sums.items()} if updates else {}
         return {**means, "num_gradient_updates": updates, "replay_buffer_size": len(self.buffer),
                 **(self.exploration(self.env_steps_lifetime + sampled) or {})}
+
+    # ------------------------------------------------------------ the buffer in checkpoints
+    def checkpoint_arrays(self) -> dict[str, dict[str, np.ndarray]]:
+        """The replay buffer, when ``store_buffer_in_checkpoints`` is on."""
+        return {"replay_buffer": self.buffer.state()} if self.config.store_buffer_in_checkpoints else {}
+
+    def load_checkpoint_arrays(self, path: Path) -> None:
+        """Refill the buffer from a checkpoint that holds one (with or without the setting on now)."""
+        state = read_arrays(path, "replay_buffer")
+        if state is None:
+            return
+        try:
+            self.buffer.load_state(state)
+        except (KeyError, ValueError) as exc:
+            raise CheckpointError(f"checkpoint '{path}': its replay buffer does not fit this {self.config.algo_name} "
+                                  f"({exc}); resume with a matching replay_buffer_config") from None

@@ -36,7 +36,8 @@ class PPOConfig(AlgorithmConfig):
         "clip_param": Field(0.2, (float,), "training", low=0, low_open=True, doc="surrogate clip range"),
         "vf_clip_param": Field(None, (float,), "training", low=0, low_open=True, allow_none=True,
                                doc="clip value predictions to old value +- this (off when None)"),
-        "vf_loss_coeff": Field(0.5, (float,), "training", low=0),
+        "vf_loss_coeff": Field(0.25, (float,), "training", low=0,
+                               doc="weight of the value loss, the mean squared error (RLlib's formula)"),
         "entropy_coeff": Field(0.0, (float,), "training", low=0),
         "normalize_advantages": Field(True, (bool,), "training"),
     }
@@ -70,37 +71,23 @@ class PPO(Algorithm):
 
     def _update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         cfg = self.config
-        advantages = batch["advantages"]
-        if cfg.normalize_advantages and len(advantages) > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        size = len(advantages)
+        batch = dict(batch)
+        if cfg.normalize_advantages and len(batch["advantages"]) > 1:
+            adv = batch["advantages"]
+            batch["advantages"] = (adv - adv.mean()) / (adv.std() + 1e-8)
+        size = len(batch["advantages"])
         num_minibatches = max(1, round(size / cfg.minibatch_size))
-        sums = {"policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip_fraction": 0.0,
-                "grad_norm": 0.0}
+        sums: dict[str, float] = {}
         for _ in range(cfg.num_epochs):
             for idx in np.array_split(self.rng.permutation(size), num_minibatches):
                 idx = torch.from_numpy(idx).to(self.device)
-                dist_inputs, values = self.module(batch["obs"][idx])
-                logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"][idx])
-                log_ratio = logp - batch["old_logp"][idx]
-                ratio = log_ratio.exp()
-                adv = advantages[idx]
-                surrogate = torch.min(ratio * adv, ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param) * adv)
-                policy_loss = -surrogate.mean()
-                vf_loss = self._value_loss(values, batch["old_values"][idx], batch["returns"][idx])
-                entropy_mean = entropy.mean()
-                loss = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy_mean
+                loss, stats = self.loss({key: value[idx] for key, value in batch.items()})
                 self.optimizer.zero_grad()
                 loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip or float("inf"))
+                stats["grad_norm"] = nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip or float("inf"))
                 self.optimizer.step()
-                with torch.no_grad():
-                    sums["policy_loss"] += policy_loss.item()
-                    sums["vf_loss"] += vf_loss.item()
-                    sums["entropy"] += entropy_mean.item()
-                    sums["kl"] += ((ratio - 1) - log_ratio).mean().item()
-                    sums["clip_fraction"] += ((ratio - 1).abs() > cfg.clip_param).float().mean().item()
-                    sums["grad_norm"] += grad_norm.item()
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + float(value)
         updates = cfg.num_epochs * num_minibatches
         metrics = {key: value / updates for key, value in sums.items()}
         returns = batch["returns"]
@@ -109,10 +96,29 @@ class PPO(Algorithm):
         metrics["num_gradient_updates"] = updates
         return metrics
 
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """PPO's loss on a minibatch of :func:`on_policy_batch` keys (advantages already normalised):
+        ``-clipped surrogate + vf_loss_coeff * value MSE - entropy_coeff * entropy``, and its parts."""
+        cfg = self.config
+        dist_inputs, values = self.module(batch["obs"])
+        logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"])
+        log_ratio = logp - batch["old_logp"]
+        ratio = log_ratio.exp()
+        adv = batch["advantages"]
+        policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param) * adv).mean()
+        vf_loss = self._value_loss(values, batch["old_values"], batch["returns"])
+        entropy_mean = entropy.mean()
+        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy_mean
+        with torch.no_grad():
+            stats = {"policy_loss": policy_loss, "vf_loss": vf_loss, "entropy": entropy_mean,
+                     "kl": ((ratio - 1) - log_ratio).mean(),
+                     "clip_fraction": ((ratio - 1).abs() > cfg.clip_param).float().mean()}
+        return loss, {key: value.detach() for key, value in stats.items()}
+
     def _value_loss(self, values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
         clip = self.config.vf_clip_param
         loss = (values - returns).pow(2)
         if clip is not None:
             clipped = old_values + (values - old_values).clamp(-clip, clip)
             loss = torch.max(loss, (clipped - returns).pow(2))
-        return 0.5 * loss.mean()
+        return loss.mean()

@@ -32,7 +32,8 @@ class SACConfig(OffPolicyConfig):
                                                                  OffPolicyConfig),
         "tau": Field(0.005, (float,), "training", low=0, low_open=True, high=1, doc="Polyak factor of the targets"),
         "initial_alpha": Field(1.0, (float,), "training", low=0, low_open=True, doc="initial entropy weight"),
-        "target_entropy": Field("auto", (str, float), "training", doc="'auto': -action_dim"),
+        "target_entropy": Field("auto", (str, float), "training",
+                                doc="entropy of the squashed action in [-1, 1]^d to hold; 'auto': -d"),
         "twin_q": Field(True, (bool,), "training"),
     }
 

@@ -114,16 +114,16 @@ class TRPO(Algorithm):
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         obs, actions, old_logp = batch["obs"], batch["actions"], batch["old_logp"]
         with torch.no_grad():
-            old_inputs = module.pi_head(module.pi_body(obs))
+            old_inputs = module.dist_inputs(obs)
 
         def surrogate_and_kl() -> tuple[torch.Tensor, torch.Tensor]:
-            inputs = module.pi_head(module.pi_body(obs))
+            inputs = module.dist_inputs(obs)
             logp, _ = module.log_prob_entropy(inputs, actions)
             return (torch.exp(logp - old_logp) * advantages).mean(), module.kl(old_inputs, inputs).mean()
 
         surrogate, _ = surrogate_and_kl()
         grad = parameters_to_vector(torch.autograd.grad(surrogate, params))
-        inputs = module.pi_head(module.pi_body(obs))
+        inputs = module.dist_inputs(obs)
         kl_grad = parameters_to_vector(torch.autograd.grad(module.kl(old_inputs, inputs).mean(), params,
                                                            create_graph=True))
 

@@ -89,10 +89,19 @@ def make_vector_env(env: EnvRef, env_config: dict | None = None, num_envs: int =
                                 vector_kwargs=vector_kwargs, **env_config)
         except TypeError as exc:  # an env_config key the env does not take
             raise EnvError(f"cannot make env '{env}' with env_config {env_config}: {exc}") from None
-    autoreset = venv.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-    if AutoresetMode(autoreset) != AutoresetMode.NEXT_STEP:
+    # Never assume the mode: an env that resets within the step would lose each episode's first step and
+    # bootstrap from a reset observation, silently.
+    autoreset = venv.metadata.get("autoreset_mode")
+    try:
+        known = AutoresetMode(autoreset) if autoreset is not None else None
+    except ValueError:
+        known = None
+    if known != AutoresetMode.NEXT_STEP:
         venv.close()
-        raise EnvError(f"env '{env}' vectorises with autoreset mode {autoreset}; herdrl needs NEXT_STEP")
+        declared = "does not declare its autoreset mode" if autoreset is None else f"has autoreset mode {autoreset}"
+        raise EnvError(f"env '{env}': its vector env {declared}; herdrl needs NEXT_STEP (the step after an episode "
+                       "end only resets): set metadata['autoreset_mode'] = AutoresetMode.NEXT_STEP in a vector env "
+                       "that does so, or use gym_env_vectorize_mode='sync'")
     check_spaces(venv.single_observation_space, venv.single_action_space, env)
     return venv
 

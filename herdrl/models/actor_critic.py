@@ -64,16 +64,28 @@ class ActorCritic(nn.Module):
         """Return (distribution inputs, values) for a batch of encoded observations."""
         pi_features = self.pi_body(obs)
         vf_features = pi_features if self.vf_body is None else self.vf_body(obs)
-        return self.pi_head(pi_features), self.vf_head(vf_features).squeeze(-1)
+        return self._with_log_std(self.pi_head(pi_features)), self.vf_head(vf_features).squeeze(-1)
+
+    def dist_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Every parameter of the action distribution for a batch of encoded observations: logits, or a
+        Gaussian's means followed by its log stds (the free log std included, so a stored copy is frozen)."""
+        return self._with_log_std(self.pi_head(self.pi_body(obs)))
+
+    def _with_log_std(self, head_out: torch.Tensor) -> torch.Tensor:
+        # The free log std is appended to the head's output rather than read from the live parameter later:
+        # distribution inputs kept from before an update (TRPO's old policy, PPO's behaviour policy) must
+        # describe that distribution, not the one the parameter describes now.
+        if not self.free_log_std:
+            return head_out
+        return torch.cat([head_out, self.log_std.expand_as(head_out)], dim=-1)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values V(obs)."""
         features = self.pi_body(obs) if self.vf_body is None else self.vf_body(obs)
         return self.vf_head(features).squeeze(-1)
 
-    def _mean_log_std(self, dist_inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.free_log_std:
-            return dist_inputs, self.log_std.expand_as(dist_inputs)
+    @staticmethod
+    def _mean_log_std(dist_inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = dist_inputs.chunk(2, dim=-1)
         return mean, log_std
 
@@ -112,31 +124,63 @@ class ActorCritic(nn.Module):
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         """The most likely action (index, or the Gaussian's mean) for a batch of encoded observations."""
-        dist_inputs = self.pi_head(self.pi_body(obs))
-        return dist_inputs.argmax(-1) if self.discrete else self._mean_log_std(dist_inputs)[0]
+        return self.act_with_noise(self.dist_inputs(obs), None)
+
+    def act_with_noise(self, dist_inputs: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
+        """Actions from distribution inputs and pre-drawn noise (``None``: the most likely action).
+
+        ``noise`` is what :func:`draw_noise` draws: Gumbel noise for logits (argmax of logits + Gumbel samples
+        the softmax), standard normal for a Gaussian. Runners draw it from their own seeded generator.
+        """
+        if self.discrete:
+            return dist_inputs.argmax(-1) if noise is None else (dist_inputs + noise).argmax(-1)
+        mean, log_std = self._mean_log_std(dist_inputs)
+        return mean if noise is None else mean + noise * log_std.exp()
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
-        """Sample (``explore``) or pick the most likely action for a batch of observations."""
-        dist_inputs = self.pi_head(self.pi_body(obs))
+        """Sample (``explore``, with torch's global generator) or pick the most likely action."""
+        dist_inputs = self.dist_inputs(obs)
+        if not explore:
+            return self.act_with_noise(dist_inputs, None)
         if self.discrete:
-            if not explore:
-                return dist_inputs.argmax(-1)
-            return torch.multinomial(torch.softmax(dist_inputs, -1), 1).squeeze(-1)
-        mean, log_std = self._mean_log_std(dist_inputs)
-        return mean + torch.randn_like(mean) * log_std.exp() if explore else mean
+            noise = -torch.log(-torch.log(torch.rand_like(dist_inputs).clamp_min(1e-12)))
+        else:
+            noise = torch.randn_like(dist_inputs[..., : self.action_dim])
+        return self.act_with_noise(dist_inputs, noise)
+
+
+def draw_noise(rng: np.random.Generator, discrete: bool, steps: int, batch: int, action_dim: int) -> np.ndarray:
+    """Exploration noise for ``steps`` action choices of ``batch`` envs, drawn at once from ``rng``.
+
+    Discrete: Gumbel noise (argmax of logits + Gumbel noise samples the softmax); Box: standard normal.
+    Drawing a fragment's noise in one call costs far less than a draw per step.
+    """
+    if discrete:
+        uniform = rng.random((steps, batch, action_dim), dtype=np.float32)
+        return -np.log(-np.log(np.maximum(uniform, np.float32(1e-12))))
+    return rng.standard_normal((steps, batch, action_dim), dtype=np.float32)
 
 
 class TorchPolicy:
-    """Runner-side policy for modules without a numpy twin: torch inference, same interface as NumpyPolicy."""
+    """Runner-side policy for modules without a numpy twin: torch inference, same interface as NumpyPolicy.
 
-    def __init__(self, module: ActorCritic) -> None:
+    Noise comes from the runner's seeded numpy generator, as for NumpyPolicy, so seeded runs reproduce on
+    any process and a restarted runner does not replay its predecessor's draws.
+    """
+
+    def __init__(self, module: ActorCritic, rng: np.random.Generator) -> None:
         self.module = module
+        self.rng = rng
 
-    def noise(self, steps: int, batch: int) -> list[None]:
-        """No pre-drawn noise: torch samples inside ``act``."""
-        return [None] * steps
+    def noise(self, steps: int, batch: int) -> np.ndarray:
+        """Exploration noise for a whole fragment (see :func:`draw_noise`)."""
+        return draw_noise(self.rng, self.module.discrete, steps, batch, self.module.action_dim)
 
-    def act(self, obs: np.ndarray, explore: bool = True, noise: None = None) -> np.ndarray:
-        """Actions for a batch of encoded observations."""
-        return self.module.act(torch.from_numpy(obs), explore=explore).numpy()
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
+        """Actions for a batch of encoded observations (``noise``: one step of :meth:`noise`)."""
+        if explore and noise is None:
+            noise = self.noise(1, len(obs))[0]
+        dist_inputs = self.module.dist_inputs(torch.from_numpy(obs))
+        return self.module.act_with_noise(dist_inputs, torch.from_numpy(noise) if explore else None).numpy()

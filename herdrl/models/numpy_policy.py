@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from torch import nn
 
-from herdrl.models.actor_critic import ActorCritic
+from herdrl.models.actor_critic import ActorCritic, draw_noise
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -41,15 +41,8 @@ class NumpyPolicy:
         return isinstance(module, ActorCritic) and module.activation in _ACTIVATIONS
 
     def noise(self, steps: int, batch: int) -> np.ndarray:
-        """Exploration noise for ``steps`` calls of ``act`` on ``batch`` observations, drawn at once.
-
-        Discrete: Gumbel noise (argmax of logits + Gumbel noise samples the softmax); Box: standard
-        normal. Drawing a fragment's noise in one call costs far less than a draw per step.
-        """
-        if self.discrete:
-            uniform = self.rng.random((steps, batch, self.action_dim), dtype=np.float32)
-            return -np.log(-np.log(np.maximum(uniform, np.float32(1e-12))))
-        return self.rng.standard_normal((steps, batch, self.action_dim), dtype=np.float32)
+        """Exploration noise for ``steps`` calls of ``act`` on ``batch`` observations (see ``draw_noise``)."""
+        return draw_noise(self.rng, self.discrete, steps, batch, self.action_dim)
 
     def act(self, obs: np.ndarray, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
         """Actions for ``obs`` of shape (batch, obs_dim): int64 indices or float32 vectors.

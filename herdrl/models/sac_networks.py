@@ -1,7 +1,9 @@
 """SAC's networks: a tanh-squashed Gaussian actor and twin Q critics, and the actor's numpy twin for runners.
 
 Actions live in the env's Box bounds: the actor samples u ~ N(mu, sigma), squashes a = tanh(u) into [-1, 1]
-and scales it to [low, high]; critics see the scaled action.
+and scales it to [low, high]; critics see the scaled action. Log-probabilities (and so the entropy that
+automatic tuning holds at ``target_entropy``) are those of the squashed action in [-1, 1], as in SB3 and
+RLlib: the target means the same for every env, whatever the units of its actions.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ class SACModule(nn.Module):
             from herdrl.errors import ConfigError
 
             raise ConfigError(f"SAC needs Box (continuous) actions; this env has {action_space} (use DQN or PPO)")
+        if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
+            from herdrl.errors import ConfigError
+
+            raise ConfigError(f"SAC squashes actions into the Box bounds, but this env's action space {action_space} "
+                              "is unbounded; wrap the env with gymnasium.wrappers.RescaleAction (or ClipAction) "
+                              "to finite bounds, or use PPO")
         hiddens = list(model_config["fcnet_hiddens"])
         self.activation = model_config["fcnet_activation"]
         self.discrete = False
@@ -50,13 +58,13 @@ class SACModule(nn.Module):
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reparameterised scaled actions and their log-probabilities (tanh change of variables included)."""
+        """Reparameterised scaled actions and the log-probabilities of their squashed form in [-1, 1] (tanh
+        change of variables included, the constant scaling to the env's bounds not)."""
         mean, log_std = self.mean_log_std(obs)
         u = mean + torch.randn_like(mean) * log_std.exp()
         squashed = torch.tanh(u)
         log_prob = (-0.5 * ((u - mean) / log_std.exp()).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         log_prob -= (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)  # log(1 - tanh(u)^2), stable
-        log_prob -= torch.log(self.action_scale).sum()
         return squashed * self.action_scale + self.action_bias, log_prob
 
     def q_values(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:

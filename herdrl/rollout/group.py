@@ -122,6 +122,7 @@ class RayRunnerGroup:
                 f"the Ray cluster cannot place {count} env runners x {cpus:g} CPU "
                 f"(available: {ray.available_resources().get('CPU', 0):g} CPU); "
                 "lower num_env_runners or num_cpus_per_env_runner") from None
+        self._incarnations = [0] * count  # runners started per index so far, restarts included
         self.actors: list[Any] = [self._start(i) for i in range(count)]
         self.num_restarts = 0
         try:
@@ -141,9 +142,11 @@ class RayRunnerGroup:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         strategy = PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=self._first_bundle + index)
+        incarnation = self._incarnations[index]
+        self._incarnations[index] += 1
         return self._remote_class.options(
             num_cpus=self.config.num_cpus_per_env_runner, scheduling_strategy=strategy, max_restarts=0,
-        ).remote(self.config, index + 1, self._creators)
+        ).remote(self.config, index + 1, self._creators, incarnation)
 
     def sample(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None) -> list[Fragment]:
         """One fragment from every healthy runner, in parallel; failed runners are handled per config."""

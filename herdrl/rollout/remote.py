@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import ray
 import torch
 
@@ -19,12 +20,14 @@ class RemoteEnvRunner(EnvRunner):
     """An EnvRunner in its own process, possibly on another node."""
 
     def __init__(self, config: AlgorithmConfig, worker_index: int,
-                 env_creators: dict[str, Callable[[dict], Any]]) -> None:
+                 env_creators: dict[str, Callable[[dict], Any]], incarnation: int = 0) -> None:
         torch.set_num_threads(1)  # many runners share a node's cores; each steps small batches
         # The driver's register_env calls, shipped with the actor. Look the registry up at run time: Ray
         # may ship this class by value, with a copy of this module's globals.
         importlib.import_module("herdrl.registry").ENV_CREATORS.update(env_creators)
-        super().__init__(config, worker_index)
+        super().__init__(config, worker_index, incarnation)
+        if self.torch_stream is not None:  # this process is the runner's own: seed torch for anything it draws
+            torch.manual_seed(int(self.torch_stream.generate_state(1, np.uint64)[0] >> np.uint64(1)))
 
     def spaces(self) -> tuple[Any, Any]:
         """The single-env observation and action spaces."""
