@@ -189,10 +189,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         """Transitions and priorities from :meth:`state` (a uniform buffer's state gets the top priority)."""
+        self.tree[:] = 0.0  # no stale leaves beyond the new contents
         super().load_state(state)
         n = len(state["rewards"])
         if "priorities" in state and n:
-            self.tree[:] = 0.0
             self.max_priority = float(state["max_priority"])
             self._set(self._stored_slots(), state["priorities"][max(0, n - self.capacity):])
 

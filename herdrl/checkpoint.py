@@ -76,19 +76,32 @@ def _writer_tag() -> str:
     return f"{host}~{os.getpid()}~{secrets.token_hex(3)}"
 
 
+def _side_dirs(parent: Path, kind: str) -> list[tuple[Path, str]]:
+    """``(directory, target name)`` of the ``.<name>.<kind>-<tag>`` directories writers leave beside checkpoints
+    (kind ``tmp``: a new checkpoint being written; ``old``: one moved aside while being replaced)."""
+    found = []
+    for side in parent.glob(f".*.{kind}-*"):
+        name, _, tag = side.name[1:].rpartition(f".{kind}-")
+        ours = tag.count("~") == 2 or (kind == "tmp" and tag.isdigit() and name.startswith(PREFIX))  # 0.1: PID
+        if name and ours and side.is_dir():
+            found.append((side, name))
+    return found
+
+
 def _writer_gone(name: str) -> bool:
-    """Whether the process that made the temporary directory ``name`` has ended.
+    """Whether the process that made the side directory ``name`` (``.X.tmp-<tag>`` / ``.X.old-<tag>``) has ended.
 
     Only a writer on this host can be checked; another host's (a shared file system) counts as alive.
     """
-    tag = name.split(".tmp-", 1)[-1].split(".old-", 1)[-1]
-    if tag.isdigit():  # an older herdrl's ".tmp-PID"
+    marker = ".tmp-" if ".tmp-" in name else ".old-"
+    tag = name.rpartition(marker)[2]
+    if tag.isdigit():  # herdrl 0.1's ".tmp-PID"
         tag = f"{_writer_tag().split('~')[0]}~{tag}~"
     try:
         host, pid, _ = tag.split("~")
         pid_number = int(pid)
     except ValueError:
-        return True  # not a name any herdrl writes
+        return False  # not a name herdrl writes: leave it alone
     if host != _writer_tag().split("~")[0]:
         return False
     if pid_number == os.getpid():
@@ -106,18 +119,17 @@ def recover(parent: Path) -> None:
     """Repair what crashed writers left in ``parent``: a checkpoint moved aside (``.NAME.old-*``) whose
     replacement never arrived goes back to NAME; leftover temporary and moved-aside directories of writers
     that are gone are removed. In-flight directories of live writers are left alone."""
-    for old in parent.glob(f".{PREFIX}*.old-*"):
+    for old, name in _side_dirs(parent, "old"):
         if not _writer_gone(old.name):
             continue
-        target = parent / old.name[1:old.name.rindex(".old-")]
-        if not target.exists():
+        if not (parent / name).exists():
             try:
-                os.rename(old, target)
+                os.rename(old, parent / name)
                 continue
             except OSError:
                 pass
         shutil.rmtree(old, ignore_errors=True)
-    for tmp in parent.glob(f".{PREFIX}*.tmp-*"):
+    for tmp, _ in _side_dirs(parent, "tmp"):
         if _writer_gone(tmp.name):
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -178,10 +190,27 @@ def read_arrays(path: Path, name: str) -> dict[str, np.ndarray] | None:
                               ) from None
 
 
-def checkpoint_config(meta: dict[str, Any]) -> dict[str, Any]:
+def env_to_make(meta: dict[str, Any], given: str | None = None) -> str | None:
+    """The env a loader of this checkpoint makes: ``given`` (the user's own choice) if any, else the one the
+    checkpoint names, unless that one has the ``module:EnvId`` form, which makes Gymnasium import ``module``:
+    a file never decides what is imported, so that is an error asking for the env on the command line."""
+    stored = meta["config"].get("env")
+    if given is not None or not (isinstance(stored, str) and ":" in stored):
+        return given if given is not None else stored
+    raise CheckpointError(f"checkpoint '{meta.get('path')}' names env '{stored}', whose module "
+                          f"'{stored.split(':')[0]}' would be imported to make it; a file never decides what is "
+                          f"imported: if you trust it, pass the env yourself (--env {stored}, or env='{stored}')")
+
+
+def checkpoint_config(meta: dict[str, Any], env: str | None = None, makes_env: bool = True) -> dict[str, Any]:
     """The config a checkpoint was trained with, ready for ``from_dict``: site keys (:data:`SITE_KEYS`) dropped
-    (a warning names any a file set), older formats migrated to today's meaning of each key."""
+    (a warning names any a file set), older formats migrated to today's meaning of each key.
+
+    ``env``: the env the caller gives (it replaces the checkpoint's); ``makes_env=False`` for loaders that build
+    no env (``Policy``), which may keep a ``module:EnvId`` the checkpoint names (see :func:`env_to_make`).
+    """
     config = dict(meta["config"])
+    config["env"] = env_to_make(meta, env) if makes_env else (env or config.get("env"))
     for key in SITE_KEYS:
         value = config.pop(key, None)
         if value not in (None, False, {}, ""):
@@ -190,6 +219,14 @@ def checkpoint_config(meta: dict[str, Any]) -> dict[str, Any]:
     if meta.get("format_version", 1) < 2 and meta.get("algorithm") in ("PPO", "A2C") \
             and isinstance(config.get("vf_loss_coeff"), (int, float)):
         config["vf_loss_coeff"] = 0.5 * config["vf_loss_coeff"]  # format 1 weighed 0.5 * MSE
+    if meta.get("format_version", 1) < 2 and meta.get("algorithm") == "SAC":
+        # Format 1 held SAC's entropy in the env's action units; today's target is in [-1, 1]: the same run
+        # resumes with the same effective target, target - sum(log(action scale)).
+        action = meta["spaces"]["action"]
+        log_scale = float(np.sum(np.log((np.array(action["high"]) - np.array(action["low"])) / 2)))
+        target = config.get("target_entropy", "auto")
+        config["target_entropy"] = (-float(np.prod(action["shape"])) if target == "auto" else float(target)) \
+            - log_scale
     return config
 
 
@@ -198,6 +235,10 @@ def read_meta(path: Path) -> dict[str, Any]:
     path = Path(path)
     if not path.exists() and path.parent.is_dir():
         recover(path.parent)  # a writer may have crashed while replacing this very checkpoint
+        moved = [old for old, name in _side_dirs(path.parent, "old")
+                 if name == path.name and (old / META_FILE).exists()]
+        if not path.exists() and moved:  # its writer runs elsewhere (or is still replacing it): read it where it is
+            path = moved[0]
     if not path.exists():
         raise CheckpointError(f"checkpoint '{path}' not found")
     if path.is_dir() and not (path / META_FILE).exists():

@@ -254,7 +254,7 @@ def _train(args: argparse.Namespace) -> int:
             raise ConfigError(f"--resume: {trial_dir} is a {meta['algorithm']} trial, not {algorithm}")
         if env and meta["config"]["env"] and env != meta["config"]["env"]:
             raise ConfigError(f"--resume: {trial_dir} trained on {meta['config']['env']}, not {env}")
-        config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta))
+        config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta, env))
         if env and not meta["config"]["env"]:
             config.environment(env)
         config.update_from_dict(overrides)
@@ -321,7 +321,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from herdrl.checkpoint import read_meta
+    from herdrl.checkpoint import env_to_make, read_meta
     from herdrl.errors import ConfigError
     from herdrl.evaluation import Evaluator, record_video, summarize
     from herdrl.policy import Policy
@@ -330,7 +330,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--episodes got {args.episodes}; expected >= 1")
     meta = read_meta(args.checkpoint)
     policy = Policy.from_checkpoint(meta["path"])
-    env, env_config = args.env or meta["config"]["env"], meta["config"]["env_config"]
+    env, env_config = env_to_make(meta, args.env), meta["config"]["env_config"]
     if env is None:
         raise ConfigError("the checkpoint's env was a Python object: give --env ID")
     if args.video:

@@ -36,7 +36,7 @@ class Policy:
         meta = read_meta(Path(path))
         obs_space = space_from_json(meta["spaces"]["observation"])
         action_space = space_from_json(meta["spaces"]["action"])
-        config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta))
+        config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta, makes_env=False))
         module = config.build_module(ObsEncoder(obs_space).dim, action_space)
         try:
             module.load_state_dict(read_tensors(meta["path"])["learner"]["module"])

@@ -14,6 +14,7 @@ import torch
 
 from herdrl import Algorithm, PPOConfig
 from herdrl.checkpoint import CheckpointError, list_checkpoints, newest_valid_checkpoint, prune
+from herdrl.logger import TIMING_KEYS
 from herdrl.policy import Policy
 
 HERD = str(Path(sys.executable).parent / "herd")
@@ -141,11 +142,14 @@ def _iteration_of(path):
     return json.loads((path / "checkpoint.json").read_text())["counters"]["training_iteration"]
 
 
-def test_a_crash_while_replacing_a_checkpoint_loses_neither_version(tmp_path):
-    """Replacing checkpoint_000001: a kill between moving the old one aside and renaming the new one in; a
-    failure at that point. Either way checkpoint_000001 is there afterwards, old or new, and nothing is left."""
+@pytest.mark.parametrize("name", ["checkpoint_000001", "my_model"])
+def test_a_crash_while_replacing_a_checkpoint_loses_neither_version(tmp_path, name):
+    """Replacing a checkpoint: a kill between moving the old one aside and renaming the new one in; a failure
+    at that point. Either way the checkpoint is there afterwards, old or new, and nothing else is left."""
+    from herdrl.checkpoint import read_meta
+
     algo = trained(1)
-    path = algo.save(tmp_path / "checkpoint_000001")
+    path = algo.save(tmp_path / name)
     algo.stop()
     code = (f"import os, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); from test_checkpoint import trained\n"
             "algo = trained(2)\n"
@@ -155,9 +159,9 @@ def test_a_crash_while_replacing_a_checkpoint_loses_neither_version(tmp_path):
             "    if len(calls) == 1: os._exit(9)   # killed right after moving the old checkpoint aside\n"
             f"os.rename = rename; algo.save({str(path)!r})\n")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 9
-    assert not path.exists() and len(list(tmp_path.glob(".checkpoint_000001.old-*"))) == 1  # the crash window
-    assert newest_valid_checkpoint(tmp_path) == path and _iteration_of(path) == 1  # a reader puts it back
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000001"]
+    assert not path.exists() and len(list(tmp_path.glob(f".{name}.old-*"))) == 1  # the crash window
+    assert read_meta(path)["path"] == str(path) and _iteration_of(path) == 1  # a reader puts it back
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
 
     algo = trained(2)
     real, calls = os.rename, []
@@ -174,10 +178,15 @@ def test_a_crash_while_replacing_a_checkpoint_loses_neither_version(tmp_path):
             algo.save(path)
     finally:
         os.rename = real
-    assert _iteration_of(path) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000001"]
+    assert _iteration_of(path) == 1 and sorted(p.name for p in tmp_path.iterdir()) == [name]
     algo.save(path)
-    assert _iteration_of(path) == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000001"]
+    assert _iteration_of(path) == 2 and sorted(p.name for p in tmp_path.iterdir()) == [name]
     algo.stop()
+    # Moved aside by a writer on another host (a shared file system), which this host cannot check on: read in
+    # place, nothing renamed.
+    foreign = tmp_path / f".{name}.old-other-node~4242~abc123"
+    os.rename(path, foreign)
+    assert read_meta(path)["path"] == str(foreign) and foreign.exists()
 
 
 def test_cleanup_never_touches_a_live_writers_temporary_directory(tmp_path):
@@ -241,6 +250,46 @@ def test_a_crafted_checkpoint_cannot_run_code_or_choose_the_cluster(tmp_path):
     with pytest.raises(BlockingIOError):
         listener.accept()
     listener.close()
+
+
+def test_a_resumed_run_does_not_replay_the_episodes_it_began_with_and_resumes_the_same_way_twice(tmp_path):
+    algo = PPOConfig().environment("CartPole-v1").training(train_batch_size=512).debugging(seed=0).build()
+    first_resets = algo.runners.runner._obs.copy()
+    algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    resumed = [Algorithm.from_checkpoint(path) for _ in range(2)]
+    assert not np.allclose(resumed[0].runners.runner._obs, first_resets)  # fresh episodes, not the first ones
+    rows = [{k: v for k, v in r.train().items() if k not in TIMING_KEYS} for r in resumed]
+    assert rows[0] == rows[1]
+    for r in resumed:
+        r.stop()
+
+
+def test_a_checkpoint_never_decides_which_module_is_imported(tmp_path, monkeypatch):
+    """An env id 'module:EnvId' makes Gymnasium import the module: from a file, that is refused with the flag to
+    add; given by the user, it is made."""
+    marker = tmp_path / "imported-marker"
+    (tmp_path / "pwnmod.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                        "import gymnasium\n"
+                                        "gymnasium.register('Pwn-v0', entry_point='gymnasium.envs.classic_control:"
+                                        "CartPoleEnv', max_episode_steps=50)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    algo = trained(1)
+    path = algo.save(tmp_path / "checkpoint_000001")
+    algo.stop()
+    meta = json.loads((path / "checkpoint.json").read_text())
+    meta["config"]["env"] = "pwnmod:Pwn-v0"
+    (path / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=r"module 'pwnmod' would be imported .*--env pwnmod:Pwn-v0"):
+        Algorithm.from_checkpoint(path)
+    out = subprocess.run([HERD, "evaluate", str(path), "--episodes", "1"], capture_output=True, text=True)
+    assert out.returncode != 0 and "--env pwnmod:Pwn-v0" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    Policy.from_checkpoint(path)  # inference makes no env: nothing to import
+    assert not marker.exists()
+    Algorithm.from_checkpoint(path, env="pwnmod:Pwn-v0").stop()  # the user's own choice
+    assert marker.exists()
 
 
 def test_prune_keeps_the_newest_and_the_best(tmp_path):

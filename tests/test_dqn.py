@@ -110,7 +110,8 @@ def test_target_network_updates_exactly_on_schedule(monkeypatch):
     result = algo.train()
     steps = result["num_env_steps_sampled_lifetime"]
     assert steps > 1000 and sum(updates) == steps // 100
-    assert len(updates) > 4  # spread between the gradient steps of each round, not one lump per round
+    # Gradient steps are ~2 env steps apart: each update falls between two of them, none lumped per round.
+    assert set(updates) == {1}
     algo.stop()
 
 
@@ -152,9 +153,7 @@ def test_a_resumed_run_learns_only_once_its_buffer_holds_enough(tmp_path, algo_n
     resumed.stop()
 
 
-def test_the_buffer_lives_in_the_newest_checkpoint_only_and_is_never_unpickled(tmp_path):
-    from herdrl.checkpoint import CheckpointError
-
+def test_the_buffer_lives_in_the_newest_checkpoint_only_and_is_never_unpickled(tmp_path, caplog):
     algo = _off_policy("DQN", True).build()
     algo.train()
     first = algo.save(tmp_path / "checkpoint_000001")
@@ -167,8 +166,17 @@ def test_the_buffer_lives_in_the_newest_checkpoint_only_and_is_never_unpickled(t
     state["obs"] = np.array([object()] * len(state["obs"]), dtype=object)  # a pickled object array
     with open(second / "replay_buffer.npz", "wb") as f:
         np.savez(f, **state)
-    with pytest.raises(CheckpointError, match="replay_buffer.npz is damaged or not plain arrays"):
-        Algorithm.from_checkpoint(second)
+    resumed = Algorithm.from_checkpoint(second)  # refused, and the run resumes without it
+    assert resumed.buffer.size == 0 and "replay_buffer.npz is damaged or not plain arrays" in caplog.text
+    resumed.stop()
+
+
+def test_learning_starts_when_the_buffer_is_full_even_if_smaller_than_learning_starts():
+    algo = DQNConfig().environment("CartPole-v1").training(
+        replay_buffer_config={"capacity": 300}, num_steps_sampled_before_learning_starts=1000,
+        min_sample_timesteps_per_iteration=512).build()
+    assert algo.train()["num_gradient_updates"] > 0
+    algo.stop()
 
 
 def test_prioritized_buffer_state_round_trip_keeps_priorities_and_order():

@@ -104,3 +104,18 @@ def test_sac_refuses_an_unbounded_action_space():
     with pytest.raises(ConfigError, match="unbounded") as info:
         SACConfig().environment("unbounded-actions").build()
     assert "\n" not in str(info.value)
+
+
+def test_a_checkpoint_from_before_the_entropy_change_keeps_its_effective_target(tmp_path):
+    """herdrl 0.1 held the entropy in Pendulum's units ([-2, 2]): -1 there is -1 - log 2 in [-1, 1]."""
+    import json
+
+    algo = SACConfig().environment("Pendulum-v1").training(**SMALL).build()
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    meta = json.loads((path / "checkpoint.json").read_text())
+    meta["format_version"] = 1
+    (path / "checkpoint.json").write_text(json.dumps(meta))
+    restored = Algorithm.from_checkpoint(path)
+    assert restored.target_entropy == pytest.approx(-1 - np.log(2))
+    restored.stop()

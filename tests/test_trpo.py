@@ -51,7 +51,8 @@ def test_the_true_kl_of_every_policy_step_stays_within_the_bound(env, model):
     for _ in range(5):
         algo.train()
     algo.stop()
-    assert max(measured) <= 1.5 * algo.config.target_kl, measured
+    # Accepted steps are bounded by TRPO's own KL; the true KL must agree with it to float precision.
+    assert max(measured) <= 1.01 * algo.config.target_kl, measured
     assert max(measured) > 0.1 * algo.config.target_kl, measured  # the policy did move
 
 

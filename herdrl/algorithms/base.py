@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from herdrl.checkpoint import (
+    PREFIX,
     SITE_KEYS,
     CheckpointError,
     checkpoint_config,
@@ -216,9 +217,10 @@ class Algorithm:
         tensors = {"learner": self.learner_state(), "torch_rng": torch.get_rng_state()}
         arrays = self.checkpoint_arrays()
         path = write_checkpoint(Path(checkpoint_dir), meta, tensors, arrays)
-        for older in list_checkpoints(path.parent):  # large array files live in the newest checkpoint only
-            for name in arrays if older != path else ():
-                (older / f"{name}.npz").unlink(missing_ok=True)
+        if path.name.startswith(PREFIX):  # in a trial folder, large array files live in the newest checkpoint only
+            for older in list_checkpoints(path.parent):
+                for name in arrays if older != path else ():
+                    (older / f"{name}.npz").unlink(missing_ok=True)
         return path
 
     def checkpoint_arrays(self) -> dict[str, dict[str, np.ndarray]]:
@@ -256,17 +258,22 @@ class Algorithm:
         self.rng.bit_generator.state = meta["numpy_rng"]
         self.last_result = dict(meta.get("metrics", {}))
         self.load_checkpoint_arrays(Path(where))
+        self.runners.reseed(self.iteration)  # a resumed run must not replay the episodes and noise it began with
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, **config_overrides: Any) -> Algorithm:
         """Rebuild the algorithm a checkpoint was saved from (its config, plus ``config_overrides``) and restore it.
 
-        Example: ``Algorithm.from_checkpoint(path, num_env_runners=0)``.
+        Example: ``Algorithm.from_checkpoint(path, num_env_runners=0)``. Where the run executes comes from
+        ``config_overrides`` only (``address=...``; the checkpoint's are dropped), and a checkpoint env of the
+        ``module:EnvId`` form (which imports ``module``) is made only when passed here too: ``env="module:EnvId"``.
         """
         from herdrl.registry import get_config_class
 
         meta = read_meta(Path(path))
-        config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta))
+        # An env of the caller's replaces the checkpoint's (which then is never made).
+        config = get_config_class(meta["algorithm"]).from_dict(
+            checkpoint_config(meta, makes_env=config_overrides.get("env") is None))
         config.update_from_dict(config_overrides)
         algo = config.build()
         try:

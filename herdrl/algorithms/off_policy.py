@@ -10,6 +10,7 @@ explore, so "solved" is judged on greedy evaluation episodes (``evaluation/...``
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,12 @@ import numpy as np
 import torch
 
 from herdrl.algorithms.base import Algorithm
-from herdrl.buffers import REPLAY_DEFAULTS, check_replay_config, fragment_transitions, make_buffer
+from herdrl.buffers import REPLAY_DEFAULTS, ReplayBuffer, check_replay_config, fragment_transitions, make_buffer
 from herdrl.checkpoint import CheckpointError, read_arrays
 from herdrl.config import AlgorithmConfig, Field, shared_field
 from herdrl.errors import ConfigError
+
+logger = logging.getLogger("herdrl")
 
 
 class OffPolicyConfig(AlgorithmConfig):
@@ -55,13 +58,17 @@ class OffPolicyAlgorithm(Algorithm):
     """The sampling/replay loop; subclasses implement :meth:`update` and may override :meth:`exploration`."""
 
     def setup(self) -> None:
-        """The replay buffer (vector actions for Box spaces) and a frozen target copy of the network."""
-        action_dim = None if self.module.discrete else self.module.action_dim
-        self.buffer = make_buffer(self.config.replay_buffer_config, self.encode.dim, self.rng, action_dim)
+        """The replay buffer and a frozen target copy of the network."""
+        self.buffer = self._empty_buffer()
         self._replay_debt = 0.0  # replayed transitions owed to keep training_intensity
         self.target = self.config.build_module(self.encode.dim, self.action_space).to(self.device)
         self.target.load_state_dict(self.module.state_dict())
         self.target.requires_grad_(False)
+
+    def _empty_buffer(self) -> ReplayBuffer:
+        """A new buffer as ``replay_buffer_config`` says (vector actions for Box spaces)."""
+        return make_buffer(self.config.replay_buffer_config, self.encode.dim, self.rng,
+                           None if self.module.discrete else self.module.action_dim)
 
     def exploration(self, env_steps: int) -> dict[str, Any] | None:
         """Exploration settings sent to the runners for the next round (DQN: epsilon)."""
@@ -83,7 +90,7 @@ class OffPolicyAlgorithm(Algorithm):
             for fragment in self.sample(self.exploration(self.env_steps_lifetime + self._iter_steps)):
                 self.buffer.add(fragment_transitions(fragment, cfg.gamma, cfg.n_step))
             new_steps, sampled = self._iter_steps - sampled, self._iter_steps
-            if len(self.buffer) < cfg.num_steps_sampled_before_learning_starts:
+            if len(self.buffer) < min(cfg.num_steps_sampled_before_learning_starts, self.buffer.capacity):
                 continue
             self._replay_debt += cfg.training_intensity * new_steps
             due = int(self._replay_debt // cfg.train_batch_size)
@@ -110,12 +117,22 @@ class OffPolicyAlgorithm(Algorithm):
         return {"replay_buffer": self.buffer.state()} if self.config.store_buffer_in_checkpoints else {}
 
     def load_checkpoint_arrays(self, path: Path) -> None:
-        """Refill the buffer from a checkpoint that holds one (with or without the setting on now)."""
-        state = read_arrays(path, "replay_buffer")
-        if state is None:
-            return
+        """Refill the buffer from a checkpoint that holds one (with or without the setting on now); without one
+        (or with one that cannot be read) the buffer starts empty: no transitions of another timeline stay."""
+        self.buffer = self._empty_buffer()
         try:
-            self.buffer.load_state(state)
-        except (KeyError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint '{path}': its replay buffer does not fit this {self.config.algo_name} "
-                                  f"({exc}); resume with a matching replay_buffer_config") from None
+            state = read_arrays(path, "replay_buffer")
+            if state is not None:
+                self.buffer.load_state(state)
+        except (CheckpointError, KeyError, ValueError) as exc:
+            self.buffer = self._empty_buffer()
+            logger.warning("herdrl: %s; resuming with an empty replay buffer", str(exc).splitlines()[0])
+
+    def learner_state(self) -> dict[str, Any]:
+        """The base learner state plus the replayed transitions still owed (so a resume replays as before)."""
+        return {**super().learner_state(), "replay_debt": self._replay_debt}
+
+    def load_learner_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`learner_state`."""
+        super().load_learner_state(state)
+        self._replay_debt = float(state.get("replay_debt", 0.0))  # format 1 did not save it

@@ -117,15 +117,16 @@ class SAC(OffPolicyAlgorithm):
                  "entropy": -logp.mean().item()}, td_error.cpu().numpy())
 
     def learner_state(self) -> dict:
-        """Module, targets, the three optimizers and the entropy weight (not the replay buffer)."""
-        return {"module": self.module.state_dict(), "target": self.target.state_dict(),
+        """Module, targets, the three optimizers and the entropy weight (the replay buffer is a separate file:
+        ``store_buffer_in_checkpoints``)."""
+        return {**super().learner_state(), "target": self.target.state_dict(),
                 "log_alpha": self.log_alpha.detach().clone(), "critic_optimizer": self.critic_optimizer.state_dict(),
                 "actor_optimizer": self.actor_optimizer.state_dict(),
                 "alpha_optimizer": self.alpha_optimizer.state_dict()}
 
     def load_learner_state(self, state: dict) -> None:
         """Inverse of :meth:`learner_state`."""
-        self.module.load_state_dict(state["module"])
+        super().load_learner_state(state)
         self.target.load_state_dict(state["target"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])

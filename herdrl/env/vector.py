@@ -10,6 +10,7 @@ so the data a learner gets never depends on an env's default.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +35,16 @@ def _creator(env: EnvRef, env_config: dict) -> Callable[[], gym.Env] | None:
 
 
 def _gym_spec(env_id: str) -> gym.envs.registration.EnvSpec:
-    if env_id in gym.registry or ":" in env_id:  # "module:Env-v0" imports the module first
+    if ":" in env_id:  # "module:Env-v0", as gymnasium.make takes it: import the module, which registers the env
+        module, _, name = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise EnvError(f"cannot make env '{env_id}': module '{module}' cannot be imported ({exc})") from None
+        if name not in gym.registry:
+            raise EnvError(f"cannot make env '{env_id}': importing '{module}' registered no env '{name}'")
+        env_id = name
+    if env_id in gym.registry:
         try:
             return gym.spec(env_id)
         except gym.error.Error as exc:

@@ -43,6 +43,10 @@ class LocalRunnerGroup:
         self.runner.set_exploration(exploration)
         return [self.runner.sample()]
 
+    def reseed(self, epoch: int) -> None:
+        """Fresh random streams and episodes for a run resumed at iteration ``epoch``."""
+        self.runner.reseed(epoch)
+
     def stop(self) -> None:
         """Close the envs."""
         self.runner.stop()
@@ -123,6 +127,7 @@ class RayRunnerGroup:
                 f"(available: {ray.available_resources().get('CPU', 0):g} CPU); "
                 "lower num_env_runners or num_cpus_per_env_runner") from None
         self._incarnations = [0] * count  # runners started per index so far, restarts included
+        self._epoch = 0
         self.actors: list[Any] = [self._start(i) for i in range(count)]
         self.num_restarts = 0
         try:
@@ -146,7 +151,7 @@ class RayRunnerGroup:
         self._incarnations[index] += 1
         return self._remote_class.options(
             num_cpus=self.config.num_cpus_per_env_runner, scheduling_strategy=strategy, max_restarts=0,
-        ).remote(self.config, index + 1, self._creators, incarnation)
+        ).remote(self.config, index + 1, self._creators, incarnation, self._epoch)
 
     def sample(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None) -> list[Fragment]:
         """One fragment from every healthy runner, in parallel; failed runners are handled per config."""
@@ -198,6 +203,14 @@ class RayRunnerGroup:
                                 ".fault_tolerance(restart_failed_env_runners=True) or ignore_env_runner_failures")
         elif self.num_healthy == 0:
             raise RunnerFailure(f"every env runner has failed (last: runner {index + 1}: {reason})")
+
+    def reseed(self, epoch: int) -> None:
+        """Fresh random streams and episodes on every runner (and its replacements) for a run resumed at
+        iteration ``epoch``."""
+        import ray
+
+        self._epoch = epoch
+        ray.get([a.reseed.remote(epoch) for a in self.actors if a is not None])
 
     def call(self, method: str) -> list[Any]:
         """Call a method on every healthy runner and return the results (e.g. ``pid``, ``node``)."""

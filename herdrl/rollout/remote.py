@@ -20,13 +20,17 @@ class RemoteEnvRunner(EnvRunner):
     """An EnvRunner in its own process, possibly on another node."""
 
     def __init__(self, config: AlgorithmConfig, worker_index: int,
-                 env_creators: dict[str, Callable[[dict], Any]], incarnation: int = 0) -> None:
+                 env_creators: dict[str, Callable[[dict], Any]], incarnation: int = 0, epoch: int = 0) -> None:
         torch.set_num_threads(1)  # many runners share a node's cores; each steps small batches
         # The driver's register_env calls, shipped with the actor. Look the registry up at run time: Ray
         # may ship this class by value, with a copy of this module's globals.
         importlib.import_module("herdrl.registry").ENV_CREATORS.update(env_creators)
-        super().__init__(config, worker_index, incarnation)
-        if self.torch_stream is not None:  # this process is the runner's own: seed torch for anything it draws
+        super().__init__(config, worker_index, incarnation, epoch)
+
+    def reseed(self, epoch: int) -> None:
+        """The runner's streams (see EnvRunner.reseed), torch's too: this process is the runner's own."""
+        super().reseed(epoch)
+        if self.torch_stream is not None:
             torch.manual_seed(int(self.torch_stream.generate_state(1, np.uint64)[0] >> np.uint64(1)))
 
     def spaces(self) -> tuple[Any, Any]:

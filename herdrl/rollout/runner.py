@@ -46,15 +46,14 @@ class Fragment:
 class EnvRunner:
     """Steps ``num_envs_per_env_runner`` env copies with the current policy."""
 
-    def __init__(self, config: AlgorithmConfig, worker_index: int = 0, incarnation: int = 0) -> None:
+    def __init__(self, config: AlgorithmConfig, worker_index: int = 0, incarnation: int = 0, epoch: int = 0) -> None:
         """``worker_index``: 0 in-process, 1.. for Ray runners; ``incarnation``: how many runners held this index
-        before (restarts). With a ``seed``, the three pick this runner's own random streams (env resets,
-        exploration noise, torch), so a restarted runner never replays its predecessor's episodes or noise."""
+        before (restarts); ``epoch``: the training iteration the run resumed from (0 for a new run). With a
+        ``seed``, the four pick this runner's own random streams (env resets, exploration noise, torch), so
+        neither a restarted runner nor a resumed run replays earlier episodes or noise."""
         self.config = config
         self.worker_index = worker_index
-        seed = config.seed
-        streams = [None] * 3 if seed is None else np.random.SeedSequence([seed, worker_index, incarnation]).spawn(3)
-        reset_stream, noise_stream, self.torch_stream = streams
+        self.incarnation = incarnation
         self.env = make_vector_env(config.env, config.env_config, config.num_envs_per_env_runner,
                                    config.gym_env_vectorize_mode)
         self.num_envs = self.env.num_envs
@@ -63,12 +62,20 @@ class EnvRunner:
         self.encode = ObsEncoder(self.observation_space)
         self.module = config.build_module(self.encode.dim, self.action_space)
         self.module.requires_grad_(False)
-        self._rng = np.random.default_rng(noise_stream)
-        self.policy = config.runner_policy(self.module, self._rng)
         self._discrete = isinstance(self.action_space, gym.spaces.Discrete)
         self._action_start = int(self.action_space.start) if self._discrete else 0
         if not self._discrete:
             self._low, self._high = self.action_space.low.ravel(), self.action_space.high.ravel()
+        self.reseed(epoch)
+
+    def reseed(self, epoch: int) -> None:
+        """Take the random streams of (seed, runner index, incarnation, ``epoch``) and start fresh episodes."""
+        seed = self.config.seed
+        key = [seed, self.worker_index, self.incarnation, epoch]
+        streams = [None] * 3 if seed is None else np.random.SeedSequence(key).spawn(3)
+        reset_stream, noise_stream, self.torch_stream = streams
+        self._rng = np.random.default_rng(noise_stream)
+        self.policy = self.config.runner_policy(self.module, self._rng)
         reset_seed = None if reset_stream is None else int(reset_stream.generate_state(1)[0])
         try:
             raw_obs, _ = self.env.reset(seed=reset_seed)
