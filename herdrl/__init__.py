@@ -33,6 +33,7 @@ _LAZY = {
     "DQNConfig": "herdrl.algorithms.dqn",
     "SAC": "herdrl.algorithms.sac",
     "SACConfig": "herdrl.algorithms.sac",
+    "import_envs": "herdrl.env.imports",
 }
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from herdrl.algorithms.sac import SAC, SACConfig
     from herdrl.algorithms.trpo import TRPO, TRPOConfig
     from herdrl.config import AlgorithmConfig
+    from herdrl.env.imports import import_envs
     from herdrl.policy import Policy
 
 
@@ -59,4 +61,4 @@ def __getattr__(name: str) -> Any:
 __all__ = ["A2C", "A2CConfig", "Algorithm", "AlgorithmConfig", "AlgorithmNotFound", "ConfigError", "DQN", "DQNConfig",
            "EnvError",
            "HerdError", "PPO", "PPOConfig", "Policy", "SAC", "SACConfig", "TRPO",
-           "TRPOConfig", "register_env", "tune", "__version__"]
+           "TRPOConfig", "import_envs", "register_env", "tune", "__version__"]

@@ -192,14 +192,15 @@ def read_arrays(path: Path, name: str) -> dict[str, np.ndarray] | None:
 
 def env_to_make(meta: dict[str, Any], given: str | None = None) -> str | None:
     """The env a loader of this checkpoint makes: ``given`` (the user's own choice) if any, else the one the
-    checkpoint names, unless that one has the ``module:EnvId`` form, which makes Gymnasium import ``module``:
-    a file never decides what is imported, so that is an error asking for the env on the command line."""
+    checkpoint names, provided every module it needs was imported by the user (``--import``): a file never
+    decides what is imported, so a missing one is an error naming the flag to add."""
+    from herdrl.env.imports import check_env_importable
+
     stored = meta["config"].get("env")
-    if given is not None or not (isinstance(stored, str) and ":" in stored):
-        return given if given is not None else stored
-    raise CheckpointError(f"checkpoint '{meta.get('path')}' names env '{stored}', whose module "
-                          f"'{stored.split(':')[0]}' would be imported to make it; a file never decides what is "
-                          f"imported: if you trust it, pass the env yourself (--env {stored}, or env='{stored}')")
+    if given is not None and (given != stored or ":" in given):
+        return given
+    check_env_importable(stored, meta, f"checkpoint '{meta.get('path')}'")
+    return stored
 
 
 def checkpoint_config(meta: dict[str, Any], env: str | None = None, makes_env: bool = True) -> dict[str, Any]:

@@ -23,12 +23,20 @@ EXIT_NOT_SOLVED = 3
 EXIT_INTERRUPTED = 130
 
 
+
+def _add_import_option(p: Any) -> None:
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first: it registers envs (gymnasium.register or herdrl.register_env); "
+                        "repeatable")
+
+
 def _add_train_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "train", help="train an agent", description="Train an agent; stops when solved unless told otherwise.")
     p.add_argument("algorithm", nargs="?", help="algorithm name, e.g. ppo (or --run)")
     p.add_argument("--run", dest="run", help="algorithm name (the seed trainer's flag)")
-    p.add_argument("--env", help="Gymnasium id or a register_env name")
+    p.add_argument("--env", help="Gymnasium id, MODULE:ID (imports MODULE), or a register_env name")
+    _add_import_option(p)
     p.add_argument("--name-env", dest="name_env", help="same as --env (the seed trainer's flag)")
     p.add_argument("-f", "--file", help="experiment YAML (RLlib tuned-example shape)")
     p.add_argument("--num-env-runners", type=int, help="Ray env runner actors; 0 = sample in this process")
@@ -80,6 +88,7 @@ def _add_bench_parser(subparsers: Any) -> None:
     s = kinds.add_parser("scaling", help="sampling speedup with more env runners",
                          description="Env steps/s and iteration time for several runner counts.")
     s.add_argument("--env", required=True, help="Gymnasium id or register_env name (try herd/Latency-v0)")
+    _add_import_option(s)
     s.add_argument("--algorithm", default="ppo", help="algorithm whose runners are measured (default ppo)")
     s.add_argument("--runners", default="1,2,4,8", help="comma-separated runner counts (default 1,2,4,8)")
     s.add_argument("--envs-per-runner", type=int, default=1, help="env copies per runner (default 1)")
@@ -102,6 +111,7 @@ def _add_evaluate_parser(subparsers: Any) -> None:
     p.add_argument("--video", help="record the episodes to this .mp4 or .gif file")
     p.add_argument("--seed", type=int, help="seed of the evaluation envs")
     p.add_argument("--env", help="evaluate on this env instead of the checkpoint's")
+    _add_import_option(p)
 
 
 def _add_export_parser(subparsers: Any) -> None:
@@ -110,6 +120,7 @@ def _add_export_parser(subparsers: Any) -> None:
     p.add_argument("checkpoint", help="a checkpoint directory, or a trial directory")
     p.add_argument("--format", required=True, choices=["torch-export", "onnx"], help="torch.export (.pt2) or ONNX")
     p.add_argument("--out", required=True, help="output file")
+    _add_import_option(p)
 
 
 def _add_tune_parser(subparsers: Any) -> None:
@@ -118,6 +129,7 @@ def _add_tune_parser(subparsers: Any) -> None:
     p.add_argument("-f", "--file", required=True, help="sweep YAML: algorithm, env, config, stop, num_samples, "
                                                        "scheduler, metric, mode")
     p.add_argument("--num-samples", type=int, help="trials per grid point (default: the file's, else 1)")
+    _add_import_option(p)
     p.add_argument("--name", help="experiment name (default: the file's, else the env id)")
     p.add_argument("--output", default="results", help="results root (default: results)")
     p.add_argument("--address", help="run the trials on this Ray cluster (HOST:PORT or auto)")
@@ -225,6 +237,7 @@ def _train(args: argparse.Namespace) -> int:
 
         return train_on_head(load_hosts(args.cluster), _train_args_without_cluster(args.argv), detach=args.detach)
     from herdrl.checkpoint import checkpoint_config, read_meta
+    from herdrl.env.imports import import_envs
     from herdrl.errors import ConfigError
     from herdrl.experiment import find_resume_point, load_experiment_file, run_experiment
     from herdrl.registry import get_config_class
@@ -232,6 +245,7 @@ def _train(args: argparse.Namespace) -> int:
     spec: dict[str, Any] = {"algorithm": None, "env": None, "stop": {}, "config": {}, "name": None}
     if args.file:
         spec = load_experiment_file(args.file)
+        import_envs(*spec["imports"])  # the file is the user's own command, as --import is
     names = [n for n in (args.algorithm, args.run) if n]
     if len(names) == 2 and names[0].upper() != names[1].upper():
         raise ConfigError(f"algorithm given twice: '{names[0]}' and --run '{names[1]}'")
@@ -248,7 +262,7 @@ def _train(args: argparse.Namespace) -> int:
         experiment = name or (env and re.sub(r"[^A-Za-z0-9_.-]+", "_", str(env)))
         if not experiment:
             raise ConfigError("--resume needs the experiment: give --env (or --name, or -f) as in the original run")
-        trial_dir, checkpoint = find_resume_point(output, experiment, trial)
+        trial_dir, checkpoint = find_resume_point(output, experiment, trial, algorithm)
         meta = read_meta(checkpoint)
         if algorithm and str(algorithm).upper() != meta["algorithm"]:
             raise ConfigError(f"--resume: {trial_dir} is a {meta['algorithm']} trial, not {algorithm}")
@@ -362,10 +376,12 @@ def _export(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     from herdrl import tune
+    from herdrl.env.imports import import_envs
     from herdrl.errors import ConfigError
     from herdrl.experiment import load_experiment_file
 
     spec = load_experiment_file(args.file, sweep=True)
+    import_envs(*spec["imports"])
     if not spec["algorithm"]:
         raise ConfigError(f"{args.file}: no algorithm (`algorithm:` or `run:`)")
     config = tune.search_space(spec["config"])
@@ -414,9 +430,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     from herdrl.errors import HerdError
 
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())  # --import myenvs and --env myenvs:Id find ./myenvs.py, as `python -m` would
     try:
         from herdrl.cluster.commands import cluster, launch
 
+        if getattr(args, "imports", None):
+            from herdrl.env.imports import import_envs
+
+            import_envs(*args.imports)
         commands = {"train": _train, "bench": _bench, "evaluate": _evaluate, "export": _export, "tune": _tune,
                     "plot": _plot, "launch": launch, "cluster": cluster}
         return commands[args.command](args)

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from herdrl.config import AlgorithmConfig
-from herdrl.env import env_reward_threshold
+from herdrl.env import env_reward_threshold, imports
 from herdrl.errors import ConfigError, HerdError, did_you_mean
 from herdrl.logger import ConsoleReporter, Logger
+from herdrl.trial_dir import TrialLock, create_trial_dir
 
 #: Env steps after which a run with no stop criterion of the user's gives up on "solved".
 DEFAULT_STEP_BUDGET = 1_000_000
@@ -62,22 +63,17 @@ class Outcome:
 
 
 def trial_name(config: AlgorithmConfig) -> str:
-    """``<ALGO>_<env>_<seed>_<timestamp>`` (DESIGN.md, Definitions)."""
+    """``<ALGO>_<env>_<seed>_<timestamp>`` (DESIGN.md, Definitions; no seed part when no seed is set)."""
     env = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(config.env))
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-    return f"{config.algo_name}_{env}_{config.seed}_{stamp}"
+    seed = "" if config.seed is None else f"_{config.seed}"
+    return f"{config.algo_name}_{env}{seed}_{stamp}"
 
 
-def _unique_dir(path: Path) -> Path:
-    candidate, n = path, 1
-    while candidate.exists():
-        n += 1
-        candidate = path.with_name(f"{path.name}_{n}")
-    return candidate
-
-
-def find_resume_point(output: str | Path, experiment: str, trial: str | None = None) -> tuple[Path, Path]:
-    """The trial to resume (``trial``, else the newest of the experiment) and its newest valid checkpoint."""
+def find_resume_point(output: str | Path, experiment: str, trial: str | None = None,
+                      algorithm: str | None = None) -> tuple[Path, Path]:
+    """The trial to resume (``trial``, else the newest of ``algorithm``'s trials in the experiment) and its
+    newest valid checkpoint."""
     from herdrl.checkpoint import newest_valid_checkpoint
 
     exp_dir = Path(output) / experiment
@@ -87,13 +83,26 @@ def find_resume_point(output: str | Path, experiment: str, trial: str | None = N
             raise ConfigError(f"--resume: no trial '{trial}' in {exp_dir}")
     else:
         trials = [p for p in exp_dir.glob("*") if p.is_dir() and (p / "params.json").exists()]
+        if algorithm is not None:
+            trials = [p for p in trials if _trial_algorithm(p) == algorithm.upper()]
         if not trials:
-            raise ConfigError(f"--resume: no trial to resume in {exp_dir}; run without --resume first")
+            what = f"{algorithm.upper()} trial" if algorithm else "trial"
+            raise ConfigError(f"--resume: no {what} to resume in {exp_dir}; run without --resume first")
         trial_dir = max(trials, key=lambda p: (p / "params.json").stat().st_mtime)
     checkpoint = newest_valid_checkpoint(trial_dir)
     if checkpoint is None:
         raise ConfigError(f"--resume: trial {trial_dir} has no valid checkpoint; start it again without --resume")
     return trial_dir, checkpoint
+
+
+def _trial_algorithm(trial_dir: Path) -> str | None:
+    """The algorithm a trial's ``params.json`` names (None if unreadable)."""
+    import json
+
+    try:
+        return str(json.loads((trial_dir / "params.json").read_text()).get("algorithm", "")).upper()
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class _GracefulStop:
@@ -152,28 +161,38 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
             criteria[metric] = threshold
         criteria["num_env_steps_sampled_lifetime"] = budget or DEFAULT_STEP_BUDGET
     experiment = name or re.sub(r"[^A-Za-z0-9_.-]+", "_", str(config.env))
-    checkpoint = None
-    if resume:
-        logdir, checkpoint = find_resume_point(output, experiment, trial)
-    else:
-        logdir = Path(output) / experiment / (trial or trial_name(config))
-        if trial is None:
-            logdir = _unique_dir(logdir)
-        elif (logdir / "result.json").exists():
-            raise ConfigError(f"trial {logdir} exists: add --resume to continue it, or choose another --trial")
     console = None if quiet else ConsoleReporter(target=criteria.get(metric), metric=metric)
     if console and config.num_env_runners > 0:
         where = config.address or os.environ.get("RAY_ADDRESS") or "a private Ray on this machine"
         console.message(f"starting {config.num_env_runners} env runner(s) on {where} ...")
-    algo = config.build()  # before any file is written: bad input leaves no empty trial dir
+    checkpoint, lock = None, None
+    if resume:
+        logdir, _ = find_resume_point(output, experiment, trial, config.algo_name)
+        lock = TrialLock(logdir)
+        lock.acquire()  # a live run's trial is never resumed under it
     try:
-        if checkpoint is not None:
+        algo = config.build()  # before any file is written: bad input leaves no empty trial dir
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    try:
+        if resume:
+            logdir, checkpoint = find_resume_point(output, experiment, logdir.name, config.algo_name)
             algo.restore(checkpoint)
-        params = {"algorithm": config.algo_name, **config.to_dict()}
+        else:
+            logdir = create_trial_dir(Path(output) / experiment / (trial or trial_name(config)), exact=bool(trial))
+            lock = TrialLock(logdir)
+            lock.acquire()
+            if (logdir / "result.json").exists():
+                raise ConfigError(f"trial {logdir} exists: add --resume to continue it, or choose another --trial")
+        params = {"algorithm": config.algo_name, **config.to_dict(), "imports": list(imports.IMPORTED)}
         resume_after = (algo.iteration, algo.env_steps_lifetime) if checkpoint is not None else None
         algo.logger = Logger(logdir, params, console=console, tensorboard=tensorboard, resume_after=resume_after)
     except BaseException:
         algo.stop()
+        if lock is not None:
+            lock.release()
         raise
     if console:
         stops = ", ".join(f"{k} >= {v:g}" for k, v in criteria.items())
@@ -212,6 +231,7 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
             console.message("aborted: the newest checkpoint is from before this iteration")
     finally:
         algo.stop()
+        lock.release()
     solved = None
     if threshold is not None and result:
         solved = result.get(metric, -math.inf) >= threshold
@@ -249,7 +269,7 @@ def parse_yaml(text: str, source: str = "<string>") -> Any:
         raise ConfigError(f"{source}: invalid YAML: {str(exc).splitlines()[0]}") from None
 
 
-EXPERIMENT_KEYS = ("run", "algorithm", "env", "stop", "config", "name")
+EXPERIMENT_KEYS = ("run", "algorithm", "env", "stop", "config", "name", "imports")
 #: Keys only a sweep file (`herd tune -f`) has.
 SWEEP_KEYS = ("num_samples", "scheduler", "metric", "mode", "max_concurrent_trials", "checkpoint_freq")
 SEARCH_TAGS = ("grid_search", "choice", "uniform", "loguniform")
@@ -274,6 +294,7 @@ def load_experiment_file(path: str | Path, sweep: bool = False) -> dict[str, Any
           env: CartPole-v1
           stop: {episode_return_mean: 475}
           config: {lr: 1e-3, num_env_runners: 0}
+          imports: [myenvs]        # modules that register envs (as --import)
     """
     path = Path(path)
     if not path.is_file():
@@ -303,8 +324,13 @@ def load_experiment_file(path: str | Path, sweep: bool = False) -> dict[str, Any
         raise ConfigError(f"{path}: 'stop' must be a mapping")
     if not sweep and has_search_space(config):
         raise ConfigError(f"{path}: the config holds a search space: run the file with `herd tune -f {path}`")
+    imports = data.get("imports") or []
+    if isinstance(imports, str):
+        imports = [imports]
+    if not (isinstance(imports, list) and all(isinstance(m, str) for m in imports)):
+        raise ConfigError(f"{path}: 'imports' must be a list of module names")
     out = {"algorithm": data.get("algorithm", data.get("run")), "env": data.get("env"),
-           "stop": stop, "config": dict(config), "name": data.get("name", name)}
+           "stop": stop, "config": dict(config), "name": data.get("name", name), "imports": imports}
     if sweep:
         out.update({k: data[k] for k in SWEEP_KEYS if k in data})
     return out

@@ -63,9 +63,14 @@ def _trainable(algorithm: str) -> type:
     from ray import tune
     from ray.tune import PlacementGroupFactory
 
-    from herdrl.registry import get_config_class
+    from herdrl.cluster import shipping
+    from herdrl.env.imports import IMPORTED
+    from herdrl.registry import ENV_CREATORS, get_config_class
 
     config_class = get_config_class(algorithm)
+    # What registers the driver's envs, shipped with the class: each trial imports / registers them again.
+    env_modules, env_creators = tuple(IMPORTED), dict(ENV_CREATORS)
+    shipping.ship_by_value(env_creators.values())  # their code travels with the trials (see shipping)
 
     class HerdTrainable(tune.Trainable):
         """One trial: build the algorithm from the trial's config, ``train()`` per step."""
@@ -79,6 +84,10 @@ def _trainable(algorithm: str) -> type:
             return PlacementGroupFactory([learner, *runners], strategy="SPREAD")
 
         def setup(self, config: dict) -> None:
+            import importlib
+
+            importlib.import_module("herdrl.env.imports").import_envs(*env_modules)
+            importlib.import_module("herdrl.registry").ENV_CREATORS.update(env_creators)
             self.algo = config_class.from_dict(config).build()
 
         def step(self) -> dict:

@@ -8,13 +8,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 @pytest.fixture(autouse=True)
 def _restore_env_registry():
-    """Tests may register envs; drop them afterwards so tests stay independent."""
+    """Tests may register envs or import env modules; drop them afterwards so tests stay independent."""
+    from herdrl.env import imports
     from herdrl.registry import ENV_CREATORS
 
-    before = dict(ENV_CREATORS)
+    before, imported = dict(ENV_CREATORS), list(imports.IMPORTED)
     yield
     ENV_CREATORS.clear()
     ENV_CREATORS.update(before)
+    imports.IMPORTED[:] = imported
 
 
 @pytest.fixture(scope="session")

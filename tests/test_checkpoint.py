@@ -14,6 +14,7 @@ import torch
 
 from herdrl import Algorithm, PPOConfig
 from herdrl.checkpoint import CheckpointError, list_checkpoints, newest_valid_checkpoint, prune
+from herdrl.errors import EnvError
 from herdrl.logger import TIMING_KEYS
 from herdrl.policy import Policy
 
@@ -282,10 +283,10 @@ def test_a_checkpoint_never_decides_which_module_is_imported(tmp_path, monkeypat
     meta = json.loads((path / "checkpoint.json").read_text())
     meta["config"]["env"] = "pwnmod:Pwn-v0"
     (path / "checkpoint.json").write_text(json.dumps(meta))
-    with pytest.raises(CheckpointError, match=r"module 'pwnmod' would be imported .*--env pwnmod:Pwn-v0"):
+    with pytest.raises(EnvError, match=r"imports module 'pwnmod' to make it; .*add --import pwnmod"):
         Algorithm.from_checkpoint(path)
     out = subprocess.run([HERD, "evaluate", str(path), "--episodes", "1"], capture_output=True, text=True)
-    assert out.returncode != 0 and "--env pwnmod:Pwn-v0" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert out.returncode != 0 and "--import pwnmod" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     Policy.from_checkpoint(path)  # inference makes no env: nothing to import
     assert not marker.exists()
     Algorithm.from_checkpoint(path, env="pwnmod:Pwn-v0").stop()  # the user's own choice

@@ -31,6 +31,7 @@ from herdrl.checkpoint import (
 )
 from herdrl.config import AlgorithmConfig
 from herdrl.env import ObsEncoder, env_reward_threshold
+from herdrl.env.imports import env_origin
 from herdrl.errors import ConfigError
 from herdrl.policy import Policy
 from herdrl.rollout import Fragment
@@ -213,6 +214,7 @@ class Algorithm:
             "spaces": {"observation": space_to_json(self.observation_space),
                        "action": space_to_json(self.action_space)},
             "metrics": {k: v for k, v in self.last_result.items() if isinstance(v, (int, float))},
+            **env_origin(self.config.env),
         }
         tensors = {"learner": self.learner_state(), "torch_rng": torch.get_rng_state()}
         arrays = self.checkpoint_arrays()

@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from herdrl.env import imports
 from herdrl.errors import EnvError, did_you_mean
 from herdrl.registry import ENV_CREATORS
 
@@ -43,14 +44,19 @@ def _gym_spec(env_id: str) -> gym.envs.registration.EnvSpec:
             raise EnvError(f"cannot make env '{env_id}': module '{module}' cannot be imported ({exc})") from None
         if name not in gym.registry:
             raise EnvError(f"cannot make env '{env_id}': importing '{module}' registered no env '{name}'")
+        if module not in imports.IMPORTED:
+            imports.IMPORTED.append(module)  # runners and trials import it too
         env_id = name
+    if env_id not in gym.registry:
+        imports.import_known_package(env_id)  # ALE/... -> ale_py
     if env_id in gym.registry:
         try:
             return gym.spec(env_id)
         except gym.error.Error as exc:
             raise EnvError(f"cannot make env '{env_id}': {exc}") from None
     hint = did_you_mean(env_id, list(gym.registry) + list(ENV_CREATORS))
-    raise EnvError(f"unknown env '{env_id}'{hint}: use a Gymnasium id or herdrl.register_env('{env_id}', creator)")
+    raise EnvError(f"unknown env '{env_id}'{hint}: use a Gymnasium id, MODULE:ID (imports MODULE), --import MODULE "
+                   f"for a module that registers it, or herdrl.register_env('{env_id}', creator)")
 
 
 def make_single_env(env: EnvRef, env_config: dict | None = None, **make_kwargs: Any) -> gym.Env:

@@ -16,6 +16,7 @@ from typing import Any
 import gymnasium as gym
 
 from herdrl.config import AlgorithmConfig
+from herdrl.env import imports
 from herdrl.errors import HerdError
 from herdrl.rollout.runner import EnvRunner, Fragment
 
@@ -151,7 +152,7 @@ class RayRunnerGroup:
         self._incarnations[index] += 1
         return self._remote_class.options(
             num_cpus=self.config.num_cpus_per_env_runner, scheduling_strategy=strategy, max_restarts=0,
-        ).remote(self.config, index + 1, self._creators, incarnation, self._epoch)
+        ).remote(self.config, index + 1, self._creators, incarnation, self._epoch, tuple(imports.IMPORTED))
 
     def sample(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None) -> list[Fragment]:
         """One fragment from every healthy runner, in parallel; failed runners are handled per config."""

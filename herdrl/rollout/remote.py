@@ -20,8 +20,10 @@ class RemoteEnvRunner(EnvRunner):
     """An EnvRunner in its own process, possibly on another node."""
 
     def __init__(self, config: AlgorithmConfig, worker_index: int,
-                 env_creators: dict[str, Callable[[dict], Any]], incarnation: int = 0, epoch: int = 0) -> None:
+                 env_creators: dict[str, Callable[[dict], Any]], incarnation: int = 0, epoch: int = 0,
+                 env_modules: tuple[str, ...] = ()) -> None:
         torch.set_num_threads(1)  # many runners share a node's cores; each steps small batches
+        importlib.import_module("herdrl.env.imports").import_envs(*env_modules)  # the driver's --import modules
         # The driver's register_env calls, shipped with the actor. Look the registry up at run time: Ray
         # may ship this class by value, with a copy of this module's globals.
         importlib.import_module("herdrl.registry").ENV_CREATORS.update(env_creators)

@@ -1,0 +1,127 @@
+"""Modules that register envs: the user's ``--import`` list, ``module:EnvId`` ids, well-known env packages.
+
+Registration code (``gymnasium.register`` or ``herdrl.register_env`` calls) runs when its module is imported;
+the command line imports it with ``herd train --import myenvs ...`` (or the ``imports:`` list of a ``-f`` file),
+Python with :func:`import_envs`. What was imported is recorded (``params.json``, checkpoints) and imported
+again in every Ray runner and Tune trial. A file never decides what is imported: a checkpoint whose env needs
+a module gets an error naming the flag to add. Only the well-known packages of :data:`KNOWN_ENV_PACKAGES`
+are imported without being asked, when an env id carries their prefix (``ALE/Pong-v5`` imports ``ale_py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+
+from herdrl.errors import EnvError
+
+#: Env id prefix -> the package whose import registers those ids (imported on demand).
+KNOWN_ENV_PACKAGES: dict[str, str] = {
+    "ALE/": "ale_py",
+    "MinAtar/": "minatar",
+    "MiniGrid-": "minigrid",
+    "BabyAI-": "minigrid",
+    "highway-": "highway_env",
+    "merge-": "highway_env",
+    "roundabout-": "highway_env",
+    "parking-": "highway_env",
+    "Fetch": "gymnasium_robotics",
+    "HandManipulate": "gymnasium_robotics",
+    "HandReach": "gymnasium_robotics",
+    "AdroitHand": "gymnasium_robotics",
+    "AntMaze_": "gymnasium_robotics",
+    "PointMaze_": "gymnasium_robotics",
+    "FrankaKitchen": "gymnasium_robotics",
+    "procgen-": "procgen",
+    "dm_control/": "shimmy",
+}
+
+#: Modules imported for envs in this process, in order (shipped to runners and trials, recorded in checkpoints).
+IMPORTED: list[str] = []
+
+
+def import_envs(*modules: str) -> None:
+    """Import modules that register envs, here and (recorded) in every Ray runner and Tune trial started later.
+
+    Example: ``herdrl.import_envs("myenvs")`` before ``PPOConfig().environment("Corridor-v0")``.
+    """
+    for module in modules:
+        if not isinstance(module, str) or not module.strip() or ":" in module:
+            raise EnvError(f"--import expects a module name such as myenvs or mypkg.envs, got {module!r}")
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's module is one line
+            raise EnvError(f"--import {module}: the module cannot be imported "
+                           f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+        if module not in IMPORTED:
+            IMPORTED.append(module)
+
+
+def known_package(env_id: str) -> str | None:
+    """The well-known package that registers ``env_id`` (by its prefix), or None."""
+    return next((package for prefix, package in KNOWN_ENV_PACKAGES.items() if env_id.startswith(prefix)), None)
+
+
+def import_known_package(env_id: str) -> None:
+    """Import the well-known package an env id's prefix names; an error says how to install it."""
+    package = known_package(env_id)
+    if package is None or package in IMPORTED:
+        return
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        raise EnvError(f"env '{env_id}' comes from the package '{package}', which is not installed: "
+                       f"pip install {package.replace('_', '-')}") from None
+    IMPORTED.append(package)
+
+
+def modules_needed(recorded: Iterable[str]) -> list[str]:
+    """Of the modules a checkpoint records, those the user has not imported (well-known packages excepted)."""
+    known = set(KNOWN_ENV_PACKAGES.values())
+    return [m for m in recorded if m not in IMPORTED and m not in known]
+
+
+def import_flags(modules: Iterable[str]) -> str:
+    """``--import a --import b (Python: herdrl.import_envs('a', 'b'))``: how to import ``modules``."""
+    modules = list(modules)
+    return (" ".join(f"--import {m}" for m in modules)
+            + f" (Python: herdrl.import_envs({', '.join(repr(m) for m in modules)}))")
+
+
+def env_origin(env: object) -> dict[str, object]:
+    """What a checkpoint records about where its env comes from: the modules imported for envs, and for a
+    ``register_env`` name the module of its creator (for the error a loader without it gets)."""
+    from herdrl.registry import ENV_CREATORS
+
+    origin: dict[str, object] = {"imports": list(IMPORTED)}
+    if isinstance(env, str) and env in ENV_CREATORS:
+        origin["env_module"] = getattr(ENV_CREATORS[env], "__module__", None)
+    return origin
+
+
+def check_env_importable(env: str | None, meta: dict, source: str) -> None:
+    """Fail with the flag to add when the env of a checkpoint (``meta``, read from ``source``) needs a module
+    the user has not imported; a file never imports anything itself (well-known packages excepted)."""
+    import gymnasium as gym
+
+    from herdrl.registry import ENV_CREATORS
+
+    if not isinstance(env, str):
+        return
+    module, sep, name = env.partition(":")
+    missing = modules_needed(meta.get("imports", []))
+    if sep:
+        if module not in IMPORTED:
+            raise EnvError(f"{source} trained on '{env}', which imports module '{module}' to make it; a file never "
+                           f"decides what is imported: if you trust it, add {import_flags([module])}")
+        return
+    if env in ENV_CREATORS or env in gym.registry or known_package(env):
+        return
+    if missing:
+        raise EnvError(f"{source} trained on env '{env}', registered by module(s) {', '.join(missing)}, which are "
+                       f"not imported: add {import_flags(missing)}")
+    creator_module = meta.get("env_module")
+    if creator_module:
+        hint = (import_flags([creator_module]) if creator_module != "__main__"
+                else "--import MODULE with the module that registers it (it was registered by the training script)")
+        raise EnvError(f"{source} trained on env '{env}', which no imported module registers: add {hint}")

@@ -1,0 +1,119 @@
+"""Trial folders that two runs never share: created atomically, locked for the life of a run.
+
+A run holds an exclusive ``flock`` on ``<trial>/.herd.lock`` until it ends; the kernel releases it when the
+process dies, however it dies, so a killed run's lock is taken over by the next run (which says so). The file
+names the holder (host, pid, start time) for the message a second run gets. File systems without ``flock``
+(some parallel file systems) fall back to the holder's pid: a live process on this host holds the trial.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from herdrl.errors import HerdError
+
+logger = logging.getLogger("herdrl")
+
+LOCK_FILE = ".herd.lock"
+
+
+class TrialBusy(HerdError):
+    """Another live run holds the trial folder."""
+
+
+def create_trial_dir(path: Path, exact: bool) -> Path:
+    """Create ``path`` atomically and return it. ``exact=False`` (a generated name): if it exists, take
+    ``path_2``, ``path_3``, ... (the first that this process creates). ``exact=True``: an existing folder is
+    returned as is (the caller's lock then decides whether it may be used)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    candidate, n = path, 1
+    while True:
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            if exact:
+                return candidate
+            n += 1
+            candidate = path.with_name(f"{path.name}_{n}")
+
+
+def _holder_alive(holder: dict[str, Any]) -> bool:
+    if holder.get("host") != socket.gethostname():
+        return True  # cannot be checked from here: assume it runs
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, KeyError, ValueError, TypeError):
+        return True
+    return True
+
+
+class TrialLock:
+    """The exclusive right to write into a trial folder (``with TrialLock(dir): ...`` or ``acquire/release``)."""
+
+    def __init__(self, trial_dir: Path) -> None:
+        self.path = Path(trial_dir) / LOCK_FILE
+        self._fd: int | None = None
+
+    def _read_holder(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.path.read_text() or "{}")
+        except (OSError, ValueError):
+            return {}
+
+    def acquire(self) -> None:
+        """Take the lock, or raise :class:`TrialBusy` naming the live run that holds it."""
+        import fcntl
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        holder = self._read_holder()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                os.close(fd)
+                raise self._busy(holder) from None
+            # No flock on this file system: the pid in the file decides.
+            if holder.get("pid") and _holder_alive(holder) and holder.get("pid") != os.getpid():
+                os.close(fd)
+                raise self._busy(holder) from None
+        if holder.get("pid") and holder.get("pid") != os.getpid():
+            logger.warning("herdrl: %s: taking over from a run that ended without releasing it (pid %s on %s)",
+                           self.path.parent, holder.get("pid"), holder.get("host"))
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                                  "started": time.strftime("%Y-%m-%d %H:%M:%S")}).encode(), 0)
+        self._fd = fd
+
+    def _busy(self, holder: dict[str, Any]) -> TrialBusy:
+        who = (f"run pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}"
+               if holder else "another run")
+        return TrialBusy(f"trial {self.path.parent} is in use by {who}: wait for it to end, or choose "
+                         "another --trial")
+
+    def release(self) -> None:
+        """Give the lock up (the file stays, empty: deleting it would let two runs lock different files)."""
+        if self._fd is None:
+            return
+        import fcntl
+
+        os.ftruncate(self._fd, 0)
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> TrialLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
