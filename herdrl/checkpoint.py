@@ -41,6 +41,7 @@ from herdrl.errors import HerdError
 FORMAT_VERSION = 2
 PREFIX = "checkpoint_"
 META_FILE = "checkpoint.json"
+TUNE_SUBDIR = "herd"  # a Tune trial's checkpoint_N/ holds herdrl's checkpoint here
 TENSOR_FILE = "learner.pt"
 
 #: Config keys that decide where a run executes, what it installs or runs at start-up, and which cluster it
@@ -242,9 +243,14 @@ def read_meta(path: Path) -> dict[str, Any]:
             path = moved[0]
     if not path.exists():
         raise CheckpointError(f"checkpoint '{path}' not found")
+    path = _in_tune_layout(path) if path.is_dir() else path
     if path.is_dir() and not (path / META_FILE).exists():
         newest = newest_valid_checkpoint(path)
         if newest is None:
+            trials = sorted(p for p in path.iterdir() if (p / "params.json").exists()) if path.is_dir() else []
+            if trials:
+                raise CheckpointError(f"'{path}' is an experiment folder with {len(trials)} trial(s): give one of "
+                                      f"them, e.g. {trials[-1]}")
             raise CheckpointError(f"'{path}' is not a checkpoint and holds no valid checkpoint_* directory")
         path = newest
     try:
@@ -282,6 +288,12 @@ def read_tensors(path: Path) -> dict[str, Any]:
                               f"it ({type(exc).__name__}: {first[:160]})") from None
 
 
+def _in_tune_layout(path: Path) -> Path:
+    """A Tune trial's checkpoint folder holds herdrl's checkpoint in ``herd/``: that one; other paths as given."""
+    inner = path / TUNE_SUBDIR
+    return inner if not (path / META_FILE).exists() and (inner / META_FILE).exists() else path
+
+
 def list_checkpoints(trial_dir: Path) -> list[Path]:
     """``checkpoint_*`` directories in a trial, oldest first (after repairing a crashed replacement)."""
     if Path(trial_dir).is_dir():
@@ -291,7 +303,7 @@ def list_checkpoints(trial_dir: Path) -> list[Path]:
 
 def newest_valid_checkpoint(trial_dir: Path) -> Path | None:
     """The newest checkpoint in ``trial_dir`` whose files load; damaged ones are skipped."""
-    for path in reversed(list_checkpoints(trial_dir)):
+    for path in map(_in_tune_layout, reversed(list_checkpoints(trial_dir))):
         try:
             read_meta(path)
             read_tensors(path)

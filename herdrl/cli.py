@@ -240,6 +240,7 @@ def _train(args: argparse.Namespace) -> int:
     from herdrl.env.imports import import_envs
     from herdrl.errors import ConfigError
     from herdrl.experiment import find_resume_point, load_experiment_file, run_experiment
+    from herdrl.logger import format_value
     from herdrl.registry import get_config_class
 
     spec: dict[str, Any] = {"algorithm": None, "env": None, "stop": {}, "config": {}, "name": None}
@@ -299,7 +300,12 @@ def _train(args: argparse.Namespace) -> int:
         checkpoint_score_attr=args.checkpoint_score_attr)
     result = outcome.result
     metric = getattr(config, "stop_metric", "episode_return_mean")
-    summary = (f"{outcome.stopped_by}: {metric} {result.get(metric, float('nan')):.1f} "
+    labels = {"training_iteration": "iteration limit", "num_env_steps_sampled_lifetime": "step limit",
+              "time_total_s": "time limit"}
+    label = labels.get(outcome.stopped_by, outcome.stopped_by)
+    if "episode_return_mean" in outcome.stopped_by:  # a reward target: the env's threshold, or the user's own
+        label = "solved" if outcome.solved else "target reached"
+    summary = (f"{label}: {metric} {format_value(result.get(metric))} "
                f"after {result.get('num_env_steps_sampled_lifetime', 0):,} env steps, "
                f"{result.get('training_iteration', 0)} iterations, {result.get('time_total_s', 0.0):.1f} s; "
                f"results in {outcome.logdir}")

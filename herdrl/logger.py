@@ -47,6 +47,13 @@ def _int(value: Any) -> float:
         return math.inf  # unreadable rows sort after every checkpoint: dropped
 
 
+def format_value(value: Any, width: int = 0) -> str:
+    """A metric for people: one decimal, or ``-`` where there is none yet (no finished episode: NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-".rjust(width)
+    return f"{value:{width}.1f}"
+
+
 class ConsoleReporter:
     """One line per iteration: iteration, steps, return (and the target), speed."""
 
@@ -59,15 +66,17 @@ class ConsoleReporter:
 
     def report(self, result: dict[str, Any]) -> None:
         """Print the progress line of one result row."""
-        ret = result.get(self.metric, math.nan)
-        ret_text = "     -" if math.isnan(ret) else f"{ret:8.1f}"
+        ret_text = format_value(result.get(self.metric), 8)
         target = f"/{self.target:g}" if self.target is not None else ""
         if self.metric != "episode_return_mean":
-            ret_text = f"{result['episode_return_mean']:8.1f}  eval {ret_text}"
+            ret_text = f"{format_value(result.get('episode_return_mean'), 8)}  eval {ret_text}"
+        # The mean is over the last 100 finished episodes: say when it is not new (long episodes, or all
+        # episodes restarted by a resume), rather than repeat it as if it were.
+        quiet = "  (no episode finished this iteration)" if result.get("num_episodes", 1) == 0 else ""
         self.console.print(
             f"iter {result['training_iteration']:4d}  steps {result['num_env_steps_sampled_lifetime']:>9,}  "
             f"return {ret_text}{target}  episodes {result['num_episodes_lifetime']:>6,}  "
-            f"{result['env_steps_per_s']:>8,.0f} steps/s  {result['time_total_s']:6.1f} s", soft_wrap=True)
+            f"{result['env_steps_per_s']:>8,.0f} steps/s  {result['time_total_s']:6.1f} s{quiet}", soft_wrap=True)
 
     def message(self, text: str) -> None:
         """Print a line of its own (start, stop reason, where results are)."""

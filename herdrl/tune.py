@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from herdrl.checkpoint import TUNE_SUBDIR
 from herdrl.errors import ConfigError
 
 
@@ -94,10 +95,10 @@ def _trainable(algorithm: str) -> type:
             return self.algo.train()
 
         def save_checkpoint(self, checkpoint_dir: str) -> None:
-            self.algo.save(Path(checkpoint_dir) / "herd")
+            self.algo.save(Path(checkpoint_dir) / TUNE_SUBDIR)
 
         def load_checkpoint(self, checkpoint: str | dict) -> None:
-            self.algo.restore(Path(checkpoint) / "herd")
+            self.algo.restore(Path(checkpoint) / TUNE_SUBDIR)
 
         def cleanup(self) -> None:
             self.algo.stop()
@@ -151,7 +152,7 @@ class TuneAnalysis:
     def best_checkpoint(self) -> Path | None:
         """The best trial's latest herdrl checkpoint (load it with ``Algorithm.from_checkpoint``)."""
         checkpoint = self._best.checkpoint
-        return Path(checkpoint.path) / "herd" if checkpoint is not None else None
+        return Path(checkpoint.path) / TUNE_SUBDIR if checkpoint is not None else None
 
     @property
     def best_logdir(self) -> Path:

@@ -29,7 +29,7 @@ def test_train_writes_result_files(tmp_path, capsys):
     assert [json.loads(line)["training_iteration"] for line in lines] == [1, 2, 3]
     assert list(trial.glob("events.out.tfevents.*"))
     out = capsys.readouterr().out
-    assert "iter    3" in out and "training_iteration: episode_return_mean" in out
+    assert "iter    3" in out and "iteration limit: episode_return_mean" in out
 
 
 def test_quiet_prints_only_the_summary_and_names_are_settable(tmp_path, capsys):
@@ -37,7 +37,7 @@ def test_quiet_prints_only_the_summary_and_names_are_settable(tmp_path, capsys):
                  "--output", str(tmp_path), "--name", "exp", "--trial", "t1"])
     assert code == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and out[0].startswith("num_env_steps_sampled_lifetime:")
+    assert len(out) == 1 and out[0].startswith("step limit:")
     assert (tmp_path / "exp" / "t1" / "progress.csv").exists()
     assert not list((tmp_path / "exp" / "t1").glob("events.out.tfevents.*"))
 
@@ -65,6 +65,18 @@ def test_debug_shows_the_traceback(tmp_path):
 
     with pytest.raises(EnvError):
         main(["--debug", "train", "ppo", "--env", "CartPol-v1", "--output", str(tmp_path)])
+
+
+def test_console_says_when_no_episode_finished_and_never_prints_nan(tmp_path, capsys):
+    """Pendulum's episodes last 200 steps: with 100-step iterations, every other iteration finishes none."""
+    code = main(["train", "ppo", "--env", "Pendulum-v1", "--stop-iters", "3", "--output", str(tmp_path),
+                 "--no-tensorboard", "--config", "train_batch_size=100", "minibatch_size=50",
+                 "rollout_fragment_length=100", "num_envs_per_env_runner=1"])
+    assert code == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter ")]
+    finished = [json.loads(row)["num_episodes"] for row in (trial_dir(tmp_path) / "result.json").read_text().splitlines()]
+    assert [("no episode finished this iteration" in line) for line in lines] == [n == 0 for n in finished]
+    assert 0 in finished and "nan" not in "".join(lines).lower() and "return        -" in lines[0]
 
 
 def test_budget_exhausted_before_solving_exits_3(tmp_path, capsys):

@@ -52,6 +52,13 @@ def test_grid_sweep_runs_every_trial_and_picks_the_best(tmp_path):
     restored = Algorithm.from_checkpoint(analysis.best_checkpoint, num_env_runners=0)
     assert restored.iteration == 4
     restored.stop()
+    # A sweep's trial folder works with every command, as a `herd train` trial folder does.
+    trial = analysis.best_logdir
+    assert main(["evaluate", str(trial), "--episodes", "1"]) == 0
+    assert main(["export", str(trial), "--format", "torch-export", "--out", str(tmp_path / "p.pt2")]) == 0
+    assert main(["train", "ppo", "--env", "CartPole-v1", "--output", str(trial.parent.parent),
+                 "--name", trial.parent.name, "--trial", trial.name, "--resume", "--stop-iters", "5",
+                 "--quiet", "--no-tensorboard", "--num-env-runners", "0"]) == 0
 
 
 def test_trial_reserves_a_bundle_for_the_learner_and_each_runner():
