@@ -74,7 +74,8 @@ def test_console_says_when_no_episode_finished_and_never_prints_nan(tmp_path, ca
                  "rollout_fragment_length=100", "num_envs_per_env_runner=1"])
     assert code == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter ")]
-    finished = [json.loads(row)["num_episodes"] for row in (trial_dir(tmp_path) / "result.json").read_text().splitlines()]
+    rows = (trial_dir(tmp_path) / "result.json").read_text().splitlines()
+    finished = [json.loads(row)["num_episodes"] for row in rows]
     assert [("no episode finished this iteration" in line) for line in lines] == [n == 0 for n in finished]
     assert 0 in finished and "nan" not in "".join(lines).lower() and "return        -" in lines[0]
 
