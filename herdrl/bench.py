@@ -105,6 +105,7 @@ def plot(rows: list[ScalingRow], path: Path, title: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     remote = [r for r in rows if r.runners > 0 and r.speedup_vs_1 is not None]
     fig, ax = plt.subplots(figsize=(5, 4))
@@ -113,6 +114,7 @@ def plot(rows: list[ScalingRow], path: Path, title: str) -> None:
         ax.plot(xs, [r.speedup_vs_1 for r in remote], "o-", label="measured")
         ax.plot(xs, xs, "--", color="grey", label="ideal")
     ax.set_xlabel("env runners")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # runner counts are whole numbers
     ax.set_ylabel("sampling speedup vs 1 runner")
     ax.set_title(f"herd bench scaling: {title}")
     ax.legend()

@@ -142,11 +142,13 @@ def _add_tune_parser(subparsers: Any) -> None:
 
 def _add_plot_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("plot", help="learning curves as PNG/SVG",
-                              description="One curve per folder: the mean (and min-max band) of its runs.")
+                              description="Learning curves: runs grouped by what differs between them (algorithm, "
+                                          "swept keys, folder), the mean and min-max band over each group's seeds.")
     p.add_argument("folders", nargs="+", help="result folders (an experiment, a trial, a sweep)")
-    p.add_argument("--metric", default="episode_return_mean", help="y axis (default episode_return_mean)")
-    p.add_argument("--x", default="num_env_steps_sampled_lifetime",
-                   help="x axis: num_env_steps_sampled_lifetime (default), time_total_s, training_iteration")
+    p.add_argument("--y", "--metric", dest="metric", default="episode_return_mean",
+                   help="result column on the y axis (default episode_return_mean)")
+    p.add_argument("--x", default="steps",
+                   help="x axis: steps (env steps, default), time (s), iteration, or any result column")
     p.add_argument("--out", default="curves.png", help="output .png or .svg (default curves.png)")
     p.add_argument("--title", help="plot title")
 

@@ -1,26 +1,95 @@
 """``herd plot``: learning curves from result folders, without TensorBoard.
 
-Each folder given is one curve: every ``progress.csv`` below it is one run (a seed, a trial); the curve is
-their mean, with the min-max spread shaded, on a common x grid (runs are interpolated; past the end of a
-run that stopped early, e.g. by ASHA, the curve averages the runs still going).
+Every ``progress.csv`` below the folders given is one run (a trial of ``herd train`` or of a sweep). Runs are
+grouped by what differs between them: the algorithm, the env, every config key with more than one value (a
+swept ``lr``), and the folder when several are given; seeds never split a group. Each group is one curve:
+the mean over its runs on a common x grid (runs are interpolated; past the end of a run that stopped early,
+e.g. by ASHA, the mean is over the runs still going), with the min-max spread shaded.
 
-    herd plot results/CartPole-v1 --out curves.png
-    herd plot results/sweep/PPO_a results/sweep/PPO_b --metric evaluation/episode_return_mean --x time_total_s
+    herd plot results/CartPole-v1 --out curves.png                  # PPO and DQN trials: one curve each
+    herd plot results/sweep --y evaluation/episode_return_mean --x time
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
+import re
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from herdrl.errors import HerdError
 
+#: ``--x`` short names -> result columns, and every x column's axis label (with its unit).
+X_AXES = {"steps": "num_env_steps_sampled_lifetime", "time": "time_total_s", "iteration": "training_iteration"}
+AXIS_LABELS = {
+    "num_env_steps_sampled_lifetime": "env steps",
+    "time_total_s": "training time (s)",
+    "training_iteration": "training iteration",
+    "episode_return_mean": "episode return (mean of the last 100 episodes)",
+    "evaluation/episode_return_mean": "greedy evaluation return (mean of its episodes)",
+    "episode_len_mean": "episode length (steps, mean of the last 100)",
+    "env_steps_per_s": "env steps per second",
+}
+#: Config keys that never make runs different experiments (where and how they ran, the seed).
+NOT_GROUPING = {"seed", "imports", "address", "node_ip_address", "runtime_env", "include_dashboard", "logger",
+                "ray_connect_timeout_s", "__trial_index__"}
 
-def read_runs(folder: Path, metric: str, x: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(x, y) arrays of every progress.csv below ``folder`` that has both columns."""
+
+@dataclass
+class Run:
+    """One progress.csv: its columns of interest and the flattened config it ran with."""
+
+    path: Path
+    x: np.ndarray
+    y: np.ndarray
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Curve:
+    """One group of runs: its label, the common x grid, the mean and the min-max band."""
+
+    label: str
+    x: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    runs: int
+
+
+def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+    return out
+
+
+def _params(trial_dir: Path) -> dict[str, Any]:
+    """A trial's flattened config; ``algorithm`` from ``params.json`` (herd train) or the folder name (Tune)."""
+    try:
+        params = json.loads((trial_dir / "params.json").read_text())
+    except (OSError, ValueError):
+        params = {}
+    params = _flatten(params if isinstance(params, dict) else {})
+    if "algorithm" not in params:
+        from herdrl.registry import ALGORITHMS
+
+        prefix = trial_dir.name.split("_")[0].upper()
+        params["algorithm"] = prefix if prefix in ALGORITHMS else None
+    return params
+
+
+def read_runs(folder: Path, metric: str, x: str) -> list[Run]:
+    """Every progress.csv below ``folder`` that has both columns (finite values only)."""
     runs = []
     for path in sorted(Path(folder).rglob("progress.csv")):
         xs, ys = [], []
@@ -33,15 +102,70 @@ def read_runs(folder: Path, metric: str, x: str) -> list[tuple[np.ndarray, np.nd
                 if math.isfinite(xv) and math.isfinite(yv):
                     xs.append(xv)
                     ys.append(yv)
-        if len(xs) >= 1:
-            runs.append((np.asarray(xs), np.asarray(ys)))
+        if xs:
+            runs.append(Run(path, np.asarray(xs), np.asarray(ys), _params(path.parent)))
     return runs
+
+
+def _label(params: dict[str, Any], varying: list[str]) -> str:
+    def short(value: Any) -> str:
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    return " ".join(short(params[k]) if k in ("folder", "algorithm", "env") else f"{k}={short(params.get(k))}"
+                    for k in varying if params.get(k) is not None or k not in ("folder", "algorithm", "env"))
+
+
+def _varying(runs: list[Run], keys: list[str]) -> list[str]:
+    return [k for k in keys if len({repr(run.params.get(k)) for run in runs}) > 1]
+
+
+def group_curves(folders: list[str | Path], metric: str = "episode_return_mean",
+                 x: str = "num_env_steps_sampled_lifetime") -> list[Curve]:
+    """The curves :func:`plot_curves` draws: runs grouped by what differs between them, one mean each."""
+    runs: list[Run] = []
+    for folder in folders:
+        if not Path(folder).exists():
+            raise HerdError(f"'{folder}' not found")
+        for run in read_runs(Path(folder), metric, x):
+            run.params["folder"] = Path(folder).name
+            runs.append(run)
+    if not runs:
+        raise HerdError(f"no progress.csv with columns '{x}' and '{metric}' under {', '.join(map(str, folders))}")
+    # Experiments first (folder, algorithm, env), then within each the config keys its runs differ in: two
+    # algorithms have different keys by design, and only a key swept within one makes its runs differ.
+    outer = ["folder", "algorithm", "env"]
+    outer = _varying(runs, outer) or ["algorithm"]
+    groups: dict[tuple, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(tuple(repr(run.params.get(k)) for k in outer), []).append(run)
+    labelled: dict[str, list[Run]] = {}
+    for experiment in groups.values():
+        keys = sorted({k for run in experiment for k in run.params} - NOT_GROUPING - {"folder", "algorithm", "env"})
+        varying = outer + _varying(experiment, keys)
+        for run in experiment:
+            labelled.setdefault(_label(run.params, varying) or "runs", []).append(run)
+    curves = []
+    for label, members in labelled.items():
+        start, end = min(r.x[0] for r in members), max(r.x[-1] for r in members)
+        grid = np.linspace(start, end, 200) if end > start else np.array([start])
+        ys = np.stack([np.where((grid >= r.x[0]) & (grid <= r.x[-1]), np.interp(grid, r.x, r.y), np.nan)
+                       for r in members])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a grid point between runs that do not overlap
+            stats = np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
+        curves.append(Curve(label, grid, *stats, len(members)))
+    # Natural order: lr=0.0001 before lr=0.001, num_epochs=4 before num_epochs=10.
+    return sorted(curves, key=lambda c: [float(t) if t[:1].isdigit() else t
+                                         for t in re.split(r"(\d+(?:\.\d+)?(?:e-?\d+)?)", c.label) if t])
 
 
 def plot_curves(folders: list[str | Path], metric: str = "episode_return_mean",
                 x: str = "num_env_steps_sampled_lifetime", out: str | Path = "curves.png",
                 title: str | None = None) -> Path:
-    """Draw one mean curve (and min-max band) per folder; write PNG or SVG by ``out``'s suffix."""
+    """Draw one mean curve (and min-max band) per group of runs; write PNG or SVG by ``out``'s suffix.
+
+    ``x``: a result column or ``steps``, ``time``, ``iteration``; ``metric``: any numeric result column.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -50,33 +174,24 @@ def plot_curves(folders: list[str | Path], metric: str = "episode_return_mean",
     out = Path(out)
     if out.suffix.lower() not in (".png", ".svg"):
         raise HerdError(f"--out '{out}': use a .png or .svg file name")
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    drawn = 0
-    for folder in folders:
-        if not Path(folder).exists():
-            raise HerdError(f"'{folder}' not found")
-        runs = read_runs(Path(folder), metric, x)
-        if not runs:
-            continue
-        start, end = min(r[0][0] for r in runs), max(r[0][-1] for r in runs)
-        grid = np.linspace(start, end, 200) if end > start else np.array([start])
-        ys = np.stack([np.where((grid >= rx[0]) & (grid <= rx[-1]), np.interp(grid, rx, ry), np.nan)
-                       for rx, ry in runs])
-        label = f"{Path(folder).name} ({len(runs)} run{'s' if len(runs) > 1 else ''})"
-        line, = ax.plot(grid, np.nanmean(ys, 0), label=label)
-        if len(runs) > 1:
-            ax.fill_between(grid, np.nanmin(ys, 0), np.nanmax(ys, 0), color=line.get_color(), alpha=0.2)
-        drawn += 1
-    if not drawn:
-        plt.close(fig)
-        raise HerdError(f"no progress.csv with columns '{x}' and '{metric}' under {', '.join(map(str, folders))}")
-    ax.set_xlabel(x)
-    ax.set_ylabel(metric)
-    ax.set_title(title or metric)
+    x = X_AXES.get(x, x)
+    curves = group_curves(folders, metric, x)
+    many = len(curves) > 4
+    fig, ax = plt.subplots(figsize=(9 if many else 7, 4.5))
+    for curve in curves:
+        label = f"{curve.label} ({curve.runs} run{'s' if curve.runs > 1 else ''})"
+        line, = ax.plot(curve.x, curve.mean, label=label)
+        if curve.runs > 1:
+            ax.fill_between(curve.x, curve.low, curve.high, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xlabel(AXIS_LABELS.get(x, x))
+    ax.set_ylabel(AXIS_LABELS.get(metric, metric))
+    ax.set_title(title or f"{metric}: mean over runs, band min-max")
     ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
+    if many:  # beside the plot, where it hides no curve
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)
+    else:
+        ax.legend(loc="best", fontsize="small")
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=110, bbox_inches="tight")  # tight: the legend outside is never cut off
     plt.close(fig)
     return out

@@ -1,0 +1,77 @@
+"""herd plot groups runs by what differs between them and draws each group's mean over its seeds."""
+
+import csv
+import json
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from herdrl.cli import main
+from herdrl.plot import group_curves
+
+
+def fake_trial(root, name, params, xs, ys):
+    trial = root / name
+    trial.mkdir(parents=True)
+    (trial / "params.json").write_text(json.dumps(params))
+    with open(trial / "progress.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["training_iteration", "num_env_steps_sampled_lifetime", "time_total_s",
+                         "episode_return_mean"])
+        for i, (x, y) in enumerate(zip(xs, ys, strict=True), start=1):
+            writer.writerow([i, x, i * 0.5, y])
+
+
+@pytest.fixture
+def experiment(tmp_path):
+    exp = tmp_path / "CartPole-v1"
+    xs = np.arange(0, 1001, 100)
+    base = {"env": "CartPole-v1", "model": {"fcnet_hiddens": [64, 64]}}
+    fake_trial(exp, "PPO_a", {"algorithm": "PPO", "lr": 1e-3, "seed": 1, **base}, xs, xs * 1.0)
+    fake_trial(exp, "PPO_b", {"algorithm": "PPO", "lr": 1e-3, "seed": 2, **base}, xs, xs * 3.0)
+    fake_trial(exp, "PPO_c", {"algorithm": "PPO", "lr": 3e-3, "seed": 1, **base}, xs, xs * 0 + 10.0)
+    fake_trial(exp, "DQN_d", {"algorithm": "DQN", "lr": 1e-3, "seed": 1, **base}, xs[:6], xs[:6] * 0 + 5.0)
+    # A Tune trial: no "algorithm" in its params.json; the folder name says it.
+    fake_trial(exp, "A2C_CartPole-v1_0_lr=0.001", {"lr": 1e-3, "seed": 1, **base}, xs, xs * 0 + 7.0)
+    return exp
+
+
+def test_runs_are_grouped_by_algorithm_and_swept_keys_never_by_seed(experiment):
+    curves = {c.label: c for c in group_curves([experiment])}
+    assert sorted(curves) == ["A2C", "DQN", "PPO lr=0.001", "PPO lr=0.003"]
+    assert [curves[k].runs for k in sorted(curves)] == [1, 1, 2, 1]
+    seeds = curves["PPO lr=0.001"]
+    np.testing.assert_allclose(seeds.mean, np.interp(seeds.x, [0, 1000], [0, 2000]))  # (1x + 3x) / 2
+    np.testing.assert_allclose(seeds.low, seeds.x * 1.0)
+    np.testing.assert_allclose(seeds.high, seeds.x * 3.0)
+    assert curves["DQN"].x[-1] == 500
+
+
+def test_plot_any_key_on_named_axes_with_the_legend_beside_many_groups(experiment, tmp_path, capsys):
+    for i in range(6):  # many groups: the legend goes beside the plot, inside the image
+        fake_trial(experiment, f"PPO_x{i}", {"algorithm": "PPO", "lr": 1e-4 * (i + 1), "seed": 1},
+                   [0, 100], [1.0, 2.0 + i])
+    png = tmp_path / "curves.png"
+    assert main(["plot", str(experiment), "--x", "time", "--y", "episode_return_mean", "--out", str(png)]) == 0
+    pixels = matplotlib.image.imread(png)
+    assert pixels.shape[1] > pixels.shape[0] * 1.6  # widened for the legend beside the axes
+    assert main(["plot", str(experiment), "--x", "iteration", "--out", str(tmp_path / "it.svg")]) == 0
+    svg = (tmp_path / "it.svg").read_text()
+    assert "training iteration" in svg and "episode return (mean of the last 100 episodes)" in svg
+
+
+def test_scaling_plot_has_whole_runner_counts_on_its_axis(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    from herdrl.bench import ScalingRow, plot
+
+    saved = []
+    original = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: (saved.append(fig),
+                                                                                   original(fig, *a, **k)))
+    plot([ScalingRow(1, 1, 100, 100, 1, 1.0), ScalingRow(2, 1, 100, 190, 1, 1.9)], tmp_path / "s.png", "t")
+    (ax,) = saved[0].axes
+    low, high = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if low <= t <= high]
+    assert ticks and all(float(t).is_integer() for t in ticks)
