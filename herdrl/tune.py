@@ -19,6 +19,7 @@ which unpickles Tune's own state files in the experiment directory: only resume 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -175,6 +176,35 @@ class TuneAnalysis:
 
 
 # ------------------------------------------------------------------ run
+def _check_fits(config_class: type, config: Mapping[str, Any]) -> None:
+    """Fail at once when the largest trial of the sweep can never be placed on the cluster (Tune itself would
+    wait forever, repeating a warning): one line with what was asked, what exists and what to change."""
+    import ray
+
+    resources = {"num_env_runners": None, "num_cpus_per_env_runner": None, "num_gpus": None}
+    fixed = {}
+    for key, value in config.items():
+        name = config_class.canonical_key(key) if key != "framework" else key
+        if name in resources:
+            if isinstance(value, Mapping) and "grid_search" in value:
+                value = max(value["grid_search"])  # the largest point of the grid
+            elif not isinstance(value, (int, float)):
+                continue  # sampled: unknown before the trial; Ray checks it then
+            fixed[name] = value
+    resolved = config_class.from_dict(fixed)
+    runners, cpus, gpus = resolved.num_env_runners, resolved.num_cpus_per_env_runner, resolved.num_gpus
+    need_cpu, need_gpu = 1 + runners * cpus, gpus or 0
+    have_cpu, have_gpu = (ray.cluster_resources().get(k, 0.0) for k in ("CPU", "GPU"))
+    if need_cpu > have_cpu:
+        fit = max(0, math.floor((have_cpu - 1) / cpus)) if cpus else 0
+        raise ConfigError(f"each trial asks for {need_cpu:g} CPUs (1 for the learner + {runners} env runner(s) x "
+                          f"{cpus:g} CPU) but the Ray cluster has {have_cpu:g}: set num_env_runners (num_workers) "
+                          f"to {fit} or fewer, or run on a larger cluster")
+    if need_gpu > have_gpu:
+        raise ConfigError(f"each trial asks for {need_gpu:g} GPU(s) (num_gpus) but the Ray cluster has "
+                          f"{have_gpu:g}: set num_gpus to {have_gpu:g} or fewer")
+
+
 def _check_keys(config_class: type, config: Mapping[str, Any]) -> None:
     """Fail before any trial starts on keys the algorithm does not have."""
     for key, value in config.items():
@@ -215,6 +245,7 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     if isinstance(config.get("node_ip_address"), str):
         where.resources(node_ip_address=config["node_ip_address"])
     connect(where)  # a private Ray sized to this machine's CPUs, or the cluster named
+    _check_fits(config_class, config)
     trainable = _trainable(config_class.algo_name)
     if resume:
         tuner = tune.Tuner.restore(str(storage / name), trainable, resume_errored=True)

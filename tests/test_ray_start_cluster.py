@@ -44,6 +44,22 @@ def test_driver_without_the_token_gets_a_clear_error(cluster, tmp_path):
     assert "token auth" in out.stderr.strip().splitlines()[-1]
 
 
+def test_more_runners_than_the_cluster_holds_fail_at_once(cluster, tmp_path):
+    """Waiting for CPUs a joined cluster does not have would hang: one line, within seconds, says what to change."""
+    import time
+
+    herd = str(Path(sys.executable).parent / "herd")
+    start = time.time()
+    out = subprocess.run(
+        [herd, "train", "ppo", "--env", "CartPole-v1", "--address", cluster.address, "--node-ip-address",
+         "127.0.0.2", "--num-env-runners", "64", "--stop-iters", "1", "--output", str(tmp_path)],
+        env=cluster.env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert "64 env runners x 1 CPU need 64 CPUs but the Ray cluster at" in last and "lower --num-env-runners" in last
+    assert time.time() - start < 40
+
+
 def test_working_dir_ships_data_files_to_the_nodes(cluster, tmp_path):
     """--working-dir: a data file next to the user's env code is readable on the runners' nodes."""
     project = tmp_path / "project"

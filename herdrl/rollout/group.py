@@ -90,6 +90,30 @@ def _herd_cause(exc: BaseException) -> HerdError | None:
     return None
 
 
+def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
+    """A joined cluster that can never hold the runners fails now, not after a minute of waiting; a private Ray
+    holds them all (it offers a CPU per runner) and oversubscribes the cores on purpose: say so once."""
+    import os
+
+    import ray
+
+    from herdrl.cluster import ClusterError
+
+    if ray.util.get_current_placement_group() is not None:
+        return  # inside a Tune trial: its placement group already holds the runners
+    joined = config.address or os.environ.get("RAY_ADDRESS")
+    if joined:
+        have = ray.cluster_resources().get("CPU", 0.0)
+        if count * cpus > have:
+            raise ClusterError(
+                f"{count} env runners x {cpus:g} CPU need {count * cpus:g} CPUs but the Ray cluster at {joined} has "
+                f"{have:g}: lower --num-env-runners to {math.floor(have / cpus)} or fewer, or add nodes")
+    elif count * cpus > (os.cpu_count() or 1):
+        logger.warning("herdrl: note: %d env runners on %d cores: the private Ray offers a CPU per runner, so the "
+                       "cores are shared (latency-bound envs gain from it; CPU-bound envs gain nothing past %d)",
+                       count, os.cpu_count() or 1, os.cpu_count() or 1)
+
+
 class RayRunnerGroup:
     """``num_env_runners`` Ray actors, each with its own vector env."""
 
@@ -104,6 +128,7 @@ class RayRunnerGroup:
         self.config = config
         count, cpus = config.num_env_runners, config.num_cpus_per_env_runner
         self._owns_ray = connect(config, num_cpus=math.ceil(count * cpus))
+        _check_room(config, count, cpus)
         self._remote_class = RemoteEnvRunner
         self._creators = dict(ENV_CREATORS)
         env = [config.env] if callable(config.env) else []
