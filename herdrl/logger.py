@@ -40,6 +40,21 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+#: Keys Ray Tune adds to a trial's results; not herdrl's metrics, so not in its TensorBoard files.
+TUNE_KEYS = {"timestamp", "pid", "time_since_restore", "timesteps_since_restore", "iterations_since_restore", "done",
+             "date", "hostname", "node_ip", "trial_id", "experiment_id", "checkpoint_dir_name", "should_checkpoint",
+             "experiment_tag", "timesteps_total", "episodes_total"}
+
+
+def write_tensorboard(writer: Any, result: dict[str, Any]) -> None:
+    """One result row as TensorBoard scalars: a tag per numeric result key, env steps on the x axis (the same
+    for `herd train` and `herd tune` trials)."""
+    step = result.get("num_env_steps_sampled_lifetime", result.get("training_iteration", 0))
+    for key, value in result.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in TUNE_KEYS:
+            writer.add_scalar(key, value, step)
+
+
 def _int(value: Any) -> float:
     try:
         return int(value)
@@ -139,10 +154,7 @@ class Logger:
         self._json.flush()
         self._write_csv(result)
         if self._tb is not None:
-            step = result["num_env_steps_sampled_lifetime"]
-            for key, value in result.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self._tb.add_scalar(key, value, step)
+            write_tensorboard(self._tb, result)
         if self.console is not None:
             self.console.report(result)
 

@@ -108,6 +108,36 @@ def _trainable(algorithm: str) -> type:
     return HerdTrainable
 
 
+def _tensorboard_callback() -> Any:
+    """A Tune callback writing each trial's TensorBoard files as `herd train` does (same tags, env steps on the
+    x axis) into the trial folder, in place of Tune's own (``ray/tune/...`` tags over iterations)."""
+    from ray.tune import Callback
+
+    from herdrl.logger import write_tensorboard
+
+    class HerdTensorBoard(Callback):
+        """TensorBoard files of every trial, with `herd train`'s tags."""
+
+        def __init__(self) -> None:
+            self._writers: dict[Any, Any] = {}
+
+        def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+            if trial not in self._writers:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._writers[trial] = SummaryWriter(log_dir=trial.local_path, flush_secs=10)
+            write_tensorboard(self._writers[trial], result)
+
+        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            writer = self._writers.pop(trial, None)
+            if writer is not None:
+                writer.close()
+
+        on_trial_error = on_trial_complete
+
+    return HerdTensorBoard()
+
+
 # ------------------------------------------------------------------ schedulers
 def make_scheduler(spec: str | Mapping[str, Any] | None) -> Any:
     """``"asha"``, ``{"type": "asha", "grace_period": 2, ...}``, ``"pbt"`` (with ``hyperparam_mutations``), or a
@@ -227,6 +257,7 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     or a Ray Tune scheduler. Results go to ``<storage_path>/<name>/<trial>/`` (default ``results/<name>``).
     """
     from ray import tune
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
     from herdrl.cluster import connect
     from herdrl.experiment import normalize_stop
@@ -257,9 +288,22 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
             tune_config=tune.TuneConfig(num_samples=num_samples, scheduler=make_scheduler(scheduler), metric=metric,
                                         mode=mode, max_concurrent_trials=max_concurrent_trials),
             run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=stop_criteria,
-                                      checkpoint_config=checkpoints, verbose=verbose),
+                                      checkpoint_config=checkpoints, verbose=verbose, callbacks=[
+                                          CSVLoggerCallback(), JsonLoggerCallback(), _tensorboard_callback()]),
         )
-    return TuneAnalysis(tuner.fit(), metric, mode)
+    if verbose:
+        print(f"Results, checkpoints and TensorBoard files: {storage / name} (tensorboard --logdir {storage / name})")
+    # Our TensorBoard callback replaces Tune's, which Tune would add back (and point its hint into Ray's
+    # temporary folder); CSV and JSON are given explicitly above.
+    previous = os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS")
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    try:
+        return TuneAnalysis(tuner.fit(), metric, mode)
+    finally:
+        if previous is None:
+            os.environ.pop("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", None)
+        else:
+            os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = previous
 
 
 def _search_value(value: Any) -> Any:

@@ -1,5 +1,6 @@
 """Ray Tune sweeps on the session's embedded Ray (4 CPUs)."""
 
+import json
 import threading
 import time
 
@@ -115,6 +116,14 @@ def test_yaml_sweep_through_the_cli_and_plot(tmp_path, capsys):
     assert "best trial:" in out and "config: lr=" in out
     trials = list((tmp_path / "out" / "small").glob("PPO_*"))
     assert len(trials) == 2
+    # TensorBoard: herd train's tags (the result keys), env steps on the x axis; none of Tune's ray/tune/... tags.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(trials[0])).Reload()
+    tags = events.Tags()["scalars"]
+    assert "episode_return_mean" in tags and "policy_loss" in tags and not [t for t in tags if t.startswith("ray/")]
+    rows = [json.loads(line) for line in (trials[0] / "result.json").read_text().splitlines()]
+    assert [e.step for e in events.Scalars("policy_loss")] == [r["num_env_steps_sampled_lifetime"] for r in rows]
     png, svg = tmp_path / "curves.png", tmp_path / "curves.svg"
     assert main(["plot", str(tmp_path / "out" / "small"), "--out", str(png)]) == 0
     assert main(["plot", *map(str, trials), "--x", "time_total_s", "--out", str(svg)]) == 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import time
 from typing import Any
 
@@ -94,6 +95,8 @@ def connect(config: Any, num_cpus: float | None = None) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if not sys.stderr.isatty():
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # a log file gets no ANSI colour codes from Ray's prefixes
     address = config.address or os.environ.get("RAY_ADDRESS") or None
     if address == "auto" and os.environ.get("RAY_ADDRESS", "auto") != "auto":
         address = os.environ["RAY_ADDRESS"]  # as Ray does: RAY_ADDRESS names the cluster `auto` means
