@@ -96,7 +96,7 @@ def _add_bench_parser(subparsers: Any) -> None:
     s.add_argument("--iters", type=int, default=5, help="measured iterations per runner count (default 5)")
     s.add_argument("--no-local", action="store_true", help="skip the in-process baseline")
     s.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
-                   help="config overrides, e.g. env_config={step_latency_s: 0.002}")
+                   help="config overrides, e.g. 'env_config={step_latency_s: 0.002}' (quote values with spaces)")
     s.add_argument("--address", help="measure on this Ray cluster (HOST:PORT or auto)")
     s.add_argument("--node-ip-address", help="this driver's own address when joining a cluster")
     s.add_argument("--out", default="results/bench", help="folder for scaling.csv and scaling.png")
@@ -178,7 +178,14 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     from herdrl.experiment import parse_yaml
 
     out: dict[str, Any] = {}
-    for item in items:
+    joined: list[str] = []
+    for item in items:  # `env_config={a: 1}` unquoted reaches us as "env_config={a:" "1}": put it back together
+        if joined and "=" not in item and joined[-1].count("{") + joined[-1].count("[") > \
+                joined[-1].count("}") + joined[-1].count("]"):
+            joined[-1] += " " + item
+        else:
+            joined.append(item)
+    for item in joined:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--config expects KEY=VALUE, got '{item}'")
@@ -356,7 +363,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     if env is None:
         raise ConfigError("the checkpoint's env was a Python object: give --env ID")
     if args.video:
-        returns, lengths = record_video(policy, env, env_config, args.video, args.episodes, args.seed, args.explore)
+        returns, lengths = record_video(policy, env, env_config, args.video, args.episodes, args.seed, args.explore,
+                                        progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     else:
         evaluator = Evaluator(env, env_config, args.episodes)
         try:

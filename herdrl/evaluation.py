@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +61,13 @@ class Evaluator:
 
 
 def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, episodes: int = 1,
-                 seed: int | None = None, explore: bool = False) -> tuple[list[float], list[int]]:
-    """Play ``episodes`` episodes on one rendering env and write the frames to ``path`` (.mp4 or .gif)."""
+                 seed: int | None = None, explore: bool = False,
+                 progress: Callable[[str], None] | None = None) -> tuple[list[float], list[int]]:
+    """Play ``episodes`` episodes on one rendering env and write the frames to ``path`` (.mp4 or .gif).
+
+    ``progress``: called with a line after each episode and around the (slow, for GIFs) file writing.
+    """
+    say = progress or (lambda line: None)
     path = Path(path)
     if path.suffix.lower() not in (".mp4", ".gif"):
         raise EnvError(f"--video '{path}': use a .mp4 or .gif file name")
@@ -88,11 +95,15 @@ def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, e
                 total, length, done = total + float(reward), length + 1, terminated or truncated
             returns.append(total)
             lengths.append(length)
+            say(f"episode {episode + 1}/{episodes}: return {total:.1f}, {length} steps")
     except gym.error.DependencyNotInstalled as exc:
         raise EnvError(f"env '{env}' needs extra packages to render: {exc}; pip install 'herdrl[video]'") from None
     finally:
         single.close()
+    say(f"writing {len(frames)} frames to {path} ...")
+    start = time.time()
     _write_frames(frames, path, fps=int((single.metadata or {}).get("render_fps", 30)))
+    say(f"wrote {path} in {time.time() - start:.1f} s")
     return returns, lengths
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from herdrl.cli import main
+from herdrl.errors import ConfigError
 
 
 def trial_dir(root: Path) -> Path:
@@ -148,6 +149,11 @@ def test_overrides_parse_types_and_nested_model_keys():
 
     assert parse_overrides(["lr=1e-5", "model.fcnet_hiddens=[32, 32]", "vf_clip_param=null"]) == {
         "lr": 1e-5, "model": {"fcnet_hiddens": [32, 32]}, "vf_clip_param": None}
+    # The shell splits an unquoted `env_config={step_latency_s: 0.002}` in two: it still means one value.
+    assert parse_overrides(["env_config={step_latency_s:", "0.002}", "lr=1e-3"]) == {
+        "env_config": {"step_latency_s": 0.002}, "lr": 1e-3}
+    with pytest.raises(ConfigError, match="expects KEY=VALUE, got '0.002'"):
+        parse_overrides(["lr=1e-3", "0.002"])
 
 
 def test_herd_console_script_runs_in_a_fresh_process(tmp_path):
@@ -157,3 +163,19 @@ def test_herd_console_script_runs_in_a_fresh_process(tmp_path):
     out = subprocess.run([str(herd), "train", "ppo", "--env", "CartPole-v1", "--stop-iters", "1", "--quiet",
                           "--output", str(tmp_path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_every_command_has_a_description_in_its_help():
+    import argparse
+
+    from herdrl.cli import build_parser
+
+    def walk(parser, name):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    yield f"{name} {sub_name}", sub
+                    yield from walk(sub, f"{name} {sub_name}")
+
+    missing = [name for name, parser in walk(build_parser(), "herd") if not parser.description]
+    assert missing == []

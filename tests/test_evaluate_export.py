@@ -33,7 +33,8 @@ def test_evaluate_records_video(checkpoint, tmp_path, capsys):
     for name in ("run.mp4", "run.gif"):
         assert main(["evaluate", str(checkpoint), "--episodes", "1", "--video", str(tmp_path / name)]) == 0
         assert (tmp_path / name).stat().st_size > 1000
-    capsys.readouterr()
+        err = capsys.readouterr().err  # progress while it plays and writes: never silent for long
+        assert "episode 1/1: return" in err and f"frames to {tmp_path / name} ..." in err and "wrote" in err
     assert main(["evaluate", str(checkpoint), "--video", str(tmp_path / "x.avi")]) == 2
     assert "use a .mp4 or .gif" in capsys.readouterr().err
 

@@ -1,5 +1,6 @@
 """Env runners as Ray actors on the session's embedded Ray."""
 
+import logging
 import os
 import signal
 import subprocess
@@ -37,12 +38,16 @@ def test_ppo_on_two_ray_runners_solves_cartpole():
     algo.stop()
 
 
-def test_killed_runner_is_replaced_and_training_goes_on():
+def test_killed_runner_is_replaced_and_training_goes_on(caplog):
     algo = ray_config().build()
     first = algo.train()
     os.kill(algo.runners.call("pid")[0], signal.SIGKILL)
-    during = algo.train()  # completes from the surviving runner's fragment
+    with caplog.at_level(logging.WARNING, logger="herdrl"):
+        during = algo.train()  # completes from the surviving runner's fragment
     assert during["num_env_runner_restarts"] == 1
+    # One short line says what happened; Ray's ~600-character ActorDiedError text stays out of it.
+    (line,) = [r.getMessage() for r in caplog.records if "env runner" in r.getMessage()]
+    assert line == "herdrl: env runner 1 failed (its worker process exited); restarted, 1 restart so far"
     assert 0 < during["num_env_steps_sampled"] <= 128
     results = [algo.train() for _ in range(15)]
     assert results[-1]["num_healthy_env_runners"] == 2
@@ -145,6 +150,28 @@ def test_unreachable_address_fails_fast_with_one_line(tmp_path):
     assert out.returncode == 2
     assert "Ray head at 127.0.0.1:9 did not answer within 2 s" in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert time.monotonic() - start < 30
+
+
+def test_a_service_that_is_not_ray_at_the_address_is_one_line_within_seconds(tmp_path):
+    """An HTTP server at RAY_ADDRESS: Ray alone retries for minutes, printing its C++ client's warnings."""
+    import http.server
+    import threading
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    start = time.monotonic()
+    try:
+        out = subprocess.run(
+            [str(os.path.join(os.path.dirname(sys.executable), "herd")), "train", "ppo", "--env", "CartPole-v1",
+             "--num-env-runners", "1", "--stop-iters", "1", "--output", str(tmp_path)],
+            env={**os.environ, "RAY_ADDRESS": f"127.0.0.1:{server.server_address[1]}"},
+            capture_output=True, text=True, timeout=120)
+    finally:
+        server.shutdown()
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "answers, but not as a Ray head" in out.stderr and "gcs_client" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) <= 2  # "starting 1 env runner(s) on ..." and the error
     assert time.monotonic() - start < 30
 
 

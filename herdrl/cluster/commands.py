@@ -101,7 +101,9 @@ def add_cluster_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("cluster", help="start, stop and inspect Ray clusters",
                               description="Ray clusters herdrl starts: per-node steps and private clusters.")
     kinds = p.add_subparsers(dest="cluster_kind", metavar="ACTION", required=True)
-    n = kinds.add_parser("node", help="start or stop one Ray node on this host (used by launch scripts)")
+    n = kinds.add_parser("node", help="start or stop one Ray node on this host (used by launch scripts)",
+                         description="Start or stop one Ray node on this host, with token auth; launch scripts "
+                                     "run this on every node of an allocation.")
     n.add_argument("action", choices=["start", "stop"])
     n.add_argument("--temp-dir", required=True, help="the node's own Ray temp dir; stop finds its processes by it")
     n.add_argument("--head", action="store_true", help="start the head (otherwise join --address)")
@@ -111,7 +113,8 @@ def add_cluster_parser(subparsers: Any) -> None:
     n.add_argument("--block", action="store_true",
                    help="stay in the foreground; stop the node when this process ends or is signalled")
     _add_node_options(n)
-    w = kinds.add_parser("wait", help="wait until a cluster has N nodes; prints its address")
+    w = kinds.add_parser("wait", help="wait until a cluster has N nodes; prints its address",
+                         description="Wait until a Ray cluster has N alive nodes, then print its head address.")
     w.add_argument("--address", help="head address HOST:PORT")
     w.add_argument("--address-file", help="read the head address from this file once it appears")
     w.add_argument("--nodes", type=int, required=True, help="number of alive nodes to wait for")
@@ -123,13 +126,19 @@ def add_cluster_parser(subparsers: Any) -> None:
     up = kinds.add_parser("up", help="start Ray over ssh on the hosts of a hosts.yaml",
                           description="Start a private cluster: the head, then each worker, over ssh.")
     up.add_argument("hosts_file", help="hosts.yaml (head, workers, ssh, setup, ray)")
-    dn = kinds.add_parser("down", help="stop the Ray nodes a `herd cluster up` started (by PID, never ray stop)")
+    dn = kinds.add_parser("down", help="stop the Ray nodes a `herd cluster up` started (by PID, never ray stop)",
+                          description="Stop the Ray nodes `herd cluster up HOSTS_YAML` started, by their PIDs "
+                                      "(never `ray stop`, which would stop other users' Ray on a shared host).")
     dn.add_argument("hosts_file")
-    st = kinds.add_parser("status", help="alive nodes of a cluster: from a hosts.yaml, or --address on a node")
+    st = kinds.add_parser("status", help="alive nodes of a cluster: from a hosts.yaml, or --address on a node",
+                          description="Show the alive nodes of a cluster and their CPUs: from a hosts.yaml, or "
+                                      "with --address when run on one of its nodes.")
     st.add_argument("hosts_file", nargs="?")
     st.add_argument("--address", help="head address HOST:PORT (when run on a node of that cluster)")
     st.add_argument("--node-ip-address", help="this host's node address (when several are on one host)")
-    sy = kinds.add_parser("sync", help="copy a results directory back from the head with rsync")
+    sy = kinds.add_parser("sync", help="copy a results directory back from the head with rsync",
+                          description="Copy a results directory back from the cluster's head with rsync (for "
+                                      "runs started with herd train --cluster --detach).")
     sy.add_argument("hosts_file")
     sy.add_argument("results_dir", nargs="?", default="results",
                     help="results directory, relative to the head's workdir (default results)")

@@ -80,6 +80,33 @@ def wait_for_port(address: str, timeout_s: float) -> None:
         time.sleep(0.25)
 
 
+#: The HTTP/2 connection preface and an empty SETTINGS frame: a gRPC server (a Ray head's GCS) answers with a
+#: SETTINGS frame of its own; an HTTP/1 server, or any other service, does not.
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def check_speaks_grpc(address: str, timeout_s: float = 10.0) -> None:
+    """ClusterError unless ``HOST:PORT`` answers as a gRPC server does: Ray would otherwise retry a non-Ray
+    service for minutes, printing its C++ client's warnings."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+            sock.sendall(_HTTP2_HELLO)
+            reply = b""
+            while len(reply) < 9:
+                chunk = sock.recv(9 - len(reply))
+                if not chunk:
+                    break
+                reply += chunk
+    except OSError as exc:
+        reply = b""
+        if not isinstance(exc, TimeoutError):
+            raise ClusterError(f"Ray head at {address}: {exc}; check the address") from None
+    if len(reply) < 9 or reply[3] != 0x04:  # frame type 4: SETTINGS
+        raise ClusterError(f"{address} answers, but not as a Ray head (no gRPC reply within {timeout_s:g} s): "
+                           "check the address and port (the head's GCS port, 6379 unless changed)")
+
+
 def connect(config: Any, num_cpus: float | None = None) -> bool:
     """Make sure this process is connected to Ray as ``config`` asks; no-op when it already is.
 
@@ -113,6 +140,7 @@ def connect(config: Any, num_cpus: float | None = None) -> bool:
             return True
         target = resolve_address(address)
         wait_for_port(target, config.ray_connect_timeout_s)
+        check_speaks_grpc(target, min(10.0, config.ray_connect_timeout_s))
         os.environ["RAY_ADDRESS"] = target  # ray.init prefers RAY_ADDRESS over its argument: make them agree
         ray.init(address=target, **common)
         _connected_here = True

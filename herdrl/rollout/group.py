@@ -54,14 +54,22 @@ class LocalRunnerGroup:
 
 
 def _one_line(exc: BaseException) -> str:
-    """The root cause of a Ray error, as one line."""
+    """The root cause of a Ray error, as one short line (the full text goes to the debug log)."""
+    import ray
+
+    logger.debug("herdrl: env runner error in full: %s", exc)
+    if isinstance(exc, ray.exceptions.ActorDiedError):  # Ray's text is ~600 characters of actor ids
+        text = str(exc).lower()
+        return ("its node died" if "node" in text and ("died" in text or "dead" in text) and "raylet" in text
+                else "its worker process exited" if "exit" in text or "killed" in text else "its actor died")
     cause = getattr(exc, "cause", None)
     while cause is not None and getattr(cause, "cause", None) is not None:
         cause = cause.cause
     if isinstance(cause, BaseException):
         exc = cause
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[-1] if text else ''}"
+    line = f"{type(exc).__name__}: {text[-1] if text else ''}"
+    return line if len(line) <= 200 else line[:197] + "..."
 
 
 def _herd_cause(exc: BaseException) -> HerdError | None:
@@ -211,7 +219,6 @@ class RayRunnerGroup:
         import ray
 
         cfg, reason = self.config, _one_line(exc)
-        logger.warning("herdrl: env runner %d failed: %s", index + 1, reason)
         try:
             ray.kill(self.actors[index], no_restart=True)
         except Exception:  # already dead
@@ -223,12 +230,15 @@ class RayRunnerGroup:
                                     f"(max_num_env_runner_restarts={cfg.max_num_env_runner_restarts})")
             self.actors[index] = self._start(index)
             self.num_restarts += 1
-            logger.warning("herdrl: env runner %d restarted (%d restarts so far)", index + 1, self.num_restarts)
-        elif not cfg.ignore_env_runner_failures:
+            logger.warning("herdrl: env runner %d failed (%s); restarted, %d restart%s so far", index + 1, reason,
+                           self.num_restarts, "" if self.num_restarts == 1 else "s")
+            return
+        if not cfg.ignore_env_runner_failures:
             raise RunnerFailure(f"env runner {index + 1} failed: {reason}; to go on without it, set "
                                 ".fault_tolerance(restart_failed_env_runners=True) or ignore_env_runner_failures")
-        elif self.num_healthy == 0:
+        if self.num_healthy == 0:
             raise RunnerFailure(f"every env runner has failed (last: runner {index + 1}: {reason})")
+        logger.warning("herdrl: env runner %d failed (%s); going on with %d", index + 1, reason, self.num_healthy)
 
     def reseed(self, epoch: int) -> None:
         """Fresh random streams and episodes on every runner (and its replacements) for a run resumed at
