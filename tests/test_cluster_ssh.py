@@ -82,7 +82,7 @@ def test_up_status_train_sync_down(ssh_hosts: SshHosts, tmp_path: Path) -> None:
         log = Path(re.search(r"its output: (\S+)", detached.stdout).group(1))
         assert f"herd cluster sync {hosts_file} runs" in detached.stdout
         deadline = time.monotonic() + 120
-        while "training_iteration:" not in (log.read_text() if log.exists() else ""):
+        while "iteration limit:" not in (log.read_text() if log.exists() else ""):
             assert time.monotonic() < deadline, "the detached run did not finish"
             time.sleep(0.3)
         assert len(list((tmp_path / "on-head" / "runs").glob("CartPole-v1/*/result.json"))) == 2
