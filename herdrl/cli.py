@@ -446,8 +446,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     from herdrl.errors import HerdError
 
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())  # --import myenvs and --env myenvs:Id find ./myenvs.py, as `python -m` would
     try:
         from herdrl.cluster.commands import cluster, launch
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -38,7 +39,10 @@ AXIS_LABELS = {
 }
 #: Config keys that never make runs different experiments (where and how they ran, the seed).
 NOT_GROUPING = {"seed", "imports", "address", "node_ip_address", "runtime_env", "include_dashboard", "logger",
-                "ray_connect_timeout_s", "__trial_index__"}
+                "ray_connect_timeout_s", "__trial_index__", "num_env_runners", "num_cpus_per_env_runner",
+                "num_cpus_for_main_process", "num_gpus", "sample_timeout_s", "restart_failed_env_runners",
+                "max_num_env_runner_restarts", "ignore_env_runner_failures", "gym_env_vectorize_mode", "framework",
+                "store_buffer_in_checkpoints"}
 
 
 @dataclass
@@ -74,18 +78,37 @@ def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _params(trial_dir: Path) -> dict[str, Any]:
-    """A trial's flattened config; ``algorithm`` from ``params.json`` (herd train) or the folder name (Tune)."""
+    """A trial's flattened config, completed with its algorithm's defaults (a Tune trial's params.json holds
+    only the keys its sweep set; `herd train` writes them all), so equal settings compare equal.
+    ``algorithm`` comes from ``params.json`` (herd train) or the folder name (Tune)."""
+    from herdrl.errors import HerdError as _HerdError
+    from herdrl.registry import ALGORITHMS, get_config_class
+
     try:
         params = json.loads((trial_dir / "params.json").read_text())
     except (OSError, ValueError):
         params = {}
-    params = _flatten(params if isinstance(params, dict) else {})
-    if "algorithm" not in params:
-        from herdrl.registry import ALGORITHMS
-
+    params = dict(params) if isinstance(params, dict) else {}
+    algorithm = params.pop("algorithm", None)
+    if algorithm is None:
         prefix = trial_dir.name.split("_")[0].upper()
-        params["algorithm"] = prefix if prefix in ALGORITHMS else None
-    return params
+        algorithm = prefix if prefix in ALGORITHMS else None
+    if algorithm is not None and str(algorithm).upper() in ALGORITHMS:
+        config_class = get_config_class(str(algorithm))
+        known = {}
+        for key, value in params.items():
+            try:
+                known[config_class.canonical_key(key)] = value
+            except _HerdError:
+                known[key] = value  # not a config key (e.g. imports): kept as is
+        try:
+            defaults = config_class().to_dict()
+        except _HerdError:
+            defaults = {}
+        params = {**defaults, **known}
+    flat = _flatten(params)
+    flat["algorithm"] = str(algorithm).upper() if algorithm is not None else None
+    return flat
 
 
 def read_runs(folder: Path, metric: str, x: str) -> list[Run]:
@@ -103,7 +126,8 @@ def read_runs(folder: Path, metric: str, x: str) -> list[Run]:
                     xs.append(xv)
                     ys.append(yv)
         if xs:
-            runs.append(Run(path, np.asarray(xs), np.asarray(ys), _params(path.parent)))
+            order = np.argsort(xs, kind="stable")  # interpolation needs increasing x (e.g. --x env_steps_per_s)
+            runs.append(Run(path, np.asarray(xs)[order], np.asarray(ys)[order], _params(path.parent)))
     return runs
 
 
@@ -126,8 +150,10 @@ def group_curves(folders: list[str | Path], metric: str = "episode_return_mean",
     for folder in folders:
         if not Path(folder).exists():
             raise HerdError(f"'{folder}' not found")
+        # A trial given on its own stands for its experiment: `herd plot results/X/PPO_*` averages the seeds.
+        experiment = Path(folder).parent if (Path(folder) / "progress.csv").exists() else Path(folder)
         for run in read_runs(Path(folder), metric, x):
-            run.params["folder"] = Path(folder).name
+            run.params["folder"] = str(experiment)
             runs.append(run)
     if not runs:
         raise HerdError(f"no progress.csv with columns '{x}' and '{metric}' under {', '.join(map(str, folders))}")
@@ -135,6 +161,10 @@ def group_curves(folders: list[str | Path], metric: str = "episode_return_mean",
     # algorithms have different keys by design, and only a key swept within one makes its runs differ.
     outer = ["folder", "algorithm", "env"]
     outer = _varying(runs, outer) or ["algorithm"]
+    if "folder" in outer:  # name folders by what tells them apart: their paths below a common parent
+        common = os.path.commonpath([run.params["folder"] for run in runs])
+        for run in runs:
+            run.params["folder"] = os.path.relpath(run.params["folder"], common)
     groups: dict[tuple, list[Run]] = {}
     for run in runs:
         groups.setdefault(tuple(repr(run.params.get(k)) for k in outer), []).append(run)
@@ -155,7 +185,7 @@ def group_curves(folders: list[str | Path], metric: str = "episode_return_mean",
             stats = np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
         curves.append(Curve(label, grid, *stats, len(members)))
     # Natural order: lr=0.0001 before lr=0.001, num_epochs=4 before num_epochs=10.
-    return sorted(curves, key=lambda c: [float(t) if t[:1].isdigit() else t
+    return sorted(curves, key=lambda c: [(0, float(t), "") if t[:1].isdigit() else (1, 0.0, t)
                                          for t in re.split(r"(\d+(?:\.\d+)?(?:e-?\d+)?)", c.label) if t])
 
 

@@ -211,13 +211,18 @@ def _check_fits(config_class: type, config: Mapping[str, Any]) -> None:
     wait forever, repeating a warning): one line with what was asked, what exists and what to change."""
     import ray
 
+    if os.environ.get("HERD_CLUSTER_AUTOSCALES", "0") == "1":
+        return  # the cluster grows on demand: Tune waits for it
     resources = {"num_env_runners": None, "num_cpus_per_env_runner": None, "num_gpus": None}
     fixed = {}
     for key, value in config.items():
         name = config_class.canonical_key(key) if key != "framework" else key
         if name in resources:
             if isinstance(value, Mapping) and "grid_search" in value:
-                value = max(value["grid_search"])  # the largest point of the grid
+                numbers = [v for v in value["grid_search"] if isinstance(v, (int, float)) and not isinstance(v, bool)]
+                if not numbers:
+                    continue
+                value = max(numbers)  # the largest point of the grid
             elif not isinstance(value, (int, float)):
                 continue  # sampled: unknown before the trial; Ray checks it then
             fixed[name] = value
@@ -229,7 +234,8 @@ def _check_fits(config_class: type, config: Mapping[str, Any]) -> None:
         fit = max(0, math.floor((have_cpu - 1) / cpus)) if cpus else 0
         raise ConfigError(f"each trial asks for {need_cpu:g} CPUs (1 for the learner + {runners} env runner(s) x "
                           f"{cpus:g} CPU) but the Ray cluster has {have_cpu:g}: set num_env_runners (num_workers) "
-                          f"to {fit} or fewer, or run on a larger cluster")
+                          f"to {fit} or fewer, or run on a larger cluster (one that autoscales: set "
+                          "HERD_CLUSTER_AUTOSCALES=1)")
     if need_gpu > have_gpu:
         raise ConfigError(f"each trial asks for {need_gpu:g} GPU(s) (num_gpus) but the Ray cluster has "
                           f"{have_gpu:g}: set num_gpus to {have_gpu:g} or fewer")
@@ -259,7 +265,7 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    from herdrl.cluster import connect
+    from herdrl.cluster import connect, disconnect
     from herdrl.experiment import normalize_stop
     from herdrl.registry import get_config_class
 
@@ -275,8 +281,13 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     where = config_class().resources(address=address or config.get("address"))
     if isinstance(config.get("node_ip_address"), str):
         where.resources(node_ip_address=config["node_ip_address"])
-    connect(where)  # a private Ray sized to this machine's CPUs, or the cluster named
-    _check_fits(config_class, config)
+    owns = connect(where)  # a private Ray sized to this machine's CPUs, or the cluster named
+    try:
+        _check_fits(config_class, config)
+    except ConfigError:
+        if owns:
+            disconnect()
+        raise
     trainable = _trainable(config_class.algo_name)
     if resume:
         tuner = tune.Tuner.restore(str(storage / name), trainable, resume_errored=True)

@@ -75,3 +75,21 @@ def test_scaling_plot_has_whole_runner_counts_on_its_axis(tmp_path, monkeypatch)
     low, high = ax.get_xlim()
     ticks = [t for t in ax.get_xticks() if low <= t <= high]
     assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_seeds_merge_however_given_and_defaults_never_split_a_group(tmp_path):
+    """Trials given one by one still average their seeds; a Tune trial (only its swept keys in params.json)
+    and a herd train trial (every key) with the same settings are one group; digits lead some labels."""
+    from herdrl import PPOConfig
+
+    xs = np.arange(0, 501, 100)
+    full = {"algorithm": "PPO", **PPOConfig().environment("CartPole-v1").to_dict(), "seed": 1, "num_env_runners": 2}
+    exp = tmp_path / "2024_ppo"
+    fake_trial(exp, "PPO_train", full, xs, xs * 1.0)
+    fake_trial(exp, "PPO_CartPole-v1_0_seed=2", {"env": "CartPole-v1", "seed": 2, "num_workers": 0}, xs, xs * 3.0)
+    (curve,) = group_curves([exp / "PPO_train", exp / "PPO_CartPole-v1_0_seed=2"])
+    assert curve.runs == 2 and curve.label == "PPO"
+    np.testing.assert_allclose(curve.mean, curve.x * 2.0)
+    fake_trial(tmp_path / "baseline", "PPO_b", full, xs, xs * 0.5)
+    labels = [c.label for c in group_curves([exp, tmp_path / "baseline"])]
+    assert labels == ["2024_ppo", "baseline"]

@@ -261,3 +261,45 @@ def test_every_algorithm_trains_on_two_ray_runners(name, env, training, loss_key
     assert last["num_healthy_env_runners"] == 2
     assert last["num_env_steps_sampled_lifetime"] > results[0]["num_env_steps_sampled_lifetime"] > 0
     assert loss_key in last and last[loss_key] == last[loss_key], f"{name} learned on runner data: {last}"
+
+
+def test_the_grpc_probe_fails_only_on_a_definite_wrong_answer(monkeypatch):
+    """A closed connection or HTTP/1 bytes: not Ray. Silence (a loaded head) or TLS: left to ray.init."""
+    import socket
+    import threading
+
+    from herdrl.cluster import ClusterError
+    from herdrl.cluster.connect import check_speaks_grpc
+
+    def serve(behaviour):
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+
+        def run():
+            conn, _ = server.accept()
+            if behaviour == "close":
+                conn.close()
+            elif behaviour == "http1":
+                conn.recv(100)
+                conn.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+                conn.close()
+            elif behaviour == "settings":
+                conn.recv(100)
+                conn.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+                time.sleep(0.5)
+                conn.close()
+            else:  # silent
+                time.sleep(2)
+                conn.close()
+
+        threading.Thread(target=run, daemon=True).start()
+        return f"127.0.0.1:{server.getsockname()[1]}"
+
+    for behaviour in ("close", "http1"):
+        with pytest.raises(ClusterError, match="not as a Ray head"):
+            check_speaks_grpc(serve(behaviour), timeout_s=1.0)
+    check_speaks_grpc(serve("settings"), timeout_s=1.0)
+    check_speaks_grpc(serve("silent"), timeout_s=0.5)
+    monkeypatch.setenv("RAY_USE_TLS", "1")
+    check_speaks_grpc(serve("http1"), timeout_s=1.0)  # not probed: TLS speaks first

@@ -11,7 +11,11 @@ are imported without being asked, when an env id carries their prefix (``ALE/Pon
 from __future__ import annotations
 
 import importlib
+import os
+import re
+import sys
 from collections.abc import Iterable
+from types import ModuleType
 
 from herdrl.errors import EnvError
 
@@ -36,8 +40,35 @@ KNOWN_ENV_PACKAGES: dict[str, str] = {
     "dm_control/": "shimmy",
 }
 
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
 #: Modules imported for envs in this process, in order (shipped to runners and trials, recorded in checkpoints).
 IMPORTED: list[str] = []
+
+
+def import_user_module(module: str) -> ModuleType:
+    """Import one of the user's own modules: from the current folder (as ``python -m`` would) or installed.
+    The folder is on the path only for this import, so nothing else herdrl imports can be shadowed by a file
+    that happens to sit there."""
+    added = os.getcwd() not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(module)
+    finally:
+        if added and os.getcwd() in sys.path:
+            sys.path.remove(os.getcwd())
+
+
+def _import_installed(package: str) -> ModuleType:
+    """Import a well-known package from the installed ones only (never a same-named file in this folder)."""
+    here = {"", ".", os.getcwd()}
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if p not in here]
+    try:
+        return importlib.import_module(package)
+    finally:
+        sys.path[:] = saved
 
 
 def import_envs(*modules: str) -> None:
@@ -46,10 +77,10 @@ def import_envs(*modules: str) -> None:
     Example: ``herdrl.import_envs("myenvs")`` before ``PPOConfig().environment("Corridor-v0")``.
     """
     for module in modules:
-        if not isinstance(module, str) or not module.strip() or ":" in module:
+        if not isinstance(module, str) or not _MODULE_NAME.match(module):
             raise EnvError(f"--import expects a module name such as myenvs or mypkg.envs, got {module!r}")
         try:
-            importlib.import_module(module)
+            import_user_module(module)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's module is one line
             raise EnvError(f"--import {module}: the module cannot be imported "
                            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
@@ -68,7 +99,7 @@ def import_known_package(env_id: str) -> None:
     if package is None or package in IMPORTED:
         return
     try:
-        importlib.import_module(package)
+        _import_installed(package)
     except ImportError:
         raise EnvError(f"env '{env_id}' comes from the package '{package}', which is not installed: "
                        f"pip install {package.replace('_', '-')}") from None
@@ -109,7 +140,10 @@ def check_env_importable(env: str | None, meta: dict, source: str) -> None:
     if not isinstance(env, str):
         return
     module, sep, name = env.partition(":")
-    missing = modules_needed(meta.get("imports", []))
+    recorded = meta.get("imports", [])
+    if not (isinstance(recorded, list) and all(isinstance(m, str) and _MODULE_NAME.match(m) for m in recorded)):
+        raise EnvError(f"{source} is damaged: its 'imports' is not a list of module names")
+    missing = modules_needed(recorded)
     if sep:
         if module not in IMPORTED:
             raise EnvError(f"{source} trained on '{env}', which imports module '{module}' to make it; a file never "
@@ -119,9 +153,10 @@ def check_env_importable(env: str | None, meta: dict, source: str) -> None:
         return
     if missing:
         raise EnvError(f"{source} trained on env '{env}', registered by module(s) {', '.join(missing)}, which are "
-                       f"not imported: add {import_flags(missing)}")
+                       f"not imported; a file never decides what is imported: if you trust them, add "
+                       f"{import_flags(missing)}")
     creator_module = meta.get("env_module")
-    if creator_module:
+    if isinstance(creator_module, str) and _MODULE_NAME.match(creator_module):
         hint = (import_flags([creator_module]) if creator_module != "__main__"
                 else "--import MODULE with the module that registers it (it was registered by the training script)")
         raise EnvError(f"{source} trained on env '{env}', which no imported module registers: add {hint}")

@@ -10,7 +10,6 @@ so the data a learner gets never depends on an env's default.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +38,7 @@ def _gym_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     if ":" in env_id:  # "module:Env-v0", as gymnasium.make takes it: import the module, which registers the env
         module, _, name = env_id.partition(":")
         try:
-            importlib.import_module(module)
+            imports.import_user_module(module)
         except ImportError as exc:
             raise EnvError(f"cannot make env '{env_id}': module '{module}' cannot be imported ({exc})") from None
         if name not in gym.registry:

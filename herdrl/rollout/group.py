@@ -58,6 +58,10 @@ def _one_line(exc: BaseException) -> str:
     import ray
 
     logger.debug("herdrl: env runner error in full: %s", exc)
+    if isinstance(exc, ray.exceptions.ActorDiedError) and getattr(exc, "actor_init_failed", False):
+        herd = _herd_cause(exc)  # the runner could not start: say why, not that it died
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        return f"could not start: {herd}" if herd is not None else f"could not start: {lines[-1] if lines else ''}"
     if isinstance(exc, ray.exceptions.ActorDiedError):  # Ray's text is ~600 characters of actor ids
         text = str(exc).lower()
         return ("its node died" if "node" in text and ("died" in text or "dead" in text) and "raylet" in text
@@ -98,6 +102,9 @@ def _herd_cause(exc: BaseException) -> HerdError | None:
     return None
 
 
+_said = {"oversubscribed": False}  # notes said once per process
+
+
 def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
     """A joined cluster that can never hold the runners fails now, not after a minute of waiting; a private Ray
     holds them all (it offers a CPU per runner) and oversubscribes the cores on purpose: say so once."""
@@ -110,13 +117,15 @@ def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
     if ray.util.get_current_placement_group() is not None:
         return  # inside a Tune trial: its placement group already holds the runners
     joined = config.address or os.environ.get("RAY_ADDRESS")
-    if joined:
+    if joined and os.environ.get("HERD_CLUSTER_AUTOSCALES", "0") != "1":
         have = ray.cluster_resources().get("CPU", 0.0)
         if count * cpus > have:
             raise ClusterError(
                 f"{count} env runners x {cpus:g} CPU need {count * cpus:g} CPUs but the Ray cluster at {joined} has "
-                f"{have:g}: lower --num-env-runners to {math.floor(have / cpus)} or fewer, or add nodes")
-    elif count * cpus > (os.cpu_count() or 1):
+                f"{have:g}: lower --num-env-runners to {math.floor(have / cpus)} or fewer, or add nodes "
+                "(an autoscaling cluster: set HERD_CLUSTER_AUTOSCALES=1)")
+    elif count * cpus > (os.cpu_count() or 1) and not _said["oversubscribed"]:
+        _said["oversubscribed"] = True
         logger.warning("herdrl: note: %d env runners on %d cores: the private Ray offers a CPU per runner, so the "
                        "cores are shared (latency-bound envs gain from it; CPU-bound envs gain nothing past %d)",
                        count, os.cpu_count() or 1, os.cpu_count() or 1)
@@ -136,7 +145,12 @@ class RayRunnerGroup:
         self.config = config
         count, cpus = config.num_env_runners, config.num_cpus_per_env_runner
         self._owns_ray = connect(config, num_cpus=math.ceil(count * cpus))
-        _check_room(config, count, cpus)
+        try:
+            _check_room(config, count, cpus)
+        except ClusterError:
+            if self._owns_ray:
+                disconnect()
+            raise
         self._remote_class = RemoteEnvRunner
         self._creators = dict(ENV_CREATORS)
         env = [config.env] if callable(config.env) else []
@@ -219,6 +233,10 @@ class RayRunnerGroup:
         import ray
 
         cfg, reason = self.config, _one_line(exc)
+        cause = _herd_cause(exc)
+        if cause is not None and isinstance(exc, ray.exceptions.ActorDiedError) \
+                and getattr(exc, "actor_init_failed", False):
+            raise cause  # its replacement would fail the same way: no restart can help
         try:
             ray.kill(self.actors[index], no_restart=True)
         except Exception:  # already dead
