@@ -395,6 +395,7 @@ def _tune(args: argparse.Namespace) -> int:
     from herdrl.env.imports import import_envs
     from herdrl.errors import ConfigError
     from herdrl.experiment import load_experiment_file
+    from herdrl.logger import format_value
 
     spec = load_experiment_file(args.file, sweep=True)
     import_envs(*spec["imports"])
@@ -414,7 +415,7 @@ def _tune(args: argparse.Namespace) -> int:
                 and next(iter(v)) in ("grid_search", "choice", "uniform", "loguniform")]
     best = analysis.best_result
     print(f"best trial: {analysis.best_logdir}")
-    print(f"  {metric} = {best.get(metric)} after {best.get('training_iteration')} iterations")
+    print(f"  {metric} = {format_value(best.get(metric))} after {best.get('training_iteration')} iterations")
     print("  config: " + ", ".join(f"{k}={analysis.best_config.get(k)}" for k in searched))
     print(f"  checkpoint: {analysis.best_checkpoint}")
     if analysis.errors:

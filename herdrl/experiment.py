@@ -100,9 +100,10 @@ def _trial_algorithm(trial_dir: Path) -> str | None:
     import json
 
     try:
-        return str(json.loads((trial_dir / "params.json").read_text()).get("algorithm", "")).upper()
+        name = json.loads((trial_dir / "params.json").read_text()).get("algorithm")
     except (OSError, ValueError, AttributeError):
         return None
+    return str(name or trial_dir.name.split("_")[0]).upper()  # a Tune trial: its folder name says it
 
 
 class _GracefulStop:
@@ -166,6 +167,10 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         where = config.address or os.environ.get("RAY_ADDRESS") or "a private Ray on this machine"
         console.message(f"starting {config.num_env_runners} env runner(s) on {where} ...")
     checkpoint, lock = None, None
+    if not resume and trial and (Path(output) / experiment / trial / "result.json").exists():
+        TrialLock(Path(output) / experiment / trial).check_free()  # a live run's trial: say that first
+        raise ConfigError(f"trial {Path(output) / experiment / trial} exists: add --resume to continue it, or "
+                          "choose another --trial")  # before the build (Ray, runners); rechecked under the lock
     if resume:
         logdir, _ = find_resume_point(output, experiment, trial, config.algo_name)
         lock = TrialLock(logdir)
@@ -190,13 +195,16 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         resume_after = (algo.iteration, algo.env_steps_lifetime) if checkpoint is not None else None
         algo.logger = Logger(logdir, params, console=console, tensorboard=tensorboard, resume_after=resume_after)
     except BaseException:
-        algo.stop()
-        if lock is not None:
-            lock.release()
+        try:
+            algo.stop()
+        finally:
+            if lock is not None:
+                lock.release()
         raise
     if console:
         stops = ", ".join(f"{k} >= {v:g}" for k, v in criteria.items())
-        action = f"resuming from {checkpoint.name}" if checkpoint else "results"
+        shown = checkpoint.parent if checkpoint is not None and checkpoint.name == "herd" else checkpoint
+        action = f"resuming from {shown.name}" if shown is not None else "results"
         console.message(f"{config.algo_name} on {config.env}: {action} in {logdir}; stops at {stops}")
     saved_at = algo.iteration if checkpoint is not None else -1
 
@@ -230,8 +238,10 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         if console:
             console.message("aborted: the newest checkpoint is from before this iteration")
     finally:
-        algo.stop()
-        lock.release()
+        try:
+            algo.stop()
+        finally:
+            lock.release()
     solved = None
     if threshold is not None and result:
         solved = result.get(metric, -math.inf) >= threshold

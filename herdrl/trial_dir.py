@@ -75,17 +75,18 @@ class TrialLock:
         import fcntl
 
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        holder = self._read_holder()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
+            holder = self._read_holder()
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 os.close(fd)
                 raise self._busy(holder) from None
             # No flock on this file system: the pid in the file decides.
             if holder.get("pid") and _holder_alive(holder) and holder.get("pid") != os.getpid():
                 os.close(fd)
-                raise self._busy(holder) from None
+                raise self._busy(holder, checked=holder.get("host") == socket.gethostname()) from None
+        holder = self._read_holder()  # ours now: whatever it names ended without releasing it
         if holder.get("pid") and holder.get("pid") != os.getpid():
             logger.warning("herdrl: %s: taking over from a run that ended without releasing it (pid %s on %s)",
                            self.path.parent, holder.get("pid"), holder.get("host"))
@@ -94,11 +95,27 @@ class TrialLock:
                                   "started": time.strftime("%Y-%m-%d %H:%M:%S")}).encode(), 0)
         self._fd = fd
 
-    def _busy(self, holder: dict[str, Any]) -> TrialBusy:
+    def check_free(self) -> None:
+        """Raise :class:`TrialBusy` if a live run holds the lock; take nothing (a quick look before work)."""
+        import fcntl
+
+        if not self.path.exists():
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise self._busy(self._read_holder()) from None
+        finally:
+            os.close(fd)  # closing drops the look's own lock, if it got one
+
+    def _busy(self, holder: dict[str, Any], checked: bool = True) -> TrialBusy:
         who = (f"run pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}"
                if holder else "another run")
+        gone = "" if checked else f" (if that run is gone, delete {self.path})"
         return TrialBusy(f"trial {self.path.parent} is in use by {who}: wait for it to end, or choose "
-                         "another --trial")
+                         f"another --trial{gone}")
 
     def release(self) -> None:
         """Give the lock up (the file stays, empty: deleting it would let two runs lock different files)."""
@@ -107,7 +124,10 @@ class TrialLock:
         import fcntl
 
         os.ftruncate(self._fd, 0)
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        except OSError:
+            pass  # no flock on this file system: the emptied file is the release
         os.close(self._fd)
         self._fd = None
 

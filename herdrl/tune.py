@@ -135,6 +135,11 @@ def _tensorboard_callback() -> Any:
 
         on_trial_error = on_trial_complete
 
+        def on_experiment_end(self, trials: list, **info: Any) -> None:
+            for writer in self._writers.values():  # e.g. after Ctrl-C: flush what was written
+                writer.close()
+            self._writers.clear()
+
     return HerdTensorBoard()
 
 
@@ -307,7 +312,8 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     # Our TensorBoard callback replaces Tune's, which Tune would add back (and point its hint into Ray's
     # temporary folder); CSV and JSON are given explicitly above.
     previous = os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS")
-    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    if not resume:  # a restored experiment keeps the loggers it was started with (older ones: Tune's)
+        os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     try:
         return TuneAnalysis(tuner.fit(), metric, mode)
     finally:

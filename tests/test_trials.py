@@ -74,3 +74,35 @@ def test_resume_picks_the_newest_trial_of_the_algorithm_asked_for(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     (ppo,) = (tmp_path / "results" / "CartPole-v1").glob("PPO_*")
     assert iterations(ppo) == [1, 2] and "None" not in ppo.name
+
+
+def test_without_flock_the_holders_pid_decides(tmp_path, monkeypatch, caplog):
+    """File systems without flock: a live process on this host holds the trial; a dead one's lock is taken."""
+    import errno
+    import fcntl
+    import os
+    import socket
+
+    import pytest
+
+    from herdrl.trial_dir import TrialBusy, TrialLock
+
+    def no_flock(fd, op):
+        raise OSError(errno.EOPNOTSUPP, "not supported")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    lock_file = tmp_path / LOCK_FILE
+    lock_file.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getppid(), "started": "x"}))
+    with pytest.raises(TrialBusy, match=f"in use by run pid {os.getppid()}"):
+        TrialLock(tmp_path).acquire()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    lock_file.write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid, "started": "x"}))
+    with caplog.at_level("WARNING", logger="herdrl"):
+        with TrialLock(tmp_path):
+            assert json.loads(lock_file.read_text())["pid"] == os.getpid()
+    assert f"taking over from a run that ended without releasing it (pid {dead.pid}" in caplog.text
+    assert lock_file.read_text() == ""
+    lock_file.write_text(json.dumps({"host": "elsewhere", "pid": 1, "started": "x"}))
+    with pytest.raises(TrialBusy, match="if that run is gone, delete"):
+        TrialLock(tmp_path).acquire()
