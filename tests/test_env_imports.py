@@ -126,3 +126,13 @@ def test_a_file_in_the_current_folder_cannot_pose_as_a_well_known_package(user_d
     one_line_error(herd(user_dir, "train", "ppo", "--env", "MinAtar/Breakout-v1"),
                    "package 'minatar', which is not installed")
     assert not marker.exists()
+
+
+def test_tune_trials_import_the_modules_given_to_herd_tune(user_dir):
+    """Each Tune trial runs in its own process: it imports --import modules (and gets register_env names)."""
+    (user_dir / "sweep.yaml").write_text("name: s\nalgorithm: PPO\nenv: Corridor-v0\nstop: {training_iteration: 1}\n"
+                                         "config: {train_batch_size: 200, minibatch_size: 100, "
+                                         "lr: {grid_search: [1e-3, 2e-3]}}\n")
+    out = herd(user_dir, "tune", "-f", "sweep.yaml", "--import", "regenvs", "--verbose", "0")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert len(list((user_dir / "results" / "s").glob("PPO_*/result.json"))) == 2

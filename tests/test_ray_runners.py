@@ -56,6 +56,30 @@ def test_killed_runner_is_replaced_and_training_goes_on(caplog):
     algo.stop()
 
 
+def test_a_replacement_that_cannot_start_is_an_error_not_a_restart_loop(tmp_path):
+    """A runner whose env can no longer be built (here: a marker file appears) fails the same way on every
+    restart: the first failed start stops training with its reason, instead of up to 1000 restarts."""
+    import gymnasium as gym
+
+    marker = str(tmp_path / "broken")
+
+    def creator(cfg):
+        if os.path.exists(marker):
+            raise EnvError("the simulator licence expired")
+        return gym.make("CartPole-v1")
+
+    herdrl.register_env("licensed", creator)
+    algo = ray_config().environment("licensed").build()
+    algo.train()
+    open(marker, "w").close()
+    os.kill(algo.runners.call("pid")[0], signal.SIGKILL)
+    with pytest.raises(EnvError, match="the simulator licence expired"):
+        for _ in range(3):
+            algo.train()
+    assert algo.runners.num_restarts == 1
+    algo.stop()
+
+
 def test_a_restarted_runner_does_not_replay_its_predecessors_episodes():
     algo = ray_config().build()
     weights = algo.get_weights()
