@@ -139,24 +139,27 @@ def check_env_importable(env: str | None, meta: dict, source: str) -> None:
 
     if not isinstance(env, str):
         return
+    env_shown = "".join(c if c.isprintable() else "?" for c in env)  # a file's text reaches the terminal
     module, sep, name = env.partition(":")
+    if sep and not _MODULE_NAME.match(module):
+        raise EnvError(f"{source} is damaged: its env '{env_shown}' names no valid module")
     recorded = meta.get("imports", [])
     if not (isinstance(recorded, list) and all(isinstance(m, str) and _MODULE_NAME.match(m) for m in recorded)):
         raise EnvError(f"{source} is damaged: its 'imports' is not a list of module names")
     missing = modules_needed(recorded)
     if sep:
         if module not in IMPORTED:
-            raise EnvError(f"{source} trained on '{env}', which imports module '{module}' to make it; a file never "
-                           f"decides what is imported: if you trust it, add {import_flags([module])}")
+            raise EnvError(f"{source} trained on '{env_shown}', which imports module '{module}' to make it; a file "
+                           f"never decides what is imported: if you trust it, add {import_flags([module])}")
         return
     if env in ENV_CREATORS or env in gym.registry or known_package(env):
         return
     if missing:
-        raise EnvError(f"{source} trained on env '{env}', registered by module(s) {', '.join(missing)}, which are "
-                       f"not imported; a file never decides what is imported: if you trust them, add "
+        raise EnvError(f"{source} trained on env '{env_shown}', registered by module(s) {', '.join(missing)}, which "
+                       f"are not imported; a file never decides what is imported: if you trust them, add "
                        f"{import_flags(missing)}")
     creator_module = meta.get("env_module")
     if isinstance(creator_module, str) and _MODULE_NAME.match(creator_module):
         hint = (import_flags([creator_module]) if creator_module != "__main__"
                 else "--import MODULE with the module that registers it (it was registered by the training script)")
-        raise EnvError(f"{source} trained on env '{env}', which no imported module registers: add {hint}")
+        raise EnvError(f"{source} trained on env '{env_shown}', which no imported module registers: add {hint}")
