@@ -107,13 +107,9 @@ def _writer_gone(name: str) -> bool:
         return False
     if pid_number == os.getpid():
         return False  # another save of this process (a thread) may be in flight
-    try:
-        os.kill(pid_number, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    from herdrl.cluster.nodes import process_alive
+
+    return not process_alive(pid_number)
 
 
 def recover(parent: Path) -> None:
@@ -218,18 +214,10 @@ def checkpoint_config(meta: dict[str, Any], env: str | None = None, makes_env: b
         if value not in (None, False, {}, ""):
             logger.warning("herdrl: checkpoint '%s' sets %s=%r; ignored: where a run executes and which cluster "
                            "it joins come from your command, never from a file", meta.get("path"), key, value)
-    if meta.get("format_version", 1) < 2 and meta.get("algorithm") in ("PPO", "A2C") \
-            and isinstance(config.get("vf_loss_coeff"), (int, float)):
-        config["vf_loss_coeff"] = 0.5 * config["vf_loss_coeff"]  # format 1 weighed 0.5 * MSE
-    if meta.get("format_version", 1) < 2 and meta.get("algorithm") == "SAC":
-        # Format 1 held SAC's entropy in the env's action units; today's target is in [-1, 1]: the same run
-        # resumes with the same effective target, target - sum(log(action scale)).
-        action = meta["spaces"]["action"]
-        log_scale = float(np.sum(np.log((np.array(action["high"]) - np.array(action["low"])) / 2)))
-        target = config.get("target_entropy", "auto")
-        config["target_entropy"] = (-float(np.prod(action["shape"])) if target == "auto" else float(target)) \
-            - log_scale
-    return config
+    from herdrl.registry import get_config_class
+
+    return get_config_class(meta["algorithm"]).migrate_checkpoint_config(config, meta.get("format_version", 1),
+                                                                         meta["spaces"])
 
 
 def read_meta(path: Path) -> dict[str, Any]:

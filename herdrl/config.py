@@ -307,6 +307,13 @@ class AlgorithmConfig:
         return self._set(None, config)
 
     @classmethod
+    def migrate_checkpoint_config(cls, config: dict[str, Any], format_version: int,
+                                  spaces: dict[str, Any]) -> dict[str, Any]:
+        """A checkpoint's config (written in ``format_version``) with each key given today's meaning; algorithms
+        whose keys changed meaning override this. ``spaces``: the checkpoint's spaces (JSON form)."""
+        return config
+
+    @classmethod
     def from_dict(cls, config: Mapping[str, Any]) -> AlgorithmConfig:
         """Build a config from RLlib's dict form, e.g. ``{"env": "CartPole-v1", "num_workers": 2}``."""
         return cls().update_from_dict(config)
@@ -400,3 +407,11 @@ class AlgorithmConfig:
     def algo_class(cls) -> type:
         """The Algorithm class this config builds; subclasses override."""
         raise ConfigError("AlgorithmConfig is abstract: use PPOConfig() or another algorithm's config")
+
+
+def migrate_value_loss_coeff(config: dict[str, Any], format_version: int) -> dict[str, Any]:
+    """PPO and A2C before checkpoint format 2 weighed the value loss as ``0.5 * vf_loss_coeff * MSE``; today it is
+    ``vf_loss_coeff * MSE`` (RLlib's formula): halve the coefficient so the run keeps its effective weight."""
+    if format_version < 2 and isinstance(config.get("vf_loss_coeff"), (int, float)):
+        config = {**config, "vf_loss_coeff": 0.5 * config["vf_loss_coeff"]}
+    return config

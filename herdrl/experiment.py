@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from herdrl.checkpoint import TUNE_SUBDIR
 from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold, imports
 from herdrl.errors import ConfigError, HerdError, did_you_mean
@@ -70,40 +71,64 @@ def trial_name(config: AlgorithmConfig) -> str:
     return f"{config.algo_name}_{env}{seed}_{stamp}"
 
 
-def find_resume_point(output: str | Path, experiment: str, trial: str | None = None,
-                      algorithm: str | None = None) -> tuple[Path, Path]:
-    """The trial to resume (``trial``, else the newest of ``algorithm``'s trials in the experiment) and its
-    newest valid checkpoint."""
-    from herdrl.checkpoint import newest_valid_checkpoint
-
+def find_resume_trial(output: str | Path, experiment: str, trial: str | None = None,
+                      algorithm: str | None = None) -> Path:
+    """The trial to resume: ``trial``, else the newest of ``algorithm``'s trials in the experiment."""
     exp_dir = Path(output) / experiment
     if trial is not None:
-        trial_dir = exp_dir / trial
-        if not trial_dir.is_dir():
+        if not (exp_dir / trial).is_dir():
             raise ConfigError(f"--resume: no trial '{trial}' in {exp_dir}")
-    else:
-        trials = [p for p in exp_dir.glob("*") if p.is_dir() and (p / "params.json").exists()]
-        if algorithm is not None:
-            trials = [p for p in trials if _trial_algorithm(p) == algorithm.upper()]
-        if not trials:
-            what = f"{algorithm.upper()} trial" if algorithm else "trial"
-            raise ConfigError(f"--resume: no {what} to resume in {exp_dir}; run without --resume first")
-        trial_dir = max(trials, key=lambda p: (p / "params.json").stat().st_mtime)
+        return exp_dir / trial
+    trials = [p for p in exp_dir.glob("*") if p.is_dir() and (p / "params.json").exists()]
+    if algorithm is not None:
+        trials = [p for p in trials if trial_algorithm(p) == algorithm.upper()]
+    if not trials:
+        what = f"{algorithm.upper()} trial" if algorithm else "trial"
+        raise ConfigError(f"--resume: no {what} to resume in {exp_dir}; run without --resume first")
+    return max(trials, key=lambda p: (p / "params.json").stat().st_mtime)
+
+
+def resume_checkpoint(trial_dir: Path) -> Path:
+    """A trial's newest valid checkpoint; ConfigError when it has none."""
+    from herdrl.checkpoint import newest_valid_checkpoint
+
     checkpoint = newest_valid_checkpoint(trial_dir)
     if checkpoint is None:
         raise ConfigError(f"--resume: trial {trial_dir} has no valid checkpoint; start it again without --resume")
-    return trial_dir, checkpoint
+    return checkpoint
 
 
-def _trial_algorithm(trial_dir: Path) -> str | None:
-    """The algorithm a trial's ``params.json`` names (None if unreadable)."""
+def find_resume_point(output: str | Path, experiment: str, trial: str | None = None,
+                      algorithm: str | None = None) -> tuple[Path, Path]:
+    """The trial to resume (see :func:`find_resume_trial`) and its newest valid checkpoint."""
+    trial_dir = find_resume_trial(output, experiment, trial, algorithm)
+    return trial_dir, resume_checkpoint(trial_dir)
+
+
+def _refuse_existing(trial_dir: Path, locked: bool = False) -> None:
+    """A named trial that already has results is never written into again without --resume (``locked``: we
+    hold its lock, so no live run can be the reason)."""
+    if (trial_dir / "result.json").exists():
+        if not locked:
+            TrialLock(trial_dir).check_free()  # a live run's trial: say that first
+        raise ConfigError(f"trial {trial_dir} exists: add --resume to continue it, or choose another --trial")
+
+
+def trial_algorithm(trial_dir: Path, params: dict[str, Any] | None = None) -> str | None:
+    """The algorithm of a trial: its ``params.json`` says it (herd train), else its folder name (a Tune trial:
+    ``PPO_CartPole-v1_...``); None when neither names a known one. ``params``: the file's contents, if read."""
     import json
 
-    try:
-        name = json.loads((trial_dir / "params.json").read_text()).get("algorithm")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return str(name or trial_dir.name.split("_")[0]).upper()  # a Tune trial: its folder name says it
+    from herdrl.registry import ALGORITHMS
+
+    if params is None:
+        try:
+            params = json.loads((trial_dir / "params.json").read_text())
+        except (OSError, ValueError):
+            params = {}
+    name = params.get("algorithm") if isinstance(params, dict) else None
+    name = str(name or trial_dir.name.split("_")[0]).upper()
+    return name if name in ALGORITHMS else None
 
 
 class _GracefulStop:
@@ -167,12 +192,10 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         where = config.address or os.environ.get("RAY_ADDRESS") or "a private Ray on this machine"
         console.message(f"starting {config.num_env_runners} env runner(s) on {where} ...")
     checkpoint, lock = None, None
-    if not resume and trial and (Path(output) / experiment / trial / "result.json").exists():
-        TrialLock(Path(output) / experiment / trial).check_free()  # a live run's trial: say that first
-        raise ConfigError(f"trial {Path(output) / experiment / trial} exists: add --resume to continue it, or "
-                          "choose another --trial")  # before the build (Ray, runners); rechecked under the lock
+    if not resume and trial:
+        _refuse_existing(Path(output) / experiment / trial)  # before the build (Ray, runners); again under the lock
     if resume:
-        logdir, _ = find_resume_point(output, experiment, trial, config.algo_name)
+        logdir = find_resume_trial(output, experiment, trial, config.algo_name)
         lock = TrialLock(logdir)
         lock.acquire()  # a live run's trial is never resumed under it
     try:
@@ -183,14 +206,13 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         raise
     try:
         if resume:
-            logdir, checkpoint = find_resume_point(output, experiment, logdir.name, config.algo_name)
+            checkpoint = resume_checkpoint(logdir)  # under the lock: no run is writing a newer one
             algo.restore(checkpoint)
         else:
             logdir = create_trial_dir(Path(output) / experiment / (trial or trial_name(config)), exact=bool(trial))
             lock = TrialLock(logdir)
             lock.acquire()
-            if (logdir / "result.json").exists():
-                raise ConfigError(f"trial {logdir} exists: add --resume to continue it, or choose another --trial")
+            _refuse_existing(logdir, locked=True)
         params = {"algorithm": config.algo_name, **config.to_dict(), "imports": list(imports.IMPORTED)}
         resume_after = (algo.iteration, algo.env_steps_lifetime) if checkpoint is not None else None
         algo.logger = Logger(logdir, params, console=console, tensorboard=tensorboard, resume_after=resume_after)
@@ -203,7 +225,7 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         raise
     if console:
         stops = ", ".join(f"{k} >= {v:g}" for k, v in criteria.items())
-        shown = checkpoint.parent if checkpoint is not None and checkpoint.name == "herd" else checkpoint
+        shown = checkpoint.parent if checkpoint is not None and checkpoint.name == TUNE_SUBDIR else checkpoint
         action = f"resuming from {shown.name}" if shown is not None else "results"
         console.message(f"{config.algo_name} on {config.env}: {action} in {logdir}; stops at {stops}")
     saved_at = algo.iteration if checkpoint is not None else -1

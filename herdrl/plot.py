@@ -13,6 +13,7 @@ e.g. by ASHA, the mean is over the runs still going), with the min-max spread sh
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import os
@@ -77,38 +78,37 @@ def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+@functools.cache
+def _defaults(algorithm: str) -> tuple[type, dict[str, Any]]:
+    """An algorithm's config class and its default config (computed once per algorithm)."""
+    from herdrl.registry import get_config_class
+
+    config_class = get_config_class(algorithm)
+    return config_class, config_class().to_dict()
+
+
 def _params(trial_dir: Path) -> dict[str, Any]:
     """A trial's flattened config, completed with its algorithm's defaults (a Tune trial's params.json holds
-    only the keys its sweep set; `herd train` writes them all), so equal settings compare equal.
-    ``algorithm`` comes from ``params.json`` (herd train) or the folder name (Tune)."""
-    from herdrl.errors import HerdError as _HerdError
-    from herdrl.registry import ALGORITHMS, get_config_class
+    only the keys its sweep set; `herd train` writes them all), so equal settings compare equal."""
+    from herdrl.experiment import trial_algorithm
 
     try:
         params = json.loads((trial_dir / "params.json").read_text())
     except (OSError, ValueError):
         params = {}
     params = dict(params) if isinstance(params, dict) else {}
-    algorithm = params.pop("algorithm", None)
-    if algorithm is None:
-        prefix = trial_dir.name.split("_")[0].upper()
-        algorithm = prefix if prefix in ALGORITHMS else None
-    if algorithm is not None and str(algorithm).upper() in ALGORITHMS:
-        config_class = get_config_class(str(algorithm))
+    algorithm = trial_algorithm(trial_dir, params)
+    params.pop("algorithm", None)
+    if algorithm is not None:
+        config_class, defaults = _defaults(algorithm)
         known = {}
         for key, value in params.items():
             try:
                 known[config_class.canonical_key(key)] = value
-            except _HerdError:
+            except HerdError:
                 known[key] = value  # not a config key (e.g. imports): kept as is
-        try:
-            defaults = config_class().to_dict()
-        except _HerdError:
-            defaults = {}
         params = {**defaults, **known}
-    flat = _flatten(params)
-    flat["algorithm"] = str(algorithm).upper() if algorithm is not None else None
-    return flat
+    return {**_flatten(params), "algorithm": algorithm}
 
 
 def read_runs(folder: Path, metric: str, x: str) -> list[Run]:

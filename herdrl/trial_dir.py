@@ -48,13 +48,12 @@ def create_trial_dir(path: Path, exact: bool) -> Path:
 def _holder_alive(holder: dict[str, Any]) -> bool:
     if holder.get("host") != socket.gethostname():
         return True  # cannot be checked from here: assume it runs
+    from herdrl.cluster.nodes import process_alive
+
     try:
-        os.kill(int(holder["pid"]), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, KeyError, ValueError, TypeError):
+        return process_alive(int(holder["pid"]))
+    except (KeyError, ValueError, TypeError):
         return True
-    return True
 
 
 class TrialLock:

@@ -88,8 +88,7 @@ def _trainable(algorithm: str) -> type:
         def setup(self, config: dict) -> None:
             import importlib
 
-            importlib.import_module("herdrl.env.imports").import_envs(*env_modules)
-            importlib.import_module("herdrl.registry").ENV_CREATORS.update(env_creators)
+            importlib.import_module("herdrl.env.imports").adopt_driver_envs(env_modules, env_creators)
             self.algo = config_class.from_dict(config).build()
 
         def step(self) -> dict:
@@ -211,7 +210,7 @@ class TuneAnalysis:
 
 
 # ------------------------------------------------------------------ run
-def _check_fits(config_class: type, config: Mapping[str, Any]) -> None:
+def _check_fits(trainable: type, config_class: type, config: Mapping[str, Any]) -> None:
     """Fail at once when the largest trial of the sweep can never be placed on the cluster (Tune itself would
     wait forever, repeating a warning): one line with what was asked, what exists and what to change."""
     import ray
@@ -232,14 +231,16 @@ def _check_fits(config_class: type, config: Mapping[str, Any]) -> None:
                 continue  # sampled: unknown before the trial; Ray checks it then
             fixed[name] = value
     resolved = config_class.from_dict(fixed)
-    runners, cpus, gpus = resolved.num_env_runners, resolved.num_cpus_per_env_runner, resolved.num_gpus
-    need_cpu, need_gpu = 1 + runners * cpus, gpus or 0
+    runners, cpus = resolved.num_env_runners, resolved.num_cpus_per_env_runner
+    bundles = trainable.default_resource_request(fixed).bundles  # what Tune will ask the cluster for
+    need_cpu, need_gpu = (sum(b.get(k, 0.0) for b in bundles) for k in ("CPU", "GPU"))
     have_cpu, have_gpu = (ray.cluster_resources().get(k, 0.0) for k in ("CPU", "GPU"))
     if need_cpu > have_cpu:
-        fit = max(0, math.floor((have_cpu - 1) / cpus)) if cpus else 0
-        raise ConfigError(f"each trial asks for {need_cpu:g} CPUs (1 for the learner + {runners} env runner(s) x "
-                          f"{cpus:g} CPU) but the Ray cluster has {have_cpu:g}: set num_env_runners (num_workers) "
-                          f"to {fit} or fewer, or run on a larger cluster (one that autoscales: set "
+        learner = bundles[0].get("CPU", 0.0)
+        fit = max(0, math.floor((have_cpu - learner) / cpus)) if cpus else 0
+        raise ConfigError(f"each trial asks for {need_cpu:g} CPUs ({learner:g} for the learner + {runners} env "
+                          f"runner(s) x {cpus:g} CPU) but the Ray cluster has {have_cpu:g}: set num_env_runners "
+                          f"(num_workers) to {fit} or fewer, or run on a larger cluster (one that autoscales: set "
                           "HERD_CLUSTER_AUTOSCALES=1)")
     if need_gpu > have_gpu:
         raise ConfigError(f"each trial asks for {need_gpu:g} GPU(s) (num_gpus) but the Ray cluster has "
@@ -287,13 +288,13 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     if isinstance(config.get("node_ip_address"), str):
         where.resources(node_ip_address=config["node_ip_address"])
     owns = connect(where)  # a private Ray sized to this machine's CPUs, or the cluster named
+    trainable = _trainable(config_class.algo_name)
     try:
-        _check_fits(config_class, config)
+        _check_fits(trainable, config_class, config)
     except ConfigError:
         if owns:
             disconnect()
         raise
-    trainable = _trainable(config_class.algo_name)
     if resume:
         tuner = tune.Tuner.restore(str(storage / name), trainable, resume_errored=True)
     else:

@@ -8,11 +8,13 @@ checkpoints happen per iteration, not per tiny update.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from herdrl.algorithms.base import Algorithm
-from herdrl.config import AlgorithmConfig, Field, shared_field
+from herdrl.config import AlgorithmConfig, Field, migrate_value_loss_coeff, shared_field
 from herdrl.errors import ConfigError
 from herdrl.optim import RMSprop
 from herdrl.rollout.batch import on_policy_batch
@@ -38,6 +40,12 @@ class A2CConfig(AlgorithmConfig):
         "normalize_advantages": Field(False, (bool,), "training"),
     }
     ALIASES = {"lambda": "lambda_", "vf_coeff": "vf_loss_coeff", "entropy_coef": "entropy_coeff"}
+
+    @classmethod
+    def migrate_checkpoint_config(cls, config: dict[str, Any], format_version: int,
+                                  spaces: dict[str, Any]) -> dict[str, Any]:
+        """Format 1's value-loss weight, kept (see :func:`migrate_value_loss_coeff`)."""
+        return migrate_value_loss_coeff(config, format_version)
 
     def validate_algorithm(self) -> None:
         """An iteration must hold at least one update."""

@@ -7,12 +7,14 @@ Sampling, result rows and the train loop are shared (``base.py``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch import nn
 
 from herdrl.algorithms.base import Algorithm
-from herdrl.config import AlgorithmConfig, Field, shared_field
+from herdrl.config import AlgorithmConfig, Field, migrate_value_loss_coeff, shared_field
 from herdrl.errors import ConfigError
 from herdrl.optim import Adam
 from herdrl.rollout.batch import on_policy_batch
@@ -42,6 +44,12 @@ class PPOConfig(AlgorithmConfig):
         "normalize_advantages": Field(True, (bool,), "training"),
     }
     ALIASES = {"sgd_minibatch_size": "minibatch_size", "num_sgd_iter": "num_epochs", "lambda": "lambda_"}
+
+    @classmethod
+    def migrate_checkpoint_config(cls, config: dict[str, Any], format_version: int,
+                                  spaces: dict[str, Any]) -> dict[str, Any]:
+        """Format 1's value-loss weight, kept (see :func:`migrate_value_loss_coeff`)."""
+        return migrate_value_loss_coeff(config, format_version)
 
     def validate_algorithm(self) -> None:
         """Minibatches must fit in the train batch."""

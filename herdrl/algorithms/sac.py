@@ -4,6 +4,8 @@ entropy tuning, replay (the off-policy loop is shared with DQN: ``off_policy.py`
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch import nn
@@ -36,6 +38,19 @@ class SACConfig(OffPolicyConfig):
                                 doc="entropy of the squashed action in [-1, 1]^d to hold; 'auto': -d"),
         "twin_q": Field(True, (bool,), "training"),
     }
+
+    @classmethod
+    def migrate_checkpoint_config(cls, config: dict[str, Any], format_version: int,
+                                  spaces: dict[str, Any]) -> dict[str, Any]:
+        """Format 1 held the entropy target in the env's action units; today's is in the squashed [-1, 1]
+        space: the same run resumes with the same effective target, target - sum(log(action scale))."""
+        if format_version >= 2:
+            return config
+        action = spaces["action"]
+        log_scale = float(np.sum(np.log((np.array(action["high"]) - np.array(action["low"])) / 2)))
+        target = config.get("target_entropy", "auto")
+        target = -float(np.prod(action["shape"])) if target == "auto" else float(target)
+        return {**config, "target_entropy": target - log_scale}
 
     def validate_algorithm(self) -> None:
         """Replay settings and ``target_entropy``."""

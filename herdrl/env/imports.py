@@ -71,6 +71,17 @@ def _import_installed(package: str) -> ModuleType:
         sys.path[:] = saved
 
 
+def _load(module: str) -> ModuleType:
+    """Import an env module: a well-known package from the installed ones only, the user's own also from the
+    current folder."""
+    return _import_installed(module) if module in KNOWN_ENV_PACKAGES.values() else import_user_module(module)
+
+
+def _remember(module: str) -> None:
+    if module not in IMPORTED:
+        IMPORTED.append(module)
+
+
 def import_envs(*modules: str) -> None:
     """Import modules that register envs, here and (recorded) in every Ray runner and Tune trial started later.
 
@@ -80,12 +91,30 @@ def import_envs(*modules: str) -> None:
         if not isinstance(module, str) or not _MODULE_NAME.match(module):
             raise EnvError(f"--import expects a module name such as myenvs or mypkg.envs, got {module!r}")
         try:
-            import_user_module(module)
+            _load(module)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's module is one line
             raise EnvError(f"--import {module}: the module cannot be imported "
                            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
-        if module not in IMPORTED:
-            IMPORTED.append(module)
+        _remember(module)
+
+
+def import_for_env_id(env_id: str) -> str:
+    """``MODULE:ID`` (as ``gymnasium.make`` takes it): import MODULE, which registers ID, and return ID."""
+    module, _, name = env_id.partition(":")
+    try:
+        _load(module)
+    except ImportError as exc:
+        raise EnvError(f"cannot make env '{env_id}': module '{module}' cannot be imported ({exc})") from None
+    _remember(module)  # runners and trials import it too
+    return name
+
+
+def adopt_driver_envs(modules: Iterable[str], creators: dict) -> None:
+    """In a runner or trial process: import the driver's env modules and take its ``register_env`` creators."""
+    from herdrl.registry import ENV_CREATORS
+
+    import_envs(*modules)
+    ENV_CREATORS.update(creators)
 
 
 def known_package(env_id: str) -> str | None:
@@ -99,11 +128,11 @@ def import_known_package(env_id: str) -> None:
     if package is None or package in IMPORTED:
         return
     try:
-        _import_installed(package)
+        _load(package)
     except ImportError:
         raise EnvError(f"env '{env_id}' comes from the package '{package}', which is not installed: "
                        f"pip install {package.replace('_', '-')}") from None
-    IMPORTED.append(package)
+    _remember(package)
 
 
 def modules_needed(recorded: Iterable[str]) -> list[str]:

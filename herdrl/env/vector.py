@@ -36,15 +36,10 @@ def _creator(env: EnvRef, env_config: dict) -> Callable[[], gym.Env] | None:
 
 def _gym_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     if ":" in env_id:  # "module:Env-v0", as gymnasium.make takes it: import the module, which registers the env
-        module, _, name = env_id.partition(":")
-        try:
-            imports.import_user_module(module)
-        except ImportError as exc:
-            raise EnvError(f"cannot make env '{env_id}': module '{module}' cannot be imported ({exc})") from None
+        name = imports.import_for_env_id(env_id)
         if name not in gym.registry:
-            raise EnvError(f"cannot make env '{env_id}': importing '{module}' registered no env '{name}'")
-        if module not in imports.IMPORTED:
-            imports.IMPORTED.append(module)  # runners and trials import it too
+            raise EnvError(f"cannot make env '{env_id}': importing '{env_id.partition(':')[0]}' registered no env "
+                           f"'{name}'")
         env_id = name
     if env_id not in gym.registry:
         imports.import_known_package(env_id)  # ALE/... -> ale_py

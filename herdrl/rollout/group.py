@@ -232,11 +232,11 @@ class RayRunnerGroup:
     def _handle_failure(self, index: int, exc: BaseException) -> None:
         import ray
 
+        if isinstance(exc, ray.exceptions.ActorDiedError) and getattr(exc, "actor_init_failed", False):
+            cause = _herd_cause(exc)
+            if cause is not None:
+                raise cause  # its replacement would fail the same way: no restart can help
         cfg, reason = self.config, _one_line(exc)
-        cause = _herd_cause(exc)
-        if cause is not None and isinstance(exc, ray.exceptions.ActorDiedError) \
-                and getattr(exc, "actor_init_failed", False):
-            raise cause  # its replacement would fail the same way: no restart can help
         try:
             ray.kill(self.actors[index], no_restart=True)
         except Exception:  # already dead

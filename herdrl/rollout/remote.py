@@ -23,10 +23,9 @@ class RemoteEnvRunner(EnvRunner):
                  env_creators: dict[str, Callable[[dict], Any]], incarnation: int = 0, epoch: int = 0,
                  env_modules: tuple[str, ...] = ()) -> None:
         torch.set_num_threads(1)  # many runners share a node's cores; each steps small batches
-        importlib.import_module("herdrl.env.imports").import_envs(*env_modules)  # the driver's --import modules
-        # The driver's register_env calls, shipped with the actor. Look the registry up at run time: Ray
-        # may ship this class by value, with a copy of this module's globals.
-        importlib.import_module("herdrl.registry").ENV_CREATORS.update(env_creators)
+        # The driver's env modules and register_env calls, shipped with the actor. Look the functions up at run
+        # time: Ray may ship this class by value, with a copy of this module's globals.
+        importlib.import_module("herdrl.env.imports").adopt_driver_envs(env_modules, env_creators)
         super().__init__(config, worker_index, incarnation, epoch)
 
     def reseed(self, epoch: int) -> None:
