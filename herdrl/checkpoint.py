@@ -28,6 +28,7 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -173,14 +174,36 @@ def write_checkpoint(path: Path, meta: dict[str, Any], tensors: dict[str, Any],
     return path
 
 
+#: Largest checkpoint.json read (a crafted file cannot make a loader read without end).
+MAX_META_BYTES = 16 * 1024 * 1024
+
+
+def _open_regular(file: Path, max_bytes: int | None = None) -> Any:
+    """``file`` opened for reading: a regular file only (not a FIFO, which would block, nor a device), never
+    through a symbolic link, and at most ``max_bytes`` long. CheckpointError otherwise."""
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise CheckpointError(f"'{file}' cannot be read as a checkpoint file ({exc.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or (max_bytes is not None and info.st_size > max_bytes):
+        os.close(fd)
+        raise CheckpointError(f"'{file}' is not a plain checkpoint file (a link, a device or too large); refusing it")
+    return os.fdopen(fd, "rb")
+
+
 def read_arrays(path: Path, name: str) -> dict[str, np.ndarray] | None:
     """The plain arrays of ``<checkpoint>/<name>.npz`` (None if the checkpoint has none), never unpickled."""
     file = Path(path) / f"{name}.npz"
     if not file.exists():
         return None
     try:
-        with np.load(file, allow_pickle=False) as data:
+        with _open_regular(file) as f, np.load(f, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
+    except CheckpointError:
+        raise
     except Exception as exc:  # ValueError (object arrays refused), BadZipFile, OSError
         raise CheckpointError(f"checkpoint '{path}': {file.name} is damaged or not plain arrays, refusing to load "
                               f"it ({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})"
@@ -208,7 +231,10 @@ def checkpoint_config(meta: dict[str, Any], env: str | None = None, makes_env: b
     no env (``Policy``), which may keep a ``module:EnvId`` the checkpoint names (see :func:`env_to_make`).
     """
     config = dict(meta["config"])
-    config["env"] = env_to_make(meta, env) if makes_env else (env or config.get("env"))
+    stored = config.get("env")
+    if stored is not None and not (isinstance(stored, str) and stored.isprintable()):
+        raise CheckpointError(f"checkpoint '{meta.get('path')}' is damaged: its env is not a printable name")
+    config["env"] = env_to_make(meta, env) if makes_env else (env or stored)
     for key in SITE_KEYS:
         value = config.pop(key, None)
         if value not in (None, False, {}, ""):
@@ -242,7 +268,8 @@ def read_meta(path: Path) -> dict[str, Any]:
             raise CheckpointError(f"'{path}' is not a checkpoint and holds no valid checkpoint_* directory")
         path = newest
     try:
-        meta = json.loads((path / META_FILE).read_text())
+        with _open_regular(path / META_FILE, MAX_META_BYTES) as f:
+            meta = json.loads(f.read())
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"checkpoint '{path}' is damaged: {META_FILE} unreadable ({exc})") from None
     version = meta.get("format_version") if isinstance(meta, dict) else None
@@ -267,9 +294,12 @@ def read_tensors(path: Path) -> dict[str, Any]:
                               "(CVE-2025-32434); herdrl loads checkpoints with torch >= 2.6: pip install -U torch")
     file = Path(path) / TENSOR_FILE
     try:
-        return torch.load(file, map_location="cpu", weights_only=True)
+        with _open_regular(file) as f:
+            return torch.load(f, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint '{path}' is damaged: {TENSOR_FILE} is missing") from None
+    except CheckpointError:
+        raise
     except Exception as exc:  # UnpicklingError (a pickle payload), RuntimeError (truncated zip), EOFError, ...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"checkpoint '{path}': {TENSOR_FILE} is not a valid weights file, refusing to load "

@@ -60,6 +60,10 @@ class Evaluator:
         self.env.close()
 
 
+#: Frames a video may hold (about 9 GB of 600x400 RGB): episodes that never end stop here, not at memory's end.
+MAX_VIDEO_FRAMES = 40_000
+
+
 def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, episodes: int = 1,
                  seed: int | None = None, explore: bool = False,
                  progress: Callable[[str], None] | None = None) -> tuple[list[float], list[int]]:
@@ -93,6 +97,9 @@ def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, e
                 obs, reward, terminated, truncated, _ = single.step(policy.compute_single_action(obs, explore))
                 frames.append(single.render())
                 total, length, done = total + float(reward), length + 1, terminated or truncated
+                if len(frames) > MAX_VIDEO_FRAMES:  # frames are held in memory until written
+                    raise EnvError(f"--video: more than {MAX_VIDEO_FRAMES:,} frames (episode {episode + 1} has "
+                                   f"not ended after {length:,} steps); record fewer or shorter episodes")
             returns.append(total)
             lengths.append(length)
             say(f"episode {episode + 1}/{episodes}: return {total:.1f}, {length} steps")

@@ -12,6 +12,7 @@ import csv
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,24 +21,24 @@ TIMING_KEYS = ("time_this_iter_s", "time_total_s", "sample_time_s", "learn_time_
                "evaluation/time_s")
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temporary sibling, fsync, then rename over ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True, default=repr)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write text to a temporary sibling, fsync, then rename over ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write text to a fresh temporary sibling (random name, never an existing file or link), fsync, then
+    rename it over ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON atomically (see :func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=repr))
 
 
 #: Keys Ray Tune adds to a trial's results; not herdrl's metrics, so not in its TensorBoard files.
@@ -108,6 +109,12 @@ class Logger:
         iteration, dropping rows written after it (those iterations are run again)."""
         self.logdir = Path(logdir)
         self.logdir.mkdir(parents=True, exist_ok=True)
+        for name in ("result.json", "progress.csv"):  # opened for writing in place: a link would write elsewhere
+            if (self.logdir / name).is_symlink() or self.logdir.is_symlink():
+                from herdrl.errors import HerdError
+
+                raise HerdError(f"{self.logdir / name}: a symbolic link; results are written only into the trial "
+                                "folder itself: remove it")
         write_json_atomic(self.logdir / "params.json", params)
         self.console = console
         self._csv_path = self.logdir / "progress.csv"

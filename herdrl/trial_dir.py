@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,18 @@ class TrialLock:
         self.path = Path(trial_dir) / LOCK_FILE
         self._fd: int | None = None
 
+    def _open(self, flags: int) -> int:
+        """The lock file's descriptor: a regular file only, never through a link (a crafted folder could point
+        it at a file of the user's, which the lock would truncate) and never blocking (a FIFO)."""
+        try:
+            fd = os.open(self.path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as exc:
+            raise HerdError(f"{self.path}: cannot be used as a lock ({exc.strerror}); remove it") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise HerdError(f"{self.path}: not a regular file; remove it")
+        return fd
+
     def _read_holder(self) -> dict[str, Any]:
         try:
             return json.loads(self.path.read_text() or "{}")
@@ -73,7 +86,7 @@ class TrialLock:
         """Take the lock, or raise :class:`TrialBusy` naming the live run that holds it."""
         import fcntl
 
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open(os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -100,7 +113,7 @@ class TrialLock:
 
         if not self.path.exists():
             return
-        fd = os.open(self.path, os.O_RDONLY)
+        fd = self._open(os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

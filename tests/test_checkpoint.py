@@ -133,7 +133,9 @@ def test_a_crash_mid_write_leaves_the_previous_checkpoint_intact(tmp_path, monke
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint_000001"]  # no temp dir, no partial checkpoint
     assert newest_valid_checkpoint(tmp_path) == first
     # A temp dir left by a killed process is ignored by readers and removed by the next save.
-    (tmp_path / ".checkpoint_000003.tmp-999").mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid that surely ran and ended
+    (tmp_path / f".checkpoint_000003.tmp-{dead.pid}").mkdir()
     assert newest_valid_checkpoint(tmp_path) == first
     algo.save(tmp_path / "checkpoint_000002")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000001", "checkpoint_000002"]
@@ -378,3 +380,41 @@ def test_existing_trial_without_resume_is_refused(tmp_path, capsys):
     assert "add --resume to continue it" in capsys.readouterr().err
     assert main([*args[:4], "--stop-iters", "2", *args[6:], "--resume"]) == 0
     assert rows(tmp_path / "CartPole-v1" / "t") == [1, 2]
+
+
+def test_a_crafted_folder_cannot_redirect_writes_or_stall_a_loader(tmp_path):
+    """Links, FIFOs and non-printable names in a folder handed to us: refused with one line, nothing written
+    outside the folder, no read that never ends."""
+    import os
+
+    from herdrl.errors import HerdError
+    from herdrl.trial_dir import TrialLock
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    trial = tmp_path / "trial"
+    trial.mkdir()
+    (trial / ".herd.lock").symlink_to(victim)
+    with pytest.raises(HerdError, match="cannot be used as a lock"):
+        TrialLock(trial).acquire()
+    assert victim.read_text() == "precious"
+
+    algo = trained(1)
+    good = algo.save(tmp_path / "checkpoint_000001")
+    algo.stop()
+    fifo_ckpt = tmp_path / "fifo" / "checkpoint_000001"
+    fifo_ckpt.mkdir(parents=True)
+    os.mkfifo(fifo_ckpt / "checkpoint.json")  # reading it would block forever
+    with pytest.raises(CheckpointError, match="not a plain checkpoint file"):
+        Algorithm.from_checkpoint(fifo_ckpt)
+    linked = tmp_path / "linked" / "checkpoint_000001"
+    linked.mkdir(parents=True)
+    (linked / "checkpoint.json").write_text((good / "checkpoint.json").read_text())
+    (linked / "learner.pt").symlink_to(good / "learner.pt")
+    with pytest.raises(CheckpointError, match="cannot be read as a checkpoint file"):
+        Policy.from_checkpoint(linked)
+    meta = json.loads((good / "checkpoint.json").read_text())
+    meta["config"]["env"] = "CartPole-v1\x1b[2J"
+    (good / "checkpoint.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="its env is not a printable name"):
+        Algorithm.from_checkpoint(good)

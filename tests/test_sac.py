@@ -106,6 +106,20 @@ def test_sac_refuses_an_unbounded_action_space():
     assert "\n" not in str(info.value)
 
 
+def test_sac_on_a_box_bounded_at_float32_max_gives_finite_actions():
+    """high - low of +-float32 max overflows in float32: the scale is taken in float64, never inf or NaN."""
+    import gymnasium as gym
+
+    from herdrl.models.sac_networks import SACModule
+
+    wide = np.finfo(np.float32).max
+    nets = SACModule(2, gym.spaces.Box(-wide, wide, (1,), np.float32),
+                       {"fcnet_hiddens": [8], "fcnet_activation": "relu"})
+    assert torch.isfinite(nets.action_scale).all() and torch.isfinite(nets.action_bias).all()
+    action, _ = nets.sample(torch.zeros(4, 2))
+    assert torch.isfinite(action).all()
+
+
 def test_a_checkpoint_from_before_the_entropy_change_keeps_its_effective_target(tmp_path):
     """herdrl 0.1 held the entropy in Pendulum's units ([-2, 2]): -1 there is -1 - log 2 in [-1, 1]."""
     import json

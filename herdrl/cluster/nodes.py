@@ -323,6 +323,14 @@ def _foreground_starter(temp_dir: str | Path) -> bool:
 
 def process_alive(pid: int) -> bool:
     """True while ``pid`` runs (a zombie, exited but not yet reaped, counts as ended)."""
+    if not Path("/proc/self").exists():  # no /proc (e.g. macOS): ask the kernel
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, OverflowError, ValueError):
+            return False
+        except PermissionError:
+            return True
+        return True
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):

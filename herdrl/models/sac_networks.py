@@ -30,7 +30,10 @@ class SACModule(nn.Module):
             from herdrl.errors import ConfigError
 
             raise ConfigError(f"SAC needs Box (continuous) actions; this env has {action_space} (use DQN or PPO)")
-        if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
+        low64, high64 = action_space.low.astype(np.float64), action_space.high.astype(np.float64)
+        with np.errstate(over="ignore"):  # +-float32 max bounds: their half-range overflows float32
+            finite = np.isfinite(np.float32((high64 - low64) / 2)).all() and np.isfinite(low64).all()
+        if not (finite and np.isfinite(high64).all()):
             from herdrl.errors import ConfigError
 
             raise ConfigError(f"SAC squashes actions into the Box bounds, but this env's action space {action_space} "
@@ -47,10 +50,9 @@ class SACModule(nn.Module):
                                        _head(feature_dim, 1, 1.0))
         self.q1 = critic()
         self.q2 = critic() if twin_q else None
-        low = torch.tensor(action_space.low.reshape(-1), dtype=torch.float32)  # a copy: Ray hands read-only arrays
-        high = torch.tensor(action_space.high.reshape(-1), dtype=torch.float32)
-        self.register_buffer("action_scale", (high - low) / 2)
-        self.register_buffer("action_bias", (high + low) / 2)
+        # In float64, then float32: the half-range of a wide float32 Box is representable, its range may not be.
+        self.register_buffer("action_scale", torch.tensor(((high64 - low64) / 2).reshape(-1), dtype=torch.float32))
+        self.register_buffer("action_bias", torch.tensor(((high64 + low64) / 2).reshape(-1), dtype=torch.float32))
 
     def mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The pre-squash Gaussian's mean and (clamped) log std."""
