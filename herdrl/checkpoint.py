@@ -339,7 +339,7 @@ def prune(trial_dir: Path, keep: int, score_attr: str | None = "episode_return_m
         scored = []
         for p in paths:
             try:
-                score = json.loads((p / META_FILE).read_text()).get("metrics", {}).get(score_attr)
+                score = json.loads((_in_tune_layout(p) / META_FILE).read_text()).get("metrics", {}).get(score_attr)
             except (OSError, ValueError):
                 continue
             if isinstance(score, (int, float)) and np.isfinite(score):

@@ -124,7 +124,10 @@ def _tensorboard_callback() -> Any:
             if trial not in self._writers:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._writers[trial] = SummaryWriter(log_dir=trial.local_path, flush_secs=10)
+                # A restored trial's first result follows its checkpoint: purge_step hides what the interrupted
+                # run wrote after that point (a fresh trial has nothing there to hide).
+                first_step = result.get("num_env_steps_sampled_lifetime", result.get("training_iteration", 0))
+                self._writers[trial] = SummaryWriter(log_dir=trial.local_path, flush_secs=10, purge_step=first_step)
             write_tensorboard(self._writers[trial], result)
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

@@ -91,6 +91,13 @@ def test_register_env_name_from_a_yaml_imports_list(user_dir):
     assert out.returncode == 0 and (user_dir / "p.pt2").exists(), out.stderr[-2000:]
 
 
+def test_bench_scaling_runs_a_register_env_env_on_ray_runners(user_dir):
+    out = herd(user_dir, "bench", "scaling", "--env", "corridor", "--import", "regenvs", "--runners", "1",
+               "--iters", "1", "--fragment", "20", "--no-local", "--out", "bench")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "\n| 1 | 1 |" in out.stdout and (user_dir / "bench" / "scaling.csv").exists()
+
+
 def test_a_module_that_cannot_be_imported_is_one_line(user_dir):
     one_line_error(herd(user_dir, "train", "ppo", "--env", "CartPole-v1", "--import", "no_such_envs"),
                    "--import no_such_envs: the module cannot be imported (ModuleNotFoundError")
@@ -136,3 +143,12 @@ def test_tune_trials_import_the_modules_given_to_herd_tune(user_dir):
     out = herd(user_dir, "tune", "-f", "sweep.yaml", "--import", "regenvs", "--verbose", "0")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert len(list((user_dir / "results" / "s").glob("PPO_*/result.json"))) == 2
+
+
+def test_gymnasium_warnings_carry_no_colour_codes_off_a_terminal():
+    """A log file (stderr not a terminal) gets Gymnasium's warnings as plain text."""
+    code = ("import warnings, herdrl.env.vector\nfrom gymnasium import logger\n"
+            "warnings.simplefilter('always')\nlogger.warn('a warning %s', 1)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "WARN: a warning 1" in out.stderr
+    assert "\x1b[" not in out.stderr

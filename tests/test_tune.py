@@ -60,6 +60,12 @@ def test_grid_sweep_runs_every_trial_and_picks_the_best(tmp_path):
     assert main(["train", "ppo", "--env", "CartPole-v1", "--output", str(trial.parent.parent),
                  "--name", trial.parent.name, "--trial", trial.name, "--resume", "--stop-iters", "5",
                  "--quiet", "--no-tensorboard", "--num-env-runners", "0"]) == 0
+    # Tune numbers its checkpoints by save, herd train by iteration: the newest is still the last name.
+    from herdrl.checkpoint import newest_valid_checkpoint, read_meta
+
+    names = sorted(p.name for p in trial.glob("checkpoint_*"))
+    assert names[-1] == "checkpoint_000005" and len(names) >= 2
+    assert read_meta(newest_valid_checkpoint(trial))["counters"]["training_iteration"] == 5
 
 
 def test_trial_reserves_a_bundle_for_the_learner_and_each_runner():
@@ -165,3 +171,21 @@ def test_population_based_training_runs_with_herdrl_checkpoints(tmp_path):
         checkpoint_freq=2)
     assert not analysis.errors
     assert (analysis.results_df["training_iteration"] == 4).all()
+
+
+def test_a_restored_trial_does_not_repeat_its_tensorboard_curve(tmp_path):
+    """A sweep restored from a checkpoint repeats the steps the interrupted run logged after it: TensorBoard
+    shows each step once (purge_step), as for `herd train --resume`."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    class Trial:  # what the callback reads of a Tune trial
+        local_path = str(tmp_path)
+
+    trial = Trial()
+    for steps in ([100, 200, 300], [200, 300, 400]):  # the second run resumes from the checkpoint at 100
+        callback = tune._tensorboard_callback()
+        for step in steps:
+            callback.on_trial_result(0, [], trial, {"num_env_steps_sampled_lifetime": step, "x": float(step)})
+        callback.on_experiment_end([])
+    events = EventAccumulator(str(tmp_path)).Reload()
+    assert [e.step for e in events.Scalars("x")] == [100, 200, 300, 400]

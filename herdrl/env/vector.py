@@ -24,6 +24,19 @@ from herdrl.registry import ENV_CREATORS
 EnvRef = str | Callable[[dict], gym.Env]
 
 
+def _plain_gymnasium_warnings() -> None:
+    """Gymnasium colours its warnings with ANSI codes; in a log file (no terminal) they are noise."""
+    import sys
+
+    from gymnasium import logger as gym_logger
+
+    if not sys.stderr.isatty() and hasattr(gym_logger, "colorize"):
+        gym_logger.colorize = lambda text, *args, **kwargs: text
+
+
+_plain_gymnasium_warnings()
+
+
 def _creator(env: EnvRef, env_config: dict) -> Callable[[], gym.Env] | None:
     """A zero-argument factory for a registered name or callable env; None for a Gymnasium id."""
     if callable(env):

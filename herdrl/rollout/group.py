@@ -76,6 +76,30 @@ def _one_line(exc: BaseException) -> str:
     return line if len(line) <= 200 else line[:197] + "..."
 
 
+def _quiet_worker_died_echo() -> None:
+    """Send the raylet's "A worker died or was killed ..." text (~600 characters of ids, echoed by Ray's
+    driver for every dead actor) to the debug log: the runner group says what happened in one line.
+
+    Ray's driver prints it from a thread that looks ``print_to_stdstream`` up in its module on each message,
+    so wrapping that function is enough; if a Ray version lacks it, its text is simply printed as before.
+    """
+    from ray._private import worker as ray_worker
+
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "herd_quiet", False):
+        return
+
+    def print_to_stdstream(data: dict, *args: Any, **kwargs: Any) -> Any:
+        lines = [str(line) for line in data.get("lines", ())] if isinstance(data, dict) else []
+        if lines and data.get("pid") == "raylet" and any("worker died or was killed" in line.lower() for line in lines):
+            logger.debug("herdrl: from the raylet: %s", " ".join(lines))
+            return None
+        return original(data, *args, **kwargs)
+
+    print_to_stdstream.herd_quiet = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = print_to_stdstream
+
+
 def _herd_cause(exc: BaseException) -> HerdError | None:
     """The HerdError inside a Ray error (e.g. an env that cannot be built), if any.
 
@@ -174,6 +198,7 @@ class RayRunnerGroup:
                 f"the Ray cluster cannot place {count} env runners x {cpus:g} CPU "
                 f"(available: {ray.available_resources().get('CPU', 0):g} CPU); "
                 "lower num_env_runners or num_cpus_per_env_runner") from None
+        _quiet_worker_died_echo()
         self._incarnations = [0] * count  # runners started per index so far, restarts included
         self._epoch = 0
         self.actors: list[Any] = [self._start(i) for i in range(count)]
