@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from herdrl.errors import AlgorithmNotFound, ConfigError, EnvError, HerdError
-from herdrl.registry import register_env
+from herdrl.registry import register_encoder, register_env
 
 __version__ = "0.2.0"
 
@@ -61,4 +61,4 @@ def __getattr__(name: str) -> Any:
 __all__ = ["A2C", "A2CConfig", "Algorithm", "AlgorithmConfig", "AlgorithmNotFound", "ConfigError", "DQN", "DQNConfig",
            "EnvError",
            "HerdError", "PPO", "PPOConfig", "Policy", "SAC", "SACConfig", "TRPO",
-           "TRPOConfig", "import_envs", "register_env", "tune", "__version__"]
+           "TRPOConfig", "import_envs", "register_encoder", "register_env", "tune", "__version__"]

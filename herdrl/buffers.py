@@ -2,13 +2,19 @@
 
 Transitions are stored as numpy rings: ``obs``, ``actions``, ``rewards`` (the n-step discounted sum),
 ``next_obs`` and ``discounts`` (gamma**k for a k-step transition, 0 when the episode terminated inside it,
-so a truncated episode still bootstraps from its final observation).
+so a truncated episode still bootstraps from its final observation). Observations keep their stored dtypes
+(``herdrl.obs``: uint8 frames stay uint8, 4x less memory than float32); a Dict/Tuple observation is one ring
+per leaf. Each transition holds its own ``obs`` and ``next_obs``: twice the frames a shared ring of
+observations would need, in exchange for transitions that never depend on their neighbours (n-step, episode
+ends, several runners' fragments interleaved in one ring).
 """
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 
+from herdrl.obs import ObsArray, ObsSpec, obs_map
 from herdrl.rollout.runner import Fragment
 
 REPLAY_DEFAULTS = {"type": "uniform", "capacity": 100_000, "alpha": 0.6, "beta": 0.4}
@@ -32,14 +38,14 @@ def check_replay_config(replay_config: dict, batch_size: int) -> None:
                           f"train_batch_size ({batch_size})")
 
 
-def make_buffer(replay_config: dict, obs_dim: int, rng: np.random.Generator,
+def make_buffer(replay_config: dict, obs: ObsSpec | int, rng: np.random.Generator,
                 action_dim: int | None = None) -> ReplayBuffer:
     """The buffer a ``replay_buffer_config`` describes (``type`` uniform or prioritized)."""
     replay = {**REPLAY_DEFAULTS, **replay_config}
     if replay["type"] == "prioritized":
-        return PrioritizedReplayBuffer(replay["capacity"], obs_dim, rng, alpha=replay["alpha"], beta=replay["beta"],
+        return PrioritizedReplayBuffer(replay["capacity"], obs, rng, alpha=replay["alpha"], beta=replay["beta"],
                                        action_dim=action_dim)
-    return ReplayBuffer(replay["capacity"], obs_dim, rng, action_dim)
+    return ReplayBuffer(replay["capacity"], obs, rng, action_dim)
 
 
 def fragment_transitions(fragment: Fragment, gamma: float, n_step: int = 1) -> dict[str, np.ndarray]:
@@ -64,22 +70,37 @@ def fragment_transitions(fragment: Fragment, gamma: float, n_step: int = 1) -> d
     valid = fragment.valid
     cols = np.broadcast_to(np.arange(envs)[None, :], (steps, envs))
     return {
-        "obs": fragment.obs[:-1][valid],
+        "obs": obs_map(lambda o: o[:-1][valid], fragment.obs),
         "actions": fragment.actions[valid],
         "rewards": rewards[valid],
-        "next_obs": fragment.obs[next_index + 1, cols][valid],
+        "next_obs": obs_map(lambda o: o[next_index[valid] + 1, cols[valid]], fragment.obs),
         "discounts": discounts[valid],
     }
+
+
+def _flat(fields: dict[str, ObsArray]) -> dict[str, np.ndarray]:
+    """Fields as plain arrays: a Dict/Tuple observation's leaves under ``<field>/<leaf>``."""
+    out: dict[str, np.ndarray] = {}
+    for key, value in fields.items():
+        if isinstance(value, dict):
+            out.update({f"{key}/{leaf}": array for leaf, array in value.items()})
+        else:
+            out[key] = value
+    return out
 
 
 class ReplayBuffer:
     """Uniform replay over the last ``capacity`` transitions."""
 
-    def __init__(self, capacity: int, obs_dim: int, rng: np.random.Generator, action_dim: int | None = None) -> None:
-        """``action_dim=None``: Discrete actions (int64 indices); else float32 vectors of that size."""
+    def __init__(self, capacity: int, obs: ObsSpec | int, rng: np.random.Generator,
+                 action_dim: int | None = None) -> None:
+        """``obs``: the observations' stored form (an int n: float32 vectors of size n); ``action_dim=None``:
+        Discrete actions (int64 indices), else float32 vectors of that size."""
         self.capacity, self.rng = capacity, rng
-        self.obs = np.zeros((capacity, obs_dim), np.float32)
-        self.next_obs = np.zeros((capacity, obs_dim), np.float32)
+        spec = ObsSpec(gym.spaces.Box(-np.inf, np.inf, (obs,), np.float32)) if isinstance(obs, int) else obs
+        # np.zeros commits memory page by page as transitions arrive: a large, part-filled buffer costs what it holds.
+        self.obs: ObsArray = spec.zeros((capacity,))
+        self.next_obs: ObsArray = spec.zeros((capacity,))
         self.actions = np.zeros(capacity, np.int64) if action_dim is None else np.zeros((capacity, action_dim),
                                                                                         np.float32)
         self.rewards = np.zeros(capacity, np.float32)
@@ -94,7 +115,7 @@ class ReplayBuffer:
         n = len(batch["rewards"])
         slots = (self.cursor + np.arange(n)) % self.capacity
         for key in FIELDS:
-            getattr(self, key)[slots] = batch[key]
+            obs_map(lambda own, new: own.__setitem__(slots, new), getattr(self, key), batch[key])
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
         return slots
@@ -107,8 +128,8 @@ class ReplayBuffer:
     def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
         """Uniform replay ignores priorities."""
 
-    def _gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
-        return {key: getattr(self, key)[slots] for key in FIELDS}
+    def _gather(self, slots: np.ndarray) -> dict[str, ObsArray]:
+        return {key: obs_map(lambda own: own[slots], getattr(self, key)) for key in FIELDS}
 
     def _stored_slots(self) -> np.ndarray:
         """Slots holding transitions, oldest first."""
@@ -116,8 +137,9 @@ class ReplayBuffer:
         return (start + np.arange(self.size)) % self.capacity
 
     def state(self) -> dict[str, np.ndarray]:
-        """The stored transitions as plain arrays, oldest first (what a checkpoint saves)."""
-        return self._gather(self._stored_slots())
+        """The stored transitions as plain arrays, oldest first (what a checkpoint saves); a Dict/Tuple
+        observation's leaves as ``obs/<leaf>`` and ``next_obs/<leaf>``."""
+        return _flat(self._gather(self._stored_slots()))
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         """Replace the contents with :meth:`state`'s arrays (the newest ``capacity`` of them if there are more).
@@ -125,22 +147,25 @@ class ReplayBuffer:
         Raises ValueError when the arrays do not fit this buffer's shapes.
         """
         n = len(state["rewards"])
-        for key in FIELDS:
-            own = getattr(self, key)
-            if state[key].shape[1:] != own.shape[1:] or len(state[key]) != n:
+        own = _flat({key: getattr(self, key) for key in FIELDS})
+        for key, array in own.items():
+            if key not in state:
+                raise ValueError(f"replay field '{key}' is missing")
+            if state[key].shape[1:] != array.shape[1:] or len(state[key]) != n:
                 raise ValueError(f"replay field '{key}' has shape {state[key].shape}, this buffer "
-                                 f"{('N', *own.shape[1:])}")
+                                 f"{('N', *array.shape[1:])}")
         self.size = self.cursor = 0
         keep = slice(max(0, n - self.capacity), n)
-        self.add({key: state[key][keep] for key in FIELDS})
+        self.add({key: ({leaf: state[f"{key}/{leaf}"][keep] for leaf in value} if isinstance(value, dict)
+                        else state[key][keep]) for key, value in ((k, getattr(self, k)) for k in FIELDS)})
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
     """Proportional prioritized replay: P(i) ~ p_i**alpha, importance weights (N P(i))**-beta / max."""
 
-    def __init__(self, capacity: int, obs_dim: int, rng: np.random.Generator, alpha: float = 0.6,
+    def __init__(self, capacity: int, obs: ObsSpec | int, rng: np.random.Generator, alpha: float = 0.6,
                  beta: float = 0.4, eps: float = 1e-6, action_dim: int | None = None) -> None:
-        super().__init__(capacity, obs_dim, rng, action_dim)
+        super().__init__(capacity, obs, rng, action_dim)
         self.alpha, self.beta, self.eps = alpha, beta, eps
         self.tree_size = 1
         while self.tree_size < capacity:

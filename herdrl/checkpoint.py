@@ -352,22 +352,52 @@ def prune(trial_dir: Path, keep: int, score_attr: str | None = "episode_return_m
 
 
 # ------------------------------------------------------------------- spaces as JSON
+def _bound_json(values: np.ndarray) -> Any:
+    flat = values.reshape(-1)
+    return flat[0].item() if flat.size and (flat == flat[0]).all() else values.tolist()  # one number if uniform
+
+
 def space_to_json(space: gym.Space) -> dict[str, Any]:
-    """Describe a Box or Discrete space in JSON (no pickling)."""
+    """Describe an observation or action space in JSON (no pickling): Box, Discrete, MultiDiscrete, MultiBinary,
+    and Dict/Tuple of them."""
     if isinstance(space, gym.spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, gym.spaces.Box):
         return {"type": "Box", "shape": list(space.shape), "dtype": str(space.dtype),
-                "low": space.low.tolist(), "high": space.high.tolist()}
+                "low": _bound_json(space.low), "high": _bound_json(space.high)}
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": np.asarray(space.nvec).tolist(),
+                "start": np.asarray(space.start).tolist()}
+    if isinstance(space, gym.spaces.MultiBinary):
+        return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
+    if isinstance(space, gym.spaces.Dict):
+        return {"type": "Dict", "spaces": [[key, space_to_json(sub)] for key, sub in space.spaces.items()]}
+    if isinstance(space, gym.spaces.Tuple):
+        return {"type": "Tuple", "spaces": [space_to_json(sub) for sub in space.spaces]}
     raise CheckpointError(f"cannot store space {space} in a checkpoint")
 
 
-def space_from_json(data: dict[str, Any]) -> gym.Space:
+def space_from_json(data: dict[str, Any], depth: int = 0) -> gym.Space:
     """Inverse of :func:`space_to_json`."""
-    if data.get("type") == "Discrete":
-        return gym.spaces.Discrete(data["n"], start=data.get("start", 0))
-    if data.get("type") == "Box":
-        dtype = np.dtype(data["dtype"])
-        return gym.spaces.Box(np.array(data["low"], dtype=dtype), np.array(data["high"], dtype=dtype),
-                              tuple(data["shape"]), dtype)
-    raise CheckpointError(f"unknown space description {data!r} in checkpoint")
+    kind = data.get("type") if isinstance(data, dict) and depth < 32 else None
+    try:
+        if kind == "Discrete":
+            return gym.spaces.Discrete(int(data["n"]), start=int(data.get("start", 0)))
+        if kind == "Box":
+            dtype = np.dtype(data["dtype"])
+            if dtype.kind not in "biuf":
+                raise ValueError(f"dtype {dtype}")
+            shape = tuple(int(n) for n in data["shape"])
+            low, high = (np.broadcast_to(np.array(data[k], dtype=dtype), shape) for k in ("low", "high"))
+            return gym.spaces.Box(low.copy(), high.copy(), shape, dtype)
+        if kind == "MultiDiscrete":
+            return gym.spaces.MultiDiscrete(np.array(data["nvec"], np.int64), start=np.array(data["start"], np.int64))
+        if kind == "MultiBinary":
+            return gym.spaces.MultiBinary(data["n"])
+        if kind == "Dict":
+            return gym.spaces.Dict({str(key): space_from_json(sub, depth + 1) for key, sub in data["spaces"]})
+        if kind == "Tuple":
+            return gym.spaces.Tuple([space_from_json(sub, depth + 1) for sub in data["spaces"]])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"damaged {kind} space description in checkpoint ({exc})") from None
+    raise CheckpointError(f"unknown space description {str(data)[:200]} in checkpoint")

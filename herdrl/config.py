@@ -88,12 +88,23 @@ def shared_field(key: str, default: Any, base: type | None = None) -> Field:
     return dataclasses.replace((base or AlgorithmConfig).fields()[key], default=default)
 
 
-# Keys of the ``model`` dict (RLlib's names) and their defaults.
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+# Keys of the ``model`` dict (RLlib's names where RLlib has one) and their defaults.
 MODEL_DEFAULTS: dict[str, Any] = {
     "fcnet_hiddens": [64, 64],
     "fcnet_activation": "tanh",
-    "vf_share_layers": False,
+    "vf_share_layers": None,  # None: shared for image observations (one CNN), separate otherwise
     "free_log_std": True,  # diagonal Gaussian: state-independent log std (a learned vector)
+    # Image observations (herdrl.models.encoders): None picks the Nature-DQN stack (or a small one below 36 px).
+    "conv_filters": None,  # [[out_channels, kernel, stride(, padding)], ...]
+    "conv_activation": "relu",
+    "conv_type": "default",  # or "impala": the IMPALA ResNet
+    "post_fcnet_hiddens": None,  # dense layers after the CNN; None: 512 Nature, 256 IMPALA, 128 small
+    "custom_encoder": None,  # a herdrl.register_encoder name
+    "custom_encoder_config": {},
 }
 ACTIVATIONS = ("tanh", "relu", "elu", "gelu", "silu", "swish", "linear")
 
@@ -361,9 +372,32 @@ class AlgorithmConfig:
         if model["fcnet_activation"] not in ACTIVATIONS:
             raise ConfigError(f"model key 'fcnet_activation' got {model['fcnet_activation']!r}; "
                               f"expected one of {list(ACTIVATIONS)}")
-        for key in ("vf_share_layers", "free_log_std"):
-            if not isinstance(model[key], bool):
-                raise ConfigError(f"model key '{key}' got {model[key]!r}; expected bool")
+        if not isinstance(model["free_log_std"], bool):
+            raise ConfigError(f"model key 'free_log_std' got {model['free_log_std']!r}; expected bool")
+        if model["vf_share_layers"] is not None and not isinstance(model["vf_share_layers"], bool):
+            raise ConfigError(f"model key 'vf_share_layers' got {model['vf_share_layers']!r}; expected bool or None "
+                              "(None: shared for image observations)")
+        filters = model["conv_filters"]
+        if filters is not None and not (isinstance(filters, (list, tuple)) and filters and all(
+                isinstance(f, (list, tuple)) and len(f) in (3, 4) and all(_positive_int(v) for v in f[:3])
+                and (len(f) == 3 or (isinstance(f[3], int) and f[3] >= 0)) for f in filters)):
+            raise ConfigError(f"model key 'conv_filters' got {filters!r}; expected [[out_channels, kernel, stride], "
+                              "...] of ints > 0 (an optional 4th: padding), or None for the default stack")
+        if model["conv_activation"] not in ACTIVATIONS:
+            raise ConfigError(f"model key 'conv_activation' got {model['conv_activation']!r}; "
+                              f"expected one of {list(ACTIVATIONS)}")
+        if model["conv_type"] not in ("default", "impala"):
+            raise ConfigError(f"model key 'conv_type' got {model['conv_type']!r}; expected 'default' or 'impala'")
+        post = model["post_fcnet_hiddens"]
+        if post is not None and not (isinstance(post, (list, tuple)) and all(_positive_int(h) for h in post)):
+            raise ConfigError(f"model key 'post_fcnet_hiddens' got {post!r}; expected a list of ints > 0 or None")
+        if model["custom_encoder"] is not None and not (isinstance(model["custom_encoder"], str)
+                                                        and model["custom_encoder"]):
+            raise ConfigError(f"model key 'custom_encoder' got {model['custom_encoder']!r}; expected the name "
+                              "given to herdrl.register_encoder")
+        if not isinstance(model["custom_encoder_config"], dict):
+            raise ConfigError(f"model key 'custom_encoder_config' got {model['custom_encoder_config']!r}; "
+                              "expected a dict")
 
     def validate_algorithm(self) -> None:
         """Cross-key rules of one algorithm; subclasses override."""
@@ -380,11 +414,11 @@ class AlgorithmConfig:
             return max(1, math.ceil(self.train_batch_size / self.total_envs))
         return int(self.rollout_fragment_length)
 
-    def build_module(self, obs_dim: int, action_space: Any) -> Any:
+    def build_module(self, observation_space: Any, action_space: Any) -> Any:
         """The network this algorithm learns (an actor-critic by default); runners build the same."""
         from herdrl.models import ActorCritic
 
-        return ActorCritic(obs_dim, action_space, self.model)
+        return ActorCritic(observation_space, action_space, self.model)
 
     def runner_policy(self, module: Any, rng: Any) -> Any:
         """How runners pick actions with ``module``: its numpy twin where it has one, else torch."""

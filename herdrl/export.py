@@ -1,8 +1,8 @@
 """Export the greedy policy of a checkpoint as a standalone file: ``torch.export`` (.pt2) or ONNX.
 
-The exported program takes a batch of *raw* observations (float32 ``(batch, *obs_shape)`` for Box, int64
-``(batch,)`` for Discrete) and returns env-ready actions (int64 indices, or float32 clipped to the Box
-bounds) — no herdrl needed to run it::
+The exported program takes a batch of *raw* observations (``(batch, *obs_shape)``: float32 for a float Box,
+the Box's own dtype for integer Boxes such as uint8 frames, int64 ``(batch,)`` for Discrete) and returns
+env-ready actions (int64 indices, or float32 clipped to the Box bounds) — no herdrl needed to run it::
 
     program = torch.export.load("policy.pt2").module();  actions = program(obs)
     session = onnxruntime.InferenceSession("policy.onnx");  actions = session.run(None, {"obs": obs})[0]
@@ -29,13 +29,12 @@ class GreedyPolicy(nn.Module):
 
     def __init__(self, policy: Policy) -> None:
         super().__init__()
-        self.module = policy.module  # any herdrl network: its greedy() gives the action
-        self.action_dim = policy.module.action_dim
-        obs_space, action_space = policy.observation_space, policy.action_space
-        self.obs_discrete = isinstance(obs_space, gym.spaces.Discrete)
-        self.obs_n = int(obs_space.n) if self.obs_discrete else 0
-        self.obs_start = int(obs_space.start) if self.obs_discrete else 0
-        self.obs_dim = policy.encode.dim
+        if not policy.obs_spec.single:
+            raise HerdError(f"export takes one observation array; this policy's observations are "
+                            f"{type(policy.observation_space).__name__} ({len(policy.obs_spec.leaves)} parts): use "
+                            "herdrl.Policy.from_checkpoint in Python instead")
+        self.module = policy.module  # any herdrl network: its encoder takes raw observations, greedy() the action
+        action_space = policy.action_space
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.action_start = int(action_space.start) if self.discrete else 0
         self.action_shape = tuple(action_space.shape or ())
@@ -45,21 +44,16 @@ class GreedyPolicy(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Greedy actions for a batch of raw observations."""
-        if self.obs_discrete:
-            x = nn.functional.one_hot(obs.long() - self.obs_start, self.obs_n).float()
-        else:
-            x = obs.reshape(obs.shape[0], self.obs_dim).float()
-        action = self.module.greedy(x)
+        action = self.module.greedy(obs)
         if self.discrete:
             return action + self.action_start
         return torch.clamp(action, self.low, self.high).reshape(obs.shape[0], *self.action_shape)
 
 
 def example_obs(policy: Policy, batch: int = 2) -> torch.Tensor:
-    """A batch of observations of the right dtype and shape (for tracing and tests)."""
+    """A batch of observations of the stored dtype (float32, uint8 frames, int64 indices) and shape."""
     space = policy.observation_space
-    samples = np.stack([space.sample() for _ in range(batch)])
-    return torch.as_tensor(samples, dtype=torch.int64 if isinstance(space, gym.spaces.Discrete) else torch.float32)
+    return torch.as_tensor(policy.obs_spec.batch(np.stack([space.sample() for _ in range(batch)])))
 
 
 def export_policy(checkpoint: str | Path, fmt: str, out: str | Path) -> Path:

@@ -14,7 +14,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from herdrl.env import ObsEncoder
+from herdrl.models.encoders import to_torch
+from herdrl.obs import ObsSpec
 
 
 class Policy:
@@ -24,7 +25,7 @@ class Policy:
         self.module = module
         self.observation_space = observation_space
         self.action_space = action_space
-        self.encode = ObsEncoder(observation_space)
+        self.obs_spec = ObsSpec(observation_space)
         self._discrete = isinstance(action_space, gym.spaces.Discrete)
 
     @classmethod
@@ -37,7 +38,7 @@ class Policy:
         obs_space = space_from_json(meta["spaces"]["observation"])
         action_space = space_from_json(meta["spaces"]["action"])
         config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta, makes_env=False))
-        module = config.build_module(ObsEncoder(obs_space).dim, action_space)
+        module = config.build_module(obs_space, action_space)
         try:
             module.load_state_dict(read_tensors(meta["path"])["learner"]["module"])
         except (KeyError, RuntimeError) as exc:
@@ -50,9 +51,12 @@ class Policy:
 
     @torch.no_grad()
     def compute_actions(self, obs_batch: Any, explore: bool = False) -> np.ndarray:
-        """Actions for a batch of raw observations: env-ready (Discrete offset applied, Box clipped)."""
-        encoded = torch.from_numpy(self.encode(np.asarray(obs_batch))).to(self._device())
-        actions = self.module.act(encoded, explore=explore).cpu().numpy()
+        """Actions for a batch of raw observations (for Dict/Tuple spaces: as a vector env batches them, a dict or
+        tuple of batched arrays): env-ready (Discrete offset applied, Box clipped)."""
+        obs = to_torch(self.obs_spec.batch(obs_batch), self._device())
+        return self._env_actions(self.module.act(obs, explore=explore).cpu().numpy())
+
+    def _env_actions(self, actions: np.ndarray) -> np.ndarray:
         if self._discrete:
             return actions + int(self.action_space.start)
         actions = actions.reshape(len(actions), *self.action_space.shape)
@@ -60,5 +64,6 @@ class Policy:
 
     def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
         """The action for one observation: an int (Discrete) or an array (Box)."""
-        action = self.compute_actions(np.asarray(obs)[None], explore=explore)[0]
+        obs = to_torch(self.obs_spec.one(obs), self._device())
+        action = self._env_actions(self.module.act(obs, explore=explore).cpu().numpy())[0]
         return int(action) if self._discrete else action

@@ -1,4 +1,4 @@
-"""Name lookups: algorithm names -> config classes, env names -> creators.
+"""Name lookups: algorithm names -> config classes, env names -> creators, encoder names -> factories.
 
 Algorithms are imported only when asked for, so ``import herdrl`` stays light.
 """
@@ -47,3 +47,33 @@ def register_env(name: str, creator: Callable[[dict], Any]) -> None:
     if not callable(creator):
         raise TypeError(f"register_env('{name}', creator): creator must be callable, got {creator!r}")
     ENV_CREATORS[name] = creator
+
+
+#: Names given to :func:`register_encoder` -> factory(observation_space, config) -> nn.Module with ``out_dim``.
+ENCODERS: dict[str, Callable[[Any, dict], Any]] = {}
+
+
+def register_encoder(name: str, factory: Callable[[Any, dict], Any]) -> None:
+    """Make your own encoder available as ``model={"custom_encoder": name, "custom_encoder_config": {...}}``.
+
+    ``factory(observation_space, custom_encoder_config)`` returns a ``torch.nn.Module`` with an int attribute
+    ``out_dim``; its ``forward`` gets a batch of observations in the space's own structure (dicts and tuples
+    of tensors) and dtypes (uint8 frames as uint8, Discrete leaves as int64 indices) and returns
+    ``(batch, out_dim)`` float features. The algorithm's heads go on top. Register it in a module you pass to
+    ``--import`` so that runners, resumed runs and ``herd evaluate`` can build it too. Example::
+
+        class Tiny(nn.Module):
+            def __init__(self, space, config):
+                super().__init__()
+                self.out_dim = config.get("width", 32)
+                self.net = nn.Sequential(nn.Flatten(), nn.LazyLinear(self.out_dim), nn.ReLU())
+            def forward(self, obs):
+                return self.net(obs.float())
+
+        herdrl.register_encoder("tiny", Tiny)
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError("register_encoder(name, factory): name must be a non-empty string")
+    if not callable(factory):
+        raise TypeError(f"register_encoder('{name}', factory): factory must be callable, got {factory!r}")
+    ENCODERS[name] = factory

@@ -55,12 +55,69 @@ class RaisingEnv(Countdown):
         raise RuntimeError("simulator crashed")
 
 
-class DictObsEnv(Countdown):
+class TextObsEnv(Countdown):
     """An observation space herdrl does not support."""
 
     def __init__(self, config=None):
         super().__init__(config)
-        self.observation_space = gym.spaces.Dict({"a": gym.spaces.Discrete(2)})
+        self.observation_space = gym.spaces.Dict({"a": gym.spaces.Text(5)})
+
+
+class DictCue(gym.Env):
+    """Dict observation, nested: {"cue": Discrete(2), "signal": (Box sign in {-1, 1}, MultiBinary(3) noise)}.
+
+    Reward 1 when the action equals cue XOR (sign > 0): a policy must read both leaves (each alone says
+    nothing). 8 steps per episode: random play earns 4 on average, a perfect policy 8.
+    """
+
+    def __init__(self, config=None):
+        self.observation_space = gym.spaces.Dict({
+            "cue": gym.spaces.Discrete(2),
+            "signal": gym.spaces.Tuple((gym.spaces.Box(-1, 1, (1,), np.float32), gym.spaces.MultiBinary(3)))})
+        self.action_space = gym.spaces.Discrete(2)
+
+    def _observe(self):
+        self.cue, self.sign = int(self.np_random.integers(2)), float(self.np_random.choice([-1.0, 1.0]))
+        return {"cue": self.cue, "signal": (np.array([self.sign], np.float32),
+                                            self.np_random.integers(0, 2, 3).astype(np.int8))}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._observe(), {}
+
+    def step(self, action):
+        reward = float(int(action) == (self.cue ^ int(self.sign > 0)))
+        self.t += 1
+        return self._observe(), reward, False, self.t >= 8, {}
+
+
+class MovingDot(gym.Env):
+    """A dot moves one pixel left or right between two 10 x 10 uint8 frames (HWC, 2 channels: before, after); the
+    action says which way (reward 1 when right). Only a working image encoder can tell: every step shows a new
+    dot at a random place. 10 steps per episode: random play earns 5, a perfect policy 10."""
+
+    def __init__(self, config=None):
+        self.observation_space = gym.spaces.Box(0, 255, (10, 10, 2), np.uint8)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def _observe(self):
+        self.direction = int(self.np_random.integers(2))
+        row, col = self.np_random.integers(0, 10), self.np_random.integers(1, 9)
+        frames = np.zeros((10, 10, 2), np.uint8)
+        frames[row, col, 0] = 255
+        frames[row, col + (1 if self.direction else -1), 1] = 255
+        return frames
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._observe(), {}
+
+    def step(self, action):
+        reward = float(int(action) == self.direction)
+        self.t += 1
+        return self._observe(), reward, False, self.t >= 10, {}
 
 
 class MultiDiscreteActionEnv(Countdown):

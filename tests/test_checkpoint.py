@@ -418,3 +418,28 @@ def test_a_crafted_folder_cannot_redirect_writes_or_stall_a_loader(tmp_path):
     (good / "checkpoint.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="its env is not a printable name"):
         Algorithm.from_checkpoint(good)
+
+
+@pytest.mark.parametrize("name", ["ppo-cartpole", "dqn-cartpole", "sac-pendulum"])
+def test_checkpoints_of_the_previous_release_load_and_train_on(name, tmp_path):
+    """tests/checkpoints_v2 were written by herdrl 0.2.0 (format 2, MLPs before encoders existed): today's
+    code loads them, acts as they did, and trains on from them (weights, target networks, optimizers)."""
+    import shutil
+
+    import numpy as np
+
+    from herdrl import Algorithm
+    from herdrl.policy import Policy
+
+    source = Path(__file__).parent / "checkpoints_v2"
+    case = json.loads((source / "expected.json").read_text())[name]
+    path = tmp_path / case["checkpoint"]
+    shutil.copytree(source / case["checkpoint"], path)
+    policy = Policy.from_checkpoint(path)
+    actions = [np.asarray(policy.compute_single_action(np.asarray(o, np.float32))).tolist() for o in case["obs"]]
+    assert np.allclose(actions, case["actions"], atol=1e-6)
+    algo = Algorithm.from_checkpoint(path)
+    assert algo.iteration == 1
+    result = algo.train()
+    assert result["training_iteration"] == 2 and np.isfinite(result["num_env_steps_sampled_lifetime"])
+    algo.stop()

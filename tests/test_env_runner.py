@@ -4,12 +4,13 @@ import sys
 import numpy as np
 import pytest
 import torch
-from envs import BadShapeEnv, Countdown, DictObsEnv, MultiDiscreteActionEnv, NaNEnv, RaisingEnv
+from envs import BadShapeEnv, Countdown, MultiDiscreteActionEnv, NaNEnv, RaisingEnv, TextObsEnv
 
 import herdrl
 from herdrl import EnvError, PPOConfig
-from herdrl.env import ObsEncoder, make_vector_env
+from herdrl.env import make_vector_env
 from herdrl.models import ActorCritic, NumpyPolicy
+from herdrl.models.encoders import build_encoder
 from herdrl.rollout import EnvRunner, compute_gae
 
 
@@ -81,7 +82,8 @@ def test_wrong_observation_shape_and_raising_env_are_clear_errors():
 
 
 @pytest.mark.parametrize("env_cls, message", [
-    (DictObsEnv, r"observation space Dict\('a': Discrete\(2\)\); herdrl supports Box and Discrete"),
+    (TextObsEnv, r"observation space Dict\('a': Text\(1, 5, .*\)\), whose Text space 'a' .* herdrl cannot "
+                 r"encode; herdrl takes Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of them"),
     (MultiDiscreteActionEnv, r"action space MultiDiscrete\(\[2 3\]\); herdrl supports Discrete and Box"),
 ])
 def test_unsupported_spaces_fail_at_build_time_naming_the_space(env_cls, message):
@@ -139,9 +141,11 @@ def test_a_vector_env_that_is_not_next_step_is_refused_not_assumed(declare, says
 def test_discrete_observations_are_one_hot():
     import gymnasium as gym
 
-    encode = ObsEncoder(gym.spaces.Discrete(4))
-    assert encode(np.array([0, 3])).tolist() == [[1, 0, 0, 0], [0, 0, 0, 1]]
-    assert ObsEncoder(gym.spaces.Box(0, 1, (2, 3))).dim == 6
+    encoder = build_encoder(gym.spaces.Discrete(4, start=1), {"fcnet_hiddens": [], "fcnet_activation": "tanh"})
+    assert encoder(torch.tensor([1, 4])).tolist() == [[1, 0, 0, 0], [0, 0, 0, 1]]
+    assert encoder.numpy_input()(np.array([1, 4])).tolist() == [[1, 0, 0, 0], [0, 0, 0, 1]]
+    box = build_encoder(gym.spaces.Box(0, 1, (2, 3)), {"fcnet_hiddens": [], "fcnet_activation": "tanh"})
+    assert box.out_dim == 6
 
 
 @pytest.mark.parametrize("space", ["discrete", "box", "box_state_dependent_std"])
@@ -152,7 +156,7 @@ def test_numpy_policy_samples_from_the_torch_modules_distribution(space):
     model = {"fcnet_hiddens": [16, 16], "fcnet_activation": "relu", "vf_share_layers": False,
              "free_log_std": space != "box_state_dependent_std"}
     torch.manual_seed(0)
-    module = ActorCritic(5, action_space, model)
+    module = ActorCritic(gym.spaces.Box(-np.inf, np.inf, (5,)), action_space, model)
     for p in module.parameters():  # move away from the near-uniform initial policy
         torch.nn.init.normal_(p, std=0.5)
     obs = np.random.default_rng(0).normal(size=(1, 5)).astype(np.float32)
@@ -183,8 +187,9 @@ def test_numpy_policy_samples_from_the_torch_modules_distribution(space):
 def test_numpy_policy_follows_load_state_dict():
     import gymnasium as gym
 
-    module = ActorCritic(2, gym.spaces.Discrete(2), {"fcnet_hiddens": [4], "fcnet_activation": "tanh",
-                                                     "vf_share_layers": False, "free_log_std": True})
+    module = ActorCritic(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2),
+                         {"fcnet_hiddens": [4], "fcnet_activation": "tanh", "vf_share_layers": False,
+                          "free_log_std": True})
     policy = NumpyPolicy(module, np.random.default_rng(0))
     state = {k: torch.zeros_like(v) for k, v in module.state_dict().items()}
     state["pi_head.bias"] = torch.tensor([0.0, 5.0])

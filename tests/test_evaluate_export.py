@@ -105,3 +105,37 @@ def test_periodic_evaluation_reports_greedy_episodes():
     assert second["evaluation/num_episodes"] == 4 and second["evaluation/episode_return_mean"] > 0
     with pytest.raises(Exception, match="evaluation_config key 'epsilon' is not supported"):
         PPOConfig().environment("CartPole-v1").evaluation(evaluation_config={"epsilon": 0.1}).build()
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_onnx_export_of_an_image_policy_takes_uint8_frames_and_matches_torch(tmp_path):
+    """A CNN policy exports with uint8 frames as its input (scaling inside the graph); ONNX Runtime's actions
+    equal the torch policy's. A Dict-observation policy is refused with one line."""
+    import onnxruntime as ort
+    from envs import DictCue, MovingDot
+
+    import herdrl
+    from herdrl.errors import HerdError
+    from herdrl.export import export_policy
+    from herdrl.policy import Policy
+
+    herdrl.register_env("moving_dot", MovingDot)
+    algo = PPOConfig().environment("moving_dot").training(train_batch_size=64, minibatch_size=32).build()
+    algo.train()
+    path = algo.save(tmp_path / "dot")
+    out = export_policy(path, "onnx", tmp_path / "dot.onnx")
+    session = ort.InferenceSession(str(out))
+    assert session.get_inputs()[0].type == "tensor(uint8)"
+    env = MovingDot()
+    env.reset(seed=0)
+    frames = np.stack([env.step(0)[0] for _ in range(16)])
+    got = session.run(None, {"obs": frames})[0]
+    policy = Policy.from_checkpoint(path)
+    assert got.tolist() == [policy.compute_single_action(f) for f in frames]
+    algo.stop()
+    herdrl.register_env("dict_cue", DictCue)
+    algo = PPOConfig().environment("dict_cue").training(train_batch_size=64, minibatch_size=32).build()
+    algo.train()
+    with pytest.raises(HerdError, match="export takes one observation array; this policy's observations are Dict"):
+        export_policy(algo.save(tmp_path / "cue"), "onnx", tmp_path / "cue.onnx")
+    algo.stop()

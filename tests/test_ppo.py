@@ -51,7 +51,7 @@ def test_ppo_trains_on_discrete_observations_frozenlake():
     config = (PPOConfig().environment("FrozenLake-v1", env_config={"is_slippery": False})
               .training(train_batch_size=512, minibatch_size=128, entropy_coeff=0.01).debugging(seed=0))
     algo = config.build()
-    assert algo.encode.dim == 16  # one-hot observations
+    assert algo.module.pi_encoder.out_dim == 64 and algo.module.pi_encoder.mlp[0].in_features == 16  # one-hot
     result = train_until(algo, reward=0.9, max_steps=60_000)
     assert result["episode_return_mean"] >= 0.9, result
     assert algo.compute_single_action(0) in (1, 2)  # down or right from the start
@@ -113,8 +113,8 @@ def raw_policy_and_values(module, obs):
     import torch
 
     with torch.no_grad():
-        dist = torch.distributions.Categorical(logits=module.pi_head(module.pi_body(obs)))
-        return dist, module.vf_head(module.vf_body(obs)).squeeze(-1)
+        dist = torch.distributions.Categorical(logits=module.pi_head(module.pi_encoder(obs)))
+        return dist, module.vf_head(module.vf_encoder(obs)).squeeze(-1)
 
 
 def test_ppo_loss_is_rllibs_formula_computed_by_hand():

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from envs import Countdown, DictObsEnv
+from envs import Countdown, TextObsEnv
 
 import herdrl
 from herdrl import EnvError, PPOConfig
@@ -160,9 +160,9 @@ def test_registered_env_is_shipped_to_runners_and_bad_spaces_fail_at_build():
     result = algo.train()
     assert result["episode_len_mean"] == 4
     algo.stop()
-    herdrl.register_env("dict_obs", DictObsEnv)
+    herdrl.register_env("text_obs", TextObsEnv)
     with pytest.raises(EnvError, match="observation space Dict"):
-        PPOConfig().environment("dict_obs").env_runners(num_env_runners=1).build()
+        PPOConfig().environment("text_obs").env_runners(num_env_runners=1).build()
     with pytest.raises(EnvError, match="did you mean 'CartPole-v1'"):
         PPOConfig().environment("CartPol-v1").env_runners(num_env_runners=1).build()
 

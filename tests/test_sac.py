@@ -113,7 +113,7 @@ def test_sac_on_a_box_bounded_at_float32_max_gives_finite_actions():
     from herdrl.models.sac_networks import SACModule
 
     wide = np.finfo(np.float32).max
-    nets = SACModule(2, gym.spaces.Box(-wide, wide, (1,), np.float32),
+    nets = SACModule(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Box(-wide, wide, (1,), np.float32),
                        {"fcnet_hiddens": [8], "fcnet_activation": "relu"})
     assert torch.isfinite(nets.action_scale).all() and torch.isfinite(nets.action_bias).all()
     action, _ = nets.sample(torch.zeros(4, 2))

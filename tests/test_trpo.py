@@ -20,7 +20,7 @@ def test_trpo_solves_cartpole_within_a_fixed_budget():
 def _action_distribution(module, obs):
     """The policy's distribution on ``obs``, built here from the raw layers and parameters (not via the module's
     own distribution helpers, which are what is under test)."""
-    out = module.pi_head(module.pi_body(obs))
+    out = module.pi_head(module.pi_encoder(obs))
     if module.discrete:
         return torch.distributions.Categorical(logits=out)
     if module.free_log_std:

@@ -30,9 +30,10 @@ from herdrl.checkpoint import (
     write_checkpoint,
 )
 from herdrl.config import AlgorithmConfig
-from herdrl.env import ObsEncoder, env_reward_threshold
+from herdrl.env import env_reward_threshold
 from herdrl.env.imports import env_origin
 from herdrl.errors import ConfigError
+from herdrl.obs import ObsSpec
 from herdrl.policy import Policy
 from herdrl.rollout import Fragment
 from herdrl.rollout.group import make_runner_group
@@ -70,8 +71,8 @@ class Algorithm:
         self.runners = make_runner_group(config)
         self.observation_space: gym.Space = self.runners.observation_space
         self.action_space: gym.Space = self.runners.action_space
-        self.encode = ObsEncoder(self.observation_space)
-        self.module = config.build_module(self.encode.dim, self.action_space).to(self.device)
+        self.obs_spec = ObsSpec(self.observation_space)
+        self.module = config.build_module(self.observation_space, self.action_space).to(self.device)
         self.policy = Policy(self.module, self.observation_space, self.action_space)
         self.last_result: dict[str, Any] = {}
         self._evaluator: Any = None
@@ -240,9 +241,10 @@ class Algorithm:
             raise CheckpointError(f"checkpoint '{where}' is a {meta.get('algorithm')} checkpoint, not "
                                   f"{self.config.algo_name}: load it with Algorithm.from_checkpoint")
         for kind, space in (("observation", self.observation_space), ("action", self.action_space)):
-            if meta["spaces"][kind] != space_to_json(space):
-                raise CheckpointError(f"checkpoint '{where}' was trained with {kind} space "
-                                      f"{space_from_json(meta['spaces'][kind])}; this env has {space}")
+            trained = space_from_json(meta["spaces"][kind])
+            if trained != space or trained.dtype != space.dtype:
+                raise CheckpointError(f"checkpoint '{where}' was trained with {kind} space {trained}; this env "
+                                      f"has {space}")
         tensors = read_tensors(where)
         try:
             self.load_learner_state(tensors["learner"])

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from herdrl.algorithms.off_policy import OffPolicyAlgorithm, OffPolicyConfig
-from herdrl.config import Field, shared_field
+from herdrl.config import MODEL_DEFAULTS, Field, shared_field
 from herdrl.errors import ConfigError
 from herdrl.optim import Adam
 
@@ -29,8 +29,7 @@ class DQNConfig(OffPolicyConfig):
         "lr": shared_field("lr", 2.3e-3),
         "gamma": shared_field("gamma", 0.99),
         "grad_clip": shared_field("grad_clip", 10.0),
-        "model": shared_field("model", {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu",
-                                        "vf_share_layers": False, "free_log_std": True}),
+        "model": shared_field("model", {**MODEL_DEFAULTS, "fcnet_hiddens": [256, 256], "fcnet_activation": "relu"}),
         "target_network_update_freq": Field(256, (int,), "training", low=1, doc="env steps between updates"),
         "tau": Field(1.0, (float,), "training", low=0, low_open=True, high=1, doc="1: hard copy; <1: Polyak"),
         "double_q": Field(True, (bool,), "training"),
@@ -47,7 +46,7 @@ class DQNConfig(OffPolicyConfig):
         if not points or not all(isinstance(p, (list, tuple)) and len(p) == 2 and 0 <= p[1] <= 1 for p in points):
             raise ConfigError(f"config key 'epsilon' got {points!r}; expected [[env_step, epsilon in [0, 1]], ...]")
 
-    def build_module(self, obs_dim: int, action_space: object) -> nn.Module:
+    def build_module(self, observation_space: object, action_space: object) -> nn.Module:
         """A Q-network (dueling if asked)."""
         import gymnasium as gym
 
@@ -55,13 +54,13 @@ class DQNConfig(OffPolicyConfig):
 
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ConfigError(f"DQN needs Discrete actions; this env has {action_space} (use PPO or SAC)")
-        return QNetwork(obs_dim, action_space, self.model, dueling=self.dueling)
+        return QNetwork(observation_space, action_space, self.model, dueling=self.dueling)
 
     def runner_policy(self, module: nn.Module, rng: np.random.Generator) -> object:
-        """Epsilon-greedy in numpy."""
-        from herdrl.models.q_network import NumpyQPolicy
+        """Epsilon-greedy (numpy for MLPs, torch for CNNs)."""
+        from herdrl.models.q_network import EpsilonGreedyPolicy
 
-        return NumpyQPolicy(module, rng)
+        return EpsilonGreedyPolicy(module, rng)
 
     @classmethod
     def algo_class(cls) -> type:

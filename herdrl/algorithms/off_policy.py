@@ -21,7 +21,6 @@ from herdrl.algorithms.base import Algorithm
 from herdrl.buffers import REPLAY_DEFAULTS, ReplayBuffer, check_replay_config, fragment_transitions, make_buffer
 from herdrl.checkpoint import CheckpointError, read_arrays
 from herdrl.config import AlgorithmConfig, Field, shared_field
-from herdrl.errors import ConfigError
 
 logger = logging.getLogger("herdrl")
 
@@ -47,11 +46,8 @@ class OffPolicyConfig(AlgorithmConfig):
     ALIASES = {"learning_starts": "num_steps_sampled_before_learning_starts"}
 
     def validate_algorithm(self) -> None:
-        """Replay settings; an activation the runners' numpy policies implement."""
+        """Replay settings."""
         check_replay_config(self.replay_buffer_config, self.train_batch_size)
-        if self.model["fcnet_activation"] not in ("tanh", "relu", "linear"):
-            raise ConfigError(f"model key 'fcnet_activation' got {self.model['fcnet_activation']!r}; "
-                              f"{self.algo_name} supports tanh, relu, linear")
 
 
 class OffPolicyAlgorithm(Algorithm):
@@ -61,13 +57,13 @@ class OffPolicyAlgorithm(Algorithm):
         """The replay buffer and a frozen target copy of the network."""
         self.buffer = self._empty_buffer()
         self._replay_debt = 0.0  # replayed transitions owed to keep training_intensity
-        self.target = self.config.build_module(self.encode.dim, self.action_space).to(self.device)
+        self.target = self.config.build_module(self.observation_space, self.action_space).to(self.device)
         self.target.load_state_dict(self.module.state_dict())
         self.target.requires_grad_(False)
 
     def _empty_buffer(self) -> ReplayBuffer:
         """A new buffer as ``replay_buffer_config`` says (vector actions for Box spaces)."""
-        return make_buffer(self.config.replay_buffer_config, self.encode.dim, self.rng,
+        return make_buffer(self.config.replay_buffer_config, self.obs_spec, self.rng,
                            None if self.module.discrete else self.module.action_dim)
 
     def exploration(self, env_steps: int) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from herdrl.algorithms.base import Algorithm
 from herdrl.config import AlgorithmConfig, Field, migrate_value_loss_coeff, shared_field
 from herdrl.errors import ConfigError
 from herdrl.optim import Adam
-from herdrl.rollout.batch import on_policy_batch
+from herdrl.rollout.batch import on_policy_batch, take
 
 
 class PPOConfig(AlgorithmConfig):
@@ -89,7 +89,7 @@ class PPO(Algorithm):
         for _ in range(cfg.num_epochs):
             for idx in np.array_split(self.rng.permutation(size), num_minibatches):
                 idx = torch.from_numpy(idx).to(self.device)
-                loss, stats = self.loss({key: value[idx] for key, value in batch.items()})
+                loss, stats = self.loss(take(batch, idx))
                 self.optimizer.zero_grad()
                 loss.backward()
                 stats["grad_norm"] = nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip or float("inf"))

@@ -12,7 +12,7 @@ from torch import nn
 
 from herdrl.algorithms.dqn import polyak_update
 from herdrl.algorithms.off_policy import OffPolicyAlgorithm, OffPolicyConfig
-from herdrl.config import Field, shared_field
+from herdrl.config import MODEL_DEFAULTS, Field, shared_field
 from herdrl.errors import ConfigError
 from herdrl.optim import Adam
 
@@ -27,8 +27,8 @@ class SACConfig(OffPolicyConfig):
         "train_batch_size": shared_field("train_batch_size", 256),
         "lr": shared_field("lr", 1e-3),
         "gamma": shared_field("gamma", 0.99),
-        "model": shared_field("model", {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu",
-                                        "vf_share_layers": False, "free_log_std": False}),
+        "model": shared_field("model", {**MODEL_DEFAULTS, "fcnet_hiddens": [256, 256], "fcnet_activation": "relu",
+                                        "free_log_std": False}),
         "training_intensity": shared_field("training_intensity", 256.0, OffPolicyConfig),  # a step per env step
         "num_steps_sampled_before_learning_starts": shared_field("num_steps_sampled_before_learning_starts", 100,
                                                                  OffPolicyConfig),
@@ -58,14 +58,14 @@ class SACConfig(OffPolicyConfig):
         if isinstance(self.target_entropy, str) and self.target_entropy != "auto":
             raise ConfigError(f"config key 'target_entropy' got {self.target_entropy!r}; expected 'auto' or a float")
 
-    def build_module(self, obs_dim: int, action_space: object) -> nn.Module:
+    def build_module(self, observation_space: object, action_space: object) -> nn.Module:
         """Actor and twin critics (Box actions only)."""
         from herdrl.models.sac_networks import SACModule
 
-        return SACModule(obs_dim, action_space, self.model, twin_q=self.twin_q)
+        return SACModule(observation_space, action_space, self.model, twin_q=self.twin_q)
 
     def runner_policy(self, module: nn.Module, rng: np.random.Generator) -> object:
-        """The squashed-Gaussian actor in numpy."""
+        """The squashed-Gaussian actor (numpy for MLPs, torch for CNNs)."""
         from herdrl.models.sac_networks import NumpySACPolicy
 
         return NumpySACPolicy(module, rng)

@@ -19,7 +19,7 @@ from herdrl.algorithms.base import Algorithm
 from herdrl.config import AlgorithmConfig, Field, shared_field
 from herdrl.errors import ConfigError
 from herdrl.optim import Adam
-from herdrl.rollout.batch import on_policy_batch
+from herdrl.rollout.batch import on_policy_batch, take
 
 
 class TRPOConfig(AlgorithmConfig):
@@ -157,7 +157,8 @@ class TRPO(Algorithm):
         for _ in range(cfg.num_critic_updates):
             for idx in np.array_split(self.rng.permutation(size), minibatches):
                 idx = torch.from_numpy(idx).to(self.device)
-                loss = 0.5 * (self.module.value(batch["obs"][idx]) - batch["returns"][idx]).pow(2).mean()
+                part = take(batch, idx)
+                loss = 0.5 * (self.module.value(part["obs"]) - part["returns"]).pow(2).mean()
                 self.optimizer.zero_grad()
                 loss.backward()
                 self.optimizer.step()

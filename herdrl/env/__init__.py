@@ -2,7 +2,6 @@
 
 from herdrl.env import testing
 from herdrl.env.vector import (
-    ObsEncoder,
     check_spaces,
     env_reward_threshold,
     make_single_env,
@@ -11,4 +10,4 @@ from herdrl.env.vector import (
 
 testing.register()  # herd/Latency-v0, herd/Faulty-v0
 
-__all__ = ["ObsEncoder", "check_spaces", "env_reward_threshold", "make_single_env", "make_vector_env"]
+__all__ = ["check_spaces", "env_reward_threshold", "make_single_env", "make_vector_env"]

@@ -137,39 +137,15 @@ def env_reward_threshold(env: EnvRef) -> float | None:
 
 
 def check_spaces(obs_space: gym.Space, action_space: gym.Space, env: EnvRef = "env") -> None:
-    """Raise EnvError unless the spaces are ones herdrl's models handle."""
-    if not isinstance(obs_space, (gym.spaces.Box, gym.spaces.Discrete)):
-        raise EnvError(f"env '{env}' has observation space {obs_space}; herdrl supports Box and Discrete "
-                       "observations (flatten others with gymnasium.wrappers.FlattenObservation)")
+    """Raise EnvError unless the spaces are ones herdrl's models handle (the algorithm checks its own actions)."""
+    from herdrl.obs import leaf_spaces
+
+    try:
+        leaf_spaces(obs_space)
+    except TypeError as exc:
+        raise EnvError(f"env '{env}' has observation space {obs_space}, whose {exc} herdrl cannot encode; herdrl "
+                       "takes Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of them") from None
     if not isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete)):
         raise EnvError(f"env '{env}' has action space {action_space}; herdrl supports Discrete and Box actions")
     if isinstance(action_space, gym.spaces.Box) and not np.issubdtype(action_space.dtype, np.floating):
         raise EnvError(f"env '{env}' has integer Box action space {action_space}; use Discrete or a float Box")
-
-
-class ObsEncoder:
-    """Turns a batch of raw observations into a float32 ``(batch, dim)`` array.
-
-    Box: flattened and cast. Discrete: one-hot (e.g. FrozenLake's 16 states -> 16 floats).
-    """
-
-    def __init__(self, space: gym.Space) -> None:
-        self.space = space
-        if isinstance(space, gym.spaces.Discrete):
-            self.dim = int(space.n)
-            self._eye = np.eye(space.n, dtype=np.float32)
-            self._start = int(space.start)
-        else:
-            self.dim = int(np.prod(space.shape))
-
-    def __call__(self, obs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Encode a batch; with ``out``, write into it (no temporary array) and return it."""
-        obs = np.asarray(obs)
-        if isinstance(self.space, gym.spaces.Discrete):
-            encoded = self._eye[obs.astype(np.int64, copy=False) - self._start]
-        else:
-            encoded = obs.reshape(obs.shape[0], self.dim)
-        if out is None:
-            return encoded.astype(np.float32, copy=False)
-        np.copyto(out, encoded, casting="unsafe")
-        return out

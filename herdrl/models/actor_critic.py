@@ -1,31 +1,27 @@
-"""MLP actor-critic with a Categorical (Discrete actions) or diagonal Gaussian (Box actions) head."""
+"""Actor-critic: an encoder (``herdrl.models.encoders``) with a Categorical (Discrete actions) or diagonal
+Gaussian (Box actions) policy head and a value head."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
-ACTIVATION_MODULES: dict[str, type[nn.Module]] = {
-    "tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU,
-    "silu": nn.SiLU, "swish": nn.SiLU, "linear": nn.Identity,
-}
+from herdrl.models.encoders import (  # noqa: F401  (mlp_body: imported from here by older code)
+    ACTIVATION_MODULES,
+    build_encoder,
+    has_image,
+    legacy_keys,
+    mlp_body,
+    to_torch,
+)
+from herdrl.obs import obs_len
+
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-
-
-def mlp_body(in_dim: int, hiddens: list[int], activation: str) -> nn.Sequential:
-    """Linear + activation layers; orthogonal init (gain sqrt 2), zero biases."""
-    layers: list[nn.Module] = []
-    for size in hiddens:
-        linear = nn.Linear(in_dim, size)
-        nn.init.orthogonal_(linear.weight, math.sqrt(2))
-        nn.init.zeros_(linear.bias)
-        layers += [linear, ACTIVATION_MODULES[activation]()]
-        in_dim = size
-    return nn.Sequential(*layers)
 
 
 def _head(in_dim: int, out_dim: int, gain: float) -> nn.Linear:
@@ -36,40 +32,49 @@ def _head(in_dim: int, out_dim: int, gain: float) -> nn.Linear:
 
 
 class ActorCritic(nn.Module):
-    """Policy and value networks sized by RLlib's ``model`` config keys.
+    """Policy and value networks on encoders sized by RLlib's ``model`` config keys.
 
-    ``fcnet_hiddens`` / ``fcnet_activation`` shape both networks; ``vf_share_layers``
-    puts both heads on one body; ``free_log_std`` (Box actions) learns a
-    state-independent log std instead of a second output per action dim.
+    The observation space picks the encoder (MLP ``fcnet_hiddens`` for vectors, a CNN for images, one per
+    leaf for Dict/Tuple). ``vf_share_layers`` puts both heads on one encoder (default: shared for image
+    observations, as the Nature/CleanRL/SB3 Atari networks, separate otherwise); ``free_log_std`` (Box
+    actions) learns a state-independent log std instead of a second output per action dim.
     """
 
-    def __init__(self, obs_dim: int, action_space: gym.Space, model_config: dict) -> None:
+    #: Weight names before encoders existed (checkpoint format <= 2) -> today's.
+    LEGACY_KEYS = {"pi_body.": "pi_encoder.mlp.", "vf_body.": "vf_encoder.mlp."}
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, model_config: dict) -> None:
         super().__init__()
-        hiddens = list(model_config["fcnet_hiddens"])
-        self.activation = model_config["fcnet_activation"]
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         self.action_dim = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
         self.free_log_std = bool(model_config["free_log_std"]) and not self.discrete
-        feature_dim = hiddens[-1] if hiddens else obs_dim
+        share = model_config.get("vf_share_layers")
+        share = has_image(observation_space) if share is None else share
 
-        self.pi_body = mlp_body(obs_dim, hiddens, self.activation)
-        self.vf_body = None if model_config["vf_share_layers"] else mlp_body(obs_dim, hiddens, self.activation)
+        self.pi_encoder = build_encoder(observation_space, model_config)
+        self.vf_encoder = None if share else build_encoder(observation_space, model_config)
+        feature_dim = self.pi_encoder.out_dim
         head_out = self.action_dim if (self.discrete or self.free_log_std) else 2 * self.action_dim
         self.pi_head = _head(feature_dim, head_out, 0.01)  # small: near-uniform initial policy
         self.vf_head = _head(feature_dim, 1, 1.0)
         self.log_std = nn.Parameter(torch.zeros(self.action_dim)) if self.free_log_std else None
 
+    def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False) -> Any:
+        """As torch's, also taking weights saved before encoders existed."""
+        state_dict = legacy_keys(state_dict, self.LEGACY_KEYS, self.state_dict())
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
     # ----------------------------------------------------------- learner side
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return (distribution inputs, values) for a batch of encoded observations."""
-        pi_features = self.pi_body(obs)
-        vf_features = pi_features if self.vf_body is None else self.vf_body(obs)
+    def forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return (distribution inputs, values) for a batch of observations (as stored: ``herdrl.obs``)."""
+        pi_features = self.pi_encoder(obs)
+        vf_features = pi_features if self.vf_encoder is None else self.vf_encoder(obs)
         return self._with_log_std(self.pi_head(pi_features)), self.vf_head(vf_features).squeeze(-1)
 
-    def dist_inputs(self, obs: torch.Tensor) -> torch.Tensor:
-        """Every parameter of the action distribution for a batch of encoded observations: logits, or a
+    def dist_inputs(self, obs: Any) -> torch.Tensor:
+        """Every parameter of the action distribution for a batch of observations: logits, or a
         Gaussian's means followed by its log stds (the free log std included, so a stored copy is frozen)."""
-        return self._with_log_std(self.pi_head(self.pi_body(obs)))
+        return self._with_log_std(self.pi_head(self.pi_encoder(obs)))
 
     def _with_log_std(self, head_out: torch.Tensor) -> torch.Tensor:
         # The free log std is appended to the head's output rather than read from the live parameter later:
@@ -79,10 +84,10 @@ class ActorCritic(nn.Module):
             return head_out
         return torch.cat([head_out, self.log_std.expand_as(head_out)], dim=-1)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: Any) -> torch.Tensor:
         """State values V(obs)."""
-        features = self.pi_body(obs) if self.vf_body is None else self.vf_body(obs)
-        return self.vf_head(features).squeeze(-1)
+        encoder = self.pi_encoder if self.vf_encoder is None else self.vf_encoder
+        return self.vf_head(encoder(obs)).squeeze(-1)
 
     @staticmethod
     def _mean_log_std(dist_inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,16 +119,16 @@ class ActorCritic(nn.Module):
 
     def policy_parameters(self) -> list[nn.Parameter]:
         """The parameters that shape the action distribution (body, head, free log std)."""
-        params = [*self.pi_body.parameters(), *self.pi_head.parameters()]
+        params = [*self.pi_encoder.parameters(), *self.pi_head.parameters()]
         return params + ([self.log_std] if self.log_std is not None else [])
 
     def value_parameters(self) -> list[nn.Parameter]:
-        """The value function's own parameters (empty body when layers are shared)."""
-        body = [] if self.vf_body is None else list(self.vf_body.parameters())
+        """The value function's own parameters (its head only when the encoder is shared)."""
+        body = [] if self.vf_encoder is None else list(self.vf_encoder.parameters())
         return body + list(self.vf_head.parameters())
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
-        """The most likely action (index, or the Gaussian's mean) for a batch of encoded observations."""
+        """The most likely action (index, or the Gaussian's mean) for a batch of observations."""
         return self.act_with_noise(self.dist_inputs(obs), None)
 
     def act_with_noise(self, dist_inputs: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
@@ -177,10 +182,10 @@ class TorchPolicy:
         """Exploration noise for a whole fragment (see :func:`draw_noise`)."""
         return draw_noise(self.rng, self.module.discrete, steps, batch, self.module.action_dim)
 
-    @torch.no_grad()
-    def act(self, obs: np.ndarray, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
-        """Actions for a batch of encoded observations (``noise``: one step of :meth:`noise`)."""
+    @torch.inference_mode()
+    def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
+        """Actions for a batch of stored observations (``noise``: one step of :meth:`noise`): one forward pass."""
         if explore and noise is None:
-            noise = self.noise(1, len(obs))[0]
-        dist_inputs = self.module.dist_inputs(torch.from_numpy(obs))
+            noise = self.noise(1, obs_len(obs))[0]
+        dist_inputs = self.module.dist_inputs(to_torch(obs))
         return self.module.act_with_noise(dist_inputs, torch.from_numpy(noise) if explore else None).numpy()

@@ -8,6 +8,8 @@ torch parameters, so ``load_state_dict`` on the module updates this policy too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from torch import nn
 
@@ -21,38 +23,54 @@ def _relu(x: np.ndarray) -> np.ndarray:
 _ACTIVATIONS = {"tanh": np.tanh, "relu": _relu, "linear": lambda x: x}
 
 
+def numpy_forward(encoder: nn.Module, head: nn.Linear) -> Callable[[np.ndarray], np.ndarray] | None:
+    """``head(encoder(obs))`` in numpy on views of the torch weights, for an MLP on one Box or Discrete leaf with
+    a tanh, relu or linear activation; None for anything else (CNNs, Dict observations: use torch)."""
+    prepare = encoder.numpy_input()
+    if prepare is None or encoder.activation not in _ACTIVATIONS:
+        return None
+    activation = _ACTIVATIONS[encoder.activation]
+    # (W^T, b) pairs; W.T is a view, so updates to the torch weights show through.
+    layers = [(m.weight.detach().numpy().T, m.bias.detach().numpy()) for m in encoder.mlp if isinstance(m, nn.Linear)]
+    head_weight_t, head_bias = head.weight.detach().numpy().T, head.bias.detach().numpy()
+
+    def forward(obs: np.ndarray) -> np.ndarray:
+        x = prepare(obs)
+        for weight_t, bias in layers:
+            x = activation(x @ weight_t + bias)
+        return x @ head_weight_t + head_bias
+
+    return forward
+
+
 class NumpyPolicy:
-    """Sample actions for a batch of encoded observations with numpy only."""
+    """Sample actions for a batch of observations with numpy only."""
 
     def __init__(self, module: ActorCritic, rng: np.random.Generator) -> None:
         self.rng = rng
         self.discrete = module.discrete
         self.action_dim = module.action_dim
-        self._activation = _ACTIVATIONS[module.activation]
-        # (W^T, b) pairs; W.T is a view, so updates to the torch weights show through.
-        self._layers = [(m.weight.detach().numpy().T, m.bias.detach().numpy())
-                        for m in module.pi_body if isinstance(m, nn.Linear)]
-        self._head = (module.pi_head.weight.detach().numpy().T, module.pi_head.bias.detach().numpy())
+        forward = numpy_forward(module.pi_encoder, module.pi_head)
+        if forward is None:
+            raise ValueError("NumpyPolicy needs an MLP policy on a vector observation (see supports())")
+        self._forward = forward
         self._log_std = None if module.log_std is None else module.log_std.detach().numpy()
 
     @staticmethod
     def supports(module: ActorCritic) -> bool:
-        """Whether this module's activation has a numpy twin (tanh, relu, linear)."""
-        return isinstance(module, ActorCritic) and module.activation in _ACTIVATIONS
+        """Whether this module has a numpy twin: an MLP on one Box or Discrete leaf, activation tanh, relu or linear."""
+        return isinstance(module, ActorCritic) and numpy_forward(module.pi_encoder, module.pi_head) is not None
 
     def noise(self, steps: int, batch: int) -> np.ndarray:
         """Exploration noise for ``steps`` calls of ``act`` on ``batch`` observations (see ``draw_noise``)."""
         return draw_noise(self.rng, self.discrete, steps, batch, self.action_dim)
 
     def act(self, obs: np.ndarray, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
-        """Actions for ``obs`` of shape (batch, obs_dim): int64 indices or float32 vectors.
+        """Actions for a batch of stored observations (``herdrl.obs``): int64 indices or float32 vectors.
 
         ``noise``: one step of :meth:`noise` (drawn here when None).
         """
-        x = obs
-        for weight_t, bias in self._layers:
-            x = self._activation(x @ weight_t + bias)
-        out = x @ self._head[0] + self._head[1]
+        out = self._forward(obs)
         if explore and noise is None:
             noise = self.noise(1, len(obs))[0]
         if self.discrete:

@@ -1,78 +1,85 @@
-"""Q-network for DQN (optionally dueling), and its epsilon-greedy numpy twin for runners."""
+"""Q-network for DQN (optionally dueling) on an encoder, and its epsilon-greedy runner policy."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
-from herdrl.models.actor_critic import _head, mlp_body
-from herdrl.models.numpy_policy import _ACTIVATIONS
+from herdrl.models.actor_critic import _head
+from herdrl.models.encoders import build_encoder, legacy_keys, to_torch
+from herdrl.models.numpy_policy import numpy_forward
+from herdrl.obs import obs_len
 
 
 class QNetwork(nn.Module):
     """Q(s, .) for a Discrete action space; ``dueling`` splits it into V(s) + A(s, a) - mean_a A(s, a)."""
 
-    def __init__(self, obs_dim: int, action_space: gym.Space, model_config: dict, dueling: bool = False) -> None:
+    #: Weight names before encoders existed (checkpoint format <= 2) -> today's.
+    LEGACY_KEYS = {"body.": "encoder.mlp."}
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, model_config: dict,
+                 dueling: bool = False) -> None:
         super().__init__()
-        hiddens = list(model_config["fcnet_hiddens"])
-        self.activation = model_config["fcnet_activation"]
         self.discrete = True
         self.action_dim = int(action_space.n)
-        feature_dim = hiddens[-1] if hiddens else obs_dim
-        self.body = mlp_body(obs_dim, hiddens, self.activation)
-        self.head = _head(feature_dim, self.action_dim, 1.0)
-        self.value_head = _head(feature_dim, 1, 1.0) if dueling else None
+        self.encoder = build_encoder(observation_space, model_config)
+        self.head = _head(self.encoder.out_dim, self.action_dim, 1.0)
+        self.value_head = _head(self.encoder.out_dim, 1, 1.0) if dueling else None
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False) -> Any:
+        """As torch's, also taking weights saved before encoders existed."""
+        state_dict = legacy_keys(state_dict, self.LEGACY_KEYS, self.state_dict())
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def forward(self, obs: Any) -> torch.Tensor:
         """Q-values, (batch, actions)."""
-        features = self.body(obs)
+        features = self.encoder(obs)
         q = self.head(features)
         if self.value_head is not None:
             q = self.value_head(features) + q - q.mean(-1, keepdim=True)
         return q
 
-    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+    def greedy(self, obs: Any) -> torch.Tensor:
         """argmax_a Q(s, a)."""
         return self.forward(obs).argmax(-1)
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, explore: bool = False) -> torch.Tensor:
+    def act(self, obs: Any, explore: bool = False) -> torch.Tensor:
         """Greedy actions (exploration is the runner's epsilon)."""
         return self.greedy(obs)
 
 
-class NumpyQPolicy:
-    """Epsilon-greedy actions from a QNetwork's weights (views), in numpy; ``epsilon`` set per sample call."""
+class EpsilonGreedyPolicy:
+    """Epsilon-greedy actions from a QNetwork (``epsilon`` set per sample call): the greedy part in numpy on views
+    of the weights for an MLP on a vector (cheaper than a torch call), one torch forward pass otherwise (CNNs)."""
 
     def __init__(self, module: QNetwork, rng: np.random.Generator) -> None:
         self.rng, self.epsilon = rng, 0.0
         self.action_dim = module.action_dim
-        self._activation = _ACTIVATIONS[module.activation]
-        self._layers = [(m.weight.detach().numpy().T, m.bias.detach().numpy())
-                        for m in module.body if isinstance(m, nn.Linear)]
-        self._head = (module.head.weight.detach().numpy().T, module.head.bias.detach().numpy())
+        self.module = module
         # Dueling's V(s) shifts every action's Q equally: the argmax needs only the advantages.
-
-    @staticmethod
-    def supports(module: nn.Module) -> bool:
-        """Whether the module's activation has a numpy twin."""
-        return isinstance(module, QNetwork) and module.activation in _ACTIVATIONS
+        self._numpy = numpy_forward(module.encoder, module.head)
 
     def noise(self, steps: int, batch: int) -> np.ndarray:
         """Per step and env: a uniform draw (explore?) and a random action, packed as (steps, batch, 2)."""
         return np.stack([self.rng.random((steps, batch)),
                          self.rng.integers(0, self.action_dim, (steps, batch))], axis=-1)
 
-    def act(self, obs: np.ndarray, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
+    def _greedy(self, obs: Any) -> np.ndarray:
+        if self._numpy is not None:
+            return self._numpy(obs).argmax(1)
+        with torch.inference_mode():
+            return self.module.greedy(to_torch(obs)).numpy()
+
+    def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
         """Greedy actions, replaced by random ones with probability ``epsilon`` when exploring."""
-        x = obs
-        for weight_t, bias in self._layers:
-            x = self._activation(x @ weight_t + bias)
-        greedy = (x @ self._head[0] + self._head[1]).argmax(1)
+        greedy = self._greedy(obs)
         if not explore or self.epsilon <= 0:
             return greedy
         if noise is None:
-            noise = self.noise(1, len(obs))[0]
+            noise = self.noise(1, obs_len(obs))[0]
         return np.where(noise[:, 0] < self.epsilon, noise[:, 1].astype(np.int64), greedy)

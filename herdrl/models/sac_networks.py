@@ -9,22 +9,44 @@ RLlib: the target means the same for every env, whatever the units of its action
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
-from herdrl.models.actor_critic import _head, mlp_body
-from herdrl.models.numpy_policy import _ACTIVATIONS
+from herdrl.models.actor_critic import _head
+from herdrl.models.encoders import build_encoder, legacy_keys, mlp_body, to_torch
+from herdrl.models.numpy_policy import numpy_forward
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
-class SACModule(nn.Module):
-    """Actor (``pi_body``/``pi_head`` -> mean and log std) and critics ``q1``, ``q2`` on (obs, action)."""
+class QCritic(nn.Module):
+    """Q(s, a): the observation's leaf features (a CNN for images), the action appended, then an MLP."""
 
-    def __init__(self, obs_dim: int, action_space: gym.Space, model_config: dict, twin_q: bool = True) -> None:
+    def __init__(self, observation_space: gym.Space, action_dim: int, model_config: dict) -> None:
+        super().__init__()
+        self.features = build_encoder(observation_space, model_config, mlp=False)
+        hiddens = list(model_config["fcnet_hiddens"])
+        in_dim = self.features.out_dim + action_dim
+        self.mlp = mlp_body(in_dim, hiddens, model_config["fcnet_activation"])
+        self.head = _head(hiddens[-1] if hiddens else in_dim, 1, 1.0)
+
+    def forward(self, obs: Any, action: torch.Tensor) -> torch.Tensor:
+        return self.head(self.mlp(torch.cat([self.features(obs), action], dim=-1))).squeeze(-1)
+
+
+class SACModule(nn.Module):
+    """Actor (``pi_encoder``/``pi_head`` -> mean and log std) and critics ``q1``, ``q2`` on (obs, action)."""
+
+    #: Weight names before encoders existed (checkpoint format <= 2) -> today's.
+    LEGACY_KEYS = {"pi_body.": "pi_encoder.mlp.", "q1.0.": "q1.mlp.", "q1.1.": "q1.head.",
+                   "q2.0.": "q2.mlp.", "q2.1.": "q2.head."}
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, model_config: dict,
+                 twin_q: bool = True) -> None:
         super().__init__()
         if not isinstance(action_space, gym.spaces.Box):
             from herdrl.errors import ConfigError
@@ -39,24 +61,24 @@ class SACModule(nn.Module):
             raise ConfigError(f"SAC squashes actions into the Box bounds, but this env's action space {action_space} "
                               "is unbounded; wrap the env with gymnasium.wrappers.RescaleAction (or ClipAction) "
                               "to finite bounds, or use PPO")
-        hiddens = list(model_config["fcnet_hiddens"])
-        self.activation = model_config["fcnet_activation"]
         self.discrete = False
         self.action_dim = int(np.prod(action_space.shape))
-        feature_dim = hiddens[-1] if hiddens else obs_dim
-        self.pi_body = mlp_body(obs_dim, hiddens, self.activation)
-        self.pi_head = _head(feature_dim, 2 * self.action_dim, 0.01)
-        critic = lambda: nn.Sequential(mlp_body(obs_dim + self.action_dim, hiddens, self.activation),  # noqa: E731
-                                       _head(feature_dim, 1, 1.0))
-        self.q1 = critic()
-        self.q2 = critic() if twin_q else None
+        self.pi_encoder = build_encoder(observation_space, model_config)
+        self.pi_head = _head(self.pi_encoder.out_dim, 2 * self.action_dim, 0.01)
+        self.q1 = QCritic(observation_space, self.action_dim, model_config)
+        self.q2 = QCritic(observation_space, self.action_dim, model_config) if twin_q else None
         # In float64, then float32: the half-range of a wide float32 Box is representable, its range may not be.
         self.register_buffer("action_scale", torch.tensor(((high64 - low64) / 2).reshape(-1), dtype=torch.float32))
         self.register_buffer("action_bias", torch.tensor(((high64 + low64) / 2).reshape(-1), dtype=torch.float32))
 
+    def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False) -> Any:
+        """As torch's, also taking weights saved before encoders existed."""
+        state_dict = legacy_keys(state_dict, self.LEGACY_KEYS, self.state_dict())
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
     def mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The pre-squash Gaussian's mean and (clamped) log std."""
-        mean, log_std = self.pi_head(self.pi_body(obs)).chunk(2, dim=-1)
+        mean, log_std = self.pi_head(self.pi_encoder(obs)).chunk(2, dim=-1)
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,12 +93,11 @@ class SACModule(nn.Module):
 
     def q_values(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Q1 (and Q2) of scaled actions."""
-        x = torch.cat([obs, action], dim=-1)
-        return self.q1(x).squeeze(-1), (self.q2(x).squeeze(-1) if self.q2 is not None else None)
+        return self.q1(obs, action), (self.q2(obs, action) if self.q2 is not None else None)
 
     def actor_parameters(self) -> list[nn.Parameter]:
         """The actor's parameters."""
-        return [*self.pi_body.parameters(), *self.pi_head.parameters()]
+        return [*self.pi_encoder.parameters(), *self.pi_head.parameters()]
 
     def critic_parameters(self) -> list[nn.Parameter]:
         """Both critics' parameters."""
@@ -94,15 +115,14 @@ class SACModule(nn.Module):
 
 
 class NumpySACPolicy:
-    """The squashed-Gaussian actor in numpy, on views of the module's weights."""
+    """The squashed-Gaussian actor: in numpy on views of the module's weights for an MLP on a vector, one torch
+    forward pass otherwise (CNNs); noise from the runner's generator either way."""
 
     def __init__(self, module: SACModule, rng: np.random.Generator) -> None:
         self.rng = rng
+        self.module = module
         self.action_dim = module.action_dim
-        self._activation = _ACTIVATIONS[module.activation]
-        self._layers = [(m.weight.detach().numpy().T, m.bias.detach().numpy())
-                        for m in module.pi_body if isinstance(m, nn.Linear)]
-        self._head = (module.pi_head.weight.detach().numpy().T, module.pi_head.bias.detach().numpy())
+        self._numpy = numpy_forward(module.pi_encoder, module.pi_head)
         self._scale = module.action_scale.numpy()
         self._bias = module.action_bias.numpy()
 
@@ -110,15 +130,19 @@ class NumpySACPolicy:
         """Standard normal noise for a whole fragment."""
         return self.rng.standard_normal((steps, batch, self.action_dim), dtype=np.float32)
 
-    def act(self, obs: np.ndarray, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
+    def _mean_log_std(self, obs: Any) -> tuple[np.ndarray, np.ndarray]:
+        if self._numpy is None:
+            with torch.inference_mode():
+                mean, log_std = self.module.mean_log_std(to_torch(obs))
+            return mean.numpy(), log_std.numpy()
+        out = self._numpy(obs)
+        return out[:, : self.action_dim], np.clip(out[:, self.action_dim:], LOG_STD_MIN, LOG_STD_MAX)
+
+    def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
         """Scaled actions (float32, within the Box bounds)."""
-        x = obs
-        for weight_t, bias in self._layers:
-            x = self._activation(x @ weight_t + bias)
-        out = x @ self._head[0] + self._head[1]
-        mean, log_std = out[:, : self.action_dim], np.clip(out[:, self.action_dim:], LOG_STD_MIN, LOG_STD_MAX)
+        mean, log_std = self._mean_log_std(obs)
         if explore:
             if noise is None:
-                noise = self.noise(1, len(obs))[0]
+                noise = self.noise(1, len(mean))[0]
             mean = mean + noise * np.exp(log_std)
         return (np.tanh(mean) * self._scale + self._bias).astype(np.float32)

@@ -16,8 +16,9 @@ import gymnasium as gym
 import numpy as np
 
 from herdrl.config import AlgorithmConfig
-from herdrl.env import ObsEncoder, make_vector_env
+from herdrl.env import make_vector_env
 from herdrl.errors import EnvError
+from herdrl.obs import ObsArray, ObsSpec, obs_map
 
 
 @dataclass
@@ -28,7 +29,7 @@ class Fragment:
     (NEXT_STEP autoreset); such steps carry no experience and are masked out.
     """
 
-    obs: np.ndarray  # (T+1, B, obs_dim) float32, encoded
+    obs: ObsArray  # (T+1, B, *obs_shape) in stored dtypes (herdrl.obs): uint8 frames stay uint8
     actions: np.ndarray  # (T, B) int64 or (T, B, action_dim) float32, as sampled (unclipped)
     rewards: np.ndarray  # (T, B) float32
     terminateds: np.ndarray  # (T, B) bool
@@ -59,8 +60,8 @@ class EnvRunner:
         self.num_envs = self.env.num_envs
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
-        self.encode = ObsEncoder(self.observation_space)
-        self.module = config.build_module(self.encode.dim, self.action_space)
+        self.obs_spec = ObsSpec(self.observation_space)
+        self.module = config.build_module(self.observation_space, self.action_space)
         self.module.requires_grad_(False)
         self._discrete = isinstance(self.action_space, gym.spaces.Discrete)
         self._action_start = int(self.action_space.start) if self._discrete else 0
@@ -81,7 +82,7 @@ class EnvRunner:
             raw_obs, _ = self.env.reset(seed=reset_seed)
         except Exception as exc:
             raise self._env_error(exc) from exc
-        self._obs = self.encode(raw_obs)
+        self._obs = self.obs_spec.batch(raw_obs)
         self._reset_next = np.zeros(self.num_envs, dtype=bool)  # next step of env b only resets it
         self._episode_return = np.zeros(self.num_envs)
         self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
@@ -110,7 +111,9 @@ class EnvRunner:
         """Step every env ``num_steps`` times (default: the config's fragment length)."""
         steps = num_steps or self.config.fragment_length()
         envs = self.num_envs
-        obs = np.empty((steps + 1, envs, self.encode.dim), dtype=np.float32)
+        obs = self.obs_spec.empty((steps + 1, envs))
+        # One step's rows: a view of the array, or a dict of views for Dict/Tuple observations.
+        row = obs.__getitem__ if isinstance(obs, np.ndarray) else lambda t: {k: v[t] for k, v in obs.items()}
         action_shape = (steps, envs) if self._discrete else (steps, envs, self._low.size)
         actions = np.empty(action_shape, dtype=np.int64 if self._discrete else np.float32)
         rewards = np.empty((steps, envs), dtype=np.float32)
@@ -118,11 +121,11 @@ class EnvRunner:
         truncateds = np.empty((steps, envs), dtype=bool)
         valid = np.empty((steps, envs), dtype=bool)  # filled after the loop
         env_action_shape = (envs, *self.action_space.shape)
-        step, encode, act = self.env.step, self.encode, self.policy.act
+        step, write, act = self.env.step, self.obs_spec.write, self.policy.act
         noise = self.policy.noise(steps, envs)
-        obs[0] = self._obs
+        obs_map(np.copyto, row(0), self._obs)
         for t in range(steps):
-            action = act(obs[t], True, noise[t])
+            action = act(row(t), True, noise[t])
             actions[t] = action
             if self._discrete:
                 action = action + self._action_start if self._action_start else action
@@ -130,13 +133,13 @@ class EnvRunner:
                 action = np.clip(action, self._low, self._high).reshape(env_action_shape)
             try:
                 raw_obs, reward, terminated, truncated, _ = step(action)
-                encode(raw_obs, out=obs[t + 1])
+                write(row(t + 1), raw_obs)
             except Exception as exc:
                 raise self._env_error(exc) from exc
             rewards[t] = reward
             terminateds[t] = terminated
             truncateds[t] = truncated
-        self._obs = obs[steps].copy()
+        self._obs = obs_map(lambda a: a[steps].copy(), obs)
         # A step right after an episode end only resets that env (NEXT_STEP autoreset): not experience.
         done = terminateds | truncateds
         valid[0] = ~self._reset_next
@@ -147,9 +150,10 @@ class EnvRunner:
         self._collect_episodes(fragment)
         return fragment
 
-    def _check_finite(self, obs: np.ndarray, rewards: np.ndarray) -> None:
-        for name, array in (("reward", rewards), ("observation", obs)):
-            if not np.isfinite(array).all():
+    def _check_finite(self, obs: ObsArray, rewards: np.ndarray) -> None:
+        leaves = list(obs.values()) if isinstance(obs, dict) else [obs]
+        for name, array in (("reward", rewards), *(("observation", a) for a in leaves)):
+            if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
                 step = int(np.argwhere(~np.isfinite(array))[0][0])
                 raise EnvError(f"env '{self.config.env}' returned a non-finite {name} (NaN or inf) "
                                f"at step {step} of a fragment; check its step()")

@@ -1,0 +1,174 @@
+"""Observations of every kind: encoders chosen from the space, uint8 kept end to end, Dict/Tuple and pixels."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from envs import DictCue, MovingDot
+
+import herdrl
+from herdrl import ConfigError, DQNConfig, Policy, PPOConfig
+from herdrl.buffers import ReplayBuffer, fragment_transitions
+from herdrl.checkpoint import space_from_json, space_to_json
+from herdrl.models.encoders import Encoder, ImageEncoder, build_encoder, image_layout
+from herdrl.obs import ObsSpec
+from herdrl.rollout.batch import on_policy_batch
+
+MODEL = {"fcnet_hiddens": [32], "fcnet_activation": "tanh", "conv_filters": None, "conv_activation": "relu",
+         "conv_type": "default", "post_fcnet_hiddens": None}
+
+
+@pytest.mark.parametrize("shape, dtype, channels_last", [
+    ((84, 84, 4), np.uint8, True),   # SB3's VecFrameStack layout
+    ((4, 84, 84), np.uint8, False),  # Gymnasium's FrameStackObservation layout
+    ((84, 84), np.uint8, True),      # one grayscale frame
+    ((10, 10, 4), np.bool_, True),   # MinAtar
+    ((64, 64, 3), np.float32, True),
+])
+def test_image_encoder_output_shapes_for_each_layout(shape, dtype, channels_last):
+    space = gym.spaces.Box(0, 1 if dtype != np.uint8 else 255, shape, dtype)
+    assert image_layout(space)[3] is channels_last
+    encoder = build_encoder(space, MODEL)
+    assert isinstance(encoder.leaves[0], ImageEncoder) and len(encoder.mlp) == 0  # one image: the CNN is the encoder
+    small = min(shape[:2] if channels_last else shape[1:]) < 36
+    assert encoder.out_dim == (128 if small else 512)
+    obs = torch.as_tensor(np.stack([space.sample() for _ in range(3)]))
+    assert encoder(obs).shape == (3, encoder.out_dim)
+    impala = build_encoder(space, {**MODEL, "conv_type": "impala"})
+    assert impala(obs).shape == (3, 256)
+    own = build_encoder(space, {**MODEL, "conv_filters": [[8, 3, 2], [8, 3, 1, 1]], "post_fcnet_hiddens": [16]})
+    assert own(obs).shape == (3, 16)
+
+
+def test_nature_stack_is_the_standard_network():
+    """84 x 84 x 4 -> 32 8x8/4, 64 4x4/2, 64 3x3/1 -> 3136 -> 512 (Mnih et al. 2015; SB3's NatureCNN)."""
+    encoder = build_encoder(gym.spaces.Box(0, 255, (84, 84, 4), np.uint8), MODEL)
+    convs = [m for m in encoder.leaves[0].convs if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size[0], c.stride[0]) for c in convs] == [(32, 8, 4), (64, 4, 2), (64, 3, 1)]
+    assert encoder.leaves[0].dense[0].in_features == 3136 and encoder.out_dim == 512
+
+
+def test_frames_are_scaled_on_the_device_and_channel_layouts_agree():
+    """The same frames, HWC uint8 and CHW uint8, give the same features under the same weights; uint8 is
+    divided by 255 inside the encoder (a float copy of frames already in [0, 1] gives the same)."""
+    hwc = gym.spaces.Box(0, 255, (36, 36, 2), np.uint8)
+    chw = gym.spaces.Box(0, 255, (2, 36, 36), np.uint8)
+    floats = gym.spaces.Box(0.0, 1.0, (36, 36, 2), np.float32)
+    a, b, c = (build_encoder(s, MODEL) for s in (hwc, chw, floats))
+    b.load_state_dict(a.state_dict())
+    c.load_state_dict(a.state_dict())
+    frames = torch.as_tensor(np.stack([hwc.sample() for _ in range(2)]))
+    assert torch.allclose(a(frames), b(frames.permute(0, 3, 1, 2)), atol=1e-5)
+    assert torch.allclose(a(frames), c(frames.float() / 255), atol=1e-5)
+
+
+def test_bad_conv_filters_are_one_line():
+    with pytest.raises(ConfigError, match="conv_filters .* do not fit images of 10 x 10 pixels"):
+        build_encoder(gym.spaces.Box(0, 255, (10, 10, 1), np.uint8), {**MODEL, "conv_filters": [[8, 8, 4], [8, 4, 2]]})
+    with pytest.raises(ConfigError, match="model key 'conv_filters' got"):
+        PPOConfig().environment("CartPole-v1").training(model={"conv_filters": [[8, 8]]}).validate()
+    with pytest.raises(ConfigError, match="model key 'conv_type' got 'resnet'"):
+        PPOConfig().environment("CartPole-v1").training(model={"conv_type": "resnet"}).validate()
+
+
+def test_dict_and_tuple_leaves_are_encoded_each_and_concatenated():
+    state = gym.spaces.Tuple((gym.spaces.Discrete(3, start=1), gym.spaces.MultiDiscrete([2, 4]),
+                              gym.spaces.MultiBinary(2), gym.spaces.Box(0, 255, (5,), np.uint8)))
+    space = gym.spaces.Dict({"img": gym.spaces.Box(0, 255, (12, 12, 3), np.uint8), "state": state})
+    spec = ObsSpec(space)
+    assert list(spec.leaves) == ["img", "state/0", "state/1", "state/2", "state/3"]
+    assert spec.dtypes["img"] == np.uint8 and spec.dtypes["state/3"] == np.uint8 and spec.dtypes["state/0"] == np.int64
+    encoder = Encoder(space, MODEL)
+    assert encoder.mlp[0].in_features == 128 + 3 + 6 + 2 + 5
+    vec = gym.vector.SyncVectorEnv([lambda: _SpaceEnv(space)] * 2)
+    batch = spec.batch(vec.reset(seed=0)[0])
+    features = encoder.features({k: torch.as_tensor(v) for k, v in batch.items()})
+    assert features.shape == (2, 144)
+    one_hot = features[:, 128:131]
+    assert torch.equal(one_hot.argmax(1), torch.as_tensor(batch["state/0"] - 1))  # Discrete(3, start=1)
+    ram = features[:, 139:144]
+    assert torch.allclose(ram, torch.as_tensor(batch["state/3"]).float() / 255)  # uint8 vector scaled by its bounds
+    assert space_from_json(space_to_json(space)) == space
+
+
+class _SpaceEnv(gym.Env):
+    def __init__(self, space):
+        self.observation_space, self.action_space = space, gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.observation_space.seed(seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+
+def test_uint8_frames_stay_uint8_from_runner_to_learner_and_replay():
+    herdrl.register_env("moving_dot", MovingDot)
+    algo = PPOConfig().environment("moving_dot").env_runners(num_envs_per_env_runner=2) \
+        .training(train_batch_size=40, minibatch_size=20).build()
+    runner = algo.runners.runner
+    fragment = runner.sample(5)
+    assert fragment.obs.dtype == np.uint8 and fragment.obs.shape == (6, 2, 10, 10, 2)
+    batch = on_policy_batch(algo.module, [fragment], 0.99, 0.95, torch.device("cpu"))
+    assert batch["obs"].dtype == torch.uint8 and batch["obs"].shape == (10, 10, 10, 2)
+    assert type(runner.policy).__name__ == "TorchPolicy"  # CNNs run in torch on runners
+    buffer = ReplayBuffer(32, ObsSpec(MovingDot().observation_space), np.random.default_rng(0))
+    buffer.add(fragment_transitions(fragment, 0.99))
+    assert buffer.obs.dtype == np.uint8 and buffer.next_obs.dtype == np.uint8 and buffer.obs.nbytes == 32 * 200
+    data, _, _ = buffer.sample(4)
+    assert data["obs"].dtype == np.uint8
+    algo.stop()
+
+
+def test_ppo_and_dqn_solve_a_task_only_an_image_encoder_can():
+    herdrl.register_env("moving_dot", MovingDot)
+    ppo = (PPOConfig().environment("moving_dot").env_runners(num_envs_per_env_runner=8)
+           .training(train_batch_size=800, minibatch_size=200, num_epochs=4, lr=1e-3).debugging(seed=0).build())
+    result = ppo.train()
+    while result["episode_return_mean"] < 9.5 and result["num_env_steps_sampled_lifetime"] < 40_000:
+        result = ppo.train()
+    assert result["episode_return_mean"] >= 9.5, result["episode_return_mean"]
+    ppo.stop()
+    dqn = (DQNConfig().environment("moving_dot").env_runners(num_envs_per_env_runner=4)
+           .training(lr=1e-3, train_batch_size=64, training_intensity=4, epsilon=[[0, 1.0], [3000, 0.05]],
+                     num_steps_sampled_before_learning_starts=500, target_network_update_freq=500,
+                     min_sample_timesteps_per_iteration=1000).debugging(seed=0).build())
+    result = dqn.train()
+    while result["episode_return_mean"] < 9 and result["num_env_steps_sampled_lifetime"] < 20_000:
+        result = dqn.train()
+    assert result["episode_return_mean"] >= 9, result["episode_return_mean"]
+    dqn.stop()
+
+
+def test_ppo_learns_a_nested_dict_observation_and_policy_takes_it(tmp_path):
+    herdrl.register_env("dict_cue", DictCue)
+    algo = (PPOConfig().environment("dict_cue").env_runners(num_envs_per_env_runner=8)
+            .training(train_batch_size=512, minibatch_size=128, lr=3e-3).debugging(seed=0).build())
+    result = algo.train()
+    while result["episode_return_mean"] < 7.5 and result["num_env_steps_sampled_lifetime"] < 40_000:
+        result = algo.train()
+    assert result["episode_return_mean"] >= 7.5, result["episode_return_mean"]
+    path = algo.save(tmp_path)
+    policy = Policy.from_checkpoint(path)
+    env = DictCue()
+    obs, _ = env.reset(seed=1)
+    correct = 0
+    for _ in range(40):
+        correct += int(policy.compute_single_action(obs) == (obs["cue"] ^ int(obs["signal"][0][0] > 0)))
+        obs, *_ = env.step(0)
+    assert correct >= 36
+    algo.stop()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_frames_cross_rays_object_store_as_uint8():
+    """A Ray runner's fragment arrives in the driver with its frames still uint8 (4x less than float32)."""
+    herdrl.register_env("moving_dot", MovingDot)
+    algo = PPOConfig().environment("moving_dot").env_runners(num_env_runners=1, num_envs_per_env_runner=2) \
+        .training(train_batch_size=40, minibatch_size=20).build()
+    (fragment,) = algo.sample()
+    assert fragment.obs.dtype == np.uint8 and fragment.obs.shape[2:] == (10, 10, 2)
+    assert algo.train()["num_env_steps_sampled"] > 0
+    algo.stop()
