@@ -35,19 +35,28 @@ class GreedyPolicy(nn.Module):
                             "herdrl.Policy.from_checkpoint in Python instead")
         self.module = policy.module  # any herdrl network: its encoder takes raw observations, greedy() the action
         action_space = policy.action_space
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        self.action_start = int(action_space.start) if self.discrete else 0
+        if isinstance(action_space, gym.spaces.Tuple):
+            raise HerdError(f"export gives one action array; this policy's actions are {action_space}: use "
+                            "herdrl.Policy.from_checkpoint in Python instead")
+        self.kind = type(action_space).__name__
         self.action_shape = tuple(action_space.shape or ())
-        if not self.discrete:
+        if isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+            start = np.asarray(action_space.start).reshape(-1)
+            self.register_buffer("start", torch.as_tensor(start, dtype=torch.int64))
+        if isinstance(action_space, gym.spaces.Box):
             self.register_buffer("low", torch.as_tensor(action_space.low.reshape(-1), dtype=torch.float32))
             self.register_buffer("high", torch.as_tensor(action_space.high.reshape(-1), dtype=torch.float32))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Greedy actions for a batch of raw observations."""
+        """Greedy env actions for a batch of raw observations."""
         action = self.module.greedy(obs)
-        if self.discrete:
-            return action + self.action_start
-        return torch.clamp(action, self.low, self.high).reshape(obs.shape[0], *self.action_shape)
+        if self.kind == "Discrete":
+            return action + self.start[0]
+        if self.kind == "Box":
+            action = torch.clamp(action, self.low, self.high)
+        elif self.kind == "MultiDiscrete":
+            action = action + self.start
+        return action.reshape(obs.shape[0], *self.action_shape)
 
 
 def example_obs(policy: Policy, batch: int = 2) -> torch.Tensor:

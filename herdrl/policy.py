@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from herdrl.models.distributions import ActionDistribution
 from herdrl.models.encoders import to_torch
 from herdrl.obs import ObsSpec
 
@@ -26,7 +27,7 @@ class Policy:
         self.observation_space = observation_space
         self.action_space = action_space
         self.obs_spec = ObsSpec(observation_space)
-        self._discrete = isinstance(action_space, gym.spaces.Discrete)
+        self._actions = ActionDistribution(action_space)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path) -> Policy:
@@ -56,14 +57,18 @@ class Policy:
         obs = to_torch(self.obs_spec.batch(obs_batch), self._device())
         return self._env_actions(self.module.act(obs, explore=explore).cpu().numpy())
 
-    def _env_actions(self, actions: np.ndarray) -> np.ndarray:
-        if self._discrete:
-            return actions + int(self.action_space.start)
-        actions = actions.reshape(len(actions), *self.action_space.shape)
-        return np.clip(actions, self.action_space.low, self.action_space.high)
+    def _env_actions(self, actions: np.ndarray) -> Any:
+        return self._actions.to_env(actions)
 
     def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
-        """The action for one observation: an int (Discrete) or an array (Box)."""
+        """The action for one observation: an int (Discrete), an array (Box, MultiDiscrete, MultiBinary) or a
+        tuple of those (Tuple)."""
         obs = to_torch(self.obs_spec.one(obs), self._device())
-        action = self._env_actions(self.module.act(obs, explore=explore).cpu().numpy())[0]
-        return int(action) if self._discrete else action
+        return _first(self.action_space, self._env_actions(self.module.act(obs, explore=explore).cpu().numpy()))
+
+
+def _first(space: gym.Space, batch: Any) -> Any:
+    """Element 0 of a batch of env actions, in the space's own form."""
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_first(sub, part) for sub, part in zip(space.spaces, batch, strict=True))
+    return int(batch[0]) if isinstance(space, gym.spaces.Discrete) else batch[0]

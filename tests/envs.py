@@ -120,12 +120,48 @@ class MovingDot(gym.Env):
         return self._observe(), reward, False, self.t >= 10, {}
 
 
-class MultiDiscreteActionEnv(Countdown):
+class DictActionEnv(Countdown):
     """An action space herdrl does not support."""
 
     def __init__(self, config=None):
         super().__init__(config)
-        self.action_space = gym.spaces.MultiDiscrete([2, 3])
+        self.action_space = gym.spaces.Dict({"a": gym.spaces.Discrete(2)})
+
+
+class MatchTheCode(gym.Env):
+    """Actions of any space, one step per episode: the observation is a random code (a float vector); reward 1 per
+    action part that reproduces it. ``kind``: "multidiscrete" (code digits 0..2 at start 1), "multibinary" (bits),
+    or "tuple" (Tuple(Discrete(3), MultiBinary(2), Box(-1, 1, (1,))): the Box part is rewarded by 1 - |a - x|)."""
+
+    def __init__(self, config=None):
+        self.kind = (config or {}).get("kind", "multidiscrete")
+        self.observation_space = gym.spaces.Box(-1, 1, (4,), np.float32)
+        self.action_space = {
+            "multidiscrete": gym.spaces.MultiDiscrete([3, 3, 3], start=[1, 1, 1]),
+            "multibinary": gym.spaces.MultiBinary(4),
+            "tuple": gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.MultiBinary(2),
+                                       gym.spaces.Box(-1, 1, (1,), np.float32))),
+        }[self.kind]
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.code = self.np_random.integers(0, 3, 3) if self.kind == "multidiscrete" else \
+            self.np_random.integers(0, 2, 4) if self.kind == "multibinary" else \
+            np.array([self.np_random.integers(0, 3), *self.np_random.integers(0, 2, 2), self.np_random.uniform(-1, 1)])
+        obs = np.zeros(4, np.float32)
+        obs[: len(self.code)] = self.code if self.kind != "multidiscrete" else self.code - 1.0
+        return obs, {}
+
+    def step(self, action):
+        if self.kind == "multidiscrete":
+            reward = float((np.asarray(action) - 1 == self.code).sum())
+        elif self.kind == "multibinary":
+            reward = float((np.asarray(action) == self.code).sum())
+        else:
+            digit, bits, value = action
+            reward = float(int(digit) == self.code[0]) + float((np.asarray(bits) == self.code[1:3]).sum()) \
+                + 1.0 - abs(float(value[0]) - self.code[3])
+        return np.zeros(4, np.float32), reward, True, False, {}
 
 
 class RandomLength(gym.Env):

@@ -4,7 +4,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from envs import BadShapeEnv, Countdown, MultiDiscreteActionEnv, NaNEnv, RaisingEnv, TextObsEnv
+from envs import BadShapeEnv, Countdown, DictActionEnv, NaNEnv, RaisingEnv, TextObsEnv
 
 import herdrl
 from herdrl import EnvError, PPOConfig
@@ -84,7 +84,8 @@ def test_wrong_observation_shape_and_raising_env_are_clear_errors():
 @pytest.mark.parametrize("env_cls, message", [
     (TextObsEnv, r"observation space Dict\('a': Text\(1, 5, .*\)\), whose Text space 'a' .* herdrl cannot "
                  r"encode; herdrl takes Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of them"),
-    (MultiDiscreteActionEnv, r"action space MultiDiscrete\(\[2 3\]\); herdrl supports Discrete and Box"),
+    (DictActionEnv, r"action space Dict\('a': Discrete\(2\)\), whose Dict space .* herdrl cannot act in; herdrl "
+                    r"takes Discrete, Box \(float\), MultiDiscrete, MultiBinary and Tuple of them"),
 ])
 def test_unsupported_spaces_fail_at_build_time_naming_the_space(env_cls, message):
     herdrl.register_env("odd", env_cls)

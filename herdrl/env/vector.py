@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from herdrl.env import imports
@@ -145,7 +144,10 @@ def check_spaces(obs_space: gym.Space, action_space: gym.Space, env: EnvRef = "e
     except TypeError as exc:
         raise EnvError(f"env '{env}' has observation space {obs_space}, whose {exc} herdrl cannot encode; herdrl "
                        "takes Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of them") from None
-    if not isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete)):
-        raise EnvError(f"env '{env}' has action space {action_space}; herdrl supports Discrete and Box actions")
-    if isinstance(action_space, gym.spaces.Box) and not np.issubdtype(action_space.dtype, np.floating):
-        raise EnvError(f"env '{env}' has integer Box action space {action_space}; use Discrete or a float Box")
+    from herdrl.models.distributions import ActionDistribution
+
+    try:
+        ActionDistribution(action_space)
+    except TypeError as exc:
+        raise EnvError(f"env '{env}' has action space {action_space}, whose {exc} herdrl cannot act in; herdrl "
+                       "takes Discrete, Box (float), MultiDiscrete, MultiBinary and Tuple of them") from None

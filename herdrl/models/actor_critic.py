@@ -1,9 +1,9 @@
-"""Actor-critic: an encoder (``herdrl.models.encoders``) with a Categorical (Discrete actions) or diagonal
-Gaussian (Box actions) policy head and a value head."""
+"""Actor-critic: an encoder (``herdrl.models.encoders``) with a policy head for the action space's distribution
+(``herdrl.models.distributions``: categorical, Gaussian, several of them for MultiDiscrete, MultiBinary and
+Tuple) and a value head."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import gymnasium as gym
@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from herdrl.models.distributions import ActionDistribution
 from herdrl.models.encoders import (  # noqa: F401  (mlp_body: imported from here by older code)
     ACTIVATION_MODULES,
     build_encoder,
@@ -20,8 +21,6 @@ from herdrl.models.encoders import (  # noqa: F401  (mlp_body: imported from her
     to_torch,
 )
 from herdrl.obs import obs_len
-
-_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def _head(in_dim: int, out_dim: int, gain: float) -> nn.Linear:
@@ -45,19 +44,21 @@ class ActorCritic(nn.Module):
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, model_config: dict) -> None:
         super().__init__()
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        self.action_dim = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
-        self.free_log_std = bool(model_config["free_log_std"]) and not self.discrete
+        self.dist = ActionDistribution(action_space)
+        self.discrete = self.dist.discrete
+        self.action_dim = int(action_space.n) if self.discrete else self.dist.action_width
+        gaussian = self.dist.gaussian_dim
+        self.free_log_std = bool(model_config["free_log_std"]) and gaussian > 0
         share = model_config.get("vf_share_layers")
         share = has_image(observation_space) if share is None else share
 
         self.pi_encoder = build_encoder(observation_space, model_config)
         self.vf_encoder = None if share else build_encoder(observation_space, model_config)
         feature_dim = self.pi_encoder.out_dim
-        head_out = self.action_dim if (self.discrete or self.free_log_std) else 2 * self.action_dim
+        head_out = self.dist.num_inputs - (gaussian if self.free_log_std else 0)
         self.pi_head = _head(feature_dim, head_out, 0.01)  # small: near-uniform initial policy
         self.vf_head = _head(feature_dim, 1, 1.0)
-        self.log_std = nn.Parameter(torch.zeros(self.action_dim)) if self.free_log_std else None
+        self.log_std = nn.Parameter(torch.zeros(gaussian)) if self.free_log_std else None
 
     def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False) -> Any:
         """As torch's, also taking weights saved before encoders existed."""
@@ -82,7 +83,7 @@ class ActorCritic(nn.Module):
         # describe that distribution, not the one the parameter describes now.
         if not self.free_log_std:
             return head_out
-        return torch.cat([head_out, self.log_std.expand_as(head_out)], dim=-1)
+        return torch.cat([head_out, self.log_std.expand(*head_out.shape[:-1], -1)], dim=-1)
 
     def value(self, obs: Any) -> torch.Tensor:
         """State values V(obs)."""
@@ -91,31 +92,18 @@ class ActorCritic(nn.Module):
 
     @staticmethod
     def _mean_log_std(dist_inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A Box action space's Gaussian means and log stds."""
         mean, log_std = dist_inputs.chunk(2, dim=-1)
         return mean, log_std
 
     def log_prob_entropy(self, dist_inputs: torch.Tensor,
                          actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probability of ``actions`` and the entropy, per sample."""
-        if self.discrete:
-            log_p = torch.log_softmax(dist_inputs, dim=-1)
-            entropy = -(log_p.exp() * log_p).sum(-1)
-            return log_p.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), entropy
-        mean, log_std = self._mean_log_std(dist_inputs)
-        z = (actions - mean) * torch.exp(-log_std)
-        log_prob = (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
-        entropy = (log_std + 0.5 + _LOG_SQRT_2PI).sum(-1)
-        return log_prob, entropy
+        """Log-probability of stored ``actions`` and the entropy, per sample."""
+        return self.dist.log_prob_entropy(dist_inputs, actions)
 
     def kl(self, old_inputs: torch.Tensor, new_inputs: torch.Tensor) -> torch.Tensor:
         """KL(old || new) per sample, between the distributions two sets of head outputs describe."""
-        if self.discrete:
-            old_log_p, new_log_p = torch.log_softmax(old_inputs, -1), torch.log_softmax(new_inputs, -1)
-            return (old_log_p.exp() * (old_log_p - new_log_p)).sum(-1)
-        old_mean, old_log_std = self._mean_log_std(old_inputs)
-        new_mean, new_log_std = self._mean_log_std(new_inputs)
-        old_var, new_var = (2 * old_log_std).exp(), (2 * new_log_std).exp()
-        return (new_log_std - old_log_std + (old_var + (old_mean - new_mean).pow(2)) / (2 * new_var) - 0.5).sum(-1)
+        return self.dist.kl(old_inputs, new_inputs)
 
     def policy_parameters(self) -> list[nn.Parameter]:
         """The parameters that shape the action distribution (body, head, free log std)."""
@@ -132,39 +120,29 @@ class ActorCritic(nn.Module):
         return self.act_with_noise(self.dist_inputs(obs), None)
 
     def act_with_noise(self, dist_inputs: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
-        """Actions from distribution inputs and pre-drawn noise (``None``: the most likely action).
+        """Stored actions from distribution inputs and pre-drawn noise (``None``: the most likely action).
 
-        ``noise`` is what :func:`draw_noise` draws: Gumbel noise for logits (argmax of logits + Gumbel samples
-        the softmax), standard normal for a Gaussian. Runners draw it from their own seeded generator.
+        ``noise`` is what the distribution's ``draw_noise`` draws: Gumbel noise for logits (argmax of logits +
+        Gumbel samples the softmax), standard normal for Gaussians. Runners draw it from their own seeded generator.
         """
-        if self.discrete:
-            return dist_inputs.argmax(-1) if noise is None else (dist_inputs + noise).argmax(-1)
-        mean, log_std = self._mean_log_std(dist_inputs)
-        return mean if noise is None else mean + noise * log_std.exp()
+        return self.dist.act_with_noise(dist_inputs, noise)
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
+    def act(self, obs: Any, explore: bool = True) -> torch.Tensor:
         """Sample (``explore``, with torch's global generator) or pick the most likely action."""
         dist_inputs = self.dist_inputs(obs)
         if not explore:
             return self.act_with_noise(dist_inputs, None)
-        if self.discrete:
-            noise = -torch.log(-torch.log(torch.rand_like(dist_inputs).clamp_min(1e-12)))
-        else:
-            noise = torch.randn_like(dist_inputs[..., : self.action_dim])
+        lead = dist_inputs.shape[:-1]
+        gumbel = -torch.log(-torch.log(torch.rand(*lead, self.dist.num_logits).clamp_min(1e-12)))
+        noise = torch.cat([gumbel, torch.randn(*lead, self.dist.gaussian_dim)], -1).to(dist_inputs.device)
         return self.act_with_noise(dist_inputs, noise)
 
 
-def draw_noise(rng: np.random.Generator, discrete: bool, steps: int, batch: int, action_dim: int) -> np.ndarray:
-    """Exploration noise for ``steps`` action choices of ``batch`` envs, drawn at once from ``rng``.
-
-    Discrete: Gumbel noise (argmax of logits + Gumbel noise samples the softmax); Box: standard normal.
-    Drawing a fragment's noise in one call costs far less than a draw per step.
-    """
-    if discrete:
-        uniform = rng.random((steps, batch, action_dim), dtype=np.float32)
-        return -np.log(-np.log(np.maximum(uniform, np.float32(1e-12))))
-    return rng.standard_normal((steps, batch, action_dim), dtype=np.float32)
+def draw_noise(rng: np.random.Generator, module: ActorCritic, steps: int, batch: int) -> np.ndarray:
+    """Exploration noise for ``steps`` action choices of ``batch`` envs, drawn at once from ``rng`` (see
+    :meth:`ActionDistribution.draw_noise`)."""
+    return module.dist.draw_noise(rng, steps, batch)
 
 
 class TorchPolicy:
@@ -180,7 +158,7 @@ class TorchPolicy:
 
     def noise(self, steps: int, batch: int) -> np.ndarray:
         """Exploration noise for a whole fragment (see :func:`draw_noise`)."""
-        return draw_noise(self.rng, self.module.discrete, steps, batch, self.module.action_dim)
+        return draw_noise(self.rng, self.module, steps, batch)
 
     @torch.inference_mode()
     def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:

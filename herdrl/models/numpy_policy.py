@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 from torch import nn
 
-from herdrl.models.actor_critic import ActorCritic, draw_noise
+from herdrl.models.actor_critic import ActorCritic
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -49,6 +49,7 @@ class NumpyPolicy:
     def __init__(self, module: ActorCritic, rng: np.random.Generator) -> None:
         self.rng = rng
         self.discrete = module.discrete
+        self._dist = module.dist
         self.action_dim = module.action_dim
         forward = numpy_forward(module.pi_encoder, module.pi_head)
         if forward is None:
@@ -58,12 +59,14 @@ class NumpyPolicy:
 
     @staticmethod
     def supports(module: ActorCritic) -> bool:
-        """Whether this module has a numpy twin: an MLP on one Box or Discrete leaf, activation tanh, relu or linear."""
-        return isinstance(module, ActorCritic) and numpy_forward(module.pi_encoder, module.pi_head) is not None
+        """Whether this module has a numpy twin: Discrete or Box actions, an MLP on one Box or Discrete observation,
+        activation tanh, relu or linear."""
+        return (isinstance(module, ActorCritic) and (module.dist.discrete or not module.dist.num_logits)
+                and len(module.dist.parts) == 1 and numpy_forward(module.pi_encoder, module.pi_head) is not None)
 
     def noise(self, steps: int, batch: int) -> np.ndarray:
         """Exploration noise for ``steps`` calls of ``act`` on ``batch`` observations (see ``draw_noise``)."""
-        return draw_noise(self.rng, self.discrete, steps, batch, self.action_dim)
+        return self._dist.draw_noise(self.rng, steps, batch)
 
     def act(self, obs: np.ndarray, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
         """Actions for a batch of stored observations (``herdrl.obs``): int64 indices or float32 vectors.

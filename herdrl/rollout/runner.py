@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 from herdrl.config import AlgorithmConfig
 from herdrl.env import make_vector_env
 from herdrl.errors import EnvError
+from herdrl.models.distributions import ActionDistribution
 from herdrl.obs import ObsArray, ObsSpec, obs_map
 
 
@@ -30,7 +30,7 @@ class Fragment:
     """
 
     obs: ObsArray  # (T+1, B, *obs_shape) in stored dtypes (herdrl.obs): uint8 frames stay uint8
-    actions: np.ndarray  # (T, B) int64 or (T, B, action_dim) float32, as sampled (unclipped)
+    actions: np.ndarray  # (T, B, ...) as sampled (unclipped), stored as herdrl.models.distributions lays them out
     rewards: np.ndarray  # (T, B) float32
     terminateds: np.ndarray  # (T, B) bool
     truncateds: np.ndarray  # (T, B) bool
@@ -63,10 +63,7 @@ class EnvRunner:
         self.obs_spec = ObsSpec(self.observation_space)
         self.module = config.build_module(self.observation_space, self.action_space)
         self.module.requires_grad_(False)
-        self._discrete = isinstance(self.action_space, gym.spaces.Discrete)
-        self._action_start = int(self.action_space.start) if self._discrete else 0
-        if not self._discrete:
-            self._low, self._high = self.action_space.low.ravel(), self.action_space.high.ravel()
+        self.actions = ActionDistribution(self.action_space)  # stored layout and env form of actions
         self.reseed(epoch)
 
     def reseed(self, epoch: int) -> None:
@@ -114,25 +111,19 @@ class EnvRunner:
         obs = self.obs_spec.empty((steps + 1, envs))
         # One step's rows: a view of the array, or a dict of views for Dict/Tuple observations.
         row = obs.__getitem__ if isinstance(obs, np.ndarray) else lambda t: {k: v[t] for k, v in obs.items()}
-        action_shape = (steps, envs) if self._discrete else (steps, envs, self._low.size)
-        actions = np.empty(action_shape, dtype=np.int64 if self._discrete else np.float32)
+        actions = np.empty((steps, *self.actions.action_shape(envs)), dtype=self.actions.action_dtype)
         rewards = np.empty((steps, envs), dtype=np.float32)
         terminateds = np.empty((steps, envs), dtype=bool)
         truncateds = np.empty((steps, envs), dtype=bool)
         valid = np.empty((steps, envs), dtype=bool)  # filled after the loop
-        env_action_shape = (envs, *self.action_space.shape)
-        step, write, act = self.env.step, self.obs_spec.write, self.policy.act
+        step, write, act, to_env = self.env.step, self.obs_spec.write, self.policy.act, self.actions.to_env
         noise = self.policy.noise(steps, envs)
         obs_map(np.copyto, row(0), self._obs)
         for t in range(steps):
             action = act(row(t), True, noise[t])
             actions[t] = action
-            if self._discrete:
-                action = action + self._action_start if self._action_start else action
-            else:
-                action = np.clip(action, self._low, self._high).reshape(env_action_shape)
             try:
-                raw_obs, reward, terminated, truncated, _ = step(action)
+                raw_obs, reward, terminated, truncated, _ = step(to_env(action))
                 write(row(t + 1), raw_obs)
             except Exception as exc:
                 raise self._env_error(exc) from exc
