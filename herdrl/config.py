@@ -295,7 +295,8 @@ class AlgorithmConfig:
 
     def evaluation(self, **kwargs: Any) -> AlgorithmConfig:
         """Set periodic evaluation: ``evaluation_interval`` (iterations), ``evaluation_duration`` (episodes),
-        ``evaluation_config`` (``explore``, default False; ``env_config`` overrides). Results appear as
+        ``evaluation_config`` (``explore``, default False; ``env_config`` overrides; ``max_steps``: stop an
+        evaluation after this many steps, leaving unfinished episodes out — long Atari games). Results appear as
         ``evaluation/episode_return_mean`` etc. in the iterations that evaluate."""
         return self._set("evaluation", kwargs)
 
@@ -356,10 +357,14 @@ class AlgorithmConfig:
         if self.env is None:
             raise ConfigError("no env set: use .environment('CartPole-v1') or --env ID")
         self._validate_model(self.model)
-        unknown = set(self.evaluation_config) - {"explore", "env_config"}
+        unknown = set(self.evaluation_config) - {"explore", "env_config", "max_steps"}
         if unknown:
             raise ConfigError(f"evaluation_config key '{sorted(unknown)[0]}' is not supported; "
-                              "known: explore, env_config")
+                              "known: explore, env_config, max_steps")
+        max_steps = self.evaluation_config.get("max_steps")
+        if max_steps is not None and not (isinstance(max_steps, int) and max_steps >= 1):
+            raise ConfigError(f"evaluation_config max_steps got {max_steps!r}; expected an int >= 1 (steps per "
+                              "evaluation, after which unfinished episodes are left out)")
         self.validate_algorithm()
 
     @staticmethod

@@ -40,7 +40,8 @@ class Evaluator:
 
     def run(self, policy: Policy, seed: int | None = None, explore: bool = False,
             max_steps: int = 1_000_000) -> tuple[list[float], list[int]]:
-        """Play one episode per env copy; return their returns and lengths."""
+        """Play one episode per env copy, for at most ``max_steps`` steps; return the returns and lengths of the
+        episodes that finished (all of them unless ``max_steps`` cut some short)."""
         obs, _ = self.env.reset(seed=seed)
         returns = np.zeros(self.episodes)
         lengths = np.zeros(self.episodes, dtype=np.int64)
@@ -53,7 +54,8 @@ class Evaluator:
             running &= ~(np.asarray(terminated) | np.asarray(truncated))
             if not running.any():
                 break
-        return returns.tolist(), lengths.tolist()
+        finished = ~running
+        return returns[finished].tolist(), lengths[finished].tolist()
 
     def close(self) -> None:
         """Close the envs."""

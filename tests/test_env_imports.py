@@ -123,15 +123,16 @@ def test_well_known_packages_are_imported_by_prefix(tmp_path, monkeypatch):
 
 def test_atari_ids_import_ale_py():
     pytest.importorskip("ale_py")
-    assert make_single_env("ALE/Pong-v5").observation_space.shape == (210, 160, 3)
+    assert make_single_env("ALE/Pong-v5", {"preprocess": False}).observation_space.shape == (210, 160, 3)
+    assert imports.known_package("Pong-v4") == "ale_py" and imports.known_package("Corridor-v0") is None
 
 
 def test_a_file_in_the_current_folder_cannot_pose_as_a_well_known_package(user_dir):
     """Only the user's own --import / MODULE:ID modules are looked up in the current folder."""
     marker = user_dir / "ran-marker"
-    (user_dir / "minatar.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
-    one_line_error(herd(user_dir, "train", "ppo", "--env", "MinAtar/Breakout-v1"),
-                   "package 'minatar', which is not installed")
+    (user_dir / "procgen.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    one_line_error(herd(user_dir, "train", "ppo", "--env", "procgen-coinrun-v0"),
+                   "package 'procgen', which is not installed")
     assert not marker.exists()
 
 

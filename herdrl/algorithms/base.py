@@ -160,8 +160,10 @@ class Algorithm:
             self._evaluator = Evaluator(cfg.env, env_config, cfg.evaluation_duration, cfg.gym_env_vectorize_mode)
         seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self.iteration
         returns, lengths = self._evaluator.run(self.policy, seed=seed,
-                                               explore=bool(cfg.evaluation_config.get("explore", False)))
-        return {**summarize(returns, lengths, "evaluation/"), "evaluation/time_s": time.perf_counter() - start}
+                                               explore=bool(cfg.evaluation_config.get("explore", False)),
+                                               max_steps=cfg.evaluation_config.get("max_steps") or 1_000_000)
+        return {**summarize(returns, lengths, "evaluation/"), "evaluation/time_s": time.perf_counter() - start,
+                "evaluation/num_episodes_cut": cfg.evaluation_duration - len(returns)}
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """The learner module's weights as numpy arrays (copies: safe to ship while learning goes on)."""

@@ -11,6 +11,7 @@ are imported without being asked, when an env id carries their prefix (``ALE/Pon
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import re
 import sys
@@ -40,6 +41,7 @@ KNOWN_ENV_PACKAGES: dict[str, str] = {
     "dm_control/": "shimmy",
 }
 
+OLD_ATARI_ID = re.compile(r"^(?P<game>[A-Z][A-Za-z]*?)(-ram)?(NoFrameskip|Deterministic)?-v[04]$")
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 #: Modules imported for envs in this process, in order (shipped to runners and trials, recorded in checkpoints).
@@ -118,21 +120,59 @@ def adopt_driver_envs(modules: Iterable[str], creators: dict) -> None:
 
 
 def known_package(env_id: str) -> str | None:
-    """The well-known package that registers ``env_id`` (by its prefix), or None."""
-    return next((package for prefix, package in KNOWN_ENV_PACKAGES.items() if env_id.startswith(prefix)), None)
+    """The well-known package that registers ``env_id`` (by its prefix), or None. Ids shaped like the old Atari
+    ones (``Pong-v4``, ``Pong-ram-v0``) name ale_py when it is installed."""
+    package = next((package for prefix, package in KNOWN_ENV_PACKAGES.items() if env_id.startswith(prefix)), None)
+    if package is None and _is_old_atari_id(env_id):
+        package = "ale_py"
+    return package
+
+
+def _is_old_atari_id(env_id: str) -> bool:
+    """``Pong-v4``, ``SpaceInvadersNoFrameskip-v4``, ``Pong-ram-v0``: an old Atari id whose game ale-py (installed)
+    has a ROM for; found without importing ale-py (``Corridor-v0`` is not one)."""
+    match = OLD_ATARI_ID.match(env_id)
+    spec = importlib.util.find_spec("ale_py") if match else None
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    game = re.sub(r"(?<!^)(?=[A-Z])", "_", match["game"]).lower()  # SpaceInvaders -> space_invaders
+    folders = spec.submodule_search_locations
+    return any(os.path.exists(os.path.join(folder, "roms", f"{game}.bin")) for folder in folders)
 
 
 def import_known_package(env_id: str) -> None:
     """Import the well-known package an env id's prefix names; an error says how to install it."""
     package = known_package(env_id)
-    if package is None or package in IMPORTED:
+    if package is None:
         return
-    try:
-        _load(package)
-    except ImportError:
-        raise EnvError(f"env '{env_id}' comes from the package '{package}', which is not installed: "
-                       f"pip install {package.replace('_', '-')}") from None
-    _remember(package)
+    if package not in IMPORTED:
+        try:
+            _load(package)
+        except ImportError:
+            raise EnvError(f"env '{env_id}' comes from the package '{package}', which is not installed: "
+                           f"pip install {package.replace('_', '-')}") from None
+        _remember(package)
+    if package == "minatar":  # also where a runner imported it first, as the driver's module list says
+        register_minatar()
+
+
+#: MinAtar games have no time limit of their own; episodes stop here (far beyond a good Breakout game).
+MINATAR_MAX_STEPS = 10_000
+MINATAR_GAMES = ("asterix", "breakout", "freeway", "seaquest", "space_invaders")
+
+
+def register_minatar() -> None:
+    """Register MinAtar's Gymnasium ids (``MinAtar/Breakout-v1``: minimal action set; ``-v0``: all 6 actions),
+    which minatar does only when asked, with a time limit of :data:`MINATAR_MAX_STEPS` steps."""
+    import gymnasium as gym
+
+    for game in MINATAR_GAMES:
+        name = game.title().replace("_", "")
+        for version, minimal in (("v0", False), ("v1", True)):
+            if f"MinAtar/{name}-{version}" not in gym.registry:
+                gym.register(f"MinAtar/{name}-{version}", entry_point="minatar.gym:BaseEnv",
+                             kwargs={"game": game, "use_minimal_action_set": minimal},
+                             max_episode_steps=MINATAR_MAX_STEPS)
 
 
 def modules_needed(recorded: Iterable[str]) -> list[str]:

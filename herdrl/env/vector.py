@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from herdrl.env import imports
+from herdrl.env import atari, imports
 from herdrl.errors import EnvError, did_you_mean
 from herdrl.registry import ENV_CREATORS
 
@@ -55,6 +55,9 @@ def _gym_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         env_id = name
     if env_id not in gym.registry:
         imports.import_known_package(env_id)  # ALE/... -> ale_py
+        ram = atari.ram_spec(env_id) if atari.looks_like_old_atari_id(env_id) else None
+        if ram is not None:
+            return ram
     if env_id in gym.registry:
         try:
             return gym.spec(env_id)
@@ -72,6 +75,8 @@ def make_single_env(env: EnvRef, env_config: dict | None = None, **make_kwargs: 
     if factory is not None:
         return _checked(factory(), env)
     spec = _gym_spec(env)
+    if atari.is_atari(spec):
+        return atari.make_single(spec, env_config, **make_kwargs)
     return gym.make(spec, **env_config, **make_kwargs)
 
 
@@ -98,6 +103,8 @@ def make_vector_env(env: EnvRef, env_config: dict | None = None, num_envs: int =
         fns = [lambda: _checked(factory(), env)] * num_envs
         cls = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
         venv = cls(fns, **vector_kwargs)
+    elif atari.is_atari(_gym_spec(env)):
+        venv = atari.make_vector(_gym_spec(env), env_config, num_envs, mode)
     else:
         spec = _gym_spec(env)
         if mode == "auto":

@@ -16,6 +16,7 @@ import numpy as np
 
 from herdrl.config import AlgorithmConfig
 from herdrl.env import make_vector_env
+from herdrl.env.atari import life_losses
 from herdrl.errors import EnvError
 from herdrl.models.distributions import ActionDistribution
 from herdrl.obs import ObsArray, ObsSpec, obs_map
@@ -76,11 +77,15 @@ class EnvRunner:
         self.policy = self.config.runner_policy(self.module, self._rng)
         reset_seed = None if reset_stream is None else int(reset_stream.generate_state(1)[0])
         try:
-            raw_obs, _ = self.env.reset(seed=reset_seed)
+            raw_obs, reset_info = self.env.reset(seed=reset_seed)
         except Exception as exc:
             raise self._env_error(exc) from exc
         self._obs = self.obs_spec.batch(raw_obs)
         self._reset_next = np.zeros(self.num_envs, dtype=bool)  # next step of env b only resets it
+        self._clip_rewards = bool(getattr(self.env, "herd_clip_rewards", False))
+        self._episodic_life = bool(getattr(self.env, "herd_episodic_life", False))
+        if self._episodic_life:
+            self._lives = np.asarray(reset_info["lives"], dtype=np.int64).copy()
         self._episode_return = np.zeros(self.num_envs)
         self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
 
@@ -118,18 +123,21 @@ class EnvRunner:
         valid = np.empty((steps, envs), dtype=bool)  # filled after the loop
         step, write, act, to_env = self.env.step, self.obs_spec.write, self.policy.act, self.actions.to_env
         noise = self.policy.noise(steps, envs)
+        lives = np.empty((steps, envs), dtype=np.int64) if self._episodic_life else None
         obs_map(np.copyto, row(0), self._obs)
         for t in range(steps):
             action = act(row(t), True, noise[t])
             actions[t] = action
             try:
-                raw_obs, reward, terminated, truncated, _ = step(to_env(action))
+                raw_obs, reward, terminated, truncated, info = step(to_env(action))
                 write(row(t + 1), raw_obs)
             except Exception as exc:
                 raise self._env_error(exc) from exc
             rewards[t] = reward
             terminateds[t] = terminated
             truncateds[t] = truncated
+            if lives is not None:
+                lives[t] = info["lives"]
         self._obs = obs_map(lambda a: a[steps].copy(), obs)
         # A step right after an episode end only resets that env (NEXT_STEP autoreset): not experience.
         done = terminateds | truncateds
@@ -138,7 +146,13 @@ class EnvRunner:
         self._reset_next = done[-1].copy()
         self._check_finite(obs, rewards)
         fragment = Fragment(obs, actions, rewards, terminateds, truncateds, valid)
-        self._collect_episodes(fragment)
+        self._collect_episodes(fragment)  # whole games, unclipped rewards: what the user's env scores
+        if self._clip_rewards:  # Atari: learn on the reward's sign
+            fragment.rewards = np.sign(rewards)
+        if lives is not None:  # Atari's episodic life: a lost life ends the episode for learning only
+            previous = np.concatenate([self._lives[None], lives[:-1]])
+            fragment.terminateds = terminateds | life_losses(lives, previous, done)
+            self._lives = lives[-1].copy()
         return fragment
 
     def _check_finite(self, obs: ObsArray, rewards: np.ndarray) -> None:

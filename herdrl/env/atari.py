@@ -1,0 +1,188 @@
+"""Atari through ale-py, preprocessed the standard way by default.
+
+Every env id ale-py registers (``ALE/Pong-v5``, ``PongNoFrameskip-v4``, the old ``Pong-v0``/``Pong-v4``) gets
+the preprocessing of Mnih et al. 2015 as SB3's ``AtariWrapper``, CleanRL's ``ppo_atari.py`` and RLlib's Atari
+examples apply it: up to 30 no-op starts, FIRE at reset where the game needs it, 4 frames skipped per step
+with the max over the last two, 84 x 84 grayscale, a stack of the last 4 frames (zeros before the first),
+rewards clipped to their sign for learning while reported returns stay the game's own. Episodic life (a life
+lost ends the episode for learning, never for the reported return) is available, off by default. Each part
+is turned off or changed through ``env_config`` (:data:`OPTIONS`); ``preprocess=False`` gives the raw env.
+
+Two ways to build the vector env: ale-py's own C++ vector env (threaded, preprocessing and stacking inside:
+the default) or Gymnasium's ``AtariPreprocessing`` + ``FrameStackObservation`` on sync/async vector envs
+(``gym_env_vectorize_mode="sync"``/``"async"``, needs opencv). Both give the same frames, pixel for pixel.
+
+The ``-ram`` ids that ale-py >= 0.11 removed (``Pong-ram-v0``, ``Pong-ramNoFrameskip-v4``, ...) map to the
+current env with ``obs_type="ram"`` and the old id's frame skip and sticky actions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from herdrl.env.imports import OLD_ATARI_ID
+from herdrl.errors import EnvError
+
+logger = logging.getLogger("herdrl")
+
+#: env_config keys herdrl reads for Atari ids (not passed to the env), and their defaults.
+OPTIONS: dict[str, Any] = {
+    "preprocess": True,      # False: the raw env (210 x 160 RGB frames, the id's own frame skip)
+    "frameskip": 4,          # agent steps every 4 frames, max over the last two
+    "noop_max": 30,          # up to 30 random no-ops after each reset
+    "fire_reset": True,      # press FIRE after reset in games that need it to start
+    "screen_size": 84,       # frames resized to 84 x 84
+    "grayscale": True,
+    "frame_stack": 4,        # observation: the last 4 frames, (4, 84, 84) uint8
+    "clip_rewards": True,    # learn on sign(reward); reported returns are unclipped
+    "episodic_life": False,  # a lost life ends the episode for learning (reported returns: whole games)
+    "num_threads": 0,        # ale-py vector env threads; 0: one per env, at most this machine's cores
+}
+_SAID: set[str] = set()
+_RAM_ID = re.compile(r"^(?P<game>[A-Z][A-Za-z]*)-ram(?P<variant>NoFrameskip|Deterministic)?-(?P<version>v0|v4)$")
+
+
+def looks_like_old_atari_id(env_id: str) -> bool:
+    """Whether ``env_id`` has the shape of a pre-``ALE/`` Atari id (``Pong-v4``, ``Pong-ramNoFrameskip-v4``)."""
+    return bool(OLD_ATARI_ID.match(env_id))
+
+
+def is_atari(spec: gym.envs.registration.EnvSpec) -> bool:
+    """Whether ``spec`` is an ale-py env."""
+    return str(spec.entry_point).startswith("ale_py.")
+
+
+def ram_spec(env_id: str) -> gym.envs.registration.EnvSpec | None:
+    """The spec an old ``-ram`` id stands for (the same game, frame skip and sticky actions, RAM observations),
+    or None if ``env_id`` is not such an id."""
+    match = _RAM_ID.match(env_id)
+    if not match:
+        return None
+    game, variant, version = match["game"], match["variant"] or "", match["version"]
+    base = f"{game}{variant}-{version}"
+    if base in gym.registry:
+        spec = gym.spec(base)
+        kwargs = dict(spec.kwargs)
+    elif variant == "Deterministic" and f"ALE/{game}-v5" in gym.registry:  # old gym: frameskip 4, v0 sticky
+        base = f"ALE/{game}-v5"
+        spec = gym.spec(base)
+        kwargs = {**spec.kwargs, "frameskip": 4, "repeat_action_probability": 0.25 if version == "v0" else 0.0}
+    else:
+        return None
+    if env_id not in _SAID:  # once per id and process: the spec is looked up several times
+        _SAID.add(env_id)
+        logger.warning("herdrl: %s (removed in ale-py 0.11) runs as %s with obs_type='ram' (frame skip %s, sticky "
+                       "actions %s)", env_id, base, kwargs.get("frameskip"), kwargs.get("repeat_action_probability"))
+    return dataclasses.replace(spec, id=env_id, kwargs={**kwargs, "obs_type": "ram"})
+
+
+def split_options(spec: gym.envs.registration.EnvSpec, env_config: dict) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(herdrl's Atari options, the env's own kwargs) from ``env_config``; unknown option values are refused."""
+    options = {**OPTIONS, **{k: v for k, v in env_config.items() if k in OPTIONS}}
+    env_kwargs = {k: v for k, v in env_config.items() if k not in OPTIONS}
+    for key in ("frameskip", "screen_size", "frame_stack"):
+        if not (isinstance(options[key], int) and not isinstance(options[key], bool) and options[key] >= 1):
+            raise EnvError(f"env '{spec.id}': env_config {key}={options[key]!r}; expected an int >= 1")
+    if spec.kwargs.get("obs_type", "rgb") != "rgb" or env_kwargs.get("obs_type", "rgb") != "rgb":
+        options["preprocess"] = False  # RAM (or grayscale-screen) observations: nothing to resize or stack
+    return options, env_kwargs
+
+
+def make_vector(spec: gym.envs.registration.EnvSpec, env_config: dict, num_envs: int,
+                mode: str) -> gym.vector.VectorEnv:
+    """``num_envs`` preprocessed copies of an Atari env in NEXT_STEP autoreset mode (see the module doc)."""
+    options, env_kwargs = split_options(spec, env_config)
+    stochastic_skip = not isinstance(spec.kwargs.get("frameskip", 1), int)
+    if options["preprocess"] and mode in ("auto", "vector_entry_point") and not stochastic_skip:
+        venv = _ale_vector(spec, options, env_kwargs, num_envs)
+    else:
+        if mode in ("auto", "vector_entry_point"):
+            mode = "sync"
+        cls = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
+        venv = cls([lambda: make_single(spec, env_config)] * num_envs,
+                   autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    venv.herd_clip_rewards = bool(options["clip_rewards"])  # read by the runner: learning only, never reports
+    venv.herd_episodic_life = bool(options["episodic_life"])
+    return venv
+
+
+def _ale_vector(spec: gym.envs.registration.EnvSpec, options: dict, env_kwargs: dict,
+                num_envs: int) -> gym.vector.VectorEnv:
+    from ale_py.vector_env import AtariVectorEnv
+
+    kwargs = {**spec.kwargs, **env_kwargs}
+    unknown = set(kwargs) - {"game", "obs_type", "frameskip", "repeat_action_probability", "full_action_space",
+                             "max_num_frames_per_episode", "mode", "difficulty"}
+    if unknown:
+        raise EnvError(f"env '{spec.id}': env_config key(s) {sorted(unknown)} are not ale-py options; herdrl's "
+                       f"Atari options: {sorted(OPTIONS)}")
+    class AleVectorEnv(AtariVectorEnv):
+        """ale-py's vector env, taking any int seed (its C++ side takes 32-bit seeds only)."""
+
+        def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[Any, dict]:
+            if isinstance(seed, (int, np.integer)):
+                seed = int(seed) % (2**31 - self.num_envs)
+            return super().reset(seed=seed, options=options)
+
+    threads = options["num_threads"] or min(num_envs, os.cpu_count() or 1)
+    return AleVectorEnv(
+        kwargs["game"], num_envs, num_threads=threads,
+        max_num_frames_per_episode=kwargs.get("max_num_frames_per_episode", 108_000),
+        repeat_action_probability=kwargs.get("repeat_action_probability", 0.0),
+        full_action_space=kwargs.get("full_action_space", False),
+        img_height=options["screen_size"], img_width=options["screen_size"], grayscale=options["grayscale"],
+        stack_num=options["frame_stack"], frameskip=options["frameskip"], maxpool=True, noop_max=options["noop_max"],
+        episodic_life=False, reward_clipping=False, use_fire_reset=options["fire_reset"],
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+
+
+def make_single(spec: gym.envs.registration.EnvSpec, env_config: dict, **make_kwargs: Any) -> gym.Env:
+    """One Atari env with the same preprocessing through Gymnasium's wrappers (evaluation videos, sync/async
+    vector envs); ``render_mode="rgb_array"`` renders the game's own 210 x 160 screen."""
+    options, env_kwargs = split_options(spec, env_config)
+    if not options["preprocess"]:
+        return gym.make(spec, **env_kwargs, **make_kwargs)
+    stochastic_skip = not isinstance(spec.kwargs.get("frameskip", 1), int)
+    try:
+        import cv2  # noqa: F401  (Gymnasium's AtariPreprocessing resizes with it)
+    except ImportError:
+        raise EnvError(f"env '{spec.id}': Gymnasium's Atari preprocessing needs opencv: pip install "
+                       "opencv-python-headless (or herdrl[video]); ale-py's own vector env, the default for "
+                       "training, does not" + (f" but cannot skip a random number of frames as {spec.id} does: "
+                                               "use ALE/... -v5 or ...NoFrameskip-v4" if stochastic_skip else "")
+                       ) from None
+    # The id's own skip when it is random (old -v0/-v4 ids); otherwise the wrapper skips (and max-pools).
+    env_skip = spec.kwargs.get("frameskip", 1) if stochastic_skip else 1
+    env = gym.make(spec, **{**env_kwargs, "frameskip": env_skip}, **make_kwargs)
+    if options["fire_reset"]:  # one raw frame of FIRE, as ale-py's vector env presses it
+        env = FireReset(env)
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=options["noop_max"],
+                                          frame_skip=1 if stochastic_skip else options["frameskip"],
+                                          screen_size=options["screen_size"], grayscale_obs=options["grayscale"])
+    return gym.wrappers.FrameStackObservation(env, options["frame_stack"], padding_type="zero")
+
+
+class FireReset(gym.Wrapper):
+    """Press FIRE for one frame after reset in games that wait for it (Breakout's ball), as ale-py's vector env
+    does (applied to the raw env, below the frame skip)."""
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        obs, info = self.env.reset(**kwargs)
+        if "FIRE" in self.env.unwrapped.get_action_meanings()[1:2]:
+            obs, _, terminated, truncated, info = self.env.step(1)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+def life_losses(lives: np.ndarray, previous: np.ndarray, done: np.ndarray) -> np.ndarray:
+    """Envs that lost a life in this step without their game ending (episodic life ends their episode for
+    learning only)."""
+    return (lives < previous) & ~done

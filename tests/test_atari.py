@@ -1,0 +1,183 @@
+"""Atari through ale-py (preprocessing, reward clipping, episodic life, RAM ids), MinAtar, frame stacks."""
+
+import logging
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import herdrl
+from herdrl import EnvError, PPOConfig, TRPOConfig
+from herdrl.env import make_vector_env
+from herdrl.rollout import EnvRunner
+
+pytest.importorskip("ale_py")
+
+
+def runner(env, env_config=None, envs=2, algo=PPOConfig):
+    config = algo().environment(env, env_config=env_config or {}).env_runners(num_envs_per_env_runner=envs) \
+        .debugging(seed=0)
+    config.validate()
+    return EnvRunner(config)
+
+
+def test_preprocessing_is_on_by_default_and_each_part_can_change():
+    venv = make_vector_env("ALE/Pong-v5", {}, 2)
+    assert venv.single_observation_space == gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    assert venv.herd_clip_rewards and not venv.herd_episodic_life
+    venv.close()
+    venv = make_vector_env("ALE/Pong-v5", {"frame_stack": 2, "screen_size": 64, "clip_rewards": False}, 2)
+    assert venv.single_observation_space.shape == (2, 64, 64) and not venv.herd_clip_rewards
+    venv.close()
+    raw = make_vector_env("ALE/Pong-v5", {"preprocess": False}, 2)
+    assert raw.single_observation_space.shape == (210, 160, 3)
+    raw.close()
+    with pytest.raises(EnvError, match=r"env_config key\(s\) \['frame_skip'\] are not ale-py options"):
+        make_vector_env("ALE/Pong-v5", {"frame_skip": 4}, 2)
+
+
+def test_gymnasium_wrappers_give_the_same_frames_as_ale_pys_vector_env():
+    pytest.importorskip("cv2")
+    config = {"noop_max": 0}  # no random no-ops: both envs play the same game (FIRE at reset included)
+    ale = make_vector_env("PongNoFrameskip-v4", config, 1)
+    wrapped = make_vector_env("PongNoFrameskip-v4", config, 1, mode="sync")
+    assert type(ale).__name__ == "AleVectorEnv" and isinstance(wrapped, gym.vector.SyncVectorEnv)
+    a, _ = ale.reset(seed=3)
+    b, _ = wrapped.reset(seed=3)
+    assert np.array_equal(a, b)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        action = rng.integers(0, 6, 1)
+        a, *_ = ale.step(action)
+        b, *_ = wrapped.step(action)
+        assert np.array_equal(a, b)
+    ale.close()
+    wrapped.close()
+
+
+def test_rewards_are_clipped_for_learning_while_reported_returns_are_the_games():
+    """SpaceInvaders scores 5 to 30 points per alien: the learner sees rewards in {0, 1}, the episode returns
+    sum the points."""
+    run = runner("ALE/SpaceInvaders-v5", envs=4)
+    returns, clipped, kills = [], [], np.zeros(4)
+    while not returns:
+        fragment = run.sample(200)
+        assert set(np.unique(fragment.rewards)) <= {0.0, 1.0}
+        for t in range(200):  # clipped rewards summed per episode, env by env, as a reference
+            kills += np.where(fragment.valid[t], fragment.rewards[t], 0.0)
+            for b in np.nonzero(fragment.terminateds[t] | fragment.truncateds[t])[0]:
+                clipped.append(kills[b])
+                kills[b] = 0
+        returns += fragment.episode_returns
+    assert len(clipped) == len(returns)
+    assert sorted(returns) != sorted(clipped) and all(r >= 5 * c for r, c in zip(sorted(returns), sorted(clipped),
+                                                                                 strict=True))
+    run.stop()
+
+
+def test_episodic_life_ends_episodes_for_learning_only():
+    """Breakout has 5 lives: with episodic_life the learner's episodes end at each lost life (no bootstrap),
+    the env plays on (the next step is real experience), and the reported episode is the whole game."""
+    run = runner("ALE/Breakout-v5", {"episodic_life": True, "max_num_frames_per_episode": 4000}, envs=2)
+    learner_ends = game_ends = 0
+    lengths = []
+    while not lengths:
+        fragment = run.sample(250)
+        env_done = fragment.truncateds | np.concatenate([~fragment.valid[1:], run._reset_next[None]]) \
+            & ~fragment.truncateds
+        life_lost = fragment.terminateds & ~env_done
+        learner_ends += int(life_lost.sum())
+        game_ends += len(fragment.episode_lengths)
+        after = np.argwhere(life_lost[:-1])
+        assert fragment.valid[after[:, 0] + 1, after[:, 1]].all()  # the game goes on after a lost life
+        lengths += fragment.episode_lengths
+    assert learner_ends >= 1 and max(lengths) > 50
+    run.stop()
+
+
+class StepIndexImage(gym.Env):
+    """A 4 x 4 frame whose pixels all hold (episode number * 20 + step index + 1); episodes last 5 steps."""
+
+    def __init__(self, config=None):
+        self.observation_space = gym.spaces.Box(0, 255, (4, 4, 1), np.uint8)
+        self.action_space = gym.spaces.Discrete(2)
+        self.episode = -1
+
+    def _frame(self):
+        return np.full((4, 4, 1), self.episode * 20 + self.t + 1, np.uint8)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episode, self.t = self.episode + 1, 0
+        return self._frame(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._frame(), 0.0, self.t >= 5, False, {}
+
+
+def test_no_frame_of_a_finished_episode_leaks_into_the_next_stack():
+    """A 4-frame stack over episodes of 5 steps, fragments of 7 steps (ends fall inside fragments and on
+    their boundaries): every stack holds only its own episode's frames, consecutive, zeros before the start."""
+    herdrl.register_env("step_index", lambda cfg: gym.wrappers.FrameStackObservation(
+        StepIndexImage(), 4, padding_type="zero"))
+    run = runner("step_index", envs=3)
+    for _ in range(6):
+        fragment = run.sample(7)
+        stacks = fragment.obs[:, :, :, 0, 0, 0].astype(int)  # (T+1, B, 4): one pixel per stacked frame
+        for stack in stacks.reshape(-1, 4):
+            frames = stack[stack > 0]
+            episode, steps = (frames - 1) // 20, (frames - 1) % 20
+            assert len(set(episode)) == 1 and np.array_equal(steps, np.arange(steps[0], steps[0] + len(steps)))
+            assert len(frames) == 4 or steps[0] == 0  # zeros only before an episode's first frame
+    run.stop()
+
+
+def test_ale_stacks_start_empty_after_an_episode_end_and_time_limits_truncate():
+    """ALE's 108k-frame limit (here 400 frames) truncates, so the last step bootstraps; the next episode's
+    first stack holds zeros before its first frame."""
+    run = runner("PongNoFrameskip-v4", {"max_num_frames_per_episode": 400, "noop_max": 0}, envs=2)
+    fragment = run.sample(120)
+    ends = np.argwhere(fragment.truncateds)
+    assert len(ends) and not fragment.terminateds.any()
+    t, b = ends[0]
+    first = fragment.obs[t + 2, b]  # after the reset-only step: the new episode's first observation
+    assert not fragment.valid[t + 1, b] and first[3].any() and not first[:3].any()
+    run.stop()
+
+
+def test_the_seeds_pong_ram_id_runs_with_trpo(caplog):
+    with caplog.at_level(logging.WARNING, logger="herdrl"):
+        algo = TRPOConfig().environment("Pong-ram-v0").env_runners(num_envs_per_env_runner=4) \
+            .training(train_batch_size=400).debugging(seed=0).build()
+    assert algo.observation_space == gym.spaces.Box(0, 255, (128,), np.uint8)
+    assert "Pong-ram-v0 (removed in ale-py 0.11) runs as Pong-v0 with obs_type='ram'" in caplog.text
+    results = [algo.train() for _ in range(2)]
+    assert results[-1]["training_iteration"] == 2 and results[-1]["num_env_steps_sampled_lifetime"] >= 800
+    algo.stop()
+
+
+def test_minatar_trains_by_id():
+    pytest.importorskip("minatar")
+    algo = PPOConfig().environment("MinAtar/Breakout-v1").env_runners(num_envs_per_env_runner=4) \
+        .training(train_batch_size=256, minibatch_size=128).debugging(seed=0).build()
+    assert algo.observation_space.shape == (10, 10, 4) and algo.observation_space.dtype == np.bool_
+    assert gym.spec("MinAtar/Breakout-v1").max_episode_steps == 10_000
+    results = [algo.train() for _ in range(2)]
+    assert results[-1]["num_env_steps_sampled_lifetime"] > 256
+    algo.stop()
+
+
+def test_video_of_an_atari_policy_shows_the_game_screen(tmp_path):
+    pytest.importorskip("cv2")
+    from PIL import Image
+
+    from herdrl.evaluation import record_video
+
+    algo = PPOConfig().environment("ALE/Pong-v5", env_config={"max_num_frames_per_episode": 800}) \
+        .env_runners(num_envs_per_env_runner=2).training(train_batch_size=64, minibatch_size=32).build()
+    algo.train()
+    returns, lengths = record_video(algo.policy, "ALE/Pong-v5", {"max_num_frames_per_episode": 800},
+                                    tmp_path / "pong.gif", seed=0)
+    assert lengths[0] <= 200 and Image.open(tmp_path / "pong.gif").size == (160, 210)  # the game's resolution
+    algo.stop()
