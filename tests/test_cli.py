@@ -48,7 +48,7 @@ def test_quiet_prints_only_the_summary_and_names_are_settable(tmp_path, capsys):
     (["train", "pop", "--env", "CartPole-v1"], "unknown algorithm 'pop' (did you mean 'PPO'?); known: PPO"),
     (["train", "ppo", "--env", "CartPole-v1", "--config", "lr=-1"], "config key 'lr' got -1.0; expected float > 0"),
     (["train", "ppo", "--env", "CartPole-v1", "--config", "lrr=1"], "unknown config key 'lrr' for PPO"),
-    (["train", "ppo", "--env", "Blackjack-v1"], "observation space Tuple("),
+    (["train", "dqn", "--env", "Pendulum-v1"], "DQN needs Discrete actions; this env has Box("),
     (["train", "ppo"], "no env set"),
     (["train", "--env", "CartPole-v1"], "no algorithm"),
     (["train", "ppo", "--env", "CartPole-v1", "-f", "missing.yaml"], "experiment file 'missing.yaml' not found"),

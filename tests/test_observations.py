@@ -172,3 +172,36 @@ def test_frames_cross_rays_object_store_as_uint8():
     assert fragment.obs.dtype == np.uint8 and fragment.obs.shape[2:] == (10, 10, 2)
     assert algo.train()["num_env_steps_sampled"] > 0
     algo.stop()
+
+
+class TinyEncoder(torch.nn.Module):
+    """A custom encoder: gets the observation as the env gives it (uint8 frames), returns out_dim features."""
+
+    def __init__(self, space, config):
+        super().__init__()
+        self.out_dim = config.get("width", 16)
+        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(int(np.prod(space.shape)), self.out_dim),
+                                       torch.nn.ReLU())
+        self.seen = []
+
+    def forward(self, obs):
+        self.seen.append(obs.dtype)
+        return self.net(obs.float() / 255)
+
+
+def test_a_registered_custom_encoder_replaces_the_default_and_reloads(tmp_path):
+    herdrl.register_env("moving_dot", MovingDot)
+    herdrl.register_encoder("tiny", TinyEncoder)
+    algo = (PPOConfig().environment("moving_dot").training(
+        train_batch_size=64, minibatch_size=32, model={"custom_encoder": "tiny", "custom_encoder_config": {"width": 8}})
+        .build())
+    encoder = algo.module.pi_encoder.net
+    assert isinstance(encoder, TinyEncoder) and algo.module.pi_head.in_features == 8
+    assert algo.module.vf_encoder is None  # image observations: one encoder under both heads
+    algo.train()
+    assert set(encoder.seen) == {torch.uint8}  # frames reach it as the env gives them
+    policy = Policy.from_checkpoint(algo.save(tmp_path))
+    assert isinstance(policy.module.pi_encoder.net, TinyEncoder)
+    algo.stop()
+    with pytest.raises(ConfigError, match="model key 'custom_encoder' names 'nope', which is not registered"):
+        PPOConfig().environment("moving_dot").training(model={"custom_encoder": "nope"}).build()

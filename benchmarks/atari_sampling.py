@@ -1,0 +1,137 @@
+"""Sampling throughput on image envs: herdrl's runner with its CNN policy vs the env's ceiling vs SB3, side by side.
+
+For each env and number of envs, in one process, rounds alternate between:
+
+* **ceiling**: the same vector env herdrl's runner steps (ale-py's vector env with the standard preprocessing;
+  MinAtar on a sync vector env), stepped with random actions, no policy;
+* **env step** and **inference** timed apart: one vector step, and one batched CNN forward pass on a batch of
+  observations, so the pipeline's own cost shows as runner vs ``1 / (t_env + t_inference)`` ("predicted");
+* **runner**: herdrl's ``EnvRunner`` (PPO's CNN policy, torch inference) writing fragments of 128 steps;
+* **sb3** (Pong only, when stable-baselines3 is installed): ``make_atari_env`` + ``VecFrameStack(4)`` with
+  ``CnnPolicy.predict``, the way SB3 samples, on the same id (``PongNoFrameskip-v4``, the id SB3's zoo uses).
+
+Agent steps/s (env frames/s = 4x for Atari's frame skip). Medians over rounds.
+
+    python benchmarks/atari_sampling.py [--env PongNoFrameskip-v4 MinAtar/Breakout-v1] [--envs 8 32]
+        [--rounds 3] [--seconds 3] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from herdrl import PPOConfig
+from herdrl.env import make_vector_env
+from herdrl.models.encoders import to_torch
+from herdrl.obs import ObsSpec
+from herdrl.rollout import EnvRunner
+
+
+def timed(step, seconds: float) -> float:
+    """Calls of ``step`` (each returning its number of agent steps) per second over ``seconds``."""
+    step()  # warm up
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        steps += step()
+    return steps / (time.perf_counter() - start)
+
+
+def ceiling_and_parts(env_id: str, num_envs: int, seconds: float) -> tuple[float, float, float]:
+    """(ceiling agent steps/s, predicted runner steps/s from separately timed env step and inference)."""
+    env = make_vector_env(env_id, {}, num_envs)
+    obs, _ = env.reset(seed=0)
+    n = env.single_action_space.n
+    rng = np.random.default_rng(0)
+
+    def env_step() -> int:
+        env.step(rng.integers(0, n, num_envs))
+        return num_envs
+
+    ceiling = timed(env_step, seconds)
+    config = PPOConfig().environment(env_id).debugging(seed=0)
+    config.validate()
+    module = config.build_module(env.single_observation_space, env.single_action_space).requires_grad_(False)
+    batch = ObsSpec(env.single_observation_space).batch(obs)
+
+    def inference() -> int:
+        with torch.inference_mode():
+            module.dist_inputs(to_torch(batch))
+        return num_envs
+
+    infer = timed(inference, seconds)
+    env.close()
+    predicted = 1.0 / (1.0 / ceiling + 1.0 / infer)
+    return ceiling, infer, predicted
+
+
+def runner_rate(env_id: str, num_envs: int, seconds: float) -> float:
+    config = PPOConfig().environment(env_id).env_runners(num_envs_per_env_runner=num_envs).debugging(seed=0)
+    config.validate()
+    runner = EnvRunner(config)
+    rate = timed(lambda: runner.sample(128).actions.size, seconds)
+    runner.stop()
+    return rate
+
+
+def sb3_rate(env_id: str, num_envs: int, seconds: float) -> float | None:
+    try:
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.env_util import make_atari_env
+        from stable_baselines3.common.vec_env import VecFrameStack
+    except ImportError:
+        return None
+    env = VecFrameStack(make_atari_env(env_id, n_envs=num_envs, seed=0), n_stack=4)
+    model = PPO("CnnPolicy", env, device="cpu", seed=0)
+    obs = env.reset()
+
+    def step() -> int:
+        nonlocal obs
+        actions, _ = model.predict(obs, deterministic=False)
+        obs, *_ = env.step(actions)
+        return num_envs
+
+    rate = timed(step, seconds)
+    env.close()
+    return rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", nargs="+", default=["PongNoFrameskip-v4", "MinAtar/Breakout-v1"])
+    parser.add_argument("--envs", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads (both tools)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch threads: {args.threads}; agent steps/s, median of {args.rounds} rounds")
+    print("| env | envs | ceiling | inference alone | predicted | herdrl runner | runner / predicted | "
+          "runner / ceiling | sb3 | herdrl / sb3 |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for env_id in args.env:
+        for num_envs in args.envs:
+            rows: dict[str, list[float]] = {"ceiling": [], "infer": [], "predicted": [], "runner": [], "sb3": []}
+            for _ in range(args.rounds):
+                ceiling, infer, predicted = ceiling_and_parts(env_id, num_envs, args.seconds)
+                rows["ceiling"].append(ceiling)
+                rows["infer"].append(infer)
+                rows["predicted"].append(predicted)
+                rows["runner"].append(runner_rate(env_id, num_envs, args.seconds))
+                if "NoFrameskip" in env_id:
+                    rate = sb3_rate(env_id, num_envs, args.seconds)
+                    if rate is not None:
+                        rows["sb3"].append(rate)
+            m = {k: statistics.median(v) if v else float("nan") for k, v in rows.items()}
+            sb3 = f"{m['sb3']:,.0f} | {m['runner'] / m['sb3']:.2f}x" if rows["sb3"] else "- | -"
+            print(f"| {env_id} | {num_envs} | {m['ceiling']:,.0f} | {m['infer']:,.0f} | {m['predicted']:,.0f} | "
+                  f"{m['runner']:,.0f} | {m['runner'] / m['predicted']:.2f} | {m['runner'] / m['ceiling']:.2f} | "
+                  f"{sb3} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
