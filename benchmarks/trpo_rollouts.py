@@ -6,7 +6,7 @@ serial rollouts, 42 s with 8 parallel Ray rollout tasks on a 16-core EC2 instanc
 scales on this 2-core machine); the same ``herd train trpo`` command runs with 0 runners (serial, in the
 driver) and with N Ray env runners of one env each, timed from process spawn to exit (Ray start included).
 
-    python benchmarks/trpo_rollouts.py [--runners 8] [--latency 0.001] [--batch 2000]
+    python benchmarks/trpo_rollouts.py [--runners 8] [--latency 0.001] [--batch 2000] [--env Pong-ram-v0]
 """
 
 from __future__ import annotations
@@ -22,13 +22,15 @@ from pathlib import Path
 HERD = str(Path(sys.executable).parent / "herd")
 
 
-def run(runners: int, latency: float, batch: int, output: str) -> dict:
+def run(runners: int, latency: float, batch: int, output: str, env: str = "herd/Latency-v0") -> dict:
     """10 TRPO iterations; wall-clock from spawn to exit and the summed sampling time of the result rows."""
     trial = f"r{runners}"
-    cmd = [HERD, "train", "trpo", "--env", "herd/Latency-v0", "--stop-iters", "10", "--seed", "0",
+    cmd = [HERD, "train", "trpo", "--env", env, "--stop-iters", "10", "--seed", "0",
            "--num-env-runners", str(runners), "--num-envs-per-env-runner", "1", "--output", output,
            "--name", "trpo", "--trial", trial, "--no-tensorboard", "--quiet",
-           "--config", f"train_batch_size={batch}", f"env_config={{step_latency_s: {latency}}}"]
+           "--config", f"train_batch_size={batch}"]
+    if env == "herd/Latency-v0":
+        cmd.append(f"env_config={{step_latency_s: {latency}}}")
     start = time.time()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     total = time.time() - start
@@ -42,10 +44,11 @@ def main() -> None:
     parser.add_argument("--runners", type=int, default=8)
     parser.add_argument("--latency", type=float, default=0.001, help="seconds each env step sleeps")
     parser.add_argument("--batch", type=int, default=2000, help="env steps per TRPO iteration")
+    parser.add_argument("--env", default="herd/Latency-v0", help="e.g. Pong-ram-v0, the seed's own env")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as out:
-        serial = run(0, args.latency, args.batch, out)
-        parallel = run(args.runners, args.latency, args.batch, out)
+        serial = run(0, args.latency, args.batch, out, args.env)
+        parallel = run(args.runners, args.latency, args.batch, out, args.env)
     print("| rollouts | iterations | env steps | wall-clock, s (spawn -> exit) | sampling, s "
           "| speedup (wall / sampling) |")
     print("| --- | --- | --- | --- | --- | --- |")

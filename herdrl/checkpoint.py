@@ -39,7 +39,7 @@ import torch
 from herdrl.errors import HerdError
 
 #: 2: PPO/A2C ``vf_loss_coeff`` weighs the plain mean squared error (RLlib's formula; 1 weighed half of it).
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 PREFIX = "checkpoint_"
 META_FILE = "checkpoint.json"
 TUNE_SUBDIR = "herd"  # a Tune trial's checkpoint_N/ holds herdrl's checkpoint here
@@ -242,8 +242,11 @@ def checkpoint_config(meta: dict[str, Any], env: str | None = None, makes_env: b
                            "it joins come from your command, never from a file", meta.get("path"), key, value)
     from herdrl.registry import get_config_class
 
-    return get_config_class(meta["algorithm"]).migrate_checkpoint_config(config, meta.get("format_version", 1),
-                                                                         meta["spaces"])
+    version = meta.get("format_version", 1)
+    if version < 3 and isinstance(config.get("model", {}), dict):
+        # Before encoders (format 3), every observation was flattened and cast as it was: keep that network.
+        config["model"] = {**config.get("model", {}), "obs_encoding": "flat"}
+    return get_config_class(meta["algorithm"]).migrate_checkpoint_config(config, version, meta["spaces"])
 
 
 def read_meta(path: Path) -> dict[str, Any]:
@@ -352,6 +355,10 @@ def prune(trial_dir: Path, keep: int, score_attr: str | None = "episode_return_m
 
 
 # ------------------------------------------------------------------- spaces as JSON
+#: Elements a stored Box may have (a crafted shape must not make the loader allocate gigabytes).
+MAX_SPACE_ELEMENTS = 1 << 24
+
+
 def _bound_json(values: np.ndarray) -> Any:
     flat = values.reshape(-1)
     return flat[0].item() if flat.size and (flat == flat[0]).all() else values.tolist()  # one number if uniform
@@ -388,6 +395,8 @@ def space_from_json(data: dict[str, Any], depth: int = 0) -> gym.Space:
             if dtype.kind not in "biuf":
                 raise ValueError(f"dtype {dtype}")
             shape = tuple(int(n) for n in data["shape"])
+            if len(shape) > 8 or int(np.prod(shape, dtype=np.float64)) > MAX_SPACE_ELEMENTS:
+                raise ValueError(f"shape {shape} is larger than any observation herdrl takes")
             low, high = (np.broadcast_to(np.array(data[k], dtype=dtype), shape) for k in ("low", "high"))
             return gym.spaces.Box(low.copy(), high.copy(), shape, dtype)
         if kind == "MultiDiscrete":

@@ -105,6 +105,7 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "post_fcnet_hiddens": None,  # dense layers after the CNN; None: 512 Nature, 256 IMPALA, 128 small
     "custom_encoder": None,  # a herdrl.register_encoder name
     "custom_encoder_config": {},
+    "obs_encoding": "auto",  # "flat": every observation flattened as it is, no CNN (checkpoints of format <= 2)
 }
 ACTIVATIONS = ("tanh", "relu", "elu", "gelu", "silu", "swish", "linear")
 
@@ -400,6 +401,9 @@ class AlgorithmConfig:
                                                         and model["custom_encoder"]):
             raise ConfigError(f"model key 'custom_encoder' got {model['custom_encoder']!r}; expected the name "
                               "given to herdrl.register_encoder")
+        if model["obs_encoding"] not in ("auto", "flat"):
+            raise ConfigError(f"model key 'obs_encoding' got {model['obs_encoding']!r}; expected 'auto' (encoders "
+                              "chosen from the observation space) or 'flat'")
         if not isinstance(model["custom_encoder_config"], dict):
             raise ConfigError(f"model key 'custom_encoder_config' got {model['custom_encoder_config']!r}; "
                               "expected a dict")

@@ -1,8 +1,9 @@
 """Export the greedy policy of a checkpoint as a standalone file: ``torch.export`` (.pt2) or ONNX.
 
-The exported program takes a batch of *raw* observations (``(batch, *obs_shape)``: float32 for a float Box,
-the Box's own dtype for integer Boxes such as uint8 frames, int64 ``(batch,)`` for Discrete) and returns
-env-ready actions (int64 indices, or float32 clipped to the Box bounds) — no herdrl needed to run it::
+The exported program takes a batch of *raw* observations as herdrl stores them (``(batch, *obs_shape)``: float32
+for a float Box — cast float64 observations first —, the Box's own dtype for integer Boxes such as uint8 frames,
+int64 for Discrete and MultiDiscrete, int8 for MultiBinary) and returns env-ready actions (int64 indices,
+float32 clipped to the Box bounds, int8 bits for MultiBinary) — no herdrl needed to run it::
 
     program = torch.export.load("policy.pt2").module();  actions = program(obs)
     session = onnxruntime.InferenceSession("policy.onnx");  actions = session.run(None, {"obs": obs})[0]
@@ -56,6 +57,8 @@ class GreedyPolicy(nn.Module):
             action = torch.clamp(action, self.low, self.high)
         elif self.kind == "MultiDiscrete":
             action = action + self.start
+        elif self.kind == "MultiBinary":
+            action = action.to(torch.int8)  # the dtype the env takes
         return action.reshape(obs.shape[0], *self.action_shape)
 
 

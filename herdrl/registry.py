@@ -66,7 +66,7 @@ def register_encoder(name: str, factory: Callable[[Any, dict], Any]) -> None:
             def __init__(self, space, config):
                 super().__init__()
                 self.out_dim = config.get("width", 32)
-                self.net = nn.Sequential(nn.Flatten(), nn.LazyLinear(self.out_dim), nn.ReLU())
+                self.net = nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(space.shape)), self.out_dim), nn.ReLU())
             def forward(self, obs):
                 return self.net(obs.float())
 

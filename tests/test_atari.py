@@ -76,22 +76,34 @@ def test_rewards_are_clipped_for_learning_while_reported_returns_are_the_games()
 
 
 def test_episodic_life_ends_episodes_for_learning_only():
-    """Breakout has 5 lives: with episodic_life the learner's episodes end at each lost life (no bootstrap),
-    the env plays on (the next step is real experience), and the reported episode is the whole game."""
+    """Breakout has 5 lives: with episodic_life the learner's episodes end exactly where the env's own
+    ``info["lives"]`` drops (read here from the env, independently of the runner), the env plays on (the next
+    step is real experience), and the reported episode is the whole game."""
     run = runner("ALE/Breakout-v5", {"episodic_life": True, "max_num_frames_per_episode": 4000}, envs=2)
-    learner_ends = game_ends = 0
-    lengths = []
+    step, seen = run.env.step, []
+
+    def recording_step(actions):
+        out = step(actions)
+        seen.append(np.array(out[4]["lives"]))
+        return out
+
+    run.env.step = recording_step
+    previous, lengths, losses = np.array(run._lives), [], 0
     while not lengths:
+        seen.clear()
         fragment = run.sample(250)
-        env_done = fragment.truncateds | np.concatenate([~fragment.valid[1:], run._reset_next[None]]) \
-            & ~fragment.truncateds
-        life_lost = fragment.terminateds & ~env_done
-        learner_ends += int(life_lost.sum())
-        game_ends += len(fragment.episode_lengths)
-        after = np.argwhere(life_lost[:-1])
+        lives = np.stack(seen)
+        env_done = np.concatenate([~fragment.valid[1:], run._reset_next[None]])  # the env's own episode ends
+        expected = np.zeros_like(env_done)
+        for t in range(len(lives)):
+            expected[t] = (lives[t] < previous) & (lives[t] > 0) & ~env_done[t]
+            previous = lives[t]
+        assert np.array_equal(fragment.terminateds & ~env_done, expected)
+        after = np.argwhere(expected[:-1])
         assert fragment.valid[after[:, 0] + 1, after[:, 1]].all()  # the game goes on after a lost life
+        losses += int(expected.sum())
         lengths += fragment.episode_lengths
-    assert learner_ends >= 1 and max(lengths) > 50
+    assert losses >= 1 and max(lengths) > 50
     run.stop()
 
 

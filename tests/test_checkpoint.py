@@ -105,7 +105,7 @@ def test_damaged_and_foreign_checkpoints_give_one_clear_line(tmp_path):
     newer = algo.save(tmp_path / "newer")
     meta = json.loads((newer / "checkpoint.json").read_text())
     (newer / "checkpoint.json").write_text(json.dumps({**meta, "format_version": 99}))
-    with pytest.raises(CheckpointError, match="format version 99; this herdrl reads up to 2: upgrade herdrl"):
+    with pytest.raises(CheckpointError, match="format version 99; this herdrl reads up to 3: upgrade herdrl"):
         algo.restore(newer)
     other = algo.save(tmp_path / "other")
     (other / "checkpoint.json").write_text(json.dumps({**meta, "algorithm": "DQN"}))
@@ -420,23 +420,28 @@ def test_a_crafted_folder_cannot_redirect_writes_or_stall_a_loader(tmp_path):
         Algorithm.from_checkpoint(good)
 
 
-@pytest.mark.parametrize("name", ["ppo-cartpole", "dqn-cartpole", "sac-pendulum"])
+@pytest.mark.parametrize("name", ["ppo-cartpole", "dqn-cartpole", "sac-pendulum", "ppo-movingdot"])
 def test_checkpoints_of_the_previous_release_load_and_train_on(name, tmp_path):
-    """tests/checkpoints_v2 were written by herdrl 0.2.0 (format 2, MLPs before encoders existed): today's
-    code loads them, acts as they did, and trains on from them (weights, target networks, optimizers)."""
+    """tests/checkpoints_v2 were written by herdrl 0.2.0 (format 2, MLPs before encoders existed; the image env's
+    frames flattened into an MLP as they were, unscaled): today's code loads them, acts as they did, and trains
+    on from them (weights, target networks, optimizers)."""
     import shutil
 
     import numpy as np
+    from envs import MovingDot
 
+    import herdrl
     from herdrl import Algorithm
     from herdrl.policy import Policy
 
+    herdrl.register_env("moving_dot", MovingDot)
     source = Path(__file__).parent / "checkpoints_v2"
     case = json.loads((source / "expected.json").read_text())[name]
     path = tmp_path / case["checkpoint"]
     shutil.copytree(source / case["checkpoint"], path)
     policy = Policy.from_checkpoint(path)
-    actions = [np.asarray(policy.compute_single_action(np.asarray(o, np.float32))).tolist() for o in case["obs"]]
+    dtype = policy.observation_space.dtype
+    actions = [np.asarray(policy.compute_single_action(np.asarray(o, dtype))).tolist() for o in case["obs"]]
     assert np.allclose(actions, case["actions"], atol=1e-6)
     algo = Algorithm.from_checkpoint(path)
     assert algo.iteration == 1

@@ -18,19 +18,21 @@ MODEL = {"fcnet_hiddens": [32], "fcnet_activation": "tanh", "conv_filters": None
          "conv_type": "default", "post_fcnet_hiddens": None}
 
 
-@pytest.mark.parametrize("shape, dtype, channels_last", [
-    ((84, 84, 4), np.uint8, True),   # SB3's VecFrameStack layout
-    ((4, 84, 84), np.uint8, False),  # Gymnasium's FrameStackObservation layout
-    ((84, 84), np.uint8, True),      # one grayscale frame
-    ((10, 10, 4), np.bool_, True),   # MinAtar
-    ((64, 64, 3), np.float32, True),
+@pytest.mark.parametrize("shape, dtype, layout", [
+    ((84, 84, 4), np.uint8, "HWC"),   # SB3's VecFrameStack layout
+    ((4, 84, 84), np.uint8, "CHW"),   # Gymnasium's FrameStackObservation layout, ale-py's
+    ((84, 84), np.uint8, "HW"),       # one grayscale frame
+    ((10, 10, 4), np.bool_, "HWC"),   # MinAtar
+    ((64, 64, 3), np.float32, "HWC"),
+    ((4, 84, 84, 3), np.uint8, "SHWC"),  # ale-py with grayscale=False; FrameStackObservation over RGB frames
+    ((2, 3, 40, 40), np.uint8, "SCHW"),
 ])
-def test_image_encoder_output_shapes_for_each_layout(shape, dtype, channels_last):
+def test_image_encoder_output_shapes_for_each_layout(shape, dtype, layout):
     space = gym.spaces.Box(0, 1 if dtype != np.uint8 else 255, shape, dtype)
-    assert image_layout(space)[3] is channels_last
+    assert image_layout(space)[3] == layout
     encoder = build_encoder(space, MODEL)
     assert isinstance(encoder.leaves[0], ImageEncoder) and len(encoder.mlp) == 0  # one image: the CNN is the encoder
-    small = min(shape[:2] if channels_last else shape[1:]) < 36
+    small = min(image_layout(space)[1:3]) < 36
     assert encoder.out_dim == (128 if small else 512)
     obs = torch.as_tensor(np.stack([space.sample() for _ in range(3)]))
     assert encoder(obs).shape == (3, encoder.out_dim)
@@ -60,6 +62,17 @@ def test_frames_are_scaled_on_the_device_and_channel_layouts_agree():
     frames = torch.as_tensor(np.stack([hwc.sample() for _ in range(2)]))
     assert torch.allclose(a(frames), b(frames.permute(0, 3, 1, 2)), atol=1e-5)
     assert torch.allclose(a(frames), c(frames.float() / 255), atol=1e-5)
+
+
+def test_what_is_not_an_image_and_how_integers_are_scaled():
+    """Small rank-3 tensors of features stay vectors; integer leaves are scaled by their bounds only where the
+    range is small (RAM bytes), never when declared up to 2**63 (a counter would reach the network as 0)."""
+    assert image_layout(gym.spaces.Box(-1, 1, (10, 2, 3), np.float32)) is None
+    counter = gym.spaces.Box(np.array([0, 0]), np.array([255, np.iinfo(np.int64).max]), (2,), np.int64)
+    features = build_encoder(counter, {**MODEL, "fcnet_hiddens": []})(torch.tensor([[51, 1_000_000]]))
+    assert features.tolist() == [[pytest.approx(0.2), 1_000_000.0]]
+    mask = gym.spaces.Box(0, 1, (16, 16, 1), np.uint8)  # a 0/1 uint8 image: divided by its high, 1
+    assert build_encoder(mask, MODEL).leaves[0].scale == 1.0
 
 
 def test_bad_conv_filters_are_one_line():
@@ -205,3 +218,24 @@ def test_a_registered_custom_encoder_replaces_the_default_and_reloads(tmp_path):
     algo.stop()
     with pytest.raises(ConfigError, match="model key 'custom_encoder' names 'nope', which is not registered"):
         PPOConfig().environment("moving_dot").training(model={"custom_encoder": "nope"}).build()
+
+
+def test_dqn_learns_a_nested_dict_observation_and_its_buffer_survives_a_checkpoint(tmp_path):
+    from herdrl import Algorithm
+
+    herdrl.register_env("dict_cue", DictCue)
+    algo = (DQNConfig().environment("dict_cue").env_runners(num_envs_per_env_runner=4)
+            .training(lr=1e-3, train_batch_size=64, training_intensity=4, epsilon=[[0, 1.0], [2000, 0.05]],
+                      num_steps_sampled_before_learning_starts=256, target_network_update_freq=500,
+                      min_sample_timesteps_per_iteration=1000, store_buffer_in_checkpoints=True)
+            .debugging(seed=0).build())
+    result = algo.train()
+    while result["episode_return_mean"] < 7 and result["num_env_steps_sampled_lifetime"] < 20_000:
+        result = algo.train()
+    assert result["episode_return_mean"] >= 7, result["episode_return_mean"]
+    assert set(algo.buffer.obs) == {"cue", "signal/0", "signal/1"} and algo.buffer.obs["signal/1"].dtype == np.int8
+    restored = Algorithm.from_checkpoint(algo.save(tmp_path))
+    assert len(restored.buffer) == len(algo.buffer)
+    assert np.array_equal(restored.buffer.state()["next_obs/cue"], algo.buffer.state()["next_obs/cue"])
+    algo.stop()
+    restored.stop()

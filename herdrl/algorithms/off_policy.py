@@ -21,6 +21,7 @@ from herdrl.algorithms.base import Algorithm
 from herdrl.buffers import REPLAY_DEFAULTS, ReplayBuffer, check_replay_config, fragment_transitions, make_buffer
 from herdrl.checkpoint import CheckpointError, read_arrays
 from herdrl.config import AlgorithmConfig, Field, shared_field
+from herdrl.models.encoders import to_torch
 
 logger = logging.getLogger("herdrl")
 
@@ -96,7 +97,7 @@ class OffPolicyAlgorithm(Algorithm):
                 self.advance_learning_clock(new_steps * j // due - clock)
                 clock = new_steps * j // due
                 data, slots, weights = self.buffer.sample(cfg.train_batch_size)
-                batch = {k: torch.from_numpy(v).to(self.device) for k, v in data.items()}
+                batch = {k: to_torch(v, self.device) for k, v in data.items()}  # obs: dicts for Dict spaces
                 metrics, td_errors = self.update(batch, torch.from_numpy(weights).to(self.device))
                 self.buffer.update_priorities(slots, td_errors)
                 for key, value in metrics.items():

@@ -10,6 +10,7 @@ then a separate value-function fit (``num_critic_updates`` passes of Adam miniba
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,6 +48,12 @@ class TRPOConfig(AlgorithmConfig):
         """TRPO steps the policy and fits the value function separately: they cannot share layers."""
         if self.model["vf_share_layers"]:
             raise ConfigError("model key 'vf_share_layers' must be False for TRPO (separate policy and value steps)")
+
+    def build_module(self, observation_space: Any, action_space: Any) -> Any:
+        """An actor-critic with separate encoders, images included (the value fit could not train a shared CNN)."""
+        from herdrl.models import ActorCritic
+
+        return ActorCritic(observation_space, action_space, {**self.model, "vf_share_layers": False})
 
     @classmethod
     def algo_class(cls) -> type:

@@ -34,7 +34,7 @@ logger = logging.getLogger("herdrl")
 
 #: env_config keys herdrl reads for Atari ids (not passed to the env), and their defaults.
 OPTIONS: dict[str, Any] = {
-    "preprocess": True,      # False: the raw env (210 x 160 RGB frames, the id's own frame skip)
+    "preprocess": True,      # False: the raw env (210 x 160 RGB, the id's frame skip, rewards as they come)
     "frameskip": 4,          # agent steps every 4 frames, max over the last two
     "noop_max": 30,          # up to 30 random no-ops after each reset
     "fire_reset": True,      # press FIRE after reset in games that need it to start
@@ -87,11 +87,15 @@ def split_options(spec: gym.envs.registration.EnvSpec, env_config: dict) -> tupl
     """(herdrl's Atari options, the env's own kwargs) from ``env_config``; unknown option values are refused."""
     options = {**OPTIONS, **{k: v for k, v in env_config.items() if k in OPTIONS}}
     env_kwargs = {k: v for k, v in env_config.items() if k not in OPTIONS}
-    for key in ("frameskip", "screen_size", "frame_stack"):
-        if not (isinstance(options[key], int) and not isinstance(options[key], bool) and options[key] >= 1):
-            raise EnvError(f"env '{spec.id}': env_config {key}={options[key]!r}; expected an int >= 1")
     if spec.kwargs.get("obs_type", "rgb") != "rgb" or env_kwargs.get("obs_type", "rgb") != "rgb":
         options["preprocess"] = False  # RAM (or grayscale-screen) observations: nothing to resize or stack
+    if not options["preprocess"]:  # the raw env: its own frame skip, its own rewards unless asked otherwise
+        if "frameskip" in env_config:
+            env_kwargs["frameskip"] = env_config["frameskip"]
+        options["clip_rewards"] = bool(env_config.get("clip_rewards", False))
+    for key in ("frameskip", "screen_size", "frame_stack") if options["preprocess"] else ():
+        if not (isinstance(options[key], int) and not isinstance(options[key], bool) and options[key] >= 1):
+            raise EnvError(f"env '{spec.id}': env_config {key}={options[key]!r}; expected an int >= 1")
     return options, env_kwargs
 
 
@@ -184,5 +188,6 @@ class FireReset(gym.Wrapper):
 
 def life_losses(lives: np.ndarray, previous: np.ndarray, done: np.ndarray) -> np.ndarray:
     """Envs that lost a life in this step without their game ending (episodic life ends their episode for
-    learning only)."""
-    return (lives < previous) & ~done
+    learning only). A count that drops to 0 is not a loss (some games, Qbert, show 0 lives in between), as in
+    SB3's EpisodicLifeEnv."""
+    return (lives < previous) & (lives > 0) & ~done

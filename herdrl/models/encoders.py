@@ -39,23 +39,47 @@ NATURE_MIN_SIDE = 36  # the Nature stack needs at least 36 x 36 pixels
 IMPALA_CHANNELS = [16, 32, 32]  # Espeholt et al. 2018
 
 # ------------------------------------------------------------------------------------ spaces
-def image_layout(space: gym.Space) -> tuple[int, int, int, bool] | None:
-    """(channels, height, width, channels_last) of an image leaf; None for any other space.
+#: Frames narrower than this on a side are not images (a (10, 2, 3) tensor of features stays a vector).
+IMAGE_MIN_SIDE = 8
+#: Integer observations are scaled into [0, 1] by their bounds only when the range is at most this (RAM bytes,
+#: pixel values); wider ones (counters, ids declared up to 2**63) go in as they are.
+MAX_SCALED_RANGE = 2**16
 
-    Rank 3: the smaller of the first and last axes holds the channels (HWC when equal, Gymnasium's layout for
-    frames; a 4-frame stack of 84 x 84 is CHW from Gymnasium's FrameStackObservation, HWC from SB3's
-    VecFrameStack). Rank 2 with uint8/bool values of 8 pixels a side or more: one channel.
+
+def image_layout(space: gym.Space) -> tuple[int, int, int, str] | None:
+    """(channels, height, width, layout) of an image leaf; None for any other space.
+
+    ``layout`` is ``"HWC"``, ``"CHW"``, ``"HW"`` (one channel), ``"SHWC"`` or ``"SCHW"`` (a stack of frames that
+    have channels: their channels are the stack's times the frame's). Rank 3: the smaller of the first and last
+    axes holds the channels (HWC when equal, Gymnasium's layout for frames; a 4-frame stack of 84 x 84 is CHW from
+    Gymnasium's FrameStackObservation and ale-py, HWC from SB3's VecFrameStack). Rank 2 with uint8/bool values:
+    one channel. Height and width must be at least :data:`IMAGE_MIN_SIDE`.
     """
     if not isinstance(space, gym.spaces.Box):
         return None
     shape = space.shape
-    if len(shape) == 3 and min(shape) >= 1:
-        if shape[0] < shape[-1]:
-            return shape[0], shape[1], shape[2], False
-        return shape[2], shape[0], shape[1], True
-    if len(shape) == 2 and (space.dtype == np.uint8 or space.dtype == np.bool_) and min(shape) >= 8:
-        return 1, shape[0], shape[1], True
-    return None
+    if len(shape) == 4:  # a stack of (H, W, C) or (C, H, W) frames
+        if shape[3] <= shape[1]:
+            found = (shape[0] * shape[3], shape[1], shape[2], "SHWC")
+        else:
+            found = (shape[0] * shape[1], shape[2], shape[3], "SCHW")
+    elif len(shape) == 3:
+        found = (shape[0], shape[1], shape[2], "CHW") if shape[0] < shape[-1] else (shape[2], shape[0], shape[1],
+                                                                                      "HWC")
+    elif len(shape) == 2 and (space.dtype == np.uint8 or space.dtype == np.bool_):
+        found = (1, shape[0], shape[1], "HW")
+    else:
+        return None
+    return found if min(found[1], found[2]) >= IMAGE_MIN_SIDE and found[0] >= 1 else None
+
+
+def _pixel_scale(space: gym.Box) -> float:
+    """What one pixel value is divided by: the Box's high for integer frames with a small finite range (uint8
+    0-255: 255), 1 for floats and bools (taken as they come)."""
+    if np.issubdtype(space.dtype, np.floating) or space.dtype == np.bool_:
+        return 1.0
+    high = float(np.max(space.high))
+    return high if np.isfinite(high) and 0 < high <= MAX_SCALED_RANGE else 1.0
 
 
 def has_image(space: gym.Space) -> bool:
@@ -80,9 +104,9 @@ def mlp_body(in_dim: int, hiddens: list[int], activation: str) -> nn.Sequential:
 
 # ------------------------------------------------------------------------------------ leaves
 class _Flatten(nn.Module):
-    """A non-image leaf -> float features (no parameters)."""
+    """A non-image leaf -> float features (no parameters); ``scale=False`` takes integer Boxes as they are."""
 
-    def __init__(self, space: gym.Space) -> None:
+    def __init__(self, space: gym.Space, scale: bool = True) -> None:
         super().__init__()
         self.kind = type(space).__name__
         if isinstance(space, gym.spaces.Discrete):
@@ -96,17 +120,18 @@ class _Flatten(nn.Module):
                                  persistent=False)
         else:
             self.out_dim = int(np.prod(space.shape))
-            scale = None
-            if isinstance(space, gym.spaces.Box) and not np.issubdtype(space.dtype, np.floating) \
+            self.scaled = False
+            if scale and isinstance(space, gym.spaces.Box) and not np.issubdtype(space.dtype, np.floating) \
                     and space.dtype != np.bool_:
+                # Integer Box (RAM bytes): into [0, 1] by its bounds, dimension by dimension, where the range is
+                # small; other dimensions (counters, ids, unbounded) as they are.
                 low, high = space.low.astype(np.float64).reshape(-1), space.high.astype(np.float64).reshape(-1)
-                if np.isfinite(low).all() and np.isfinite(high).all() and (high > low).all():
-                    scale = (low, high)  # integer Box (RAM bytes): into [0, 1] by its bounds
-            self.scaled = scale is not None
-            if scale is not None:
-                self.register_buffer("low", torch.tensor(scale[0], dtype=torch.float32), persistent=False)
-                self.register_buffer("inv_range", torch.tensor(1.0 / (scale[1] - scale[0]), dtype=torch.float32),
-                                     persistent=False)
+                small = np.isfinite(low) & np.isfinite(high) & (high > low) & (high - low <= MAX_SCALED_RANGE)
+                self.scaled = bool(small.any())
+                offset, inv_range = np.where(small, low, 0.0), np.where(small, 1.0 / np.where(small, high - low, 1.0),
+                                                                         1.0)
+                self.register_buffer("low", torch.tensor(offset, dtype=torch.float32), persistent=False)
+                self.register_buffer("inv_range", torch.tensor(inv_range, dtype=torch.float32), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "Discrete":
@@ -153,9 +178,9 @@ class ImageEncoder(nn.Module):
 
     def __init__(self, space: gym.Box, model_config: dict) -> None:
         super().__init__()
-        channels, height, width, self.channels_last = image_layout(space)
-        self.rank2 = len(space.shape) == 2
-        self.scale = 1.0 / 255.0 if space.dtype == np.uint8 else 1.0
+        channels, height, width, self.layout = image_layout(space)
+        self.shape = (channels, height, width)
+        self.scale = 1.0 / _pixel_scale(space)
         filters = model_config.get("conv_filters")
         impala = model_config.get("conv_type", "default") == "impala"
         if impala:
@@ -180,11 +205,12 @@ class ImageEncoder(nn.Module):
         self.out_dim = dense[-1] if dense else flat
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.float() if self.scale == 1.0 else x.float() * self.scale  # uint8 -> [0, 1], on this device
-        if self.rank2:
-            x = x.unsqueeze(1)
-        elif self.channels_last:
+        x = x.float() if self.scale == 1.0 else x.float().mul_(self.scale)  # uint8 -> [0, 1], on this device
+        if self.layout == "HWC":
             x = x.permute(0, 3, 1, 2)
+        elif self.layout == "SHWC":
+            x = x.permute(0, 1, 4, 2, 3)
+        x = x.reshape(x.shape[0], *self.shape)  # HW: one channel; SHWC/SCHW: stack x channels
         return self.dense(self.convs(x).flatten(1))
 
 
@@ -198,9 +224,11 @@ class Encoder(nn.Module):
         self.space = space
         self.names = list(leaf_spaces(space))
         self.single = self.names == [""]
+        # "flat" (checkpoints of format <= 2): every leaf flattened as it is, no CNN, no scaling.
+        flat = model_config.get("obs_encoding", "auto") == "flat"
         self.leaves = nn.ModuleList(
-            ImageEncoder(leaf, model_config) if image_layout(leaf) is not None else _Flatten(leaf)
-            for leaf in leaf_spaces(space).values())
+            ImageEncoder(leaf, model_config) if not flat and image_layout(leaf) is not None
+            else _Flatten(leaf, scale=not flat) for leaf in leaf_spaces(space).values())
         feature_dim = sum(leaf.out_dim for leaf in self.leaves)
         self.activation = model_config["fcnet_activation"]
         one_image = self.single and isinstance(self.leaves[0], ImageEncoder)
