@@ -1,13 +1,16 @@
-"""Learning on MinAtar Breakout-v1 with PPO: herdrl (several seeds) beside SB3 (same settings, same budget).
+"""Learning on MinAtar Breakout-v1 with PPO or DQN: herdrl (several seeds) beside SB3 (same settings, budget).
 
-Both: 8 envs x 128 steps per update, 4 epochs of 4 minibatches of 256, lr 2.5e-4, gamma 0.99, GAE 0.95,
-clip 0.2, entropy 0.01, value 0.5, gradient norm 0.5, and the same network (MinAtar's: 16 3x3 filters,
-128 units, policy and value heads on one encoder). SB3 gets that network as a features extractor (its
-NatureCNN needs 36 pixels). Each run trains for ``--steps`` env steps, each tool in its own process; the
-table shows wall-clock and the mean return of the last 100 training episodes at the end; ``--plot`` writes
-herdrl's curves with `herd plot`.
+PPO, both: 8 envs x 128 steps per update, 4 epochs of 4 minibatches of 256, lr 2.5e-4, gamma 0.99, GAE 0.95,
+clip 0.2, entropy 0.01, value 0.5, gradient norm 0.5. DQN, both (SB3's DQN defaults for the rest): 1 env,
+replay 100k, learning from 5,000 steps, a gradient step of 32 every 4 env steps, lr 2.5e-4, target copied every
+1,000 steps, epsilon 1 -> 0.01 over the first 10% of the budget, no double Q, gradient norm 10. The same network
+(MinAtar's: 16 3x3 filters, 128 units; PPO's policy and value heads on one encoder); SB3 gets it as a
+features extractor (its NatureCNN needs 36 pixels). Each run trains for ``--steps`` env steps, each tool in its
+own process; the table shows wall-clock and the mean return of the last 100 training episodes at the end;
+``--plot`` writes herdrl's curves with `herd plot`.
 
-    python benchmarks/minatar_learning.py [--steps 500000] [--seeds 0 1 2] [--sb3-seeds 0] [--plot out.png]
+    python benchmarks/minatar_learning.py [--algo ppo|dqn] [--steps 500000] [--seeds 0 1 2] [--sb3-seeds 0]
+        [--plot out.png]
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from pathlib import Path
 
 ENV = "MinAtar/Breakout-v1"
 HERD = str(Path(sys.executable).parent / "herd")
+DQN_SETTINGS = ["train_batch_size=32", "training_intensity=8", "lr=2.5e-4", "gamma=0.99", "double_q=false",
+                "num_steps_sampled_before_learning_starts=5000", "target_network_update_freq=1000",
+                "replay_buffer_config={capacity: 100000}", "grad_clip=10", "min_sample_timesteps_per_iteration=5000"]
 SETTINGS = ["train_batch_size=1024", "minibatch_size=256", "num_epochs=4", "lr=2.5e-4", "gamma=0.99",
             "lambda_=0.95", "clip_param=0.2", "entropy_coeff=0.01", "vf_loss_coeff=0.5", "grad_clip=0.5"]
 
@@ -35,7 +41,7 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from herdrl.env.imports import register_minatar
 import minatar  # noqa: F401
 register_minatar()
-steps, seed = int(sys.argv[1]), int(sys.argv[2])
+steps, seed, algo = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 
 class MinAtarCNN(BaseFeaturesExtractor):
     def __init__(self, space):
@@ -46,28 +52,38 @@ class MinAtarCNN(BaseFeaturesExtractor):
         return self.net(obs.permute(0, 3, 1, 2).float())
 
 start = time.time()
-env = make_vec_env("ENV_ID", n_envs=8, seed=seed)
-model = PPO("MlpPolicy", env, n_steps=128, batch_size=256, n_epochs=4, learning_rate=2.5e-4, gamma=0.99,
-            gae_lambda=0.95, clip_range=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, device="cpu", seed=seed,
-            policy_kwargs=dict(features_extractor_class=MinAtarCNN, net_arch=[], normalize_images=False))
+extractor = dict(features_extractor_class=MinAtarCNN, net_arch=[], normalize_images=False)
+if algo == "ppo":
+    env = make_vec_env("ENV_ID", n_envs=8, seed=seed)
+    model = PPO("MlpPolicy", env, n_steps=128, batch_size=256, n_epochs=4, learning_rate=2.5e-4, gamma=0.99,
+                gae_lambda=0.95, clip_range=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, device="cpu",
+                seed=seed, policy_kwargs=extractor)
+else:
+    from stable_baselines3 import DQN
+    env = make_vec_env("ENV_ID", n_envs=1, seed=seed)
+    model = DQN("MlpPolicy", env, buffer_size=100_000, learning_starts=5000, batch_size=32, train_freq=4,
+                learning_rate=2.5e-4, gamma=0.99, target_update_interval=1000, exploration_fraction=0.1,
+                exploration_final_eps=0.01, max_grad_norm=10, device="cpu", seed=seed, policy_kwargs=extractor)
 model.learn(total_timesteps=steps)
 returns = [info["r"] for info in model.ep_info_buffer]
 print("RESULT", time.time() - start, float(np.mean(returns)), model.num_timesteps)
 """.replace("ENV_ID", ENV)
 
 
-def herdrl_run(steps: int, seed: int, out: str) -> tuple[float, float, int]:
+def herdrl_run(steps: int, seed: int, out: str, algo: str) -> tuple[float, float, int]:
     start = time.time()
-    subprocess.run([HERD, "train", "ppo", "--env", ENV, "--num-envs-per-env-runner", "8", "--seed", str(seed),
-                    "--stop-timesteps", str(steps), "--output", out, "--name", "minatar", "--trial", f"seed{seed}",
-                    "--no-tensorboard", "--quiet", "--config", *SETTINGS], check=True, stdout=subprocess.DEVNULL)
+    settings = SETTINGS if algo == "ppo" else [*DQN_SETTINGS, f"epsilon=[[0, 1.0], [{steps // 10}, 0.01]]"]
+    subprocess.run([HERD, "train", algo, "--env", ENV, "--num-envs-per-env-runner", "8" if algo == "ppo" else "1",
+                    "--seed", str(seed), "--stop-timesteps", str(steps), "--output", out, "--name", "minatar",
+                    "--trial", f"seed{seed}", "--no-tensorboard", "--quiet", "--config", *settings], check=True,
+                   stdout=subprocess.DEVNULL)
     elapsed = time.time() - start
     last = json.loads((Path(out) / "minatar" / f"seed{seed}" / "result.json").read_text().splitlines()[-1])
     return elapsed, last["episode_return_mean"], last["num_env_steps_sampled_lifetime"]
 
 
-def sb3_run(steps: int, seed: int) -> tuple[float, float, int]:
-    out = subprocess.run([sys.executable, "-c", SB3, str(steps), str(seed)], check=True, capture_output=True,
+def sb3_run(steps: int, seed: int, algo: str) -> tuple[float, float, int]:
+    out = subprocess.run([sys.executable, "-c", SB3, str(steps), str(seed), algo], check=True, capture_output=True,
                          text=True).stdout
     elapsed, ret, done = out.split("RESULT")[-1].split()
     return float(elapsed), float(ret), int(done)
@@ -75,24 +91,25 @@ def sb3_run(steps: int, seed: int) -> tuple[float, float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algo", choices=("ppo", "dqn"), default="ppo")
     parser.add_argument("--steps", type=int, default=500_000)
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     parser.add_argument("--sb3-seeds", type=int, nargs="*", default=[0])
     parser.add_argument("--plot", help="write herdrl's learning curves here (PNG)")
     args = parser.parse_args()
-    print(f"PPO on {ENV}, {args.steps:,} env steps per run")
+    print(f"{args.algo.upper()} on {ENV}, {args.steps:,} env steps per run")
     print("| tool | seed | wall-clock, s | env steps | mean return (last 100 episodes) |")
     print("| --- | --- | --- | --- | --- |")
     rows: dict[str, list[tuple[float, float]]] = {"herdrl": [], "sb3": []}
     with tempfile.TemporaryDirectory() as out:
         for seed in args.seeds:
-            elapsed, ret, done = herdrl_run(args.steps, seed, out)
+            elapsed, ret, done = herdrl_run(args.steps, seed, out, args.algo)
             rows["herdrl"].append((elapsed, ret))
             print(f"| herdrl | {seed} | {elapsed:.0f} | {done:,} | {ret:.1f} |", flush=True)
         if args.plot and args.seeds:
             subprocess.run([HERD, "plot", str(Path(out) / "minatar"), "--out", args.plot], check=True)
         for seed in args.sb3_seeds:
-            elapsed, ret, done = sb3_run(args.steps, seed)
+            elapsed, ret, done = sb3_run(args.steps, seed, args.algo)
             rows["sb3"].append((elapsed, ret))
             print(f"| sb3 | {seed} | {elapsed:.0f} | {done:,} | {ret:.1f} |", flush=True)
     for tool, values in rows.items():

@@ -97,14 +97,6 @@ class ObsSpec:
         for name, value in _raw_leaves(raw, self.space):
             np.copyto(out[name], value, casting="unsafe")
 
-    def unbatch(self, obs: ObsArray, index: int) -> Any:
-        """Observation ``index`` of a stored batch in the env's own structure (dicts and tuples, nested)."""
-        return _rebuild(self.space, lambda name: _get(obs, name)[index])
-
-    def nbytes_per_obs(self) -> int:
-        """Bytes one stored observation takes."""
-        return sum(int(np.prod(self.shapes[n])) * self.dtypes[n].itemsize for n in self.leaves)
-
 
 def _raw_leaves(raw: Any, space: gym.Space, prefix: str = "") -> Iterator[tuple[str, Any]]:
     if isinstance(space, gym.spaces.Dict):
@@ -115,10 +107,6 @@ def _raw_leaves(raw: Any, space: gym.Space, prefix: str = "") -> Iterator[tuple[
             yield from _raw_leaves(raw[i], sub, f"{prefix}/{i}" if prefix else str(i))
     else:
         yield prefix, raw
-
-
-def _get(obs: ObsArray, name: str) -> np.ndarray:
-    return obs if isinstance(obs, np.ndarray) else obs[name]
 
 
 def _rebuild(space: gym.Space, leaf: Callable[[str], Any], prefix: str = "") -> Any:
@@ -155,14 +143,3 @@ def obs_concat(batches: list[ObsArray], axis: int = 0) -> ObsArray:
 def obs_len(obs: ObsArray) -> int:
     """The leading dimension of a batch."""
     return len(next(iter(obs.values())) if isinstance(obs, dict) else obs)
-
-
-def all_finite(obs: ObsArray) -> np.ndarray | bool:
-    """Whether every float leaf is finite (integer leaves always are): per leading index of the batch."""
-    def finite(array: np.ndarray) -> np.ndarray:
-        if not np.issubdtype(array.dtype, np.floating):
-            return np.ones(array.shape[:1], bool)
-        return np.isfinite(array.reshape(len(array), -1)).all(axis=1)
-
-    flags = obs_map(finite, obs)
-    return np.logical_and.reduce(list(flags.values())) if isinstance(flags, dict) else flags
