@@ -243,9 +243,11 @@ def checkpoint_config(meta: dict[str, Any], env: str | None = None, makes_env: b
     from herdrl.registry import get_config_class
 
     version = meta.get("format_version", 1)
-    if version < 3 and isinstance(config.get("model", {}), dict):
-        # Before encoders (format 3), every observation was flattened and cast as it was: keep that network.
-        config["model"] = {**config.get("model", {}), "obs_encoding": "flat"}
+    model = config.get("model", {})
+    if version < 3 and isinstance(model, dict) and "conv_filters" not in model:
+        # Before encoders (format 3), every observation was flattened and cast as it was: keep that network. (A
+        # config that names conv_filters was written by the encoder code already, still stamped format 2.)
+        config["model"] = {**model, "obs_encoding": "flat"}
     return get_config_class(meta["algorithm"]).migrate_checkpoint_config(config, version, meta["spaces"])
 
 
@@ -384,8 +386,17 @@ def space_to_json(space: gym.Space) -> dict[str, Any]:
     raise CheckpointError(f"cannot store space {space} in a checkpoint")
 
 
-def space_from_json(data: dict[str, Any], depth: int = 0) -> gym.Space:
-    """Inverse of :func:`space_to_json`."""
+def space_from_json(data: dict[str, Any]) -> gym.Space:
+    """Inverse of :func:`space_to_json`; a space larger than any herdrl takes is refused (a crafted file must not
+    make the loader build a network of billions of inputs)."""
+    space = _space_from_json(data, 0)
+    if _space_size(space) > MAX_SPACE_ELEMENTS:
+        raise CheckpointError(f"checkpoint space {str(space)[:120]} is larger than any observation or action "
+                              "herdrl takes: the file is damaged")
+    return space
+
+
+def _space_from_json(data: dict[str, Any], depth: int) -> gym.Space:
     kind = data.get("type") if isinstance(data, dict) and depth < 32 else None
     try:
         if kind == "Discrete":
@@ -404,9 +415,22 @@ def space_from_json(data: dict[str, Any], depth: int = 0) -> gym.Space:
         if kind == "MultiBinary":
             return gym.spaces.MultiBinary(data["n"])
         if kind == "Dict":
-            return gym.spaces.Dict({str(key): space_from_json(sub, depth + 1) for key, sub in data["spaces"]})
+            return gym.spaces.Dict({str(key): _space_from_json(sub, depth + 1) for key, sub in data["spaces"]})
         if kind == "Tuple":
-            return gym.spaces.Tuple([space_from_json(sub, depth + 1) for sub in data["spaces"]])
-    except (KeyError, TypeError, ValueError) as exc:
+            return gym.spaces.Tuple([_space_from_json(sub, depth + 1) for sub in data["spaces"]])
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise CheckpointError(f"damaged {kind} space description in checkpoint ({exc})") from None
     raise CheckpointError(f"unknown space description {str(data)[:200]} in checkpoint")
+
+
+def _space_size(space: gym.Space) -> int:
+    """Numbers a network's input takes for ``space`` (one-hot widths counted)."""
+    if isinstance(space, gym.spaces.Dict):
+        return sum(_space_size(sub) for sub in space.spaces.values())
+    if isinstance(space, gym.spaces.Tuple):
+        return sum(_space_size(sub) for sub in space.spaces)
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return int(np.sum(space.nvec, dtype=np.float64))
+    return int(np.prod(space.shape, dtype=np.float64))

@@ -193,3 +193,11 @@ def test_video_of_an_atari_policy_shows_the_game_screen(tmp_path):
                                     tmp_path / "pong.gif", seed=0)
     assert lengths[0] <= 200 and Image.open(tmp_path / "pong.gif").size == (160, 210)  # the game's resolution
     algo.stop()
+
+
+def test_atari_options_are_checked():
+    with pytest.raises(EnvError, match="env_config clip_rewards='false'; expected true or false"):
+        make_vector_env("ALE/Pong-v5", {"clip_rewards": "false"}, 1)
+    raw = make_vector_env("ALE/Pong-v5", {"preprocess": False}, 1)
+    assert not raw.herd_clip_rewards  # the raw env's rewards, unless asked
+    raw.close()

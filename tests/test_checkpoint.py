@@ -448,3 +448,34 @@ def test_checkpoints_of_the_previous_release_load_and_train_on(name, tmp_path):
     result = algo.train()
     assert result["training_iteration"] == 2 and np.isfinite(result["num_env_steps_sampled_lifetime"])
     algo.stop()
+
+
+def test_format_2_checkpoints_keep_their_encoding_only_where_they_need_it(tmp_path):
+    """A 0.2.0 checkpoint of an image env: restore() into an algorithm built with today's encoders (what a Tune
+    trial does) is one line, not a silent change; a format-2 config that already names conv_filters (written by
+    the encoder code before format 3) is not forced flat; crafted huge spaces are refused."""
+    import shutil
+
+    from envs import MovingDot
+
+    import herdrl
+    from herdrl import PPOConfig
+    from herdrl.checkpoint import CheckpointError, checkpoint_config, read_meta, space_from_json
+
+    herdrl.register_env("moving_dot", MovingDot)
+    source = Path(__file__).parent / "checkpoints_v2" / "ppo-movingdot"
+    path = tmp_path / "old"
+    shutil.copytree(source, path)
+    algo = PPOConfig().environment("moving_dot").training(train_batch_size=64, minibatch_size=32).build()
+    with pytest.raises(CheckpointError, match="written before encoders existed .* Algorithm.from_checkpoint"):
+        algo.restore(path)
+    algo.stop()
+    meta = read_meta(path)
+    assert checkpoint_config(meta)["model"]["obs_encoding"] == "flat"
+    meta["config"]["model"] = {**meta["config"]["model"], "conv_filters": None}
+    assert "obs_encoding" not in checkpoint_config(meta)["model"]
+    for crafted in ({"type": "Box", "shape": [10**400], "dtype": "float32", "low": 0, "high": 1},
+                    {"type": "MultiBinary", "n": [10**6, 10**6]}, {"type": "Box", "shape": [1], "dtype": "O",
+                                                                   "low": 0, "high": 1}):
+        with pytest.raises(CheckpointError):
+            space_from_json(crafted)

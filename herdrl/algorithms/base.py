@@ -33,6 +33,7 @@ from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold
 from herdrl.env.imports import env_origin
 from herdrl.errors import ConfigError
+from herdrl.models.encoders import encoding_differs
 from herdrl.obs import ObsSpec
 from herdrl.policy import Policy
 from herdrl.rollout import Fragment
@@ -247,6 +248,12 @@ class Algorithm:
             if trained != space or trained.dtype != space.dtype:
                 raise CheckpointError(f"checkpoint '{where}' was trained with {kind} space {trained}; this env "
                                       f"has {space}")
+        if (meta.get("format_version", 1) < 3 and self.config.model.get("obs_encoding") != "flat"
+                and encoding_differs(self.observation_space)):
+            raise CheckpointError(f"checkpoint '{where}' was written before encoders existed (format "
+                                  f"{meta.get('format_version', 1)}) for observations today's encoders read "
+                                  "differently: load it with Algorithm.from_checkpoint (or herd train --resume), "
+                                  "or set model obs_encoding='flat'")
         tensors = read_tensors(where)
         try:
             self.load_learner_state(tensors["learner"])

@@ -92,7 +92,13 @@ def split_options(spec: gym.envs.registration.EnvSpec, env_config: dict) -> tupl
     if not options["preprocess"]:  # the raw env: its own frame skip, its own rewards unless asked otherwise
         if "frameskip" in env_config:
             env_kwargs["frameskip"] = env_config["frameskip"]
-        options["clip_rewards"] = bool(env_config.get("clip_rewards", False))
+        options["clip_rewards"] = env_config.get("clip_rewards", False)
+    for key in ("preprocess", "fire_reset", "grayscale", "clip_rewards", "episodic_life"):
+        if not isinstance(options[key], bool):
+            raise EnvError(f"env '{spec.id}': env_config {key}={options[key]!r}; expected true or false")
+    for key in ("noop_max", "num_threads"):
+        if not (isinstance(options[key], int) and not isinstance(options[key], bool) and options[key] >= 0):
+            raise EnvError(f"env '{spec.id}': env_config {key}={options[key]!r}; expected an int >= 0")
     for key in ("frameskip", "screen_size", "frame_stack") if options["preprocess"] else ():
         if not (isinstance(options[key], int) and not isinstance(options[key], bool) and options[key] >= 1):
             raise EnvError(f"env '{spec.id}': env_config {key}={options[key]!r}; expected an int >= 1")

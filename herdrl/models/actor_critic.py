@@ -50,7 +50,8 @@ class ActorCritic(nn.Module):
         gaussian = self.dist.gaussian_dim
         self.free_log_std = bool(model_config["free_log_std"]) and gaussian > 0
         share = model_config.get("vf_share_layers")
-        share = has_image(observation_space) if share is None else share
+        if share is None:  # images: one CNN for both heads; "flat" (format <= 2) never shared by default
+            share = has_image(observation_space) and model_config.get("obs_encoding", "auto") != "flat"
 
         self.pi_encoder = build_encoder(observation_space, model_config)
         self.vf_encoder = None if share else build_encoder(observation_space, model_config)

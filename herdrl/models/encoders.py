@@ -82,6 +82,14 @@ def _pixel_scale(space: gym.Box) -> float:
     return high if np.isfinite(high) and 0 < high <= MAX_SCALED_RANGE else 1.0
 
 
+def encoding_differs(space: gym.Space) -> bool:
+    """Whether today's encoders read ``space`` differently from checkpoint format <= 2's flat encoding (an image
+    leaf gets a CNN, an integer Box leaf is scaled)."""
+    return any(image_layout(leaf) is not None or (isinstance(leaf, gym.spaces.Box) and leaf.dtype != np.bool_
+                                                   and not np.issubdtype(leaf.dtype, np.floating))
+               for leaf in leaf_spaces(space).values())
+
+
 def has_image(space: gym.Space) -> bool:
     """Whether any leaf of ``space`` is an image (the CNN path)."""
     return any(image_layout(leaf) is not None for leaf in leaf_spaces(space).values())
