@@ -89,6 +89,12 @@ def _flat(fields: dict[str, ObsArray]) -> dict[str, np.ndarray]:
     return out
 
 
+def _unflat(state: dict[str, np.ndarray], like: dict[str, ObsArray], rows: slice) -> dict[str, ObsArray]:
+    """Inverse of :func:`_flat`: ``rows`` of ``state``, arranged as the fields ``like`` are."""
+    return {key: {leaf: state[f"{key}/{leaf}"][rows] for leaf in value} if isinstance(value, dict)
+            else state[key][rows] for key, value in like.items()}
+
+
 class ReplayBuffer:
     """Uniform replay over the last ``capacity`` transitions."""
 
@@ -156,8 +162,7 @@ class ReplayBuffer:
                                  f"{('N', *array.shape[1:])}")
         self.size = self.cursor = 0
         keep = slice(max(0, n - self.capacity), n)
-        self.add({key: ({leaf: state[f"{key}/{leaf}"][keep] for leaf in value} if isinstance(value, dict)
-                        else state[key][keep]) for key, value in ((k, getattr(self, k)) for k in FIELDS)})
+        self.add(_unflat(state, {key: getattr(self, key) for key in FIELDS}, keep))
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
