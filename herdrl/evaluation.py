@@ -39,14 +39,14 @@ class Evaluator:
         self.episodes = episodes
 
     def run(self, policy: Policy, seed: int | None = None, explore: bool = False,
-            max_steps: int = 1_000_000) -> tuple[list[float], list[int]]:
+            max_steps: int | None = None) -> tuple[list[float], list[int]]:
         """Play one episode per env copy, for at most ``max_steps`` steps; return the returns and lengths of the
         episodes that finished (all of them unless ``max_steps`` cut some short)."""
         obs, _ = self.env.reset(seed=seed)
         returns = np.zeros(self.episodes)
         lengths = np.zeros(self.episodes, dtype=np.int64)
         running = np.ones(self.episodes, dtype=bool)
-        for _ in range(max_steps):
+        for _ in range(max_steps or 1_000_000):  # 1M: a bound even for an env that never ends
             actions = policy.compute_actions(obs, explore=explore)
             obs, reward, terminated, truncated, _ = self.env.step(actions)
             returns += np.where(running, reward, 0.0)

@@ -162,7 +162,7 @@ class Algorithm:
         seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self.iteration
         returns, lengths = self._evaluator.run(self.policy, seed=seed,
                                                explore=bool(cfg.evaluation_config.get("explore", False)),
-                                               max_steps=cfg.evaluation_config.get("max_steps") or 1_000_000)
+                                               max_steps=cfg.evaluation_config.get("max_steps"))
         return {**summarize(returns, lengths, "evaluation/"), "evaluation/time_s": time.perf_counter() - start,
                 "evaluation/num_episodes_cut": cfg.evaluation_duration - len(returns)}
 

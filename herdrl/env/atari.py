@@ -27,7 +27,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from herdrl.env.imports import OLD_ATARI_ID
 from herdrl.errors import EnvError
 
 logger = logging.getLogger("herdrl")
@@ -47,11 +46,6 @@ OPTIONS: dict[str, Any] = {
 }
 _SAID: set[str] = set()
 _RAM_ID = re.compile(r"^(?P<game>[A-Z][A-Za-z]*)-ram(?P<variant>NoFrameskip|Deterministic)?-(?P<version>v0|v4)$")
-
-
-def looks_like_old_atari_id(env_id: str) -> bool:
-    """Whether ``env_id`` has the shape of a pre-``ALE/`` Atari id (``Pong-v4``, ``Pong-ramNoFrameskip-v4``)."""
-    return bool(OLD_ATARI_ID.match(env_id))
 
 
 def is_atari(spec: gym.envs.registration.EnvSpec) -> bool:

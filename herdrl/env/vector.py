@@ -55,7 +55,7 @@ def _gym_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         env_id = name
     if env_id not in gym.registry:
         imports.import_known_package(env_id)  # ALE/... -> ale_py
-        ram = atari.ram_spec(env_id) if atari.looks_like_old_atari_id(env_id) else None
+        ram = atari.ram_spec(env_id)
         if ram is not None:
             return ram
     if env_id in gym.registry:
@@ -103,10 +103,9 @@ def make_vector_env(env: EnvRef, env_config: dict | None = None, num_envs: int =
         fns = [lambda: _checked(factory(), env)] * num_envs
         cls = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
         venv = cls(fns, **vector_kwargs)
-    elif atari.is_atari(_gym_spec(env)):
-        venv = atari.make_vector(_gym_spec(env), env_config, num_envs, mode)
+    elif atari.is_atari(spec := _gym_spec(env)):
+        venv = atari.make_vector(spec, env_config, num_envs, mode)
     else:
-        spec = _gym_spec(env)
         if mode == "auto":
             mode = "vector_entry_point" if spec.vector_entry_point else "sync"
         if mode == "vector_entry_point":

@@ -12,25 +12,11 @@ import torch
 from torch import nn
 
 from herdrl.models.distributions import ActionDistribution
-from herdrl.models.encoders import (  # noqa: F401  (mlp_body: imported from here by older code)
-    ACTIVATION_MODULES,
-    build_encoder,
-    has_image,
-    legacy_keys,
-    mlp_body,
-    to_torch,
-)
+from herdrl.models.encoders import LegacyNames, build_encoder, has_image, head, to_torch
 from herdrl.obs import obs_len
 
 
-def _head(in_dim: int, out_dim: int, gain: float) -> nn.Linear:
-    linear = nn.Linear(in_dim, out_dim)
-    nn.init.orthogonal_(linear.weight, gain)
-    nn.init.zeros_(linear.bias)
-    return linear
-
-
-class ActorCritic(nn.Module):
+class ActorCritic(LegacyNames):
     """Policy and value networks on encoders sized by RLlib's ``model`` config keys.
 
     The observation space picks the encoder (MLP ``fcnet_hiddens`` for vectors, a CNN for images, one per
@@ -57,14 +43,9 @@ class ActorCritic(nn.Module):
         self.vf_encoder = None if share else build_encoder(observation_space, model_config)
         feature_dim = self.pi_encoder.out_dim
         head_out = self.dist.num_inputs - (gaussian if self.free_log_std else 0)
-        self.pi_head = _head(feature_dim, head_out, 0.01)  # small: near-uniform initial policy
-        self.vf_head = _head(feature_dim, 1, 1.0)
+        self.pi_head = head(feature_dim, head_out, 0.01)  # small: near-uniform initial policy
+        self.vf_head = head(feature_dim, 1, 1.0)
         self.log_std = nn.Parameter(torch.zeros(gaussian)) if self.free_log_std else None
-
-    def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False) -> Any:
-        """As torch's, also taking weights saved before encoders existed."""
-        state_dict = legacy_keys(state_dict, self.LEGACY_KEYS, self.state_dict())
-        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     # ----------------------------------------------------------- learner side
     def forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,12 +121,6 @@ class ActorCritic(nn.Module):
         return self.act_with_noise(dist_inputs, noise)
 
 
-def draw_noise(rng: np.random.Generator, module: ActorCritic, steps: int, batch: int) -> np.ndarray:
-    """Exploration noise for ``steps`` action choices of ``batch`` envs, drawn at once from ``rng`` (see
-    :meth:`ActionDistribution.draw_noise`)."""
-    return module.dist.draw_noise(rng, steps, batch)
-
-
 class TorchPolicy:
     """Runner-side policy for modules without a numpy twin: torch inference, same interface as NumpyPolicy.
 
@@ -158,8 +133,8 @@ class TorchPolicy:
         self.rng = rng
 
     def noise(self, steps: int, batch: int) -> np.ndarray:
-        """Exploration noise for a whole fragment (see :func:`draw_noise`)."""
-        return draw_noise(self.rng, self.module, steps, batch)
+        """Exploration noise for a whole fragment (see :meth:`ActionDistribution.draw_noise`)."""
+        return self.module.dist.draw_noise(self.rng, steps, batch)
 
     @torch.inference_mode()
     def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:

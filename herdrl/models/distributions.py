@@ -71,6 +71,8 @@ class ActionDistribution:
         self.discrete = isinstance(space, gym.spaces.Discrete)
         self.integer = isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary))
         self._logit_starts = np.cumsum([0, *self.categorical_sizes])[:-1].tolist()
+        # Box bounds, flat, once: to_env runs every runner step.
+        self._bounds = {id(p): (p.low.ravel(), p.high.ravel()) for p in self.parts if isinstance(p, gym.spaces.Box)}
         # Inputs in layout order: the means sit between logits of different parts; gather them once.
         self._mean_index = torch.tensor(mean_inputs, dtype=torch.long)
         self._logit_index = torch.tensor([i for i in range(inputs) if i not in set(mean_inputs)], dtype=torch.long)
@@ -186,8 +188,7 @@ class ActionDistribution:
             part = part[:, 0]
         return self._part_to_env(space, part)
 
-    @staticmethod
-    def _part_to_env(space: gym.Space, part: np.ndarray) -> np.ndarray:
+    def _part_to_env(self, space: gym.Space, part: np.ndarray) -> np.ndarray:
         batch = len(part)
         if isinstance(space, gym.spaces.Discrete):
             part = part.astype(np.int64, copy=False)
@@ -197,5 +198,5 @@ class ActionDistribution:
             return part + space.start if np.any(space.start) else part
         if isinstance(space, gym.spaces.MultiBinary):
             return part.astype(np.int8).reshape(batch, *space.shape)
-        return np.clip(part, space.low.ravel(), space.high.ravel()).reshape(batch, *space.shape).astype(
-            space.dtype, copy=False)
+        low, high = self._bounds[id(space)]
+        return np.clip(part, low, high).reshape(batch, *space.shape).astype(space.dtype, copy=False)

@@ -101,6 +101,11 @@ def _init(layer: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
     return layer
 
 
+def head(in_dim: int, out_dim: int, gain: float) -> nn.Linear:
+    """An output layer: orthogonal init with ``gain`` (0.01 for a near-uniform initial policy), zero bias."""
+    return _init(nn.Linear(in_dim, out_dim), gain)
+
+
 def mlp_body(in_dim: int, hiddens: list[int], activation: str) -> nn.Sequential:
     """Linear + activation layers; orthogonal init (gain sqrt 2), zero biases."""
     layers: list[nn.Module] = []
@@ -309,6 +314,18 @@ def to_torch(obs: np.ndarray | dict[str, np.ndarray], device: torch.device | str
     if isinstance(obs, dict):
         return {k: torch.as_tensor(v).to(device, non_blocking=non_blocking) for k, v in obs.items()}
     return torch.as_tensor(obs).to(device, non_blocking=non_blocking)
+
+
+class LegacyNames(nn.Module):
+    """A network whose weights had other names before encoders existed (checkpoint format <= 2): its
+    ``LEGACY_KEYS`` map an old key prefix to today's, and ``load_state_dict`` takes either."""
+
+    LEGACY_KEYS: dict[str, str] = {}
+
+    def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False) -> Any:
+        """As torch's, also taking weights saved under the old names."""
+        state_dict = legacy_keys(state_dict, self.LEGACY_KEYS, self.state_dict())
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
 
 def legacy_keys(state: dict[str, Any], renames: dict[str, str], expected: Any) -> dict[str, Any]:

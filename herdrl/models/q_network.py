@@ -7,15 +7,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 
-from herdrl.models.actor_critic import _head
-from herdrl.models.encoders import build_encoder, legacy_keys, to_torch
+from herdrl.models.encoders import LegacyNames, build_encoder, head, to_torch
 from herdrl.models.numpy_policy import numpy_forward
 from herdrl.obs import obs_len
 
 
-class QNetwork(nn.Module):
+class QNetwork(LegacyNames):
     """Q(s, .) for a Discrete action space; ``dueling`` splits it into V(s) + A(s, a) - mean_a A(s, a)."""
 
     #: Weight names before encoders existed (checkpoint format <= 2) -> today's.
@@ -27,13 +25,8 @@ class QNetwork(nn.Module):
         self.discrete = True
         self.action_dim = int(action_space.n)
         self.encoder = build_encoder(observation_space, model_config)
-        self.head = _head(self.encoder.out_dim, self.action_dim, 1.0)
-        self.value_head = _head(self.encoder.out_dim, 1, 1.0) if dueling else None
-
-    def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False) -> Any:
-        """As torch's, also taking weights saved before encoders existed."""
-        state_dict = legacy_keys(state_dict, self.LEGACY_KEYS, self.state_dict())
-        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        self.head = head(self.encoder.out_dim, self.action_dim, 1.0)
+        self.value_head = head(self.encoder.out_dim, 1, 1.0) if dueling else None
 
     def forward(self, obs: Any) -> torch.Tensor:
         """Q-values, (batch, actions)."""

@@ -16,8 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from herdrl.models.actor_critic import _head
-from herdrl.models.encoders import build_encoder, legacy_keys, mlp_body, to_torch
+from herdrl.models.encoders import LegacyNames, build_encoder, head, mlp_body, to_torch
 from herdrl.models.numpy_policy import numpy_forward
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -32,13 +31,13 @@ class QCritic(nn.Module):
         hiddens = list(model_config["fcnet_hiddens"])
         in_dim = self.features.out_dim + action_dim
         self.mlp = mlp_body(in_dim, hiddens, model_config["fcnet_activation"])
-        self.head = _head(hiddens[-1] if hiddens else in_dim, 1, 1.0)
+        self.head = head(hiddens[-1] if hiddens else in_dim, 1, 1.0)
 
     def forward(self, obs: Any, action: torch.Tensor) -> torch.Tensor:
         return self.head(self.mlp(torch.cat([self.features(obs), action], dim=-1))).squeeze(-1)
 
 
-class SACModule(nn.Module):
+class SACModule(LegacyNames):
     """Actor (``pi_encoder``/``pi_head`` -> mean and log std) and critics ``q1``, ``q2`` on (obs, action)."""
 
     #: Weight names before encoders existed (checkpoint format <= 2) -> today's.
@@ -64,17 +63,12 @@ class SACModule(nn.Module):
         self.discrete = False
         self.action_dim = int(np.prod(action_space.shape))
         self.pi_encoder = build_encoder(observation_space, model_config)
-        self.pi_head = _head(self.pi_encoder.out_dim, 2 * self.action_dim, 0.01)
+        self.pi_head = head(self.pi_encoder.out_dim, 2 * self.action_dim, 0.01)
         self.q1 = QCritic(observation_space, self.action_dim, model_config)
         self.q2 = QCritic(observation_space, self.action_dim, model_config) if twin_q else None
         # In float64, then float32: the half-range of a wide float32 Box is representable, its range may not be.
         self.register_buffer("action_scale", torch.tensor(((high64 - low64) / 2).reshape(-1), dtype=torch.float32))
         self.register_buffer("action_bias", torch.tensor(((high64 + low64) / 2).reshape(-1), dtype=torch.float32))
-
-    def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False) -> Any:
-        """As torch's, also taking weights saved before encoders existed."""
-        state_dict = legacy_keys(state_dict, self.LEGACY_KEYS, self.state_dict())
-        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The pre-squash Gaussian's mean and (clamped) log std."""
