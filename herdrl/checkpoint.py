@@ -344,8 +344,10 @@ def prune(trial_dir: Path, keep: int, score_attr: str | None = "episode_return_m
         scored = []
         for p in paths:
             try:
-                score = json.loads((_in_tune_layout(p) / META_FILE).read_text()).get("metrics", {}).get(score_attr)
-            except (OSError, ValueError):
+                with _open_regular(_in_tune_layout(p) / META_FILE, MAX_META_BYTES) as f:
+                    metrics = json.load(f).get("metrics", {})
+                score = metrics.get(score_attr)
+            except (OSError, ValueError, AttributeError, CheckpointError):  # unreadable or not a checkpoint's JSON
                 continue
             if isinstance(score, (int, float)) and np.isfinite(score):
                 scored.append((score, p))

@@ -136,6 +136,7 @@ def _tensorboard_callback() -> Any:
                 writer.close()
 
         on_trial_error = on_trial_complete
+        on_trial_recover = on_trial_complete  # a recovered trial restarts from its checkpoint: a new, purging writer
 
         def on_experiment_end(self, trials: list, **info: Any) -> None:
             for writer in self._writers.values():  # e.g. after Ctrl-C: flush what was written

@@ -479,3 +479,17 @@ def test_format_2_checkpoints_keep_their_encoding_only_where_they_need_it(tmp_pa
                                                                    "low": 0, "high": 1}):
         with pytest.raises(CheckpointError):
             space_from_json(crafted)
+
+
+def test_pruning_skips_a_checkpoint_json_that_is_not_a_checkpoints(tmp_path):
+    """A damaged or crafted checkpoint.json (a JSON list, a FIFO) in a Tune-layout folder is skipped by the
+    best-score scan instead of crashing or blocking every save; pruning still keeps the newest."""
+    from herdrl.checkpoint import prune
+
+    for name in ("checkpoint_000001", "checkpoint_000002", "checkpoint_000003"):
+        (tmp_path / name / "herd").mkdir(parents=True)
+    (tmp_path / "checkpoint_000001" / "herd" / "checkpoint.json").write_text("[]")
+    os.mkfifo(tmp_path / "checkpoint_000002" / "herd" / "checkpoint.json")
+    (tmp_path / "checkpoint_000003" / "herd" / "checkpoint.json").write_text('{"metrics": 5}')
+    prune(tmp_path, keep=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_000003"]

@@ -29,7 +29,9 @@ def _plain_gymnasium_warnings() -> None:
 
     from gymnasium import logger as gym_logger
 
-    if not sys.stderr.isatty() and hasattr(gym_logger, "colorize"):
+    stderr = sys.stderr
+    terminal = stderr is not None and hasattr(stderr, "isatty") and stderr.isatty()
+    if not terminal and hasattr(gym_logger, "colorize"):
         gym_logger.colorize = lambda text, *args, **kwargs: text
 
 

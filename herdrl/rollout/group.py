@@ -76,14 +76,22 @@ def _one_line(exc: BaseException) -> str:
     return line if len(line) <= 200 else line[:197] + "..."
 
 
+#: Runner groups alive in this process (a list, so the wrapper reads the live value).
+_LIVE_GROUPS = [0]
+
+
 def _quiet_worker_died_echo() -> None:
     """Send the raylet's "A worker died or was killed ..." text (~600 characters of ids, echoed by Ray's
     driver for every dead actor) to the debug log: the runner group says what happened in one line.
 
     Ray's driver prints it from a thread that looks ``print_to_stdstream`` up in its module on each message,
-    so wrapping that function is enough; if a Ray version lacks it, its text is simply printed as before.
+    so wrapping that function is enough; if a Ray version lacks it, its text is simply printed as before. Only
+    while a runner group is alive (:data:`_LIVE_GROUPS`): a user's own actors dying at other times keep Ray's text.
     """
-    from ray._private import worker as ray_worker
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:  # a Ray without this private module: its text is printed as before
+        return
 
     original = getattr(ray_worker, "print_to_stdstream", None)
     if original is None or getattr(original, "herd_quiet", False):
@@ -91,7 +99,8 @@ def _quiet_worker_died_echo() -> None:
 
     def print_to_stdstream(data: dict, *args: Any, **kwargs: Any) -> Any:
         lines = [str(line) for line in data.get("lines", ())] if isinstance(data, dict) else []
-        if lines and data.get("pid") == "raylet" and any("worker died or was killed" in line.lower() for line in lines):
+        if _LIVE_GROUPS[0] > 0 and lines and data.get("pid") == "raylet" \
+                and any("worker died or was killed" in line.lower() for line in lines):
             logger.debug("herdrl: from the raylet: %s", " ".join(lines))
             return None
         return original(data, *args, **kwargs)
@@ -199,6 +208,8 @@ class RayRunnerGroup:
                 f"(available: {ray.available_resources().get('CPU', 0):g} CPU); "
                 "lower num_env_runners or num_cpus_per_env_runner") from None
         _quiet_worker_died_echo()
+        _LIVE_GROUPS[0] += 1
+        self._counted = True
         self._incarnations = [0] * count  # runners started per index so far, restarts included
         self._epoch = 0
         self.actors: list[Any] = [self._start(i) for i in range(count)]
@@ -303,6 +314,9 @@ class RayRunnerGroup:
 
         from herdrl.cluster import disconnect
 
+        if getattr(self, "_counted", False):
+            _LIVE_GROUPS[0] -= 1
+            self._counted = False
         for actor in self.actors if hasattr(self, "actors") else []:
             if actor is not None:
                 try:
