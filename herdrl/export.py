@@ -7,6 +7,10 @@ float32 clipped to the Box bounds, int8 bits for MultiBinary) — no herdrl need
 
     program = torch.export.load("policy.pt2").module();  actions = program(obs)
     session = onnxruntime.InferenceSession("policy.onnx");  actions = session.run(None, {"obs": obs})[0]
+
+Dict and Tuple observations are one input per leaf, in the order ``herdrl.obs.leaf_spaces`` gives (Dict keys
+as Gymnasium orders them, Tuple items in order), named ``obs/<path>`` in ONNX (``obs/image``, ``obs/state/pos``,
+``obs/0``); Tuple actions are one output per part in the same flattened order, named ``action/<path>``.
 """
 
 from __future__ import annotations
@@ -20,52 +24,91 @@ import torch
 from torch import nn
 
 from herdrl.errors import HerdError
+from herdrl.models.distributions import ActionDistribution
+from herdrl.obs import leaf_spaces
 from herdrl.policy import Policy
 
 FORMATS = ("torch-export", "onnx")
 
 
+class _EnvAction(nn.Module):
+    """One action part's stored columns -> the env's form (shifted indices, clipped floats, int8 bits)."""
+
+    def __init__(self, space: gym.Space) -> None:
+        super().__init__()
+        self.kind = type(space).__name__
+        self.shape = tuple(space.shape or ())
+        if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+            start = np.asarray(space.start).reshape(-1)
+            self.register_buffer("start", torch.as_tensor(start, dtype=torch.int64))
+        if isinstance(space, gym.spaces.Box):
+            self.register_buffer("low", torch.as_tensor(space.low.reshape(-1), dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(space.high.reshape(-1), dtype=torch.float32))
+
+    def forward(self, columns: torch.Tensor) -> torch.Tensor:
+        """``columns``: (batch,) for a lone Discrete space, else (batch, width)."""
+        if self.kind == "Box":
+            return torch.clamp(columns, self.low, self.high).reshape(columns.shape[0], *self.shape)
+        columns = columns.to(torch.int64)  # a Tuple's parts are stored as floats (exact indices)
+        if self.kind == "Discrete":
+            return columns.reshape(-1) + self.start[0]
+        if self.kind == "MultiDiscrete":
+            columns = columns + self.start
+        elif self.kind == "MultiBinary":
+            columns = columns.to(torch.int8)  # the dtype the env takes
+        return columns.reshape(columns.shape[0], *self.shape)
+
+
 class GreedyPolicy(nn.Module):
-    """Raw observations in, greedy env actions out."""
+    """Raw observations in (one tensor per observation leaf), greedy env actions out (one per action part)."""
 
     def __init__(self, policy: Policy) -> None:
         super().__init__()
-        if not policy.obs_spec.single:
-            raise HerdError(f"export takes one observation array; this policy's observations are "
-                            f"{type(policy.observation_space).__name__} ({len(policy.obs_spec.leaves)} parts): use "
-                            "herdrl.Policy.from_checkpoint in Python instead")
         self.module = policy.module  # any herdrl network: its encoder takes raw observations, greedy() the action
-        action_space = policy.action_space
-        if isinstance(action_space, gym.spaces.Tuple):
-            raise HerdError(f"export gives one action array; this policy's actions are {action_space}: use "
-                            "herdrl.Policy.from_checkpoint in Python instead")
-        self.kind = type(action_space).__name__
-        self.action_shape = tuple(action_space.shape or ())
-        if isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
-            start = np.asarray(action_space.start).reshape(-1)
-            self.register_buffer("start", torch.as_tensor(start, dtype=torch.int64))
-        if isinstance(action_space, gym.spaces.Box):
-            self.register_buffer("low", torch.as_tensor(action_space.low.reshape(-1), dtype=torch.float32))
-            self.register_buffer("high", torch.as_tensor(action_space.high.reshape(-1), dtype=torch.float32))
+        self.leaf_names = list(policy.obs_spec.leaves)
+        self.single_obs = policy.obs_spec.single
+        self.tuple_actions = isinstance(policy.action_space, gym.spaces.Tuple)
+        dist = ActionDistribution(policy.action_space)
+        self.widths = dist.widths
+        self.parts = nn.ModuleList(_EnvAction(space) for space in dist.parts)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Greedy env actions for a batch of raw observations."""
-        action = self.module.greedy(obs)
-        if self.kind == "Discrete":
-            return action + self.start[0]
-        if self.kind == "Box":
-            action = torch.clamp(action, self.low, self.high)
-        elif self.kind == "MultiDiscrete":
-            action = action + self.start
-        elif self.kind == "MultiBinary":
-            action = action.to(torch.int8)  # the dtype the env takes
-        return action.reshape(obs.shape[0], *self.action_shape)
+    def forward(self, *obs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Greedy env actions for a batch of raw observations (one tensor per leaf, in ``leaf_names`` order)."""
+        inputs = obs[0] if self.single_obs else dict(zip(self.leaf_names, obs, strict=True))
+        action = self.module.greedy(inputs)
+        if not self.tuple_actions:
+            return self.parts[0](action)
+        columns = torch.split(action, self.widths, dim=-1)
+        return tuple(part(c) for part, c in zip(self.parts, columns, strict=True))
 
 
-def example_obs(policy: Policy, batch: int = 2) -> torch.Tensor:
-    """A batch of observations of the stored dtype (float32, uint8 frames, int64 indices) and shape."""
+def input_names(policy: Policy) -> list[str]:
+    """The exported program's input names: ``obs``, or ``obs/<leaf path>`` for Dict/Tuple observations."""
+    return ["obs"] if policy.obs_spec.single else [f"obs/{name}" for name in policy.obs_spec.leaves]
+
+
+def output_names(policy: Policy) -> list[str]:
+    """``action``, or ``action/<part path>`` for Tuple actions."""
+    space = policy.action_space
+    return ["action"] if not isinstance(space, gym.spaces.Tuple) else [f"action/{n}" for n in leaf_spaces(space)]
+
+
+def example_obs(policy: Policy, batch: int = 2) -> tuple[torch.Tensor, ...]:
+    """A batch of observations of the stored dtypes (float32, uint8 frames, int64 indices) and shapes, one tensor
+    per observation leaf (one tensor for a plain space)."""
     space = policy.observation_space
-    return torch.as_tensor(policy.obs_spec.batch(np.stack([space.sample() for _ in range(batch)])))
+    stored = policy.obs_spec.batch(_stack([space.sample() for _ in range(batch)], space))
+    leaves = [stored] if policy.obs_spec.single else [stored[name] for name in policy.obs_spec.leaves]
+    return tuple(torch.as_tensor(leaf) for leaf in leaves)
+
+
+def _stack(samples: list, space: gym.Space):
+    """Single observations batched as a vector env batches them (nested dicts/tuples of arrays)."""
+    if isinstance(space, gym.spaces.Dict):
+        return {k: _stack([s[k] for s in samples], sub) for k, sub in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_stack([s[i] for s in samples], sub) for i, sub in enumerate(space.spaces))
+    return np.stack(samples)
 
 
 def export_policy(checkpoint: str | Path, fmt: str, out: str | Path) -> Path:
@@ -76,12 +119,13 @@ def export_policy(checkpoint: str | Path, fmt: str, out: str | Path) -> Path:
     model = GreedyPolicy(policy).eval().requires_grad_(False)
     obs = example_obs(policy)
     batch = torch.export.Dim("batch", min=1)
+    dynamic = {"obs": tuple({0: batch} for _ in obs)}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "torch-export":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations, not ours to fix
-            program = torch.export.export(model, (obs,), dynamic_shapes={"obs": {0: batch}})
+            program = torch.export.export(model, obs, dynamic_shapes=dynamic)
             torch.export.save(program, out)
         return out
     try:
@@ -99,8 +143,8 @@ def export_policy(checkpoint: str | Path, fmt: str, out: str | Path) -> Path:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             # external_data=False: one self-contained file (our policies are far below ONNX's 2 GB limit)
-            torch.onnx.export(model, (obs,), out, input_names=["obs"], output_names=["action"], dynamo=True,
-                              dynamic_shapes={"obs": {0: batch}}, external_data=False, verbose=False)
+            torch.onnx.export(model, obs, out, input_names=input_names(policy), output_names=output_names(policy),
+                              dynamo=True, dynamic_shapes=dynamic, external_data=False, verbose=False)
     finally:
         quiet.setLevel(level)
     return out

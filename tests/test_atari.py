@@ -169,6 +169,20 @@ def test_the_seeds_pong_ram_id_runs_with_trpo(caplog):
     algo.stop()
 
 
+def test_ray_runners_leave_the_ram_note_and_ales_banner_to_the_driver():
+    """A runner process (quiet_in_runners) makes the env without repeating the note or ALE's version banner."""
+    import subprocess
+    import sys
+
+    code = ("from herdrl.env import atari, make_vector_env; atari.quiet_in_runners(); "
+            "make_vector_env('Pong-ram-v0', {}, 1).reset(seed=0); make_vector_env('ALE/Pong-v5', {}, 1)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "A.L.E" not in result.stderr + result.stdout and "removed in ale-py" not in result.stderr
+    loud = subprocess.run([sys.executable, "-c", code.replace("atari.quiet_in_runners(); ", "")],
+                          capture_output=True, text=True, check=True)
+    assert "A.L.E" in loud.stderr + loud.stdout and "removed in ale-py" in loud.stderr  # what it hides
+
+
 def test_minatar_trains_by_id():
     pytest.importorskip("minatar")
     algo = PPOConfig().environment("MinAtar/Breakout-v1").env_runners(num_envs_per_env_runner=4) \

@@ -81,7 +81,7 @@ def test_export_of_continuous_and_discrete_observation_policies(tmp_path):
         algo.train()
         path = algo.save(tmp_path / env)
         policy = Policy.from_checkpoint(path)
-        obs = example_obs(policy, batch=6)
+        (obs,) = example_obs(policy, batch=6)
         program = torch.export.export(GreedyPolicy(policy).eval(), (obs,))
         with torch.no_grad():
             got = program.module()(obs).numpy()
@@ -110,12 +110,11 @@ def test_periodic_evaluation_reports_greedy_episodes():
 @pytest.mark.filterwarnings("ignore")
 def test_onnx_export_of_an_image_policy_takes_uint8_frames_and_matches_torch(tmp_path):
     """A CNN policy exports with uint8 frames as its input (scaling inside the graph); ONNX Runtime's actions
-    equal the torch policy's. A Dict-observation policy is refused with one line."""
+    equal the torch policy's. A Dict-observation policy takes one input per leaf, named by its path."""
     import onnxruntime as ort
     from envs import DictCue, MovingDot
 
     import herdrl
-    from herdrl.errors import HerdError
     from herdrl.export import export_policy
     from herdrl.policy import Policy
 
@@ -134,8 +133,19 @@ def test_onnx_export_of_an_image_policy_takes_uint8_frames_and_matches_torch(tmp
     assert got.tolist() == [policy.compute_single_action(f) for f in frames]
     algo.stop()
     herdrl.register_env("dict_cue", DictCue)
-    algo = PPOConfig().environment("dict_cue").training(train_batch_size=64, minibatch_size=32).build()
-    algo.train()
-    with pytest.raises(HerdError, match="export takes one observation array; this policy's observations are Dict"):
-        export_policy(algo.save(tmp_path / "cue"), "onnx", tmp_path / "cue.onnx")
+    algo = PPOConfig().environment("dict_cue").training(train_batch_size=256, minibatch_size=64).build()
+    for _ in range(3):
+        algo.train()
+    path = algo.save(tmp_path / "cue")
+    session = ort.InferenceSession(str(export_policy(path, "onnx", tmp_path / "cue.onnx")))
+    env = DictCue()
+    observations = [env.reset(seed=s)[0] for s in range(32)]
+    policy = Policy.from_checkpoint(path)
+    expected = [policy.compute_single_action(o) for o in observations]
+    leaves = {"obs/cue": np.array([o["cue"] for o in observations], np.int64),
+              "obs/signal/0": np.stack([o["signal"][0] for o in observations]).astype(np.float32),
+              "obs/signal/1": np.stack([o["signal"][1] for o in observations]).astype(np.int8)}
+    assert [i.name for i in session.get_inputs()] == list(leaves)
+    assert session.run(None, leaves)[0].tolist() == expected
+    assert len(set(expected)) > 1  # the cue decides the action: a constant policy would not test the wiring
     algo.stop()

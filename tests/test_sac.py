@@ -30,7 +30,7 @@ def test_sac_checkpoint_round_trip_and_export(tmp_path):
     for a, b in zip(algo.target.parameters(), restored.target.parameters(), strict=True):
         assert torch.equal(a, b)
     policy = Policy.from_checkpoint(path)
-    obs = example_obs(policy, batch=5)
+    (obs,) = example_obs(policy, batch=5)
     with torch.no_grad():
         exported = GreedyPolicy(policy)(obs).numpy()
     expected = np.stack([algo.compute_single_action(o) for o in obs.numpy()])

@@ -45,7 +45,22 @@ OPTIONS: dict[str, Any] = {
     "num_threads": 0,        # ale-py vector env threads; 0: one per env, at most this machine's cores
 }
 _SAID: set[str] = set()
+_QUIET = False  # set in Ray runner processes (quiet_in_runners)
 _RAM_ID = re.compile(r"^(?P<game>[A-Z][A-Za-z]*)-ram(?P<variant>NoFrameskip|Deterministic)?-(?P<version>v0|v4)$")
+
+
+def quiet_in_runners() -> None:
+    """In a Ray runner process: the driver has said what an old id became, and ALE's version banner ("A.L.E:
+    Arcade Learning Environment ...", "[Powered by Stella]") would be echoed once per runner: keep both out."""
+    global _QUIET
+    _QUIET = True
+
+
+def _banner_off_in_runners() -> None:
+    if _QUIET:
+        import ale_py
+
+        ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # errors still show
 
 
 def is_atari(spec: gym.envs.registration.EnvSpec) -> bool:
@@ -70,7 +85,7 @@ def ram_spec(env_id: str) -> gym.envs.registration.EnvSpec | None:
         kwargs = {**spec.kwargs, "frameskip": 4, "repeat_action_probability": 0.25 if version == "v0" else 0.0}
     else:
         return None
-    if env_id not in _SAID:  # once per id and process: the spec is looked up several times
+    if env_id not in _SAID and not _QUIET:  # once per id and process: the spec is looked up several times
         _SAID.add(env_id)
         logger.warning("herdrl: %s (removed in ale-py 0.11) runs as %s with obs_type='ram' (frame skip %s, sticky "
                        "actions %s)", env_id, base, kwargs.get("frameskip"), kwargs.get("repeat_action_probability"))
@@ -102,6 +117,7 @@ def split_options(spec: gym.envs.registration.EnvSpec, env_config: dict) -> tupl
 def make_vector(spec: gym.envs.registration.EnvSpec, env_config: dict, num_envs: int,
                 mode: str) -> gym.vector.VectorEnv:
     """``num_envs`` preprocessed copies of an Atari env in NEXT_STEP autoreset mode (see the module doc)."""
+    _banner_off_in_runners()
     options, env_kwargs = split_options(spec, env_config)
     stochastic_skip = not isinstance(spec.kwargs.get("frameskip", 1), int)
     if options["preprocess"] and mode in ("auto", "vector_entry_point") and not stochastic_skip:
@@ -150,6 +166,7 @@ def _ale_vector(spec: gym.envs.registration.EnvSpec, options: dict, env_kwargs: 
 def make_single(spec: gym.envs.registration.EnvSpec, env_config: dict, **make_kwargs: Any) -> gym.Env:
     """One Atari env with the same preprocessing through Gymnasium's wrappers (evaluation videos, sync/async
     vector envs); ``render_mode="rgb_array"`` renders the game's own 210 x 160 screen."""
+    _banner_off_in_runners()
     options, env_kwargs = split_options(spec, env_config)
     if not options["preprocess"]:
         return gym.make(spec, **env_kwargs, **make_kwargs)

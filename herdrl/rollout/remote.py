@@ -26,6 +26,7 @@ class RemoteEnvRunner(EnvRunner):
         # The driver's env modules and register_env calls, shipped with the actor. Look the functions up at run
         # time: Ray may ship this class by value, with a copy of this module's globals.
         importlib.import_module("herdrl.env.imports").adopt_driver_envs(env_modules, env_creators)
+        importlib.import_module("herdrl.env.atari").quiet_in_runners()  # the driver says what needs saying once
         super().__init__(config, worker_index, incarnation, epoch)
 
     def reseed(self, epoch: int) -> None:
