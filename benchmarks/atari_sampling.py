@@ -6,7 +6,9 @@ For each env and number of envs, in one process, rounds alternate between:
   MinAtar on a sync vector env), stepped with random actions, no policy;
 * **env step** and **inference** timed apart: one vector step, and one batched CNN forward pass on a batch of
   observations, so the pipeline's own cost shows as runner vs ``1 / (t_env + t_inference)`` ("predicted");
-* **runner**: herdrl's ``EnvRunner`` (PPO's CNN policy, torch inference) writing fragments of 128 steps;
+* **runner**: herdrl's ``EnvRunner`` (PPO's CNN policy, torch inference) writing fragments of 128 steps, as it
+  runs by default (Atari: the envs in two halves, one stepping while the policy acts for the other) and with
+  ``overlap: False`` (act, then step all envs: the loop the prediction describes);
 * **sb3** (Pong only, when stable-baselines3 is installed): ``make_atari_env`` + ``VecFrameStack(4)`` with
   ``CnnPolicy.predict``, the way SB3 samples, on the same id (``PongNoFrameskip-v4``, the id SB3's zoo uses).
 
@@ -43,7 +45,7 @@ def timed(step, seconds: float) -> float:
 
 def ceiling_and_parts(env_id: str, num_envs: int, seconds: float) -> tuple[float, float, float]:
     """(ceiling agent steps/s, predicted runner steps/s from separately timed env step and inference)."""
-    env = make_vector_env(env_id, {}, num_envs)
+    env = make_vector_env(env_id, {} if env_id.startswith("MinAtar") else {"overlap": False}, num_envs)
     obs, _ = env.reset(seed=0)
     n = env.single_action_space.n
     rng = np.random.default_rng(0)
@@ -69,8 +71,9 @@ def ceiling_and_parts(env_id: str, num_envs: int, seconds: float) -> tuple[float
     return ceiling, infer, predicted
 
 
-def runner_rate(env_id: str, num_envs: int, seconds: float) -> float:
-    config = PPOConfig().environment(env_id).env_runners(num_envs_per_env_runner=num_envs).debugging(seed=0)
+def runner_rate(env_id: str, num_envs: int, seconds: float, env_config: dict | None = None) -> float:
+    config = PPOConfig().environment(env_id, env_config=env_config or {}) \
+        .env_runners(num_envs_per_env_runner=num_envs).debugging(seed=0)
     config.validate()
     runner = EnvRunner(config)
     rate = timed(lambda: runner.sample(128).actions.size, seconds)
@@ -110,17 +113,21 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch threads: {args.threads}; agent steps/s, median of {args.rounds} rounds")
-    print("| env | envs | ceiling | inference alone | predicted | herdrl runner | runner / predicted | "
-          "runner / ceiling | sb3 | herdrl / sb3 |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| env | envs | ceiling | inference alone | predicted | runner, no overlap | herdrl runner | "
+          "runner / predicted | runner / ceiling | sb3 | herdrl / sb3 |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for env_id in args.env:
         for num_envs in args.envs:
-            rows: dict[str, list[float]] = {"ceiling": [], "infer": [], "predicted": [], "runner": [], "sb3": []}
+            rows: dict[str, list[float]] = {"ceiling": [], "infer": [], "predicted": [], "serial": [], "runner": [],
+                                            "sb3": []}
+            atari = not env_id.startswith("MinAtar")
             for _ in range(args.rounds):
                 ceiling, infer, predicted = ceiling_and_parts(env_id, num_envs, args.seconds)
                 rows["ceiling"].append(ceiling)
                 rows["infer"].append(infer)
                 rows["predicted"].append(predicted)
+                if atari:
+                    rows["serial"].append(runner_rate(env_id, num_envs, args.seconds, {"overlap": False}))
                 rows["runner"].append(runner_rate(env_id, num_envs, args.seconds))
                 if "NoFrameskip" in env_id:
                     rate = sb3_rate(env_id, num_envs, args.seconds)
@@ -128,8 +135,10 @@ def main() -> None:
                         rows["sb3"].append(rate)
             m = {k: statistics.median(v) if v else float("nan") for k, v in rows.items()}
             sb3 = f"{m['sb3']:,.0f} | {m['runner'] / m['sb3']:.2f}x" if rows["sb3"] else "- | -"
+            serial = f"{m['serial']:,.0f}" if rows["serial"] else "-"
             print(f"| {env_id} | {num_envs} | {m['ceiling']:,.0f} | {m['infer']:,.0f} | {m['predicted']:,.0f} | "
-                  f"{m['runner']:,.0f} | {m['runner'] / m['predicted']:.2f} | {m['runner'] / m['ceiling']:.2f} | "
+                  f"{serial} | {m['runner']:,.0f} | {m['runner'] / m['predicted']:.2f} | "
+                  f"{m['runner'] / m['ceiling']:.2f} | "
                   f"{sb3} |", flush=True)
 
 

@@ -36,6 +36,21 @@ def test_preprocessing_is_on_by_default_and_each_part_can_change():
         make_vector_env("ALE/Pong-v5", {"frame_skip": 4}, 2)
 
 
+def test_overlapped_halves_sample_what_one_vector_env_samples():
+    """The runner steps ale-py's envs in two halves overlapped with the policy (the default): the fragment is the
+    one a single vector env of all the copies gives, same seeds, frames, actions and rewards."""
+    halves, whole = (runner("PongNoFrameskip-v4", {"overlap": overlap}, envs=4) for overlap in (True, False))
+    assert type(halves.env).__name__ == "TwoHalves" and type(whole.env).__name__ != "TwoHalves"
+    whole.set_weights({k: v.numpy() for k, v in halves.module.state_dict().items()})
+    for _ in range(2):  # across a fragment boundary
+        a, b = halves.sample(60), whole.sample(60)
+        assert np.array_equal(a.obs, b.obs) and np.array_equal(a.actions, b.actions)
+        assert np.array_equal(a.rewards, b.rewards) and np.array_equal(a.valid, b.valid)
+    assert a.obs[:, :2].std() > 0 and a.obs[:, 2:].std() > 0  # both halves stepped
+    halves.stop()
+    whole.stop()
+
+
 def test_gymnasium_wrappers_give_the_same_frames_as_ale_pys_vector_env():
     pytest.importorskip("cv2")
     config = {"noop_max": 0}  # no random no-ops: both envs play the same game (FIRE at reset included)
@@ -80,19 +95,20 @@ def test_episodic_life_ends_episodes_for_learning_only():
     ``info["lives"]`` drops (read here from the env, independently of the runner), the env plays on (the next
     step is real experience), and the reported episode is the whole game."""
     run = runner("ALE/Breakout-v5", {"episodic_life": True, "max_num_frames_per_episode": 4000}, envs=2)
-    step, seen = run.env.step, []
+    seen = ([], [])  # the runner steps the envs in two halves (atari.TwoHalves), one env each here
+    for half, record in zip(run.env.halves, seen, strict=True):
+        def recording_recv(recv=half.recv, record=record):
+            out = recv()
+            record.append(np.array(out[4]["lives"]))
+            return out
 
-    def recording_step(actions):
-        out = step(actions)
-        seen.append(np.array(out[4]["lives"]))
-        return out
-
-    run.env.step = recording_step
+        half.recv = recording_recv
     previous, lengths, losses = np.array(run._lives), [], 0
     while not lengths:
-        seen.clear()
+        for record in seen:
+            record.clear()
         fragment = run.sample(250)
-        lives = np.stack(seen)
+        lives = np.concatenate([np.stack(record) for record in seen], axis=1)
         env_done = np.concatenate([~fragment.valid[1:], run._reset_next[None]])  # the env's own episode ends
         expected = np.zeros_like(env_done)
         for t in range(len(lives)):

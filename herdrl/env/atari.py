@@ -11,6 +11,10 @@ is turned off or changed through ``env_config`` (:data:`OPTIONS`); ``preprocess=
 Two ways to build the vector env: ale-py's own C++ vector env (threaded, preprocessing and stacking inside:
 the default) or Gymnasium's ``AtariPreprocessing`` + ``FrameStackObservation`` on sync/async vector envs
 (``gym_env_vectorize_mode="sync"``/``"async"``, needs opencv). Both give the same frames, pixel for pixel.
+With ale-py's env and 2 or more envs, the runner overlaps the env and the policy (``overlap``, on by default):
+the envs are two halves (:class:`TwoHalves`), and while ale-py's threads step one half, the policy's forward
+pass runs on the other's observations; the env step and the CNN cost about the same on a CPU, so this
+recovers much of the time either waits for the other.
 
 The ``-ram`` ids that ale-py >= 0.11 removed (``Pong-ram-v0``, ``Pong-ramNoFrameskip-v4``, ...) map to the
 current env with ``obs_type="ram"`` and the old id's frame skip and sticky actions.
@@ -43,6 +47,7 @@ OPTIONS: dict[str, Any] = {
     "clip_rewards": True,    # learn on sign(reward); reported returns are unclipped
     "episodic_life": False,  # a lost life ends the episode for learning (reported returns: whole games)
     "num_threads": 0,        # ale-py vector env threads; 0: one per env, at most this machine's cores
+    "overlap": True,         # two halves of the envs: one steps while the policy acts for the other
 }
 _SAID: set[str] = set()
 _QUIET = False  # set in Ray runner processes (quiet_in_runners)
@@ -102,7 +107,7 @@ def split_options(spec: gym.envs.registration.EnvSpec, env_config: dict) -> tupl
         if "frameskip" in env_config:
             env_kwargs["frameskip"] = env_config["frameskip"]
         options["clip_rewards"] = env_config.get("clip_rewards", False)
-    for key in ("preprocess", "fire_reset", "grayscale", "clip_rewards", "episodic_life"):
+    for key in ("preprocess", "fire_reset", "grayscale", "clip_rewards", "episodic_life", "overlap"):
         if not isinstance(options[key], bool):
             raise EnvError(f"env '{spec.id}': env_config {key}={options[key]!r}; expected true or false")
     for key in ("noop_max", "num_threads"):
@@ -121,7 +126,12 @@ def make_vector(spec: gym.envs.registration.EnvSpec, env_config: dict, num_envs:
     options, env_kwargs = split_options(spec, env_config)
     stochastic_skip = not isinstance(spec.kwargs.get("frameskip", 1), int)
     if options["preprocess"] and mode in ("auto", "vector_entry_point") and not stochastic_skip:
-        venv = _ale_vector(spec, options, env_kwargs, num_envs)
+        if options["overlap"] and num_envs >= 2:
+            half = num_envs // 2
+            venv = TwoHalves(_ale_vector(spec, options, env_kwargs, half),
+                             _ale_vector(spec, options, env_kwargs, num_envs - half))
+        else:
+            venv = _ale_vector(spec, options, env_kwargs, num_envs)
     else:
         if mode in ("auto", "vector_entry_point"):
             mode = "sync"
@@ -131,6 +141,63 @@ def make_vector(spec: gym.envs.registration.EnvSpec, env_config: dict, num_envs:
     venv.herd_clip_rewards = bool(options["clip_rewards"])  # read by the runner: learning only, never reports
     venv.herd_episodic_life = bool(options["episodic_life"])
     return venv
+
+
+class TwoHalves(gym.vector.VectorEnv):
+    """Two ale-py vector envs as one, for a runner that overlaps them with the policy (``send``/``recv`` per
+    half, each half stepped by its own C++ threads while Python goes on); ``step`` steps both (evaluation).
+
+    Seeds, observations and infos are those of one vector env of all the copies: env ``b`` of the second half
+    is env ``split + b`` of the whole.
+    """
+
+    def __init__(self, first: gym.vector.VectorEnv, second: gym.vector.VectorEnv) -> None:
+        self.halves = (first, second)
+        self.split = first.num_envs
+        self.num_envs = first.num_envs + second.num_envs
+        self.single_observation_space = first.single_observation_space
+        self.single_action_space = first.single_action_space
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self.metadata = first.metadata
+        self.parts = (slice(0, self.split), slice(self.split, self.num_envs))
+
+    def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[Any, dict]:
+        """Reset every copy; an int ``seed`` seeds them consecutively, as one vector env would."""
+        seeds = (None, None)
+        if isinstance(seed, (int, np.integer)):
+            first = int(seed) % (2**31 - self.num_envs)  # ale-py's C++ side takes 32-bit seeds
+            seeds = (first, first + self.split)
+        return self._joined([half.reset(seed=s, options=options) for half, s in zip(self.halves, seeds,
+                                                                                   strict=True)])
+
+    def send(self, part: int, actions: np.ndarray) -> None:
+        """Start stepping half ``part`` (0 or 1) with its actions; returns at once."""
+        self.halves[part].send(np.ascontiguousarray(actions))
+
+    def recv(self, part: int) -> tuple[Any, ...]:
+        """Wait for half ``part``'s step: (obs, rewards, terminations, truncations, info) of its envs."""
+        return self.halves[part].recv()
+
+    def step(self, actions: np.ndarray) -> tuple[Any, ...]:
+        """Step every copy (both halves at once)."""
+        for part, envs in enumerate(self.parts):
+            self.send(part, actions[envs])
+        return self._joined([self.recv(part) for part in range(2)])
+
+    def _joined(self, results: list[tuple]) -> tuple:
+        *arrays, info = zip(*results, strict=True)
+        infos = {key: np.concatenate([i[key] for i in info]) for key in info[0]
+                 if all(isinstance(i.get(key), np.ndarray) for i in info)}
+        if "env_id" in infos:
+            infos["env_id"][self.split:] += self.split
+        return (*(np.concatenate(a) for a in arrays), infos)
+
+    def close(self, **kwargs: Any) -> None:
+        """Close both halves."""
+        for half in self.halves:
+            half.close(**kwargs)
+        self.closed = True
 
 
 def _ale_vector(spec: gym.envs.registration.EnvSpec, options: dict, env_kwargs: dict,

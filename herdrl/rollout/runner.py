@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from herdrl.config import AlgorithmConfig
 from herdrl.env import make_vector_env
@@ -20,6 +21,11 @@ from herdrl.env.atari import life_losses
 from herdrl.errors import EnvError
 from herdrl.models.distributions import ActionDistribution
 from herdrl.obs import ObsArray, ObsSpec, obs_map
+
+
+def _rows(obs: ObsArray) -> Any:
+    """``t -> step t's rows``: a view of the array, or a dict of views for Dict/Tuple observations."""
+    return obs.__getitem__ if isinstance(obs, np.ndarray) else lambda t: {k: v[t] for k, v in obs.items()}
 
 
 @dataclass
@@ -65,6 +71,10 @@ class EnvRunner:
         self.module = config.build_module(self.observation_space, self.action_space)
         self.module.requires_grad_(False)
         self.actions = ActionDistribution(self.action_space)  # stored layout and env form of actions
+        if hasattr(self.env, "parts"):  # envs stepped in parts the runner overlaps with acting (atari.TwoHalves)
+            self._parts, self._send, self._recv = self.env.parts, self.env.send, self.env.recv
+        else:
+            self._parts, self._send, self._recv = (slice(None),), self._stash, self._step
         self.reseed(epoch)
 
     def reseed(self, epoch: int) -> None:
@@ -88,6 +98,12 @@ class EnvRunner:
             self._lives = np.asarray(reset_info["lives"], dtype=np.int64).copy()
         self._episode_return = np.zeros(self.num_envs)
         self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
+
+    def _stash(self, part: int, env_actions: Any) -> None:
+        self._env_actions = env_actions
+
+    def _step(self, part: int) -> tuple[Any, ...]:
+        return self.env.step(self._env_actions)
 
     def set_weights(self, weights: dict[str, Any]) -> None:
         """Load the learner's weights (numpy arrays or CPU tensors) into this runner's policy, in place."""
@@ -114,30 +130,55 @@ class EnvRunner:
         steps = num_steps or self.config.fragment_length()
         envs = self.num_envs
         obs = self.obs_spec.empty((steps + 1, envs))
-        # One step's rows: a view of the array, or a dict of views for Dict/Tuple observations.
-        row = obs.__getitem__ if isinstance(obs, np.ndarray) else lambda t: {k: v[t] for k, v in obs.items()}
         actions = np.empty((steps, *self.actions.action_shape(envs)), dtype=self.actions.action_dtype)
         rewards = np.empty((steps, envs), dtype=np.float32)
         terminateds = np.empty((steps, envs), dtype=bool)
         truncateds = np.empty((steps, envs), dtype=bool)
         valid = np.empty((steps, envs), dtype=bool)  # filled after the loop
-        step, write, act, to_env = self.env.step, self.obs_spec.write, self.policy.act, self.actions.to_env
-        noise = self.policy.noise(steps, envs)
         lives = np.empty((steps, envs), dtype=np.int64) if self._episodic_life else None
-        obs_map(np.copyto, row(0), self._obs)
-        for t in range(steps):
-            action = act(row(t), True, noise[t])
-            actions[t] = action
+        noise = self.policy.noise(steps, envs)
+        obs_map(lambda a, o: np.copyto(a[0], o), obs, self._obs)
+        write, act, to_env, send, recv = self.obs_spec.write, self.policy.act, self.actions.to_env, self._send, \
+            self._recv
+        # Per part of the envs (all of them, or Atari's two halves), views of every array: view[t] is step t's.
+        arrays = (actions, noise, rewards, terminateds, truncateds, lives if lives is not None else rewards)
+        views = [[_rows(obs_map(lambda a, envs=envs: a[:, envs], obs)), *(a[:, envs] for a in arrays)]
+                 for envs in self._parts]
+
+        def start(part: int, t: int) -> None:  # act for one part of the envs at step t and start their env step
+            obs_rows, part_actions, part_noise = views[part][:3]
+            action = act(obs_rows(t), True, part_noise[t])
+            part_actions[t] = action
             try:
-                raw_obs, reward, terminated, truncated, info = step(to_env(action))
-                write(row(t + 1), raw_obs)
+                send(part, to_env(action))
             except Exception as exc:
                 raise self._env_error(exc) from exc
-            rewards[t] = reward
-            terminateds[t] = terminated
-            truncateds[t] = truncated
+
+        def finish(part: int, t: int) -> None:  # wait for that step and store what it gave
+            obs_rows, _, _, part_rewards, part_terminateds, part_truncateds, part_lives = views[part]
+            try:
+                raw_obs, part_rewards[t], part_terminateds[t], part_truncateds[t], info = recv(part)
+                write(obs_rows(t + 1), raw_obs)
+            except Exception as exc:
+                raise self._env_error(exc) from exc
             if lives is not None:
-                lives[t] = info["lives"]
+                part_lives[t] = info["lives"]
+
+        # With two parts, one part's env step runs while the policy acts for the other (torch then leaves half
+        # its threads to the env's); with one part this is the plain loop (act, step, store).
+        threads = torch.get_num_threads()
+        if len(views) > 1 and threads > 1:
+            torch.set_num_threads(threads // 2)
+        try:
+            for t in range(steps):
+                for part in range(len(views)):
+                    if t:
+                        finish(part, t - 1)
+                    start(part, t)
+            for part in range(len(views)):
+                finish(part, steps - 1)
+        finally:
+            torch.set_num_threads(threads)
         self._obs = obs_map(lambda a: a[steps].copy(), obs)
         # A step right after an episode end only resets that env (NEXT_STEP autoreset): not experience.
         done = terminateds | truncateds
