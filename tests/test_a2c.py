@@ -19,7 +19,7 @@ def test_a2c_checkpoint_round_trip_keeps_the_rmsprop_state(tmp_path):
     algo.train()
     restored = Algorithm.from_checkpoint(algo.save(tmp_path / "ckpt"))
     assert type(restored).__name__ == "A2C"
-    for mine, theirs in zip(algo.optimizer.square_avg, restored.optimizer.square_avg, strict=True):
+    for mine, theirs in zip(algo.learner.optimizer.square_avg, restored.learner.optimizer.square_avg, strict=True):
         assert torch.equal(mine, theirs)
 
 
@@ -36,7 +36,7 @@ def test_a2c_loss_weighs_the_plain_mse_computed_by_hand():
     algo = A2CConfig().environment("CartPole-v1").training(vf_loss_coeff=0.5, entropy_coeff=0.01).debugging(seed=0) \
         .build()
     batch = _hand_made_batch(algo)
-    loss, _ = algo.loss(batch)
+    loss, _ = algo.learner.loss(batch)
     dist, values = raw_policy_and_values(algo.module, batch["obs"])
     expected = (-(dist.log_prob(batch["actions"]) * batch["advantages"]).mean()
                 + 0.5 * ((values - batch["returns"]) ** 2).mean() - 0.01 * dist.entropy().mean())

@@ -32,8 +32,8 @@ def trained(iterations=3, seed=0):
 def fingerprint(algo) -> dict:
     return {
         "weights": {k: v.tolist() for k, v in algo.get_weights().items()},
-        "optimizer": [t.tolist() for t in algo.optimizer.state_dict()["exp_avg_sq"]],
-        "steps": algo.optimizer.state_dict()["steps"],
+        "optimizer": [t.tolist() for t in algo.learner.optimizer.state_dict()["exp_avg_sq"]],
+        "steps": algo.learner.optimizer.state_dict()["steps"],
         "counters": [algo.iteration, algo.env_steps_lifetime, algo.episodes_lifetime],
         "actions": [algo.compute_single_action(o) for o in OBS],
     }

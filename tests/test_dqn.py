@@ -36,7 +36,7 @@ def test_dqn_checkpoint_keeps_the_target_network(tmp_path):
     algo = DQNConfig().environment("CartPole-v1").training(num_steps_sampled_before_learning_starts=256).build()
     algo.train()
     restored = Algorithm.from_checkpoint(algo.save(tmp_path / "ckpt"))
-    for a, b in zip(algo.target.parameters(), restored.target.parameters(), strict=True):
+    for a, b in zip(algo.learner.target.parameters(), restored.learner.target.parameters(), strict=True):
         assert torch.equal(a, b)
     obs = np.zeros(4, np.float32)
     assert restored.compute_single_action(obs) == algo.compute_single_action(obs)

@@ -124,7 +124,7 @@ def test_ppo_loss_is_rllibs_formula_computed_by_hand():
     algo = PPOConfig().environment("CartPole-v1").training(vf_loss_coeff=0.7, entropy_coeff=0.01, clip_param=0.2) \
         .debugging(seed=0).build()
     batch = _hand_made_batch(algo)
-    loss, stats = algo.loss(batch)
+    loss, stats = algo.learner.loss(batch)
     dist, values = raw_policy_and_values(algo.module, batch["obs"])
     with torch.no_grad():
         ratio = torch.exp(dist.log_prob(batch["actions"]) - batch["old_logp"])

@@ -26,8 +26,8 @@ def test_sac_checkpoint_round_trip_and_export(tmp_path):
     algo.train()
     path = algo.save(tmp_path / "ckpt")
     restored = Algorithm.from_checkpoint(path)
-    assert torch.equal(restored.log_alpha, algo.log_alpha)
-    for a, b in zip(algo.target.parameters(), restored.target.parameters(), strict=True):
+    assert torch.equal(restored.learner.log_alpha, algo.learner.log_alpha)
+    for a, b in zip(algo.learner.target.parameters(), restored.learner.target.parameters(), strict=True):
         assert torch.equal(a, b)
     policy = Policy.from_checkpoint(path)
     (obs,) = example_obs(policy, batch=5)
@@ -62,9 +62,9 @@ def test_entropy_weight_moves_towards_the_target_entropy(target_entropy, directi
     algo = SACConfig().environment("Pendulum-v1").training(
         target_entropy=target_entropy, min_sample_timesteps_per_iteration=200,
         num_steps_sampled_before_learning_starts=100, **SMALL).debugging(seed=0).build()
-    before = algo.log_alpha.item()
+    before = algo.learner.log_alpha.item()
     algo.train()
-    assert (algo.log_alpha.item() - before) * direction > 0
+    assert (algo.learner.log_alpha.item() - before) * direction > 0
     algo.stop()
 
 
@@ -81,7 +81,7 @@ def test_log_probabilities_are_those_of_the_squashed_action_in_unit_space():
         torch.distributions.Normal(mean, log_std.exp()), [torch.distributions.TanhTransform(cache_size=1)])
     unit = ((actions - module.action_bias) / module.action_scale).clamp(-1 + 1e-6, 1 - 1e-6)
     assert torch.allclose(logp, squashed.log_prob(unit).sum(-1), atol=1e-3)
-    assert algo.target_entropy == -1.0
+    assert algo.learner.target_entropy == -1.0
     algo.stop()
 
 
@@ -131,5 +131,5 @@ def test_a_checkpoint_from_before_the_entropy_change_keeps_its_effective_target(
     meta["format_version"] = 1
     (path / "checkpoint.json").write_text(json.dumps(meta))
     restored = Algorithm.from_checkpoint(path)
-    assert restored.target_entropy == pytest.approx(-1 - np.log(2))
+    assert restored.learner.target_entropy == pytest.approx(-1 - np.log(2))
     restored.stop()

@@ -37,7 +37,7 @@ def test_the_true_kl_of_every_policy_step_stays_within_the_bound(env, model):
     the step and the policy after it (TRPO's own reported KL once missed a change of the free log std)."""
     algo = (TRPOConfig().environment(env).training(train_batch_size=512, model=model).debugging(seed=0).build())
     measured = []
-    policy_step = algo._policy_step
+    policy_step = algo.learner._policy_step
 
     def measuring_step(batch):
         before = copy.deepcopy(algo.module)
@@ -47,7 +47,7 @@ def test_the_true_kl_of_every_policy_step_stays_within_the_bound(env, model):
             measured.append(float(torch.distributions.kl_divergence(old, new).mean()))
         return metrics
 
-    algo._policy_step = measuring_step
+    algo.learner._policy_step = measuring_step
     for _ in range(5):
         algo.train()
     algo.stop()

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
-from torch import nn
 
 from herdrl.algorithms.base import Algorithm
 from herdrl.config import AlgorithmConfig, Field, migrate_value_loss_coeff, shared_field
 from herdrl.errors import ConfigError
+from herdrl.learner import Learner
 from herdrl.optim import RMSprop
+from herdrl.rollout import Fragment
 from herdrl.rollout.batch import on_policy_batch
 
 
@@ -60,8 +62,8 @@ class A2CConfig(AlgorithmConfig):
         return A2C
 
 
-class A2C(Algorithm):
-    """Synchronous advantage actor-critic on the shared runners."""
+class A2CLearner(Learner):
+    """A2C's update: one RMSprop step on policy loss + value loss - entropy bonus per batch of fragments."""
 
     config: A2CConfig
 
@@ -70,24 +72,16 @@ class A2C(Algorithm):
         cfg = self.config
         self.optimizer = RMSprop(self.module.parameters(), lr=cfg.lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps)
 
-    def training_step(self) -> dict[str, float]:
-        """Sample-and-update until ``train_batch_size`` env steps were sampled this iteration."""
+    def update(self, fragments: list[Fragment]) -> dict[str, float]:
+        """One gradient step on the batch the fragments make."""
         cfg = self.config
-        updates = max(1, cfg.train_batch_size // (cfg.total_envs * cfg.fragment_length()))
-        sums: dict[str, float] = {}
-        for _ in range(updates):
-            batch = on_policy_batch(self.module, self.sample(), cfg.gamma, cfg.lambda_, self.device)
-            if cfg.normalize_advantages and len(batch["advantages"]) > 1:
-                adv = batch["advantages"]
-                batch["advantages"] = (adv - adv.mean()) / (adv.std() + 1e-8)
-            loss, stats = self.loss(batch)
-            self.optimizer.zero_grad()
-            loss.backward()
-            stats["grad_norm"] = nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip or float("inf"))
-            self.optimizer.step()
-            for key, value in stats.items():
-                sums[key] = sums.get(key, 0.0) + float(value)
-        return {**{k: v / updates for k, v in sums.items()}, "num_gradient_updates": updates}
+        batch = on_policy_batch(self.module, fragments, cfg.gamma, cfg.lambda_, self.device)
+        if cfg.normalize_advantages and len(batch["advantages"]) > 1:
+            adv = batch["advantages"]
+            batch["advantages"] = (adv - adv.mean()) / (adv.std() + 1e-8)
+        stats = self.gradient_step(self.optimizer, self.loss, batch, np.arange(len(batch["advantages"])),
+                                   cfg.grad_clip or float("inf"))
+        return {key: float(value) for key, value in stats.items()}
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """A2C's loss on a batch of :func:`on_policy_batch` keys:
@@ -101,3 +95,20 @@ class A2C(Algorithm):
         loss = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy_mean
         return loss, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),
                       "entropy": entropy_mean.detach()}
+
+
+class A2C(Algorithm):
+    """Synchronous advantage actor-critic on the shared runners."""
+
+    config: A2CConfig
+    learner_class = A2CLearner
+
+    def training_step(self) -> dict[str, float]:
+        """Sample-and-update until ``train_batch_size`` env steps were sampled this iteration."""
+        cfg = self.config
+        updates = max(1, cfg.train_batch_size // (cfg.total_envs * cfg.fragment_length()))
+        sums: dict[str, float] = {}
+        for _ in range(updates):
+            for key, value in self.learners.update(self.sample()).items():
+                sums[key] = sums.get(key, 0.0) + value
+        return {**{k: v / updates for k, v in sums.items()}, "num_gradient_updates": updates}

@@ -33,6 +33,8 @@ from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold
 from herdrl.env.imports import env_origin
 from herdrl.errors import ConfigError
+from herdrl.learner import Learner
+from herdrl.learner.group import make_learner_group
 from herdrl.models.encoders import encoding_differs
 from herdrl.obs import ObsSpec
 from herdrl.policy import Policy
@@ -43,20 +45,12 @@ from herdrl.rollout.group import make_runner_group
 EPISODE_WINDOW = 100
 
 
-def learner_device(num_gpus: float) -> torch.device:
-    """``cuda`` when GPUs are asked for and torch sees one; a clear error when it does not."""
-    if num_gpus <= 0:
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise ConfigError(f"num_gpus={num_gpus:g} but torch sees no GPU (torch {torch.__version__}); "
-                          "set num_gpus=0 or install a CUDA build of torch")
-    return torch.device("cuda")
-
-
 class Algorithm:
     """Base of every algorithm. Build it with ``XxxConfig(...).build()``, then call ``train()``."""
 
     config: AlgorithmConfig
+    #: The algorithm's Learner subclass (its module, optimizers, loss and update).
+    learner_class: type[Learner] = Learner
 
     def __init__(self, config: AlgorithmConfig, logger: Any = None) -> None:
         self.config = config
@@ -66,14 +60,20 @@ class Algorithm:
         if config.seed is not None:
             torch.manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
-        self.device = learner_device(config.num_gpus)
         if config.num_env_runners > 0:
             env_reward_threshold(config.env)  # an unknown env id fails here, before Ray starts
         self.runners = make_runner_group(config)
         self.observation_space: gym.Space = self.runners.observation_space
         self.action_space: gym.Space = self.runners.action_space
         self.obs_spec = ObsSpec(self.observation_space)
-        self.module = config.build_module(self.observation_space, self.action_space).to(self.device)
+        try:
+            self.learners = make_learner_group(config, self.learner_class, self.observation_space, self.action_space)
+        except BaseException:
+            self.runners.stop()
+            raise
+        self.learner: Learner = self.learners.learner  # in-process: the learner itself
+        self.module = self.learners.module
+        self.device = self.learners.device
         self.policy = Policy(self.module, self.observation_space, self.action_space)
         self.last_result: dict[str, Any] = {}
         self._evaluator: Any = None
@@ -89,11 +89,16 @@ class Algorithm:
 
     # ------------------------------------------------------- for subclasses
     def setup(self) -> None:
-        """Create optimizers and algorithm state; called at the end of ``__init__``."""
+        """Create the algorithm's driver-side state (a replay buffer); called at the end of ``__init__``."""
 
     def training_step(self) -> dict[str, float]:
         """Sample, update, and return the learner's metrics (losses, ...)."""
         raise NotImplementedError
+
+    def update_seed(self) -> int:
+        """A seed for one update's random choices (minibatch order), drawn from the algorithm's seeded stream:
+        the same on every learner, and restored with checkpoints."""
+        return int(self.rng.integers(2**63))
 
     def sample(self, exploration: dict[str, Any] | None = None) -> list[Fragment]:
         """Send the current weights (and ``exploration`` settings) to the runners; collect a fragment from each."""
@@ -168,7 +173,7 @@ class Algorithm:
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """The learner module's weights as numpy arrays (copies: safe to ship while learning goes on)."""
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.module.state_dict().items()}
+        return self.learners.get_weights()
 
     def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
         """The action for one observation: an int (Discrete) or an array clipped to the Box bounds."""
@@ -182,17 +187,13 @@ class Algorithm:
 
     # --------------------------------------------------------- checkpoints
     def learner_state(self) -> dict[str, Any]:
-        """Tensors of the learner (module, optimizer); algorithms with more (target nets) extend it."""
-        state: dict[str, Any] = {"module": self.module.state_dict()}
-        if getattr(self, "optimizer", None) is not None:
-            state["optimizer"] = self.optimizer.state_dict()
-        return state
+        """Tensors of the learner (module, optimizers, target networks); off-policy algorithms add their
+        replay debt."""
+        return self.learners.state()
 
     def load_learner_state(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`learner_state`."""
-        self.module.load_state_dict(state["module"])
-        if getattr(self, "optimizer", None) is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
+        self.learners.load_state(state)
 
     def save(self, checkpoint_dir: str | Path | None = None) -> Path:
         """Write a checkpoint (atomically) and return its path.
@@ -297,7 +298,8 @@ class Algorithm:
         return algo
 
     def stop(self) -> None:
-        """Release runners (and a Ray this algorithm started), evaluation envs, and close the logger."""
+        """Release learners, runners (and a Ray this algorithm started), evaluation envs, and close the logger."""
+        self.learners.stop()
         self.runners.stop()
         if self._evaluator is not None:
             self._evaluator.close()

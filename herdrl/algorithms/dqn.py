@@ -2,8 +2,8 @@
 dueling heads (Wang et al. 2016), n-step returns, prioritized replay (Schaul et al. 2016), hard or Polyak
 target updates, and an epsilon schedule.
 
-Runners act epsilon-greedily with the current weights; the replay buffer and the learner live in the driver
-(the sampling/replay loop is shared with SAC: ``off_policy.py``).
+Runners act epsilon-greedily with the current weights; the replay buffer lives in the driver, the learner in
+the driver or as N data-parallel learners (the sampling/replay loop is shared with SAC: ``off_policy.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from herdrl.algorithms.off_policy import OffPolicyAlgorithm, OffPolicyConfig
+from herdrl.algorithms.off_policy import OffPolicyAlgorithm, OffPolicyConfig, OffPolicyLearner
 from herdrl.config import MODEL_DEFAULTS, Field, shared_field
 from herdrl.errors import ConfigError
 from herdrl.optim import Adam
@@ -68,42 +68,38 @@ class DQNConfig(OffPolicyConfig):
         return DQN
 
 
-class DQN(OffPolicyAlgorithm):
-    """DQN on the shared runners; replay buffer and target network in the driver."""
+class DQNLearner(OffPolicyLearner):
+    """DQN's update: a Huber-loss step towards the (double) Q target, and target updates on schedule."""
 
     config: DQNConfig
 
     def setup(self) -> None:
-        """Replay buffer, target network, optimizer."""
+        """Target network and optimizer."""
         super().setup()
-        cfg = self.config
-        self.optimizer = Adam(self.module.parameters(), lr=cfg.lr)
+        self.optimizer = Adam(self.module.parameters(), lr=self.config.lr)
         self._since_target_update = 0
 
-    def exploration(self, env_steps: int) -> dict[str, float]:
-        """The epsilon schedule at ``env_steps``."""
-        xs, ys = zip(*self.config.epsilon, strict=True)
-        return {"epsilon": float(np.interp(env_steps, xs, ys))}
+    def replay_step(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:
+        """One step on :meth:`loss` over the batch (this learner's rows of it, with N learners)."""
+        stats = self.gradient_step(self.optimizer, self.loss, batch, np.arange(len(batch["rewards"])),
+                                   self.config.grad_clip)
+        return {"loss": float(stats["loss"]), "mean_abs_td_error": float(stats["td_error"].abs().mean())}, \
+            stats["td_error"]
 
-    def update(self, batch: dict[str, torch.Tensor], weights: torch.Tensor) -> tuple[dict[str, float], np.ndarray]:
-        """One Huber-loss step towards r + discount * Q_target(s', a*) (a* by the online net with double Q)."""
-        cfg = self.config
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Huber loss towards r + discount * Q_target(s', a*) (a* by the online net with double Q), weighted by
+        the importance weights; the TD errors in the stats."""
         q = self.module(batch["obs"]).gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
         with torch.no_grad():
             next_target = self.target(batch["next_obs"])
-            if cfg.double_q:  # pick with the online net, evaluate with the target net
+            if self.config.double_q:  # pick with the online net, evaluate with the target net
                 best = self.module(batch["next_obs"]).argmax(1, keepdim=True)
                 next_q = next_target.gather(1, best).squeeze(1)
             else:
                 next_q = next_target.max(1).values
             target = batch["rewards"] + batch["discounts"] * next_q
-        td_error = (target - q).detach()
-        loss = (weights * nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
-        self.optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip or float("inf"))
-        self.optimizer.step()
-        return {"loss": loss.item(), "mean_abs_td_error": td_error.abs().mean().item()}, td_error.cpu().numpy()
+        loss = (batch["weights"] * nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
+        return loss, {"loss": loss.detach(), "td_error": (target - q).detach()}
 
     def advance_learning_clock(self, env_steps: int) -> None:
         """Update the target network every ``target_network_update_freq`` env steps, exactly: as many updates
@@ -113,17 +109,26 @@ class DQN(OffPolicyAlgorithm):
         if due:
             polyak_update(self.target, self.module, 1.0 - (1.0 - self.config.tau) ** due)
 
-    def learner_state(self) -> dict:
-        """Module, optimizer, target network and the env steps since its last update (the replay buffer is a
-        separate file: ``store_buffer_in_checkpoints``)."""
-        return {**super().learner_state(), "target": self.target.state_dict(),
-                "since_target_update": self._since_target_update}
+    def extra_state(self) -> dict:
+        """The target network and the env steps since its last update."""
+        return {**super().extra_state(), "since_target_update": self._since_target_update}
 
-    def load_learner_state(self, state: dict) -> None:
-        """Inverse of :meth:`learner_state`."""
-        super().load_learner_state(state)
-        self.target.load_state_dict(state["target"])
+    def load_extra_state(self, state: dict) -> None:
+        """Inverse of :meth:`extra_state`."""
+        super().load_extra_state(state)
         self._since_target_update = int(state.get("since_target_update", 0))  # format 1 did not save it
+
+
+class DQN(OffPolicyAlgorithm):
+    """DQN on the shared runners; the replay buffer in the driver, :class:`DQNLearner` learning from it."""
+
+    config: DQNConfig
+    learner_class = DQNLearner
+
+    def exploration(self, env_steps: int) -> dict[str, float]:
+        """The epsilon schedule at ``env_steps``."""
+        xs, ys = zip(*self.config.epsilon, strict=True)
+        return {"epsilon": float(np.interp(env_steps, xs, ys))}
 
 
 @torch.no_grad()

@@ -21,6 +21,7 @@ from herdrl.algorithms.base import Algorithm
 from herdrl.buffers import REPLAY_DEFAULTS, ReplayBuffer, check_replay_config, fragment_transitions, make_buffer
 from herdrl.checkpoint import CheckpointError, read_arrays
 from herdrl.config import AlgorithmConfig, Field, shared_field
+from herdrl.learner import Learner
 from herdrl.models.encoders import to_torch
 
 logger = logging.getLogger("herdrl")
@@ -51,16 +52,53 @@ class OffPolicyConfig(AlgorithmConfig):
         check_replay_config(self.replay_buffer_config, self.train_batch_size)
 
 
-class OffPolicyAlgorithm(Algorithm):
-    """The sampling/replay loop; subclasses implement :meth:`update` and may override :meth:`exploration`."""
+class OffPolicyLearner(Learner):
+    """A learner with a frozen target copy of its network, updated on a schedule of sampled env steps."""
 
     def setup(self) -> None:
-        """The replay buffer and a frozen target copy of the network."""
-        self.buffer = self._empty_buffer()
-        self._replay_debt = 0.0  # replayed transitions owed to keep training_intensity
+        """The target network (a copy of the module, no gradients)."""
         self.target = self.config.build_module(self.observation_space, self.action_space).to(self.device)
         self.target.load_state_dict(self.module.state_dict())
         self.target.requires_grad_(False)
+
+    def update(self, batch: dict[str, Any] | None, weights: np.ndarray | None,
+               env_steps: int) -> tuple[dict[str, float], np.ndarray | None]:
+        """Let ``env_steps`` sampled env steps pass (target updates fall due), then one gradient step on a replayed
+        ``batch`` (numpy arrays; ``weights``: importance weights) if one is given. Returns metrics and the TD
+        errors of this learner's rows of the batch (for priorities)."""
+        self.advance_learning_clock(env_steps)
+        if batch is None:
+            return {}, None
+        batch = {k: to_torch(v, self.device) for k, v in batch.items()}  # obs: dicts for Dict spaces
+        batch["weights"] = torch.from_numpy(weights).to(self.device)
+        metrics, td_errors = self.replay_step(batch)
+        return metrics, td_errors.cpu().numpy()
+
+    def replay_step(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:
+        """One gradient step on a replayed batch (with its importance ``weights``); metrics and TD errors."""
+        raise NotImplementedError
+
+    def advance_learning_clock(self, env_steps: int) -> None:
+        """Called as learning passes ``env_steps`` more sampled env steps, between gradient steps, so schedules
+        in env steps (DQN's target updates) fall between the right gradient steps."""
+
+    def extra_state(self) -> dict[str, Any]:
+        """The target network."""
+        return {"target": self.target.state_dict()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`extra_state`."""
+        self.target.load_state_dict(state["target"])
+
+
+class OffPolicyAlgorithm(Algorithm):
+    """The sampling/replay loop; subclasses give their learner (``learner_class``) and may override
+    :meth:`exploration`."""
+
+    def setup(self) -> None:
+        """The replay buffer."""
+        self.buffer = self._empty_buffer()
+        self._replay_debt = 0.0  # replayed transitions owed to keep training_intensity
 
     def _empty_buffer(self) -> ReplayBuffer:
         """A new buffer as ``replay_buffer_config`` says (vector actions for Box spaces)."""
@@ -70,14 +108,6 @@ class OffPolicyAlgorithm(Algorithm):
     def exploration(self, env_steps: int) -> dict[str, Any] | None:
         """Exploration settings sent to the runners for the next round (DQN: epsilon)."""
         return None
-
-    def update(self, batch: dict[str, torch.Tensor], weights: torch.Tensor) -> tuple[dict[str, float], np.ndarray]:
-        """One gradient step on a replayed batch; return metrics and the TD errors (for priorities)."""
-        raise NotImplementedError
-
-    def advance_learning_clock(self, env_steps: int) -> None:
-        """Called as learning passes ``env_steps`` more sampled env steps, between gradient steps, so schedules
-        in env steps (DQN's target updates) fall between the right gradient steps."""
 
     def training_step(self) -> dict[str, float]:
         """Sample rounds and gradient steps until this iteration sampled its share of env steps."""
@@ -94,16 +124,14 @@ class OffPolicyAlgorithm(Algorithm):
             self._replay_debt -= due * cfg.train_batch_size
             clock = 0
             for j in range(due):  # the round's env steps, spread evenly over its gradient steps
-                self.advance_learning_clock(new_steps * j // due - clock)
-                clock = new_steps * j // due
                 data, slots, weights = self.buffer.sample(cfg.train_batch_size)
-                batch = {k: to_torch(v, self.device) for k, v in data.items()}  # obs: dicts for Dict spaces
-                metrics, td_errors = self.update(batch, torch.from_numpy(weights).to(self.device))
+                metrics, td_errors = self.learners.update(data, weights, new_steps * j // due - clock)
+                clock = new_steps * j // due
                 self.buffer.update_priorities(slots, td_errors)
                 for key, value in metrics.items():
                     sums[key] = sums.get(key, 0.0) + value
                 updates += 1
-            self.advance_learning_clock(new_steps - clock)
+            self.learners.update(None, None, new_steps - clock)
         means = {k: v / updates for k, v in sums.items()} if updates else {}
         return {**means, "num_gradient_updates": updates, "replay_buffer_size": len(self.buffer),
                 **(self.exploration(self.env_steps_lifetime + sampled) or {})}
@@ -126,7 +154,7 @@ class OffPolicyAlgorithm(Algorithm):
             logger.warning("herdrl: %s; resuming with an empty replay buffer", str(exc).splitlines()[0])
 
     def learner_state(self) -> dict[str, Any]:
-        """The base learner state plus the replayed transitions still owed (so a resume replays as before)."""
+        """The learner's state plus the replayed transitions still owed (so a resume replays as before)."""
         return {**super().learner_state(), "replay_debt": self._replay_debt}
 
     def load_learner_state(self, state: dict[str, Any]) -> None:

@@ -1,8 +1,8 @@
 """Proximal Policy Optimization (Schulman et al. 2017), clipped-surrogate variant.
 
-Everything PPO-specific is in this file: its config keys and defaults, the
-batch preparation (values, old log-probs, GAE) and the minibatch update.
-Sampling, result rows and the train loop are shared (``base.py``).
+Everything PPO-specific is in this file: its config keys and defaults, and its learner (the batch
+preparation — values, old log-probs, GAE — and the minibatch update), which runs in the driver or as N
+data-parallel learners unchanged. Sampling, result rows and the train loop are shared (``base.py``).
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from herdrl.algorithms.base import Algorithm
 from herdrl.config import AlgorithmConfig, Field, migrate_value_loss_coeff, shared_field
 from herdrl.errors import ConfigError
+from herdrl.learner import Learner
 from herdrl.optim import Adam
-from herdrl.rollout.batch import on_policy_batch, take
+from herdrl.rollout import Fragment
+from herdrl.rollout.batch import on_policy_batch
 
 
 class PPOConfig(AlgorithmConfig):
@@ -63,8 +64,8 @@ class PPOConfig(AlgorithmConfig):
         return PPO
 
 
-class PPO(Algorithm):
-    """PPO with GAE, advantage normalisation, optional value clipping, entropy bonus and grad clipping."""
+class PPOLearner(Learner):
+    """PPO's update: GAE, advantage normalisation, optional value clipping, entropy bonus and grad clipping."""
 
     config: PPOConfig
 
@@ -72,28 +73,21 @@ class PPO(Algorithm):
         """Adam over the actor-critic's parameters."""
         self.optimizer = Adam(self.module.parameters(), lr=self.config.lr, eps=1e-5)
 
-    def training_step(self) -> dict[str, float]:
-        """Sample one train batch, then run ``num_epochs`` passes of minibatch updates over it."""
-        batch = on_policy_batch(self.module, self.sample(), self.config.gamma, self.config.lambda_, self.device)
-        return self._update(batch)
-
-    def _update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    def update(self, fragments: list[Fragment], seed: int) -> dict[str, float]:
+        """``num_epochs`` passes of minibatch steps over the batch the fragments make (``seed``: the minibatch
+        order, the same on every learner)."""
         cfg = self.config
-        batch = dict(batch)
+        batch = on_policy_batch(self.module, fragments, cfg.gamma, cfg.lambda_, self.device)
         if cfg.normalize_advantages and len(batch["advantages"]) > 1:
             adv = batch["advantages"]
             batch["advantages"] = (adv - adv.mean()) / (adv.std() + 1e-8)
         size = len(batch["advantages"])
         num_minibatches = max(1, round(size / cfg.minibatch_size))
+        rng = np.random.default_rng(seed)
         sums: dict[str, float] = {}
         for _ in range(cfg.num_epochs):
-            for idx in np.array_split(self.rng.permutation(size), num_minibatches):
-                idx = torch.from_numpy(idx).to(self.device)
-                loss, stats = self.loss(take(batch, idx))
-                self.optimizer.zero_grad()
-                loss.backward()
-                stats["grad_norm"] = nn.utils.clip_grad_norm_(self.module.parameters(), cfg.grad_clip or float("inf"))
-                self.optimizer.step()
+            for idx in np.array_split(rng.permutation(size), num_minibatches):
+                stats = self.gradient_step(self.optimizer, self.loss, batch, idx, cfg.grad_clip or float("inf"))
                 for key, value in stats.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
         updates = cfg.num_epochs * num_minibatches
@@ -130,3 +124,14 @@ class PPO(Algorithm):
             clipped = old_values + (values - old_values).clamp(-clip, clip)
             loss = torch.max(loss, (clipped - returns).pow(2))
         return loss.mean()
+
+
+class PPO(Algorithm):
+    """PPO: sample one train batch, then :class:`PPOLearner` learns from it."""
+
+    config: PPOConfig
+    learner_class = PPOLearner
+
+    def training_step(self) -> dict[str, float]:
+        """Sample one train batch, then run ``num_epochs`` passes of minibatch updates over it."""
+        return self.learners.update(self.sample(), self.update_seed())

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from herdrl.algorithms.dqn import polyak_update
-from herdrl.algorithms.off_policy import OffPolicyAlgorithm, OffPolicyConfig
+from herdrl.algorithms.off_policy import OffPolicyAlgorithm, OffPolicyConfig, OffPolicyLearner
 from herdrl.config import MODEL_DEFAULTS, Field, shared_field
 from herdrl.errors import ConfigError
 from herdrl.optim import Adam
@@ -76,13 +76,14 @@ class SACConfig(OffPolicyConfig):
         return SAC
 
 
-class SAC(OffPolicyAlgorithm):
-    """SAC on the shared runners; replay, critics' targets and entropy weight in the driver."""
+class SACLearner(OffPolicyLearner):
+    """SAC's update: critics towards the soft Bellman target, then the actor, then the entropy weight."""
 
     config: SACConfig
+    optimizer_names = ("critic_optimizer", "actor_optimizer", "alpha_optimizer")
 
     def setup(self) -> None:
-        """Replay buffer, target critics, three Adams (critics, actor, entropy weight)."""
+        """Target critics, three Adams (critics, actor, entropy weight)."""
         super().setup()
         cfg = self.config
         self.log_alpha = torch.tensor(np.log(cfg.initial_alpha), dtype=torch.float32, device=self.device,
@@ -94,56 +95,54 @@ class SAC(OffPolicyAlgorithm):
         self.actor_optimizer = Adam(self.module.actor_parameters(), lr=cfg.lr)
         self.alpha_optimizer = Adam([self.log_alpha], lr=cfg.lr)
 
-    def update(self, batch: dict[str, torch.Tensor], weights: torch.Tensor) -> tuple[dict[str, float], np.ndarray]:
-        """Critics towards the soft Bellman target, then the actor, then the entropy weight."""
-        module, alpha = self.module, self.log_alpha.exp().detach()
+    def replay_step(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:
+        """A step of each of the three losses on the batch (this learner's rows of it, with N learners), then a
+        Polyak update of the target critics."""
+        rows = np.arange(len(batch["rewards"]))
+        alpha = self.log_alpha.exp().detach()
+        critic = self.gradient_step(self.critic_optimizer, lambda b: self._critic_loss(b, alpha), batch, rows)
+        with self.frozen(self.critics):  # the actor loss differentiates through the critics, not into them
+            actor = self.gradient_step(self.actor_optimizer, lambda b: self._actor_loss(b, alpha), batch, rows)
+        logp = actor["logp"]  # this learner's rows: the entropy weight's loss is a mean over the same rows
+        self.gradient_step(self.alpha_optimizer, lambda _: self._alpha_loss(logp), batch, rows)
+        polyak_update(self.target, self.module, self.config.tau)
+        return ({"critic_loss": float(critic["loss"]), "actor_loss": float(actor["loss"]), "alpha": alpha.item(),
+                 "entropy": -logp.mean().item()}, critic["td_error"])
+
+    def _critic_loss(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor) -> tuple[torch.Tensor, dict]:
         with torch.no_grad():
-            next_action, next_logp = module.sample(batch["next_obs"])
+            next_action, next_logp = self.module.sample(batch["next_obs"])
             tq1, tq2 = self.target.q_values(batch["next_obs"], next_action)
             next_q = torch.min(tq1, tq2) if tq2 is not None else tq1
             target = batch["rewards"] + batch["discounts"] * (next_q - alpha * next_logp)
-        q1, q2 = module.q_values(batch["obs"], batch["actions"])
-        td_error = (target - q1).detach()
-        critic_loss = (weights * (q1 - target).pow(2)).mean()
+        q1, q2 = self.module.q_values(batch["obs"], batch["actions"])
+        loss = (batch["weights"] * (q1 - target).pow(2)).mean()
         if q2 is not None:
-            critic_loss = critic_loss + (weights * (q2 - target).pow(2)).mean()
-        self.critic_optimizer.zero_grad()
-        critic_loss.backward()
-        self.critic_optimizer.step()
+            loss = loss + (batch["weights"] * (q2 - target).pow(2)).mean()
+        return loss, {"loss": loss.detach(), "td_error": (target - q1).detach()}
 
-        critics = self.critics
-        for p in critics:  # the actor loss differentiates through the critics, not into their weights
-            p.requires_grad_(False)
-        action, logp = module.sample(batch["obs"])
-        pq1, pq2 = module.q_values(batch["obs"], action)
-        actor_loss = (alpha * logp - (torch.min(pq1, pq2) if pq2 is not None else pq1)).mean()
-        self.actor_optimizer.zero_grad()
-        actor_loss.backward()
-        self.actor_optimizer.step()
-        for p in critics:
-            p.requires_grad_(True)
+    def _actor_loss(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        action, logp = self.module.sample(batch["obs"])
+        pq1, pq2 = self.module.q_values(batch["obs"], action)
+        loss = (alpha * logp - (torch.min(pq1, pq2) if pq2 is not None else pq1)).mean()
+        return loss, {"loss": loss.detach(), "logp": logp.detach()}
 
-        alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
-        self.alpha_optimizer.zero_grad()
-        alpha_loss.backward()
-        self.alpha_optimizer.step()
-        polyak_update(self.target, module, self.config.tau)
-        return ({"critic_loss": critic_loss.item(), "actor_loss": actor_loss.item(), "alpha": alpha.item(),
-                 "entropy": -logp.mean().item()}, td_error.cpu().numpy())
+    def _alpha_loss(self, logp: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        return -(self.log_alpha * (logp + self.target_entropy)).mean(), {}
 
-    def learner_state(self) -> dict:
-        """Module, targets, the three optimizers and the entropy weight (the replay buffer is a separate file:
-        ``store_buffer_in_checkpoints``)."""
-        return {**super().learner_state(), "target": self.target.state_dict(),
-                "log_alpha": self.log_alpha.detach().clone(), "critic_optimizer": self.critic_optimizer.state_dict(),
-                "actor_optimizer": self.actor_optimizer.state_dict(),
-                "alpha_optimizer": self.alpha_optimizer.state_dict()}
+    def extra_state(self) -> dict:
+        """The target critics and the entropy weight."""
+        return {**super().extra_state(), "log_alpha": self.log_alpha.detach().clone()}
 
-    def load_learner_state(self, state: dict) -> None:
-        """Inverse of :meth:`learner_state`."""
-        super().load_learner_state(state)
-        self.target.load_state_dict(state["target"])
+    def load_extra_state(self, state: dict) -> None:
+        """Inverse of :meth:`extra_state`."""
+        super().load_extra_state(state)
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        for name in ("critic_optimizer", "actor_optimizer", "alpha_optimizer"):
-            getattr(self, name).load_state_dict(state[name])
+
+
+class SAC(OffPolicyAlgorithm):
+    """SAC on the shared runners; the replay buffer in the driver, :class:`SACLearner` learning from it."""
+
+    config: SACConfig
+    learner_class = SACLearner

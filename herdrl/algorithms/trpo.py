@@ -19,8 +19,10 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from herdrl.algorithms.base import Algorithm
 from herdrl.config import AlgorithmConfig, Field, shared_field
 from herdrl.errors import ConfigError
+from herdrl.learner import Learner
 from herdrl.optim import Adam
-from herdrl.rollout.batch import on_policy_batch, take
+from herdrl.rollout import Fragment
+from herdrl.rollout.batch import on_policy_batch
 
 
 class TRPOConfig(AlgorithmConfig):
@@ -96,8 +98,13 @@ def conjugate_gradient(matvec, b: torch.Tensor, iterations: int, tol: float = 1e
     return x
 
 
-class TRPO(Algorithm):
-    """TRPO on the shared runners; the policy step needs no optimizer, the value fit uses Adam."""
+class TRPOLearner(Learner):
+    """TRPO's update: a natural-gradient policy step (conjugate gradient, line search) and a value fit (Adam).
+
+    One learner only: every Fisher-vector product of the conjugate gradient would need its own all-reduce
+    (``cg_max_steps`` of them per update, each a full pass over the batch), so N learners would spend their time
+    synchronising; the batch TRPO learns from is small and sampling, not the update, bounds it.
+    """
 
     config: TRPOConfig
 
@@ -105,12 +112,12 @@ class TRPO(Algorithm):
         """Adam for the value function only."""
         self.optimizer = Adam(self.module.value_parameters(), lr=self.config.lr)
 
-    def training_step(self) -> dict[str, float]:
-        """One natural-gradient policy step and one value fit on a fresh batch."""
+    def update(self, fragments: list[Fragment], seed: int) -> dict[str, float]:
+        """One natural-gradient policy step and one value fit on the batch the fragments make."""
         cfg = self.config
-        batch = on_policy_batch(self.module, self.sample(), cfg.gamma, cfg.lambda_, self.device)
+        batch = on_policy_batch(self.module, fragments, cfg.gamma, cfg.lambda_, self.device)
         metrics = self._policy_step(batch)
-        metrics["vf_loss"] = self._fit_value(batch)
+        metrics["vf_loss"] = self._fit_value(batch, np.random.default_rng(seed))
         return metrics
 
     def _policy_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -157,17 +164,27 @@ class TRPO(Algorithm):
         return {"policy_improvement": new_surrogate - old_surrogate, "kl": kl_value,
                 "line_search_accepted": float(accepted is not None), "grad_norm": float(grad.norm())}
 
-    def _fit_value(self, batch: dict[str, torch.Tensor]) -> float:
+    def _fit_value(self, batch: dict[str, torch.Tensor], rng: np.random.Generator) -> float:
         cfg = self.config
         size, total, count = len(batch["returns"]), 0.0, 0
         minibatches = max(1, round(size / cfg.vf_minibatch_size))
         for _ in range(cfg.num_critic_updates):
-            for idx in np.array_split(self.rng.permutation(size), minibatches):
-                idx = torch.from_numpy(idx).to(self.device)
-                part = take(batch, idx)
-                loss = 0.5 * (self.module.value(part["obs"]) - part["returns"]).pow(2).mean()
-                self.optimizer.zero_grad()
-                loss.backward()
-                self.optimizer.step()
-                total, count = total + loss.item(), count + 1
+            for idx in np.array_split(rng.permutation(size), minibatches):
+                stats = self.gradient_step(self.optimizer, self._value_loss, batch, idx)
+                total, count = total + float(stats["vf_loss"]), count + 1
         return total / count
+
+    def _value_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        loss = 0.5 * (self.module.value(batch["obs"]) - batch["returns"]).pow(2).mean()
+        return loss, {"vf_loss": loss.detach()}
+
+
+class TRPO(Algorithm):
+    """TRPO on the shared runners (:class:`TRPOLearner`)."""
+
+    config: TRPOConfig
+    learner_class = TRPOLearner
+
+    def training_step(self) -> dict[str, float]:
+        """One natural-gradient policy step and one value fit on a fresh batch."""
+        return self.learners.update(self.sample(), self.update_seed())

@@ -1,0 +1,166 @@
+"""The Learner: one algorithm's module, optimizers and update, wherever it runs.
+
+Each algorithm file defines a ``Learner`` subclass (``PPOLearner``, ``DQNLearner``, ...) holding its loss and
+update, written once. The same object runs in the driver (the default: ``num_learners=0``) or, one per rank,
+in N Ray actors (``herdrl.learner.group``) that split every minibatch between them: each computes the loss on
+its share of the rows, the gradients are summed with ``torch.distributed`` (weighted by each share, so the
+result is the gradient of the whole minibatch's loss), and every rank takes the same optimizer step. The
+weights stay identical on every rank without ever being sent between them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from herdrl.config import AlgorithmConfig
+from herdrl.errors import ConfigError
+from herdrl.rollout.batch import take
+
+#: loss_fn(minibatch) -> (loss, stats): the loss of one algorithm on the rows it is given, and its metrics.
+LossFn = Callable[[dict[str, Any]], tuple[torch.Tensor, dict[str, Any]]]
+
+
+def learner_device(num_gpus: float) -> torch.device:
+    """``cuda`` when GPUs are asked for and torch sees one; a clear error when it does not."""
+    if num_gpus <= 0:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"num_gpus={num_gpus:g} but torch sees no GPU (torch {torch.__version__}); "
+                          "set num_gpus=0 or install a CUDA build of torch")
+    return torch.device("cuda")
+
+
+class Learner:
+    """Owns the module, the optimizers and the update of one algorithm.
+
+    Subclasses implement :meth:`setup` (optimizers, target networks) and :meth:`update` (one call per batch the
+    algorithm sends: fragments for on-policy algorithms, a replayed batch for off-policy ones), using
+    :meth:`gradient_step` for every optimizer step so the same code runs on one learner or N.
+    """
+
+    #: Attributes holding this learner's optimizers; saved and restored under these names.
+    optimizer_names: tuple[str, ...] = ("optimizer",)
+
+    def __init__(self, config: AlgorithmConfig, observation_space: gym.Space, action_space: gym.Space,
+                 device: torch.device | None = None, rank: int = 0, world_size: int = 1) -> None:
+        self.config = config
+        self.observation_space, self.action_space = observation_space, action_space
+        self.device = device if device is not None else learner_device(config.num_gpus)
+        self.rank, self.world_size = rank, world_size
+        self.module: nn.Module = config.build_module(observation_space, action_space).to(self.device)
+        self.setup()
+
+    # ------------------------------------------------------------------ for subclasses
+    def setup(self) -> None:
+        """Create optimizers (and target networks, ...); called at the end of ``__init__``."""
+
+    def update(self, *args: Any, **kwargs: Any) -> Any:
+        """Learn from one batch; return metrics (a dict of floats)."""
+        raise NotImplementedError
+
+    def extra_state(self) -> dict[str, Any]:
+        """Tensors and numbers besides the module and optimizers (target networks, counters)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`extra_state`."""
+
+    # ------------------------------------------------------------------ data parallelism
+    def shard(self, index: np.ndarray) -> np.ndarray:
+        """This learner's rows of a minibatch ``index``: all of them on one learner, else a contiguous
+        ``1/world_size`` slice (sizes differ by at most one row, so none is empty while rows >= learners)."""
+        if self.world_size == 1:
+            return index
+        return np.array_split(index, self.world_size)[self.rank]
+
+    def gradient_step(self, optimizer: Any, loss_fn: LossFn, batch: dict[str, Any], index: np.ndarray,
+                      grad_clip: float | None = None) -> dict[str, Any]:
+        """One optimizer step on rows ``index`` of ``batch`` (a dict of tensors on this learner's device).
+
+        ``loss_fn`` sees this learner's share of the rows; with N learners each share's gradient is weighted by
+        its size and the gradients summed across learners, which gives the gradient of ``loss_fn`` on all the
+        rows (``loss_fn`` returns a mean over its rows). The gradient norm (all parameters of ``optimizer``,
+        after summing) is clipped to ``grad_clip`` and returned in the stats as ``grad_norm`` (not computed
+        without ``grad_clip``: pass ``inf`` to get the norm unclipped).
+        """
+        rows = self.shard(index)
+        optimizer.zero_grad()
+        stats: dict[str, Any] = {}
+        if len(rows):
+            loss, stats = loss_fn(take(batch, torch.from_numpy(rows).to(self.device)))
+            (loss if self.world_size == 1 else loss * (len(rows) / len(index))).backward()
+        if self.world_size > 1:
+            self._sum_gradients(optimizer.params)
+        if grad_clip is not None:
+            stats["grad_norm"] = nn.utils.clip_grad_norm_(optimizer.params, grad_clip)
+        optimizer.step()
+        return stats
+
+    def _sum_gradients(self, params: list[torch.Tensor]) -> None:
+        """Sum every parameter's gradient over the learners in one all-reduce (a flat buffer, plus one flag per
+        parameter: a parameter no learner computed a gradient for keeps none, as on a single learner)."""
+        import torch.distributed as dist
+
+        sizes = [p.numel() for p in params]
+        flat = torch.zeros(sum(sizes) + len(params), device=self.device)
+        offset = 0
+        for i, (p, size) in enumerate(zip(params, sizes, strict=True)):
+            if p.grad is not None:
+                flat[offset:offset + size] = p.grad.reshape(-1)
+                flat[sum(sizes) + i] = 1.0
+            offset += size
+        dist.all_reduce(flat)
+        offset = 0
+        for i, (p, size) in enumerate(zip(params, sizes, strict=True)):
+            p.grad = flat[offset:offset + size].view_as(p).clone() if flat[sum(sizes) + i] > 0 else None
+            offset += size
+
+    @contextlib.contextmanager
+    def frozen(self, params: list[torch.Tensor]) -> Iterator[None]:
+        """Within the block, gradients flow through ``params`` but are not computed for them (SAC's actor loss
+        differentiates through the critics without changing them)."""
+        for p in params:
+            p.requires_grad_(False)
+        try:
+            yield
+        finally:
+            for p in params:
+                p.requires_grad_(True)
+
+    # ------------------------------------------------------------------ weights and checkpoints
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The module's weights as numpy arrays (copies, on the CPU)."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.module.state_dict().items()}
+
+    def state(self) -> dict[str, Any]:
+        """Everything the learner needs to go on: module, optimizers, :meth:`extra_state`, as CPU tensors (a
+        checkpoint written on a GPU loads on a CPU and the other way round)."""
+        state = {"module": self.module.state_dict(),
+                 **{name: getattr(self, name).state_dict() for name in self.optimizer_names},
+                 **self.extra_state()}
+        return _to_cpu(state)
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state` (tensors moved to this learner's device)."""
+        self.module.load_state_dict(state["module"])
+        for name in self.optimizer_names:
+            getattr(self, name).load_state_dict(state[name])  # copies into its tensors, on their device
+        self.load_extra_state(state)
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_cpu(v) for v in value]
+    return value
+
