@@ -121,6 +121,8 @@ class AlgorithmConfig:
 
     #: The algorithm name (``"PPO"``); set by each subclass.
     algo_name: str = ""
+    #: Whether N learners can split its updates (TRPO: no, see its learner).
+    data_parallel: bool = True
 
     FIELDS: dict[str, Field] = {
         "env": Field(None, (str,), "environment", allow_none=True,
@@ -139,7 +141,16 @@ class AlgorithmConfig:
             doc="steps per env per sample() call; auto: train_batch_size / total envs"),
         "sample_timeout_s": Field(600.0, (float,), "env_runners", low=0, low_open=True, allow_none=True,
                                   doc="a Ray runner that has not returned its fragment by then counts as failed"),
-        "num_gpus": Field(0.0, (float,), "resources", low=0, doc="GPUs for the learner"),
+        "num_gpus": Field(0.0, (float,), "resources", low=0, doc="GPUs for the learner in the driver"),
+        "num_learners": Field(0, (int,), "learners", low=0,
+                              doc="0: learn in the driver; N: N data-parallel learner actors on Ray"),
+        "num_cpus_per_learner": Field(1.0, (float,), "learners", low=0, low_open=True,
+                                      doc="CPUs each learner actor reserves (and its torch threads)"),
+        "num_gpus_per_learner": Field(0.0, (float,), "learners", low=0,
+                                      doc="GPUs per learner (fractions share one); with num_learners=0: the "
+                                          "driver's learner"),
+        "learner_timeout_s": Field(600.0, (float,), "learners", low=0, low_open=True,
+                                   doc="a learner call (an update, a collective) that takes longer has failed"),
         "num_cpus_for_main_process": Field(
             1, (int,), "resources", low=1,
             doc="torch threads of the learner's process: 1 suits RL's small networks and never oversubscribes "
@@ -275,6 +286,12 @@ class AlgorithmConfig:
         ``runtime_env`` (Ray's, for the whole job)."""
         return self._set("resources", kwargs)
 
+    def learners(self, **kwargs: Any) -> AlgorithmConfig:
+        """Set where learning runs: ``num_learners`` (0: in the driver; N: N data-parallel learner actors, which
+        split every minibatch and all-reduce gradients), ``num_cpus_per_learner``, ``num_gpus_per_learner``
+        (fractions allowed), ``learner_timeout_s``."""
+        return self._set("learners", kwargs)
+
     def fault_tolerance(self, **kwargs: Any) -> AlgorithmConfig:
         """Set what happens when a runner fails: ``restart_failed_env_runners`` (default True),
         ``ignore_env_runner_failures`` (default False), ``max_num_env_runner_restarts``."""
@@ -366,6 +383,12 @@ class AlgorithmConfig:
         if max_steps is not None and not (isinstance(max_steps, int) and max_steps >= 1):
             raise ConfigError(f"evaluation_config max_steps got {max_steps!r}; expected an int >= 1 (steps per "
                               "evaluation, after which unfinished episodes are left out)")
+        if self.num_learners > 1 and not self.data_parallel:
+            raise ConfigError(f"{self.algo_name} learns on one learner (num_learners 0 or 1), got num_learners="
+                              f"{self.num_learners}")
+        if self.num_learners > self.train_batch_size:
+            raise ConfigError(f"num_learners={self.num_learners} is more than train_batch_size="
+                              f"{self.train_batch_size}: every learner needs rows of each batch")
         self.validate_algorithm()
 
     @staticmethod
@@ -412,6 +435,16 @@ class AlgorithmConfig:
         """Cross-key rules of one algorithm; subclasses override."""
 
     # --------------------------------------------------------------- derived
+    @property
+    def total_cpus_requested(self) -> float:
+        """CPUs the Ray actors of this config reserve (runners and learner actors): what a private Ray offers."""
+        return self.num_env_runners * self.num_cpus_per_env_runner + self.num_learners * self.num_cpus_per_learner
+
+    @property
+    def learner_gpus(self) -> float:
+        """GPUs of the learner in the driver (``num_gpus``, or ``num_gpus_per_learner`` with no learner actors)."""
+        return self.num_gpus or (self.num_gpus_per_learner if self.num_learners == 0 else 0.0)
+
     @property
     def total_envs(self) -> int:
         """Envs stepping in parallel across all runners (the driver counts as one runner at 0)."""

@@ -79,11 +79,16 @@ def _trainable(algorithm: str) -> type:
 
         @classmethod
         def default_resource_request(cls, config: dict) -> PlacementGroupFactory:
-            """Learner bundle + one bundle per env runner (SPREAD: runners may sit on other nodes)."""
+            """The driver's bundle (with its learner's GPU), one per env runner, then one per learner actor
+            (SPREAD: runners and learners may sit on other nodes)."""
             resolved = config_class.from_dict(config)
-            learner = {"CPU": 1.0, **({"GPU": float(resolved.num_gpus)} if resolved.num_gpus else {})}
+            gpus = float(resolved.learner_gpus)
+            driver = {"CPU": 1.0, **({"GPU": gpus} if gpus else {})}
             runners = [{"CPU": float(resolved.num_cpus_per_env_runner)}] * resolved.num_env_runners
-            return PlacementGroupFactory([learner, *runners], strategy="SPREAD")
+            learner_gpus = float(resolved.num_gpus_per_learner)
+            learners = [{"CPU": float(resolved.num_cpus_per_learner),
+                         **({"GPU": learner_gpus} if learner_gpus else {})}] * resolved.num_learners
+            return PlacementGroupFactory([driver, *runners, *learners], strategy="SPREAD")
 
         def setup(self, config: dict) -> None:
             import importlib
@@ -221,7 +226,8 @@ def _check_fits(trainable: type, config_class: type, config: Mapping[str, Any]) 
 
     if os.environ.get("HERD_CLUSTER_AUTOSCALES", "0") == "1":
         return  # the cluster grows on demand: Tune waits for it
-    resources = {"num_env_runners": None, "num_cpus_per_env_runner": None, "num_gpus": None}
+    resources = {"num_env_runners": None, "num_cpus_per_env_runner": None, "num_gpus": None, "num_learners": None,
+                 "num_cpus_per_learner": None, "num_gpus_per_learner": None}
     fixed = {}
     for key, value in config.items():
         name = config_class.canonical_key(key) if key != "framework" else key
@@ -242,13 +248,15 @@ def _check_fits(trainable: type, config_class: type, config: Mapping[str, Any]) 
     if need_cpu > have_cpu:
         learner = bundles[0].get("CPU", 0.0)
         fit = max(0, math.floor((have_cpu - learner) / cpus)) if cpus else 0
-        raise ConfigError(f"each trial asks for {need_cpu:g} CPUs ({learner:g} for the learner + {runners} env "
-                          f"runner(s) x {cpus:g} CPU) but the Ray cluster has {have_cpu:g}: set num_env_runners "
-                          f"(num_workers) to {fit} or fewer, or run on a larger cluster (one that autoscales: set "
-                          "HERD_CLUSTER_AUTOSCALES=1)")
+        actors = (f" + {resolved.num_learners} learner(s) x {resolved.num_cpus_per_learner:g} CPU"
+                  if resolved.num_learners else "")
+        raise ConfigError(f"each trial asks for {need_cpu:g} CPUs ({learner:g} for the driver + {runners} env "
+                          f"runner(s) x {cpus:g} CPU{actors}) but the Ray cluster has {have_cpu:g}: set "
+                          f"num_env_runners (num_workers) to {fit} or fewer, or run on a larger cluster (one that "
+                          "autoscales: set HERD_CLUSTER_AUTOSCALES=1)")
     if need_gpu > have_gpu:
-        raise ConfigError(f"each trial asks for {need_gpu:g} GPU(s) (num_gpus) but the Ray cluster has "
-                          f"{have_gpu:g}: set num_gpus to {have_gpu:g} or fewer")
+        raise ConfigError(f"each trial asks for {need_gpu:g} GPU(s) (num_gpus, num_gpus_per_learner) but the Ray "
+                          f"cluster has {have_gpu:g}: ask for {have_gpu:g} or fewer")
 
 
 def _check_keys(config_class: type, config: Mapping[str, Any]) -> None:

@@ -86,7 +86,7 @@ def test_the_seed_style_call_runs_as_written(tmp_path):
 def test_a_trial_the_cluster_can_never_hold_fails_at_once(tmp_path):
     """The seed call with more workers than the cluster has CPUs: Tune alone would wait forever."""
     start = time.time()
-    with pytest.raises(ConfigError, match=r"each trial asks for 5 CPUs \(1 for the learner \+ 4 env runner\(s\) x 1 "
+    with pytest.raises(ConfigError, match=r"each trial asks for 5 CPUs \(1 for the driver \+ 4 env runner\(s\) x 1 "
                                           r"CPU\) but the Ray cluster has 4: set num_env_runners \(num_workers\) to 3"):
         tune.run("PPO", name="too-big", stop={"training_iteration": 1}, storage_path=tmp_path, verbose=0,
                  config={"env": "CartPole-v1", "num_workers": tune.grid_search([1, 4]), "num_gpus": 0})

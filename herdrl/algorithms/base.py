@@ -67,11 +67,13 @@ class Algorithm:
         self.action_space: gym.Space = self.runners.action_space
         self.obs_spec = ObsSpec(self.observation_space)
         try:
-            self.learners = make_learner_group(config, self.learner_class, self.observation_space, self.action_space)
+            init_seed = config.seed if config.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
+            self.learners = make_learner_group(config, self.learner_class, self.observation_space,
+                                               self.action_space, init_seed)
         except BaseException:
             self.runners.stop()
             raise
-        self.learner: Learner = self.learners.learner  # in-process: the learner itself
+        self.learner: Learner | None = self.learners.learner  # in the driver: the learner; None with actors
         self.module = self.learners.module
         self.device = self.learners.device
         self.policy = Policy(self.module, self.observation_space, self.action_space)
@@ -119,6 +121,7 @@ class Algorithm:
         self._iter_steps = self._iter_episodes = 0
         self._iter_sample_time = 0.0
         learner_metrics = self.training_step()
+        self.learners.sync()  # learner actors: the driver's module (policy, evaluation) takes their weights
         self.iteration += 1
         evaluation = {}
         interval = self.config.evaluation_interval

@@ -2,10 +2,18 @@
 
 ``LocalLearnerGroup`` (``num_learners=0``, the default): one Learner in the driver process, sharing its module
 with the algorithm (the policy, evaluation and checkpoints read it directly).
+``RayLearnerGroup`` (``num_learners >= 1``): one Ray actor per learner, joined in a ``torch.distributed``
+process group (gloo on CPU, NCCL on GPU). Every update goes to all of them as one object-store reference; each
+learns on its share of every minibatch and they all-reduce gradients, so their weights stay identical; the
+driver keeps a CPU copy of the module (for the policy, evaluation and runner weights), refreshed from rank 0.
+A learner that dies ends the run with one line naming it and the checkpoint to resume from: no retry, since the
+survivors' optimizer state moved on without it.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -13,7 +21,14 @@ import numpy as np
 import torch
 
 from herdrl.config import AlgorithmConfig
+from herdrl.errors import HerdError
 from herdrl.learner.learner import Learner
+
+logger = logging.getLogger("herdrl")
+
+
+class LearnerFailure(HerdError):
+    """A learner actor died or timed out."""
 
 
 class LocalLearnerGroup:
@@ -41,11 +56,166 @@ class LocalLearnerGroup:
         """Inverse of :meth:`state`."""
         self.learner.load_state(state)
 
+    def sync(self) -> None:
+        """Nothing to do: the driver's module is the learner's."""
+
     def stop(self) -> None:
         """Nothing to release in-process."""
 
 
+class RayLearnerGroup:
+    """``num_learners`` data-parallel learner actors and a CPU copy of the module in the driver."""
+
+    def __init__(self, config: AlgorithmConfig, learner_class: type[Learner], observation_space: gym.Space,
+                 action_space: gym.Space, init_seed: int) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from herdrl.cluster import ClusterError, connect, disconnect, shipping
+        from herdrl.env import imports
+        from herdrl.learner.remote import LearnerActor
+        from herdrl.registry import ENCODERS, ENV_CREATORS
+
+        self.config = config
+        count, cpus, gpus = config.num_learners, config.num_cpus_per_learner, config.num_gpus_per_learner
+        self._owns_ray = connect(config, num_cpus=math.ceil(config.total_cpus_requested))
+        self.learner = None  # none in this process
+        self.module: torch.nn.Module = config.build_module(observation_space, action_space)
+        self.module.requires_grad_(False)
+        self.device = torch.device("cpu")
+        bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+        # Inside a Tune trial: the trial's placement group holds the learners' bundles after the runners'.
+        current = ray.util.get_current_placement_group()
+        first = 1 + config.num_env_runners
+        self._own_pg = current is None or len(current.bundle_specs) < first + count
+        self._pg, self._first_bundle = (placement_group([bundle] * count, strategy="PACK"), 0) if self._own_pg \
+            else (current, first)
+        self.actors: list[Any] = []
+        try:
+            ray.get(self._pg.ready(), timeout=max(60.0, config.ray_connect_timeout_s))
+        except ray.exceptions.GetTimeoutError:
+            self.stop()
+            if self._owns_ray:
+                disconnect()
+            raise ClusterError(f"the Ray cluster cannot place {count} learners x {cpus:g} CPU"
+                               + (f" x {gpus:g} GPU" if gpus else "") + f" (available: "
+                               f"{ray.available_resources().get('CPU', 0):g} CPU, "
+                               f"{ray.available_resources().get('GPU', 0):g} GPU); lower num_learners or their "
+                               "resources") from None
+        shipping.ship_by_value([*ENV_CREATORS.values(), *ENCODERS.values()])  # user code travels with the actors
+        self.actors = [LearnerActor.options(
+            num_cpus=cpus, num_gpus=gpus, max_restarts=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
+                self._pg, placement_group_bundle_index=self._first_bundle + rank),
+        ).remote(config, rank, count, tuple(imports.IMPORTED), dict(ENV_CREATORS), dict(ENCODERS))
+            for rank in range(count)]
+        init_method = self._get([self.actors[0].rendezvous.remote()], "start")[0]
+        self._get([a.start.remote(init_method, learner_class, observation_space, action_space, init_seed,
+                                  config.learner_timeout_s) for a in self.actors], "start")
+        self._dirty = True
+        self.sync()
+
+    def _get(self, refs: list[Any], what: str) -> list[Any]:
+        """Results of one call per learner, in rank order; the first learner to fail (or a call past the timeout)
+        stops the group and raises :class:`LearnerFailure` at once, without waiting on its peers (which would
+        block in their next all-reduce)."""
+        import ray
+
+        from herdrl.rollout.group import _herd_cause, _one_line
+
+        pending, timeout = list(refs), self.config.learner_timeout_s
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
+            if not ready:
+                self.stop()
+                raise LearnerFailure(f"a learner did not finish its {what} within learner_timeout_s={timeout:g} s; "
+                                     "resume from the last checkpoint (herd train --resume)")
+            try:
+                ray.get(ready[0])
+            except ray.exceptions.RayError as exc:
+                rank = refs.index(ready[0])
+                self.stop()
+                cause = _herd_cause(exc)
+                if cause is not None:
+                    raise cause from None
+                raise LearnerFailure(f"learner {rank} failed during {what} ({_one_line(exc)}); the run cannot go on "
+                                     "without it: resume from the last checkpoint (herd train --resume)") from exc
+        return ray.get(refs)
+
+    def update(self, *args: Any) -> Any:
+        """Every learner's ``update(*args)`` on one shared copy of the data; their results merged (metrics averaged
+        over learners; per-row arrays, such as TD errors, joined in rank order, i.e. in row order)."""
+        import ray
+
+        refs = [ray.put(a) if a is not None else None for a in args]  # one copy for all learners
+        results = self._get([actor.update.remote(*refs) for actor in self.actors], "update")
+        self._dirty = True
+        if isinstance(results[0], tuple):  # (metrics, rows): off-policy learners
+            metrics, rows = zip(*results, strict=True)
+            return _mean_metrics(metrics), None if rows[0] is None else np.concatenate(rows)
+        return _mean_metrics(results)
+
+    def sync(self) -> None:
+        """Load rank 0's weights into the driver's copy if an update happened since."""
+        if self._dirty:
+            weights = self._get([self.actors[0].get_weights.remote()], "weight transfer")[0]
+            # torch.tensor copies: the arrays Ray hands back are read-only
+            self.module.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
+            self._dirty = False
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The learners' weights (rank 0's; every rank holds the same)."""
+        self.sync()
+        return {k: v.detach().numpy().copy() for k, v in self.module.state_dict().items()}
+
+    def state(self) -> dict[str, Any]:
+        """Rank 0's learner state (every rank holds the same)."""
+        return self._get([self.actors[0].state.remote()], "checkpoint")[0]
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Load ``state`` into every learner."""
+        import ray
+
+        ref = ray.put(state)
+        self._get([actor.load_state.remote(ref) for actor in self.actors], "restore")
+        self._dirty = True
+        self.sync()
+
+    def call(self, method: str) -> list[Any]:
+        """A method of every learner actor (``pid``), in rank order."""
+        return self._get([getattr(actor, method).remote() for actor in self.actors], method)
+
+    def stop(self) -> None:
+        """Kill the actors and free their placement group (and leave a Ray this group started)."""
+        import ray
+
+        from herdrl.cluster import disconnect
+
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass
+        self.actors = []
+        if getattr(self, "_own_pg", False):
+            try:
+                ray.util.remove_placement_group(self._pg)
+            except Exception:
+                pass
+            self._own_pg = False
+        if getattr(self, "_owns_ray", False):
+            self._owns_ray = False
+            disconnect()
+
+
+def _mean_metrics(results: tuple[dict[str, float], ...] | list[dict[str, float]]) -> dict[str, float]:
+    keys = [key for key in results[0] if all(key in r for r in results)]
+    return {key: float(np.mean([r[key] for r in results])) for key in keys}
+
+
 def make_learner_group(config: AlgorithmConfig, learner_class: type[Learner], observation_space: gym.Space,
-                       action_space: gym.Space) -> LocalLearnerGroup:
-    """The learner(s) ``config`` asks for."""
+                       action_space: gym.Space, init_seed: int = 0) -> LocalLearnerGroup | RayLearnerGroup:
+    """In the driver for ``num_learners=0``, else Ray actors (``init_seed``: their common initial weights)."""
+    if config.num_learners > 0:
+        return RayLearnerGroup(config, learner_class, observation_space, action_space, init_seed)
     return LocalLearnerGroup(config, learner_class, observation_space, action_space)

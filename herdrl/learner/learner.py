@@ -52,7 +52,7 @@ class Learner:
                  device: torch.device | None = None, rank: int = 0, world_size: int = 1) -> None:
         self.config = config
         self.observation_space, self.action_space = observation_space, action_space
-        self.device = device if device is not None else learner_device(config.num_gpus)
+        self.device = device if device is not None else learner_device(config.learner_gpus)
         self.rank, self.world_size = rank, world_size
         self.module: nn.Module = config.build_module(observation_space, action_space).to(self.device)
         self.setup()

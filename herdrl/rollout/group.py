@@ -177,7 +177,7 @@ class RayRunnerGroup:
 
         self.config = config
         count, cpus = config.num_env_runners, config.num_cpus_per_env_runner
-        self._owns_ray = connect(config, num_cpus=math.ceil(count * cpus))
+        self._owns_ray = connect(config, num_cpus=math.ceil(config.total_cpus_requested))
         try:
             _check_room(config, count, cpus)
         except ClusterError:

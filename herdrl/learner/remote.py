@@ -1,0 +1,77 @@
+"""The Ray actor that holds one data-parallel Learner (one rank). Imported only when learners run on Ray."""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import ray
+import torch
+
+from herdrl.config import AlgorithmConfig
+from herdrl.learner.learner import learner_device
+
+
+@ray.remote
+class LearnerActor:
+    """Rank ``rank`` of ``world_size`` learners: builds the algorithm's Learner once the process group is up."""
+
+    def __init__(self, config: AlgorithmConfig, rank: int, world_size: int, env_modules: tuple[str, ...] = (),
+                 env_creators: dict[str, Callable] | None = None, encoders: dict[str, Callable] | None = None) -> None:
+        torch.set_num_threads(max(1, int(config.num_cpus_per_learner)))
+        # Custom encoders come from the driver's modules and registrations, as for runners.
+        importlib.import_module("herdrl.env.imports").adopt_driver_envs(env_modules, env_creators or {})
+        importlib.import_module("herdrl.registry").ENCODERS.update(encoders or {})
+        self.config, self.rank, self.world_size = config, rank, world_size
+        self.device = learner_device(config.num_gpus_per_learner)
+        self.learner: Any = None
+
+    def rendezvous(self) -> str:
+        """(Rank 0) an address for the process group: this node's IP and a free port, as ``tcp://ip:port``."""
+        ip = ray.util.get_node_ip_address()
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
+        return f"tcp://{ip}:{port}"
+
+    def start(self, init_method: str, learner_class: type, observation_space: gym.Space, action_space: gym.Space,
+              init_seed: int, timeout_s: float) -> None:
+        """Join the process group (gloo on CPU, NCCL on GPU) and build the Learner; every rank seeds torch with
+        ``init_seed`` first, so all start from the same weights."""
+        # Looked up at run time: Ray ships this class by value, and cloudpickle would follow `torch.distributed`
+        # into torch's config modules, which do not pickle.
+        distributed = importlib.import_module("torch.distributed")
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        # The timeout bounds every collective: a rank whose peer died fails instead of waiting forever.
+        distributed.init_process_group(backend, init_method=init_method, rank=self.rank,
+                                       world_size=self.world_size, timeout=datetime.timedelta(seconds=timeout_s))
+        torch.manual_seed(init_seed)
+        self.learner = learner_class(self.config, observation_space, action_space, device=self.device,
+                                     rank=self.rank, world_size=self.world_size)
+
+    def update(self, *args: Any) -> Any:
+        """The Learner's ``update(*args)`` (object refs in ``args`` arrive resolved)."""
+        return self.learner.update(*args)
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The module's weights (numpy)."""
+        return self.learner.get_weights()
+
+    def state(self) -> dict[str, Any]:
+        """The Learner's state, CPU tensors."""
+        return self.learner.state()
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Load a Learner state (from a checkpoint or rank 0)."""
+        self.learner.load_state(state)
+
+    def pid(self) -> int:
+        """This actor's process id (tests kill it)."""
+        import os
+
+        return os.getpid()
