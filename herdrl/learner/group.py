@@ -148,7 +148,7 @@ class RayLearnerGroup:
         import ray
 
         refs = [ray.put(a) if a is not None else None for a in args]  # one copy for all learners
-        results = self._get([actor.update.remote(*refs) for actor in self.actors], "update")
+        results = self._get([actor.call.remote("update", *refs) for actor in self.actors], "update")
         self._dirty = True
         if isinstance(results[0], tuple):  # (metrics, rows): off-policy learners
             metrics, rows = zip(*results, strict=True)
@@ -158,7 +158,7 @@ class RayLearnerGroup:
     def sync(self) -> None:
         """Load rank 0's weights into the driver's copy if an update happened since."""
         if self._dirty:
-            weights = self._get([self.actors[0].get_weights.remote()], "weight transfer")[0]
+            weights = self._get([self.actors[0].call.remote("get_weights")], "weight transfer")[0]
             # torch.tensor copies: the arrays Ray hands back are read-only
             self.module.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
             self._dirty = False
@@ -170,20 +170,21 @@ class RayLearnerGroup:
 
     def state(self) -> dict[str, Any]:
         """Rank 0's learner state (every rank holds the same)."""
-        return self._get([self.actors[0].state.remote()], "checkpoint")[0]
+        return self._get([self.actors[0].call.remote("state")], "checkpoint")[0]
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Load ``state`` into every learner."""
         import ray
 
         ref = ray.put(state)
-        self._get([actor.load_state.remote(ref) for actor in self.actors], "restore")
+        self._get([actor.call.remote("load_state", ref) for actor in self.actors], "restore")
         self._dirty = True
         self.sync()
 
     def call(self, method: str) -> list[Any]:
-        """A method of every learner actor (``pid``), in rank order."""
-        return self._get([getattr(actor, method).remote() for actor in self.actors], method)
+        """A method of every learner (``get_weights``) or of its actor (``pid``), in rank order."""
+        calls = [actor.pid.remote() if method == "pid" else actor.call.remote(method) for actor in self.actors]
+        return self._get(calls, method)
 
     def stop(self) -> None:
         """Kill the actors and free their placement group (and leave a Ray this group started)."""

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import ray
 import torch
 
@@ -54,21 +53,10 @@ class LearnerActor:
         self.learner = learner_class(self.config, observation_space, action_space, device=self.device,
                                      rank=self.rank, world_size=self.world_size)
 
-    def update(self, *args: Any) -> Any:
-        """The Learner's ``update(*args)`` (object refs in ``args`` arrive resolved)."""
-        return self.learner.update(*args)
-
-    def get_weights(self) -> dict[str, np.ndarray]:
-        """The module's weights (numpy)."""
-        return self.learner.get_weights()
-
-    def state(self) -> dict[str, Any]:
-        """The Learner's state, CPU tensors."""
-        return self.learner.state()
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Load a Learner state (from a checkpoint or rank 0)."""
-        self.learner.load_state(state)
+    def call(self, method: str, *args: Any) -> Any:
+        """``learner.method(*args)`` (object refs in ``args`` arrive resolved): ``update``, ``get_weights``,
+        ``state``, ``load_state``."""
+        return getattr(self.learner, method)(*args)
 
     def pid(self) -> int:
         """This actor's process id (tests kill it)."""
