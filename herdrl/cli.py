@@ -43,7 +43,9 @@ def _add_train_parser(subparsers: Any) -> None:
     p.add_argument("--num-envs-per-env-runner", type=int, help="env copies per runner")
     p.add_argument("--num-cpus", type=int,
                    help="seed trainer flag: N env runners plus the driver's core (0 = in-process)")
-    p.add_argument("--num-gpus", type=float, help="GPUs for the learner")
+    p.add_argument("--num-gpus", type=float, help="GPUs for the learner in the driver")
+    p.add_argument("--num-learners", type=int, help="data-parallel learner actors on Ray; 0 = learn in this process")
+    p.add_argument("--num-gpus-per-learner", type=float, help="GPUs per learner (fractions share one)")
     p.add_argument("--address", help="join this Ray cluster (HOST:PORT or auto; default: RAY_ADDRESS, else a "
                                      "private Ray started for this run)")
     p.add_argument("--node-ip-address", help="this driver's own address when joining a cluster")
@@ -211,6 +213,7 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     if args.local_mode:
         overrides["num_env_runners"] = 0
     for flag, key in (("num_envs_per_env_runner", "num_envs_per_env_runner"), ("num_gpus", "num_gpus"),
+                      ("num_learners", "num_learners"), ("num_gpus_per_learner", "num_gpus_per_learner"),
                       ("address", "address"), ("node_ip_address", "node_ip_address"),
                       ("ray_connect_timeout", "ray_connect_timeout_s"), ("seed", "seed")):
         if getattr(args, flag) is not None:

@@ -149,6 +149,9 @@ class AlgorithmConfig:
         "num_gpus_per_learner": Field(0.0, (float,), "learners", low=0,
                                       doc="GPUs per learner (fractions share one); with num_learners=0: the "
                                           "driver's learner"),
+        "mixed_precision": Field(None, (str,), "learners", choices=("bf16",), allow_none=True,
+                                 doc="bf16: losses computed under torch.autocast in bfloat16 (weights, gradients "
+                                     "and optimizer state stay float32; no loss scaling needed)"),
         "learner_timeout_s": Field(600.0, (float,), "learners", low=0, low_open=True,
                                    doc="a learner call (an update, a collective) that takes longer has failed"),
         "num_cpus_for_main_process": Field(
@@ -289,7 +292,7 @@ class AlgorithmConfig:
     def learners(self, **kwargs: Any) -> AlgorithmConfig:
         """Set where learning runs: ``num_learners`` (0: in the driver; N: N data-parallel learner actors, which
         split every minibatch and all-reduce gradients), ``num_cpus_per_learner``, ``num_gpus_per_learner``
-        (fractions allowed), ``learner_timeout_s``."""
+        (fractions allowed), ``mixed_precision`` (``"bf16"``), ``learner_timeout_s``."""
         return self._set("learners", kwargs)
 
     def fault_tolerance(self, **kwargs: Any) -> AlgorithmConfig:

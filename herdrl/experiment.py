@@ -188,9 +188,11 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         criteria["num_env_steps_sampled_lifetime"] = budget or DEFAULT_STEP_BUDGET
     experiment = name or re.sub(r"[^A-Za-z0-9_.-]+", "_", str(config.env))
     console = None if quiet else ConsoleReporter(target=criteria.get(metric), metric=metric)
-    if console and config.num_env_runners > 0:
+    if console and (config.num_env_runners > 0 or config.num_learners > 0):
         where = config.address or os.environ.get("RAY_ADDRESS") or "a private Ray on this machine"
-        console.message(f"starting {config.num_env_runners} env runner(s) on {where} ...")
+        actors = [f"{n} {what}" for n, what in ((config.num_env_runners, "env runner(s)"),
+                                                  (config.num_learners, "learner(s)")) if n]
+        console.message(f"starting {' and '.join(actors)} on {where} ...")
     checkpoint, lock = None, None
     if not resume and trial:
         _refuse_existing(Path(output) / experiment / trial)  # before the build (Ray, runners); again under the lock

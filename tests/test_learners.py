@@ -104,3 +104,37 @@ def test_learner_settings_are_checked():
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="num_gpus=1 but torch sees no GPU"):
             PPOConfig().environment("CartPole-v1").learners(num_gpus_per_learner=1).build()
+
+
+def test_bf16_autocast_computes_the_loss_in_bfloat16_and_keeps_float32_weights():
+    """The same update with mixed_precision="bf16" (CPU autocast here; the GPU learner's path too): weights and
+    optimizer state stay float32, and the step is the float32 step to bfloat16's precision, not the same."""
+    base = (PPOConfig().environment("CartPole-v1").training(train_batch_size=256, minibatch_size=256, num_epochs=1)
+            .debugging(seed=0))
+    base.validate()
+    runner = EnvRunner(base)
+    fragments = [runner.sample()]
+    learners = []
+    for precision in (None, "bf16"):
+        config = base.copy().learners(mixed_precision=precision)
+        config.validate()
+        torch.manual_seed(0)
+        learner = PPOLearner(config, runner.observation_space, runner.action_space)
+        before = learner.get_weights()
+        seen = []
+        loss = learner.loss
+        learner.loss = lambda batch, loss=loss, seen=seen: seen.append(torch.get_autocast_dtype("cpu")
+                                                                       if torch.is_autocast_enabled("cpu")
+                                                                       else None) or loss(batch)
+        learner.update(fragments, 0)
+        assert seen == [None if precision is None else torch.bfloat16]
+        learners.append((learner, before))
+    (fp32, start), (bf16, same_start) = learners
+    assert _max_diff(start, same_start) == 0.0
+    assert all(p.dtype == torch.float32 for p in bf16.module.parameters())
+    assert all(t.dtype == torch.float32 for t in bf16.optimizer.state_dict()["exp_avg"])
+    step32 = {k: fp32.get_weights()[k] - start[k] for k in start}
+    step16 = {k: bf16.get_weights()[k] - start[k] for k in start}
+    assert 0 < _max_diff(step32, step16) < 0.5 * max(float(np.abs(v).max()) for v in step32.values())
+    with pytest.raises(ConfigError, match=r"mixed_precision' got 'fp16'; expected one of \['bf16'\]"):
+        base.copy().learners(mixed_precision="fp16").validate()

@@ -11,6 +11,7 @@ weights stay identical on every rank without ever being sent between them.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -54,6 +55,7 @@ class Learner:
         self.observation_space, self.action_space = observation_space, action_space
         self.device = device if device is not None else learner_device(config.learner_gpus)
         self.rank, self.world_size = rank, world_size
+        self._sum_seconds = 0.0  # time spent summing gradients across learners (all-reduce), see sum_seconds
         self.module: nn.Module = config.build_module(observation_space, action_space).to(self.device)
         self.setup()
 
@@ -94,10 +96,13 @@ class Learner:
         optimizer.zero_grad()
         stats: dict[str, Any] = {}
         if len(rows):
-            loss, stats = loss_fn(take(batch, torch.from_numpy(rows).to(self.device)))
+            with self.autocast():
+                loss, stats = loss_fn(take(batch, torch.from_numpy(rows).to(self.device)))
             (loss if self.world_size == 1 else loss * (len(rows) / len(index))).backward()
         if self.world_size > 1:
+            start = time.perf_counter()
             self._sum_gradients(optimizer.params)
+            self._sum_seconds += time.perf_counter() - start
         if grad_clip is not None:
             stats["grad_norm"] = nn.utils.clip_grad_norm_(optimizer.params, grad_clip)
         optimizer.step()
@@ -121,6 +126,18 @@ class Learner:
         for i, (p, size) in enumerate(zip(params, sizes, strict=True)):
             p.grad = flat[offset:offset + size].view_as(p).clone() if flat[sum(sizes) + i] > 0 else None
             offset += size
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """``mixed_precision="bf16"``: the block computes in bfloat16 where torch's autocast says it is safe (matrix
+        products, convolutions), keeping float32 weights and gradients; otherwise a no-op."""
+        if self.config.mixed_precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def sum_seconds(self) -> float:
+        """Seconds spent in gradient all-reduces since the last call (waiting for slower peers included)."""
+        seconds, self._sum_seconds = self._sum_seconds, 0.0
+        return seconds
 
     @contextlib.contextmanager
     def frozen(self, params: list[torch.Tensor]) -> Iterator[None]:

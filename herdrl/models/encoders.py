@@ -310,10 +310,14 @@ def build_encoder(space: gym.Space, model_config: dict, mlp: bool = True) -> Enc
 
 def to_torch(obs: np.ndarray | dict[str, np.ndarray], device: torch.device | str = "cpu",
              non_blocking: bool = False) -> torch.Tensor | dict[str, torch.Tensor]:
-    """A stored batch (``herdrl.obs``) as tensors on ``device``, dtypes kept (frames cross as uint8)."""
+    """A stored batch (``herdrl.obs``) as tensors on ``device``, dtypes kept (frames cross as uint8). To a GPU the
+    batch goes through pinned memory with a non-blocking copy (the copy overlaps what the GPU is still doing)."""
     if isinstance(obs, dict):
-        return {k: torch.as_tensor(v).to(device, non_blocking=non_blocking) for k, v in obs.items()}
-    return torch.as_tensor(obs).to(device, non_blocking=non_blocking)
+        return {k: to_torch(v, device, non_blocking) for k, v in obs.items()}
+    tensor = torch.as_tensor(obs)
+    if torch.device(device).type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device, non_blocking=non_blocking)
 
 
 class LegacyNames(nn.Module):
