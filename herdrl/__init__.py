@@ -33,13 +33,19 @@ _LAZY = {
     "DQNConfig": "herdrl.algorithms.dqn",
     "SAC": "herdrl.algorithms.sac",
     "SACConfig": "herdrl.algorithms.sac",
+    "IMPALA": "herdrl.algorithms.impala",
+    "IMPALAConfig": "herdrl.algorithms.impala",
+    "APPO": "herdrl.algorithms.appo",
+    "APPOConfig": "herdrl.algorithms.appo",
     "import_envs": "herdrl.env.imports",
 }
 
 if TYPE_CHECKING:
     from herdrl.algorithms.a2c import A2C, A2CConfig
+    from herdrl.algorithms.appo import APPO, APPOConfig
     from herdrl.algorithms.base import Algorithm
     from herdrl.algorithms.dqn import DQN, DQNConfig
+    from herdrl.algorithms.impala import IMPALA, IMPALAConfig
     from herdrl.algorithms.ppo import PPO, PPOConfig
     from herdrl.algorithms.sac import SAC, SACConfig
     from herdrl.algorithms.trpo import TRPO, TRPOConfig
@@ -58,7 +64,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'herdrl' has no attribute '{name}'")
 
 
-__all__ = ["A2C", "A2CConfig", "Algorithm", "AlgorithmConfig", "AlgorithmNotFound", "ConfigError", "DQN", "DQNConfig",
-           "EnvError",
-           "HerdError", "PPO", "PPOConfig", "Policy", "SAC", "SACConfig", "TRPO",
-           "TRPOConfig", "import_envs", "register_encoder", "register_env", "tune", "__version__"]
+__all__ = ["A2C", "A2CConfig", "APPO", "APPOConfig", "Algorithm", "AlgorithmConfig", "AlgorithmNotFound",
+           "ConfigError", "DQN", "DQNConfig", "EnvError", "HerdError", "IMPALA", "IMPALAConfig", "PPO", "PPOConfig",
+           "Policy", "SAC", "SACConfig", "TRPO", "TRPOConfig", "import_envs", "register_encoder", "register_env",
+           "tune", "__version__"]

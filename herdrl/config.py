@@ -389,6 +389,14 @@ class AlgorithmConfig:
         if self.num_learners > 1 and not self.data_parallel:
             raise ConfigError(f"{self.algo_name} learns on one learner (num_learners 0 or 1), got num_learners="
                               f"{self.num_learners}")
+        if self.num_learners > 0 and self.num_gpus > 0:
+            raise ConfigError(f"num_gpus={self.num_gpus:g} is the GPU of the learner in the driver, and with "
+                              f"num_learners={self.num_learners} the learners are actors: set num_gpus_per_learner "
+                              "instead")
+        minibatch = getattr(self, "minibatch_size", None)
+        if self.num_learners > 1 and minibatch is not None and minibatch < 2 * self.num_learners:
+            raise ConfigError(f"minibatch_size={minibatch} is too small to split between {self.num_learners} "
+                              f"learners: use at least {2 * self.num_learners} (a few rows each is mostly overhead)")
         if self.num_learners > self.train_batch_size:
             raise ConfigError(f"num_learners={self.num_learners} is more than train_batch_size="
                               f"{self.train_batch_size}: every learner needs rows of each batch")

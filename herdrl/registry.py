@@ -14,6 +14,8 @@ from herdrl.errors import AlgorithmNotFound, did_you_mean
 # Upper-case name -> "module:ConfigClass". One line per algorithm.
 ALGORITHMS: dict[str, str] = {
     "PPO": "herdrl.algorithms.ppo:PPOConfig",
+    "IMPALA": "herdrl.algorithms.impala:IMPALAConfig",
+    "APPO": "herdrl.algorithms.appo:APPOConfig",
     "A2C": "herdrl.algorithms.a2c:A2CConfig",
     "TRPO": "herdrl.algorithms.trpo:TRPOConfig",
     "DQN": "herdrl.algorithms.dqn:DQNConfig",

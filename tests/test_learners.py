@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from herdrl import Algorithm, ConfigError, DQNConfig, PPOConfig, TRPOConfig
+from herdrl import A2CConfig, Algorithm, ConfigError, DQNConfig, PPOConfig, SACConfig, TRPOConfig
+from herdrl.algorithms.a2c import A2CLearner
 from herdrl.algorithms.dqn import DQNLearner
 from herdrl.algorithms.ppo import PPOLearner
 from herdrl.learner.group import LearnerFailure, RayLearnerGroup
@@ -87,7 +88,7 @@ def test_a_killed_learner_is_one_line_and_the_run_resumes_from_its_checkpoint(tm
     path = algo.save(tmp_path / "before")
     os.kill(algo.learners.call("pid")[1], signal.SIGKILL)
     with pytest.raises(LearnerFailure, match=r"learner 1 failed during update \(.*\); the run cannot go on without "
-                                             r"it: resume from the last checkpoint"):
+                                             r"it: resume from the last checkpoint .*\(last checkpoint: .*before\)"):
         algo.train()
     algo.stop()
     resumed = Algorithm.from_checkpoint(path, num_learners=2)
@@ -95,12 +96,38 @@ def test_a_killed_learner_is_one_line_and_the_run_resumes_from_its_checkpoint(tm
     resumed.stop()
 
 
+def test_a2c_and_sac_split_their_updates_between_two_learners():
+    """A2C: the 2-learner step equals the 1-learner step; SAC (three losses, noise drawn per rank): ranks stay
+    identical and the run learns on."""
+    config = A2CConfig().environment("CartPole-v1").learners(num_learners=2).debugging(seed=0)
+    config.validate()
+    runner = EnvRunner(config)
+    one = A2CLearner(config, runner.observation_space, runner.action_space)
+    group = RayLearnerGroup(config, A2CLearner, runner.observation_space, runner.action_space, init_seed=0)
+    group.load_state(one.state())
+    fragments = [runner.sample()]
+    one.update(fragments), group.update(fragments)
+    assert _max_diff(one.get_weights(), group.get_weights()) < 1e-6
+    group.stop()
+    algo = (SACConfig().environment("Pendulum-v1").learners(num_learners=2)
+            .training(min_sample_timesteps_per_iteration=132, num_steps_sampled_before_learning_starts=100,
+                      train_batch_size=64, model={"fcnet_hiddens": [32, 32]}).debugging(seed=0).build())
+    result = algo.train()
+    assert result["num_gradient_updates"] >= 16 and np.isfinite(result["critic_loss"])
+    ranks = algo.learners.call("state")
+    assert _max_diff(ranks[0]["module"], ranks[1]["module"]) == 0.0 and ranks[0]["log_alpha"] == ranks[1]["log_alpha"]
+    algo.stop()
+
+
 def test_learner_settings_are_checked():
     with pytest.raises(ConfigError, match="TRPO learns on one learner"):
         TRPOConfig().environment("CartPole-v1").learners(num_learners=2).validate()
     with pytest.raises(ConfigError, match="num_learners=9 is more than train_batch_size=8"):
-        PPOConfig().environment("CartPole-v1").training(train_batch_size=8, minibatch_size=8) \
-            .learners(num_learners=9).validate()
+        DQNConfig().environment("CartPole-v1").training(train_batch_size=8).learners(num_learners=9).validate()
+    with pytest.raises(ConfigError, match="minibatch_size=3 is too small to split between 2 learners"):
+        PPOConfig().environment("CartPole-v1").training(minibatch_size=3).learners(num_learners=2).validate()
+    with pytest.raises(ConfigError, match="num_gpus=1 is the GPU of the learner in the driver.*num_gpus_per_learner"):
+        PPOConfig().environment("CartPole-v1").resources(num_gpus=1).learners(num_learners=2).validate()
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="num_gpus=1 but torch sees no GPU"):
             PPOConfig().environment("CartPole-v1").learners(num_gpus_per_learner=1).build()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from herdrl.algorithms.base import Algorithm
@@ -79,7 +78,7 @@ class A2CLearner(Learner):
         if cfg.normalize_advantages and len(batch["advantages"]) > 1:
             adv = batch["advantages"]
             batch["advantages"] = (adv - adv.mean()) / (adv.std() + 1e-8)
-        stats = self.gradient_step(self.optimizer, self.loss, batch, np.arange(len(batch["advantages"])),
+        stats = self.gradient_step(self.optimizer, self.loss, batch, None,
                                    cfg.grad_clip or float("inf"))
         return {key: float(value) for key, value in stats.items()}
 

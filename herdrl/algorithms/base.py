@@ -34,7 +34,7 @@ from herdrl.env import env_reward_threshold
 from herdrl.env.imports import env_origin
 from herdrl.errors import ConfigError
 from herdrl.learner import Learner
-from herdrl.learner.group import make_learner_group
+from herdrl.learner.group import LearnerFailure, make_learner_group
 from herdrl.models.encoders import encoding_differs
 from herdrl.obs import ObsSpec
 from herdrl.policy import Policy
@@ -76,6 +76,7 @@ class Algorithm:
         self.learner: Learner | None = self.learners.learner  # in the driver: the learner; None with actors
         self.module = self.learners.module
         self.device = self.learners.device
+        self.last_checkpoint: Path | None = None  # written or restored; named when a learner actor fails
         self.policy = Policy(self.module, self.observation_space, self.action_space)
         self.last_result: dict[str, Any] = {}
         self._evaluator: Any = None
@@ -87,7 +88,12 @@ class Algorithm:
         self._lengths: deque[int] = deque(maxlen=EPISODE_WINDOW)
         self._iter_steps = self._iter_episodes = 0
         self._iter_sample_time = 0.0
-        self.setup()
+        try:
+            self.setup()
+        except BaseException:
+            self.learners.stop()
+            self.runners.stop()
+            raise
 
     # ------------------------------------------------------- for subclasses
     def setup(self) -> None:
@@ -106,13 +112,17 @@ class Algorithm:
         """Send the current weights (and ``exploration`` settings) to the runners; collect a fragment from each."""
         start = time.perf_counter()
         fragments = self.runners.sample(self.get_weights(), exploration)
+        self.record(fragments)
+        self._iter_sample_time += time.perf_counter() - start
+        return fragments
+
+    def record(self, fragments: list[Fragment]) -> None:
+        """Count the fragments' env steps and finished episodes in this iteration's result."""
         for fragment in fragments:
             self._iter_steps += fragment.env_steps
             self._iter_episodes += len(fragment.episode_returns)
             self._returns.extend(fragment.episode_returns)
             self._lengths.extend(fragment.episode_lengths)
-        self._iter_sample_time += time.perf_counter() - start
-        return fragments
 
     # ------------------------------------------------------------- public
     def train(self) -> dict[str, Any]:
@@ -120,7 +130,11 @@ class Algorithm:
         start = time.perf_counter()
         self._iter_steps = self._iter_episodes = 0
         self._iter_sample_time = 0.0
-        learner_metrics = self.training_step()
+        try:
+            learner_metrics = self.training_step()
+        except LearnerFailure as exc:
+            where = f"last checkpoint: {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint saved yet"
+            raise LearnerFailure(f"{exc} ({where})") from exc
         self.learners.sync()  # learner actors: the driver's module (policy, evaluation) takes their weights
         self.iteration += 1
         evaluation = {}
@@ -227,6 +241,7 @@ class Algorithm:
         tensors = {"learner": self.learner_state(), "torch_rng": torch.get_rng_state()}
         arrays = self.checkpoint_arrays()
         path = write_checkpoint(Path(checkpoint_dir), meta, tensors, arrays)
+        self.last_checkpoint = path
         if path.name.startswith(PREFIX):  # in a trial folder, large array files live in the newest checkpoint only
             for older in list_checkpoints(path.parent):
                 for name in arrays if older != path else ():
@@ -275,6 +290,7 @@ class Algorithm:
         self.rng.bit_generator.state = meta["numpy_rng"]
         self.last_result = dict(meta.get("metrics", {}))
         self.load_checkpoint_arrays(Path(where))
+        self.last_checkpoint = Path(where)
         self.runners.reseed(self.iteration)  # a resumed run must not replay the episodes and noise it began with
 
     @classmethod

@@ -81,7 +81,7 @@ class DQNLearner(OffPolicyLearner):
 
     def replay_step(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:
         """One step on :meth:`loss` over the batch (this learner's rows of it, with N learners)."""
-        stats = self.gradient_step(self.optimizer, self.loss, batch, np.arange(len(batch["rewards"])),
+        stats = self.gradient_step(self.optimizer, self.loss, batch, None,
                                    self.config.grad_clip)
         return {"loss": float(stats["loss"]), "mean_abs_td_error": float(stats["td_error"].abs().mean())}, \
             stats["td_error"]

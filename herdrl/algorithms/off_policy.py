@@ -61,14 +61,11 @@ class OffPolicyLearner(Learner):
         self.target.load_state_dict(self.module.state_dict())
         self.target.requires_grad_(False)
 
-    def update(self, batch: dict[str, Any] | None, weights: np.ndarray | None,
-               env_steps: int) -> tuple[dict[str, float], np.ndarray | None]:
+    def update(self, batch: dict[str, Any], weights: np.ndarray, env_steps: int) -> tuple[dict[str, float], np.ndarray]:
         """Let ``env_steps`` sampled env steps pass (target updates fall due), then one gradient step on a replayed
-        ``batch`` (numpy arrays; ``weights``: importance weights) if one is given. Returns metrics and the TD
-        errors of this learner's rows of the batch (for priorities)."""
+        ``batch`` (numpy arrays; ``weights``: importance weights). Returns metrics and the TD errors of this
+        learner's rows of the batch (for priorities)."""
         self.advance_learning_clock(env_steps)
-        if batch is None:
-            return {}, None
         batch = {k: to_torch(v, self.device) for k, v in batch.items()}  # obs: dicts for Dict spaces
         batch["weights"] = torch.from_numpy(weights).to(self.device)
         metrics, td_errors = self.replay_step(batch)
@@ -99,6 +96,7 @@ class OffPolicyAlgorithm(Algorithm):
         """The replay buffer."""
         self.buffer = self._empty_buffer()
         self._replay_debt = 0.0  # replayed transitions owed to keep training_intensity
+        self._pending_clock = 0  # sampled env steps the learner's clock has not seen yet
 
     def _empty_buffer(self) -> ReplayBuffer:
         """A new buffer as ``replay_buffer_config`` says (vector actions for Box spaces)."""
@@ -125,13 +123,16 @@ class OffPolicyAlgorithm(Algorithm):
             clock = 0
             for j in range(due):  # the round's env steps, spread evenly over its gradient steps
                 data, slots, weights = self.buffer.sample(cfg.train_batch_size)
-                metrics, td_errors = self.learners.update(data, weights, new_steps * j // due - clock)
-                clock = new_steps * j // due
+                # The learner's clock (target updates) moves with each gradient step; steps after the round's last
+                # one reach it with the next round's first (the target is only read by gradient steps).
+                passed = self._pending_clock + new_steps * j // due - clock
+                metrics, td_errors = self.learners.update(data, weights, passed)
+                self._pending_clock, clock = 0, new_steps * j // due
                 self.buffer.update_priorities(slots, td_errors)
                 for key, value in metrics.items():
                     sums[key] = sums.get(key, 0.0) + value
                 updates += 1
-            self.learners.update(None, None, new_steps - clock)
+            self._pending_clock += new_steps - clock
         means = {k: v / updates for k, v in sums.items()} if updates else {}
         return {**means, "num_gradient_updates": updates, "replay_buffer_size": len(self.buffer),
                 **(self.exploration(self.env_steps_lifetime + sampled) or {})}
@@ -155,9 +156,10 @@ class OffPolicyAlgorithm(Algorithm):
 
     def learner_state(self) -> dict[str, Any]:
         """The learner's state plus the replayed transitions still owed (so a resume replays as before)."""
-        return {**super().learner_state(), "replay_debt": self._replay_debt}
+        return {**super().learner_state(), "replay_debt": self._replay_debt, "pending_clock": self._pending_clock}
 
     def load_learner_state(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`learner_state`."""
         super().load_learner_state(state)
         self._replay_debt = float(state.get("replay_debt", 0.0))  # format 1 did not save it
+        self._pending_clock = int(state.get("pending_clock", 0))

@@ -98,13 +98,12 @@ class SACLearner(OffPolicyLearner):
     def replay_step(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:
         """A step of each of the three losses on the batch (this learner's rows of it, with N learners), then a
         Polyak update of the target critics."""
-        rows = np.arange(len(batch["rewards"]))
         alpha = self.log_alpha.exp().detach()
-        critic = self.gradient_step(self.critic_optimizer, lambda b: self._critic_loss(b, alpha), batch, rows)
+        critic = self.gradient_step(self.critic_optimizer, lambda b: self._critic_loss(b, alpha), batch)
         with self.frozen(self.critics):  # the actor loss differentiates through the critics, not into them
-            actor = self.gradient_step(self.actor_optimizer, lambda b: self._actor_loss(b, alpha), batch, rows)
+            actor = self.gradient_step(self.actor_optimizer, lambda b: self._actor_loss(b, alpha), batch)
         logp = actor["logp"]  # this learner's rows: the entropy weight's loss is a mean over the same rows
-        self.gradient_step(self.alpha_optimizer, lambda _: self._alpha_loss(logp), batch, rows)
+        self.gradient_step(self.alpha_optimizer, lambda _: self._alpha_loss(logp), batch)
         polyak_update(self.target, self.module, self.config.tau)
         return ({"critic_loss": float(critic["loss"]), "actor_loss": float(actor["loss"]), "alpha": alpha.item(),
                  "entropy": -logp.mean().item()}, critic["td_error"])

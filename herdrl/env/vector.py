@@ -38,14 +38,22 @@ def _plain_gymnasium_warnings() -> None:
 _plain_gymnasium_warnings()
 
 
-def _creator(env: EnvRef, env_config: dict) -> Callable[[], gym.Env] | None:
-    """A zero-argument factory for a registered name or callable env; None for a Gymnasium id."""
-    if callable(env):
-        return lambda: env(dict(env_config))
-    if env in ENV_CREATORS:
-        creator = ENV_CREATORS[env]
-        return lambda: creator(dict(env_config))
-    return None
+class EnvContext(dict):
+    """The ``env_config`` a registered creator receives: the dict itself, plus where it runs (RLlib's EnvContext):
+    ``worker_index`` (0 in the driver, 1.. for Ray runners) and ``vector_index`` (the copy within the runner), so
+    a creator can vary its envs per runner (``lambda cfg: MyEnv(seed=cfg.worker_index)``)."""
+
+    def __init__(self, env_config: dict, worker_index: int = 0, vector_index: int = 0) -> None:
+        super().__init__(env_config)
+        self.worker_index, self.vector_index = worker_index, vector_index
+
+
+def _creator(env: EnvRef, env_config: dict, worker_index: int = 0) -> Callable[[int], gym.Env] | None:
+    """A factory of copy ``vector_index`` for a registered name or callable env; None for a Gymnasium id."""
+    creator = env if callable(env) else ENV_CREATORS.get(env)
+    if creator is None:
+        return None
+    return lambda vector_index=0: creator(EnvContext(env_config, worker_index, vector_index))
 
 
 def _gym_spec(env_id: str) -> gym.envs.registration.EnvSpec:
@@ -89,7 +97,7 @@ def _checked(instance: Any, env: EnvRef) -> gym.Env:
 
 
 def make_vector_env(env: EnvRef, env_config: dict | None = None, num_envs: int = 1,
-                    mode: str = "auto") -> gym.vector.VectorEnv:
+                    mode: str = "auto", worker_index: int = 0) -> gym.vector.VectorEnv:
     """A vector env of ``num_envs`` copies in NEXT_STEP autoreset mode.
 
     ``mode``: ``auto`` (the env's own numpy-vectorised implementation where it has one,
@@ -97,12 +105,12 @@ def make_vector_env(env: EnvRef, env_config: dict | None = None, num_envs: int =
     """
     env_config = dict(env_config or {})
     vector_kwargs = {"autoreset_mode": AutoresetMode.NEXT_STEP}
-    factory = _creator(env, env_config)
+    factory = _creator(env, env_config, worker_index)
     if factory is not None:
         if mode == "vector_entry_point":
             raise EnvError(f"env '{env}' is a registered creator: it has no vector entry point; "
                            "use gym_env_vectorize_mode='sync' or 'async'")
-        fns = [lambda: _checked(factory(), env)] * num_envs
+        fns = [lambda i=i: _checked(factory(i), env) for i in range(num_envs)]
         cls = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
         venv = cls(fns, **vector_kwargs)
     elif atari.is_atari(spec := _gym_spec(env)):

@@ -147,12 +147,12 @@ class RayLearnerGroup:
         over learners; per-row arrays, such as TD errors, joined in rank order, i.e. in row order)."""
         import ray
 
-        refs = [ray.put(a) if a is not None else None for a in args]  # one copy for all learners
+        refs = [ray.put(a) for a in args]  # one copy for all learners
         results = self._get([actor.call.remote("update", *refs) for actor in self.actors], "update")
         self._dirty = True
         if isinstance(results[0], tuple):  # (metrics, rows): off-policy learners
             metrics, rows = zip(*results, strict=True)
-            return _mean_metrics(metrics), None if rows[0] is None else np.concatenate(rows)
+            return _mean_metrics(metrics), np.concatenate(rows)
         return _mean_metrics(results)
 
     def sync(self) -> None:

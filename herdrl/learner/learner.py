@@ -82,9 +82,10 @@ class Learner:
             return index
         return np.array_split(index, self.world_size)[self.rank]
 
-    def gradient_step(self, optimizer: Any, loss_fn: LossFn, batch: dict[str, Any], index: np.ndarray,
+    def gradient_step(self, optimizer: Any, loss_fn: LossFn, batch: dict[str, Any], index: np.ndarray | None = None,
                       grad_clip: float | None = None) -> dict[str, Any]:
-        """One optimizer step on rows ``index`` of ``batch`` (a dict of tensors on this learner's device).
+        """One optimizer step on rows ``index`` of ``batch`` (a dict of tensors on this learner's device; ``None``:
+        every row, as on one learner the batch itself, uncopied).
 
         ``loss_fn`` sees this learner's share of the rows; with N learners each share's gradient is weighted by
         its size and the gradients summed across learners, which gives the gradient of ``loss_fn`` on all the
@@ -92,13 +93,20 @@ class Learner:
         after summing) is clipped to ``grad_clip`` and returned in the stats as ``grad_norm`` (not computed
         without ``grad_clip``: pass ``inf`` to get the norm unclipped).
         """
-        rows = self.shard(index)
         optimizer.zero_grad()
         stats: dict[str, Any] = {}
-        if len(rows):
+        if self.world_size == 1 and index is None:
             with self.autocast():
-                loss, stats = loss_fn(take(batch, torch.from_numpy(rows).to(self.device)))
-            (loss if self.world_size == 1 else loss * (len(rows) / len(index))).backward()
+                loss, stats = loss_fn(batch)
+            loss.backward()
+        else:
+            if index is None:
+                index = np.arange(len(batch["actions"]))
+            rows = self.shard(index)
+            if len(rows):
+                with self.autocast():
+                    loss, stats = loss_fn(take(batch, torch.from_numpy(rows).to(self.device)))
+                (loss if self.world_size == 1 else loss * (len(rows) / len(index))).backward()
         if self.world_size > 1:
             start = time.perf_counter()
             self._sum_gradients(optimizer.params)
@@ -122,9 +130,10 @@ class Learner:
                 flat[sum(sizes) + i] = 1.0
             offset += size
         dist.all_reduce(flat)
+        computed = flat[sum(sizes):].cpu().tolist()  # one device-to-host read for all the flags
         offset = 0
-        for i, (p, size) in enumerate(zip(params, sizes, strict=True)):
-            p.grad = flat[offset:offset + size].view_as(p).clone() if flat[sum(sizes) + i] > 0 else None
+        for p, size, flag in zip(params, sizes, computed, strict=True):
+            p.grad = flat[offset:offset + size].view_as(p).clone() if flag > 0 else None
             offset += size
 
     def autocast(self) -> contextlib.AbstractContextManager:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import ray
 import torch
 
@@ -45,13 +46,16 @@ class LearnerActor:
         # Looked up at run time: Ray ships this class by value, and cloudpickle would follow `torch.distributed`
         # into torch's config modules, which do not pickle.
         distributed = importlib.import_module("torch.distributed")
-        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        # NCCL needs a GPU per rank; learners sharing a GPU (num_gpus_per_learner < 1) all-reduce through gloo.
+        backend = "nccl" if self.device.type == "cuda" and self.config.num_gpus_per_learner >= 1 else "gloo"
         # The timeout bounds every collective: a rank whose peer died fails instead of waiting forever.
         distributed.init_process_group(backend, init_method=init_method, rank=self.rank,
                                        world_size=self.world_size, timeout=datetime.timedelta(seconds=timeout_s))
-        torch.manual_seed(init_seed)
+        torch.manual_seed(init_seed)  # the same initial weights on every rank
         self.learner = learner_class(self.config, observation_space, action_space, device=self.device,
                                      rank=self.rank, world_size=self.world_size)
+        # Then each rank its own stream: noise inside a loss (SAC's action samples) must differ between shards.
+        torch.manual_seed(int(np.random.SeedSequence([init_seed, self.rank]).generate_state(1)[0]))
 
     def call(self, method: str, *args: Any) -> Any:
         """``learner.method(*args)`` (object refs in ``args`` arrive resolved): ``update``, ``get_weights``,

@@ -52,7 +52,7 @@ class ActorCritic(LegacyNames):
         """Return (distribution inputs, values) for a batch of observations (as stored: ``herdrl.obs``)."""
         pi_features = self.pi_encoder(obs)
         vf_features = pi_features if self.vf_encoder is None else self.vf_encoder(obs)
-        return self._with_log_std(self.pi_head(pi_features)), self.vf_head(vf_features).squeeze(-1)
+        return self._with_log_std(self.pi_head(pi_features)), self.vf_head(vf_features).squeeze(-1).float()
 
     def dist_inputs(self, obs: Any) -> torch.Tensor:
         """Every parameter of the action distribution for a batch of observations: logits, or a
@@ -60,6 +60,8 @@ class ActorCritic(LegacyNames):
         return self._with_log_std(self.pi_head(self.pi_encoder(obs)))
 
     def _with_log_std(self, head_out: torch.Tensor) -> torch.Tensor:
+        # float32 even under bf16 autocast: log-probabilities and their ratios need its precision.
+        head_out = head_out.float()
         # The free log std is appended to the head's output rather than read from the live parameter later:
         # distribution inputs kept from before an update (TRPO's old policy, PPO's behaviour policy) must
         # describe that distribution, not the one the parameter describes now.
@@ -70,7 +72,7 @@ class ActorCritic(LegacyNames):
     def value(self, obs: Any) -> torch.Tensor:
         """State values V(obs)."""
         encoder = self.pi_encoder if self.vf_encoder is None else self.vf_encoder
-        return self.vf_head(encoder(obs)).squeeze(-1)
+        return self.vf_head(encoder(obs)).squeeze(-1).float()
 
     @staticmethod
     def _mean_log_std(dist_inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,3 +145,10 @@ class TorchPolicy:
             noise = self.noise(1, obs_len(obs))[0]
         dist_inputs = self.module.dist_inputs(to_torch(obs))
         return self.module.act_with_noise(dist_inputs, torch.from_numpy(noise) if explore else None).numpy()
+
+    @torch.inference_mode()
+    def act_logp(self, obs: Any, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sampled actions and their log-probabilities under this policy (the behaviour policy V-trace needs)."""
+        dist_inputs = self.module.dist_inputs(to_torch(obs))
+        actions = self.module.act_with_noise(dist_inputs, torch.from_numpy(noise))
+        return actions.numpy(), self.module.log_prob_entropy(dist_inputs, actions)[0].numpy()

@@ -73,9 +73,23 @@ class NumpyPolicy:
 
         ``noise``: one step of :meth:`noise` (drawn here when None).
         """
-        out = self._forward(obs)
         if explore and noise is None:
             noise = self.noise(1, len(obs))[0]
+        return self._act(self._forward(obs), explore, noise)
+
+    def act_logp(self, obs: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sampled actions and their log-probabilities under this policy (the behaviour policy V-trace needs)."""
+        out = self._forward(obs)
+        action = self._act(out, True, noise)
+        if self.discrete:
+            top = out.max(1, keepdims=True)
+            log_z = top[:, 0] + np.log(np.exp(out - top).sum(1))
+            return action, (out[np.arange(len(out)), action] - log_z).astype(np.float32)
+        log_std = self._log_std if self._log_std is not None else out[:, self.action_dim:]
+        logp = (-0.5 * noise ** 2 - log_std - 0.5 * np.log(2 * np.pi)).sum(1)  # a = mean + noise * std
+        return action, logp.astype(np.float32)
+
+    def _act(self, out: np.ndarray, explore: bool, noise: np.ndarray | None) -> np.ndarray:
         if self.discrete:
             return (out + noise).argmax(1) if explore else out.argmax(1)
         if self._log_std is not None:

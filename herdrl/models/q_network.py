@@ -31,9 +31,9 @@ class QNetwork(LegacyNames):
     def forward(self, obs: Any) -> torch.Tensor:
         """Q-values, (batch, actions)."""
         features = self.encoder(obs)
-        q = self.head(features)
+        q = self.head(features).float()  # float32 under bf16 autocast too
         if self.value_head is not None:
-            q = self.value_head(features) + q - q.mean(-1, keepdim=True)
+            q = self.value_head(features).float() + q - q.mean(-1, keepdim=True)
         return q
 
     def greedy(self, obs: Any) -> torch.Tensor:

@@ -34,7 +34,7 @@ class QCritic(nn.Module):
         self.head = head(hiddens[-1] if hiddens else in_dim, 1, 1.0)
 
     def forward(self, obs: Any, action: torch.Tensor) -> torch.Tensor:
-        return self.head(self.mlp(torch.cat([self.features(obs), action], dim=-1))).squeeze(-1)
+        return self.head(self.mlp(torch.cat([self.features(obs), action], dim=-1))).squeeze(-1).float()
 
 
 class SACModule(LegacyNames):
@@ -72,7 +72,7 @@ class SACModule(LegacyNames):
 
     def mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The pre-squash Gaussian's mean and (clamped) log std."""
-        mean, log_std = self.pi_head(self.pi_encoder(obs)).chunk(2, dim=-1)
+        mean, log_std = self.pi_head(self.pi_encoder(obs)).float().chunk(2, dim=-1)  # float32 under bf16 autocast
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

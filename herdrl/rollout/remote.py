@@ -39,10 +39,12 @@ class RemoteEnvRunner(EnvRunner):
         """The single-env observation and action spaces."""
         return self.observation_space, self.action_space
 
-    def sample_with(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None) -> Fragment:
+    def sample_with(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None,
+                    version: int | None = None) -> Fragment:
         """Load ``weights`` (and exploration settings), then sample one fragment (one call: a dead actor
-        fails once)."""
-        self.set_weights(weights)
+        fails once). With a ``version`` (asynchronous sampling) weights load only when it changed."""
+        if version is None or version != self.weights_version:
+            self.set_weights(weights, version)
         self.set_exploration(exploration)
         return self.sample()
 

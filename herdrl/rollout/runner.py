@@ -9,6 +9,7 @@ the whole batch in one pass, which is cheaper than one small pass per step.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,9 @@ class Fragment:
     valid: np.ndarray  # (T, B) bool
     episode_returns: list[float] = field(default_factory=list)  # episodes finished in this fragment
     episode_lengths: list[int] = field(default_factory=list)
+    logp: np.ndarray | None = None  # (T, B) float32: log-probability of each action under the sampling policy
+    weights_version: int = -1  # the learner update whose weights sampled it (asynchronous algorithms)
+    worker_index: int = 0  # the runner that sampled it (0: in the driver)
 
     @property
     def env_steps(self) -> int:
@@ -63,7 +67,7 @@ class EnvRunner:
         self.worker_index = worker_index
         self.incarnation = incarnation
         self.env = make_vector_env(config.env, config.env_config, config.num_envs_per_env_runner,
-                                   config.gym_env_vectorize_mode)
+                                   config.gym_env_vectorize_mode, worker_index)
         self.num_envs = self.env.num_envs
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
@@ -71,6 +75,8 @@ class EnvRunner:
         self.module = config.build_module(self.observation_space, self.action_space)
         self.module.requires_grad_(False)
         self.actions = ActionDistribution(self.action_space)  # stored layout and env form of actions
+        self._with_logp = bool(getattr(config, "behaviour_logp", False))
+        self.weights_version = -1  # no versioned weights yet
         if hasattr(self.env, "parts"):  # envs stepped in parts the runner overlaps with acting (atari.TwoHalves)
             self._parts, self._send, self._recv = self.env.parts, self.env.send, self.env.recv
         else:
@@ -105,8 +111,11 @@ class EnvRunner:
     def _step(self, part: int) -> tuple[Any, ...]:
         return self.env.step(self._env_actions)
 
-    def set_weights(self, weights: dict[str, Any]) -> None:
-        """Load the learner's weights (numpy arrays or CPU tensors) into this runner's policy, in place."""
+    def set_weights(self, weights: dict[str, Any], version: int | None = None) -> None:
+        """Load the learner's weights (numpy arrays or CPU tensors) into this runner's policy, in place; ``version``
+        (asynchronous algorithms) is stamped on the fragments sampled with them."""
+        if version is not None:
+            self.weights_version = version
         own = self.module.state_dict()
         if own.keys() != weights.keys():
             raise ValueError(f"weights have keys {sorted(weights)}, the runner's policy {sorted(own)}")
@@ -136,26 +145,35 @@ class EnvRunner:
         truncateds = np.empty((steps, envs), dtype=bool)
         valid = np.empty((steps, envs), dtype=bool)  # filled after the loop
         lives = np.empty((steps, envs), dtype=np.int64) if self._episodic_life else None
+        logp = np.empty((steps, envs), dtype=np.float32) if self._with_logp else None
         noise = self.policy.noise(steps, envs)
         obs_map(lambda a, o: np.copyto(a[0], o), obs, self._obs)
         write, act, to_env, send, recv = self.obs_spec.write, self.policy.act, self.actions.to_env, self._send, \
             self._recv
         # Per part of the envs (all of them, or Atari's two halves), views of every array: view[t] is step t's.
-        arrays = (actions, noise, rewards, terminateds, truncateds, lives if lives is not None else rewards)
+        arrays = (actions, noise, rewards, terminateds, truncateds, lives if lives is not None else rewards,
+                  logp if logp is not None else rewards)
         views = [[_rows(obs_map(lambda a, envs=envs: a[:, envs], obs)), *(a[:, envs] for a in arrays)]
                  for envs in self._parts]
 
+        in_flight = [False] * len(views)  # parts whose env step was sent and not yet received
+
         def start(part: int, t: int) -> None:  # act for one part of the envs at step t and start their env step
             obs_rows, part_actions, part_noise = views[part][:3]
-            action = act(obs_rows(t), True, part_noise[t])
+            if logp is None:
+                action = act(obs_rows(t), True, part_noise[t])
+            else:  # V-trace needs the sampling policy's log-probabilities
+                action, views[part][7][t] = self.policy.act_logp(obs_rows(t), part_noise[t])
             part_actions[t] = action
             try:
                 send(part, to_env(action))
             except Exception as exc:
                 raise self._env_error(exc) from exc
+            in_flight[part] = True
 
         def finish(part: int, t: int) -> None:  # wait for that step and store what it gave
-            obs_rows, _, _, part_rewards, part_terminateds, part_truncateds, part_lives = views[part]
+            obs_rows, _, _, part_rewards, part_terminateds, part_truncateds, part_lives, _ = views[part]
+            in_flight[part] = False
             try:
                 raw_obs, part_rewards[t], part_terminateds[t], part_truncateds[t], info = recv(part)
                 write(obs_rows(t + 1), raw_obs)
@@ -177,6 +195,13 @@ class EnvRunner:
                     start(part, t)
             for part in range(len(views)):
                 finish(part, steps - 1)
+        except BaseException:
+            # A failure mid-step (two halves): collect the steps still in flight, so the env can go on or close.
+            for part in range(len(views)):
+                if in_flight[part] and len(views) > 1:
+                    with contextlib.suppress(Exception):
+                        recv(part)
+            raise
         finally:
             torch.set_num_threads(threads)
         self._obs = obs_map(lambda a: a[steps].copy(), obs)
@@ -186,7 +211,8 @@ class EnvRunner:
         np.logical_not(done[:-1], out=valid[1:])
         self._reset_next = done[-1].copy()
         self._check_finite(obs, rewards)
-        fragment = Fragment(obs, actions, rewards, terminateds, truncateds, valid)
+        fragment = Fragment(obs, actions, rewards, terminateds, truncateds, valid, logp=logp,
+                            weights_version=self.weights_version, worker_index=self.worker_index)
         self._collect_episodes(fragment)  # whole games, unclipped rewards: what the user's env scores
         if self._clip_rewards:  # Atari: learn on the reward's sign
             fragment.rewards = np.sign(rewards)

@@ -1,0 +1,232 @@
+"""IMPALA (Espeholt et al. 2018): asynchronous actor-learner training with V-trace off-policy correction.
+
+Runners sample all the time with the weights they have; the learner takes fragments as they arrive, learns on
+every ``train_batch_size`` env steps, and broadcasts its weights every ``broadcast_interval`` updates. Fragments
+carry the version of the weights that sampled them and the behaviour policy's log-probabilities, and V-trace
+(``herdrl.rollout.vtrace``) turns the lagging experience into value targets and advantages for the current
+policy. Where the two meet: :class:`AsyncSampler` (requests in flight, backpressure) and :meth:`IMPALA.training_step`.
+
+The learner is the driver's (or N learner actors): while it updates, Ray runners keep sampling in their own
+processes on the requests they hold, so learning and sampling overlap without a learner thread. In-process
+(``num_env_runners=0``) the same algorithm samples and learns in turn, with no lag.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+import torch
+
+from herdrl.algorithms.base import Algorithm
+from herdrl.config import AlgorithmConfig, Field, shared_field
+from herdrl.errors import ConfigError
+from herdrl.learner import Learner
+from herdrl.models.encoders import to_torch
+from herdrl.obs import obs_concat, obs_map
+from herdrl.optim import Adam
+from herdrl.rollout import Fragment
+from herdrl.rollout.async_sampling import AsyncSampler, LocalSampler
+from herdrl.rollout.group import RayRunnerGroup
+from herdrl.rollout.vtrace import vtrace
+
+
+class IMPALAConfig(AlgorithmConfig):
+    """IMPALA settings (RLlib's names); defaults solve CartPole-v1 on a CPU."""
+
+    algo_name = "IMPALA"
+    behaviour_logp = True  # runners record the sampling policy's log-probabilities
+    FIELDS = {
+        "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 8),
+        "rollout_fragment_length": shared_field("rollout_fragment_length", 50),
+        "train_batch_size": shared_field("train_batch_size", 800),
+        "lr": shared_field("lr", 1e-3),
+        "gamma": shared_field("gamma", 0.99),
+        "grad_clip": shared_field("grad_clip", 40.0),
+        "vtrace": Field(True, (bool,), "training", doc="off-policy correction (False: treat samples as on-policy)"),
+        "vtrace_clip_rho_threshold": Field(1.0, (float,), "training", low=0, low_open=True,
+                                           doc="rho-bar: clip of the importance weights in the value targets"),
+        "vtrace_clip_pg_rho_threshold": Field(1.0, (float,), "training", low=0, low_open=True,
+                                              doc="clip of the importance weights in the policy gradient"),
+        "vf_loss_coeff": Field(0.5, (float,), "training", low=0, doc="weight of the value loss, 0.5 * MSE"),
+        "entropy_coeff": Field(0.01, (float,), "training", low=0),
+        "broadcast_interval": Field(1, (int,), "training", low=1, doc="learner updates between weight broadcasts"),
+        "max_requests_in_flight_per_env_runner": Field(2, (int,), "training", low=1,
+                                                       doc="sample calls each Ray runner holds at once"),
+        "circular_buffer_num_batches": Field(4, (int,), "training", low=1,
+                                             doc="train batches of fragments waiting or in flight, at most "
+                                                 "(beyond it runners wait: backpressure)"),
+        "circular_buffer_iterations_per_batch": Field(1, (int,), "training", low=1,
+                                                      doc="updates on each train batch"),
+        "num_updates_per_iteration": Field(4, (int,), "training", low=1,
+                                           doc="an iteration (one result row) ends after this many updates"),
+        "min_time_s_per_iteration": Field(None, (float,), "training", low=0, allow_none=True,
+                                          doc="... or after this many seconds, whichever comes first"),
+    }
+
+    def validate_algorithm(self) -> None:
+        """A train batch holds at least one fragment."""
+        fragment = self.num_envs_per_env_runner * self.fragment_length()
+        if self.train_batch_size < fragment:
+            raise ConfigError(f"config key 'train_batch_size' got {self.train_batch_size}; expected >= one "
+                              f"fragment ({self.num_envs_per_env_runner} envs x {self.fragment_length()} steps)")
+
+    def fragment_length(self) -> int:
+        """Steps per env per fragment (``auto``: 50)."""
+        return 50 if self.rollout_fragment_length == "auto" else int(self.rollout_fragment_length)
+
+    @classmethod
+    def algo_class(cls) -> type:
+        """:class:`IMPALA`."""
+        return IMPALA
+
+
+@torch.no_grad()
+def vtrace_batch(module: Any, fragments: list[Fragment], config: IMPALAConfig, device: torch.device,
+                 target_module: Any = None) -> dict[str, Any]:
+    """Flat rows of the fragments' real steps with V-trace value targets (``vs``) and advantages.
+
+    The fragments are laid side by side (T, sum of B). V-trace's "target" policy is ``target_module`` when given
+    (APPO's old policy), else ``module``; its distribution inputs come back as ``old_dist_inputs`` and the
+    log-probabilities of the actions under it as ``old_logp``.
+    """
+    cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
+    obs = obs_concat([f.obs for f in fragments], axis=1)
+    actions = cat("actions")
+    steps, envs = actions.shape[:2]
+    n = steps * envs
+    flat_obs = to_torch(obs_map(lambda a: a.reshape(-1, *a.shape[2:]), obs), device)
+    dist_inputs, values = module(flat_obs)
+    if target_module is not None:
+        dist_inputs = target_module.dist_inputs(flat_obs)
+    flat_actions = torch.from_numpy(actions.reshape(n, *actions.shape[2:])).to(device)
+    old_logp, _ = module.log_prob_entropy(dist_inputs[:n], flat_actions)
+    behaviour = torch.from_numpy(cat("logp")).to(device) if config.vtrace else old_logp.reshape(steps, envs)
+    grid = lambda name: torch.from_numpy(cat(name)).to(device)  # noqa: E731
+    vs, advantages = vtrace(behaviour, old_logp.reshape(steps, envs), grid("rewards"),
+                            values.reshape(steps + 1, envs), grid("terminateds"), grid("truncateds"), config.gamma,
+                            config.vtrace_clip_rho_threshold, config.vtrace_clip_pg_rho_threshold)
+    valid = grid("valid").reshape(-1)
+    return {"obs": obs_map(lambda o: o[:n][valid], flat_obs), "actions": flat_actions[valid],
+            "behaviour_logp": behaviour.reshape(-1)[valid], "old_logp": old_logp[valid],
+            "old_dist_inputs": dist_inputs[:n][valid], "vs": vs.reshape(-1)[valid],
+            "advantages": advantages.reshape(-1)[valid]}
+
+
+class IMPALALearner(Learner):
+    """IMPALA's update: one gradient step of policy gradient on V-trace advantages + value regression on V-trace
+    targets - entropy bonus, per train batch."""
+
+    config: IMPALAConfig
+
+    def setup(self) -> None:
+        """Adam over the actor-critic (RLlib's IMPALA default optimizer)."""
+        self.optimizer = Adam(self.module.parameters(), lr=self.config.lr)
+
+    def update(self, fragments: list[Fragment]) -> dict[str, float]:
+        """One step on the train batch these fragments make."""
+        batch = self.prepare(fragments)
+        stats = self.gradient_step(self.optimizer, self.loss, batch, None,
+                                   self.config.grad_clip or float("inf"))
+        return {key: float(value) for key, value in stats.items()}
+
+    def prepare(self, fragments: list[Fragment]) -> dict[str, Any]:
+        """The batch with V-trace targets (see :func:`vtrace_batch`)."""
+        return vtrace_batch(self.module, fragments, self.config, self.device)
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``-mean(log pi * advantage) + vf_loss_coeff * 0.5 * mean((V - vs)^2) - entropy_coeff * entropy``."""
+        cfg = self.config
+        dist_inputs, values = self.module(batch["obs"])
+        logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"])
+        policy_loss = -(logp * batch["advantages"]).mean()
+        vf_loss = 0.5 * (values - batch["vs"]).pow(2).mean()
+        entropy_mean = entropy.mean()
+        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy_mean
+        return loss, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),
+                      "entropy": entropy_mean.detach()}
+
+
+class IMPALA(Algorithm):
+    """IMPALA: asynchronous sampling on Ray runners (in turn in-process), :class:`IMPALALearner` learning."""
+
+    config: IMPALAConfig
+    learner_class = IMPALALearner
+
+    def setup(self) -> None:
+        """The sampler, the fragment queue and the learner's version (updates so far)."""
+        cfg = self.config
+        self.sampler: AsyncSampler | LocalSampler = (
+            AsyncSampler(self.runners, cfg.max_requests_in_flight_per_env_runner)
+            if isinstance(self.runners, RayRunnerGroup) else LocalSampler(self.runners))
+        self.queue: deque[Fragment] = deque()
+        self.num_updates = 0  # the learner's version: fragments carry the version that sampled them
+        self.num_env_steps_trained_lifetime = 0
+        self.num_broadcasts = 0
+        self._broadcast()
+
+    def _broadcast(self) -> None:
+        self.sampler.set_weights(self.get_weights(), self.num_updates)
+        self.num_broadcasts += 1
+
+    def training_step(self) -> dict[str, float]:
+        """Fetch fragments as they arrive and learn on every full train batch, until ``num_updates_per_iteration``
+        updates (or ``min_time_s_per_iteration`` seconds) are done."""
+        cfg = self.config
+        start, learn_time = time.perf_counter(), 0.0
+        fragment_steps = cfg.num_envs_per_env_runner * cfg.fragment_length()
+        per_batch = -(-cfg.train_batch_size // fragment_steps)  # fragments per train batch
+        capacity = cfg.circular_buffer_num_batches * per_batch
+        updates, trained, broadcasts, dropped = 0, 0, self.num_broadcasts, self.sampler.num_dropped
+        lags: list[int] = []
+        sums: dict[str, float] = {}
+        max_queue = 0
+        deadline = None if cfg.min_time_s_per_iteration is None else start + cfg.min_time_s_per_iteration
+        while updates < cfg.num_updates_per_iteration and (deadline is None or time.perf_counter() < deadline):
+            fetched = time.perf_counter()
+            fragments = self.sampler.fetch(capacity - len(self.queue) - self.sampler.num_in_flight)
+            self._iter_sample_time += time.perf_counter() - fetched
+            self.record(fragments)
+            self.queue.extend(fragments)
+            max_queue = max(max_queue, len(self.queue))
+            while len(self.queue) >= per_batch:
+                batch = [self.queue.popleft() for _ in range(per_batch)]
+                lags += [self.num_updates - f.weights_version for f in batch]
+                learning = time.perf_counter()
+                for _ in range(cfg.circular_buffer_iterations_per_batch):
+                    for key, value in self.learners.update(batch).items():
+                        sums[key] = sums.get(key, 0.0) + value
+                    self.num_updates += 1
+                    updates += 1
+                    if self.num_updates % cfg.broadcast_interval == 0:
+                        self._broadcast()
+                learn_time += time.perf_counter() - learning
+                steps = sum(f.env_steps for f in batch)
+                trained += steps * cfg.circular_buffer_iterations_per_batch
+        self.num_env_steps_trained_lifetime += trained
+        elapsed = time.perf_counter() - start
+        return {**{k: v / max(updates, 1) for k, v in sums.items()},
+                "num_gradient_updates": updates, "num_env_steps_trained": trained,
+                "num_env_steps_trained_lifetime": self.num_env_steps_trained_lifetime,
+                "policy_lag_mean": float(np.mean(lags)) if lags else 0.0, "policy_lag_max": max(lags, default=0),
+                "learner_busy_fraction": learn_time / elapsed if elapsed > 0 else 0.0,
+                "queue_depth": len(self.queue), "queue_depth_max": max_queue,
+                "num_requests_in_flight": self.sampler.num_in_flight,
+                "num_fragments_dropped": self.sampler.num_dropped - dropped,
+                "num_weight_broadcasts": self.num_broadcasts - broadcasts}
+
+    def learner_state(self) -> dict[str, Any]:
+        """The learner's state plus the update count (the weights' version) and the trained env steps."""
+        return {**super().learner_state(), "num_updates": self.num_updates,
+                "num_env_steps_trained_lifetime": self.num_env_steps_trained_lifetime}
+
+    def load_learner_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`learner_state`; queued fragments of the old timeline are dropped and the restored
+        weights broadcast."""
+        super().load_learner_state(state)
+        self.num_updates = int(state.get("num_updates", 0))
+        self.num_env_steps_trained_lifetime = int(state.get("num_env_steps_trained_lifetime", 0))
+        self.queue.clear()
+        self._broadcast()

@@ -1,0 +1,149 @@
+"""IMPALA and APPO: V-trace, asynchronous sampling (requests in flight, backpressure, lag), fault tolerance."""
+
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+import herdrl
+from herdrl import APPOConfig, IMPALAConfig
+from herdrl.env.testing import LatencyEnv
+from herdrl.rollout.advantages import compute_gae
+from herdrl.rollout.vtrace import vtrace
+
+
+def _reference_vtrace(mu, pi, rewards, values, terminated, truncated, gamma, rho_bar, pg_rho_bar, c_bar=1.0):
+    """The paper's sum form, one env at a time in plain Python: v_s = V(x_s) + sum_t gamma^(t-s) (prod_{i<t} c_i)
+    delta_t, the sum running to the episode's or the fragment's end; advantages from v_{s+1}."""
+    steps = len(rewards)
+    ratio = [float(np.exp(p - m)) for p, m in zip(pi, mu, strict=True)]
+    rho = [min(rho_bar, r) for r in ratio]
+    c = [min(c_bar, r) for r in ratio]
+    next_value = [0.0 if terminated[t] else values[t + 1] for t in range(steps)]
+    delta = [rho[t] * (rewards[t] + gamma * next_value[t] - values[t]) for t in range(steps)]
+    vs = []
+    for s in range(steps):
+        total, weight, t = 0.0, 1.0, s
+        while True:
+            total += gamma ** (t - s) * weight * delta[t]
+            if terminated[t] or truncated[t] or t == steps - 1:
+                break
+            weight *= c[t]
+            t += 1
+        vs.append(values[s] + total)
+    advantages = []
+    for s in range(steps):
+        ended = terminated[s] or truncated[s]
+        following = next_value[s] if ended else (vs[s + 1] if s + 1 < steps else values[steps])
+        advantages.append(min(pg_rho_bar, ratio[s]) * (rewards[s] + gamma * following - values[s]))
+    return np.array(vs), np.array(advantages)
+
+
+def test_vtrace_matches_the_papers_sums_with_clipping_and_episode_ends():
+    rng = np.random.default_rng(0)
+    steps, envs = 7, 3
+    mu = rng.normal(-1, 0.5, (steps, envs))
+    pi = mu + rng.normal(0, 0.8, (steps, envs))  # ratios on both sides of the clip thresholds
+    rewards = rng.normal(0, 1, (steps, envs))
+    values = rng.normal(0, 1, (steps + 1, envs))
+    terminated = np.zeros((steps, envs), bool)
+    truncated = np.zeros((steps, envs), bool)
+    terminated[2, 0], truncated[4, 1], terminated[6, 2], truncated[1, 2] = True, True, True, True
+    as_t = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+    vs, adv = vtrace(as_t(mu), as_t(pi), as_t(rewards), as_t(values), torch.tensor(terminated),
+                     torch.tensor(truncated), 0.9, clip_rho=1.2, clip_pg_rho=0.8)
+    for b in range(envs):
+        ref_vs, ref_adv = _reference_vtrace(mu[:, b], pi[:, b], rewards[:, b], values[:, b], terminated[:, b],
+                                            truncated[:, b], 0.9, 1.2, 0.8)
+        assert np.allclose(vs[:, b].numpy(), ref_vs, atol=1e-5) and np.allclose(adv[:, b].numpy(), ref_adv, atol=1e-5)
+
+
+def test_on_policy_vtrace_targets_are_the_n_step_returns():
+    """No lag (pi = mu): every ratio is 1, clipping is inactive, and v_s is the n-step return to the fragment's end
+    or the episode's (bootstrapped from V), as the paper states; compared with GAE at lambda 1."""
+    rng = np.random.default_rng(1)
+    steps, envs = 9, 4
+    logp = rng.normal(-1, 0.3, (steps, envs)).astype(np.float32)
+    rewards = rng.normal(0, 1, (steps, envs)).astype(np.float32)
+    values = rng.normal(0, 1, (steps + 1, envs)).astype(np.float32)
+    terminated, truncated = rng.random((steps, envs)) < 0.15, rng.random((steps, envs)) < 0.1
+    vs, adv = vtrace(torch.from_numpy(logp), torch.from_numpy(logp), torch.from_numpy(rewards),
+                     torch.from_numpy(values), torch.from_numpy(terminated), torch.from_numpy(truncated), 0.95)
+    gae_adv, returns = compute_gae(rewards, values, terminated, truncated, 0.95, 1.0)
+    assert np.allclose(vs.numpy(), returns, atol=1e-5)
+    assert np.allclose(adv.numpy(), gae_adv, atol=1e-5)  # r + gamma v_{s+1} - V(x_s) = the lambda-1 advantage
+
+
+def test_appo_and_impala_learn_cartpole_in_process():
+    """In-process the same algorithm samples and learns in turn: no lag, every fragment on the newest weights."""
+    for config_class, target in ((APPOConfig, 450), (IMPALAConfig, 150)):
+        algo = config_class().environment("CartPole-v1").debugging(seed=0).build()
+        result = algo.train()
+        while result["episode_return_mean"] < target and result["num_env_steps_sampled_lifetime"] < 400_000:
+            result = algo.train()
+            assert result["policy_lag_max"] == 0 and result["num_requests_in_flight"] == 0
+        assert result["episode_return_mean"] >= target, (config_class.algo_name, result["episode_return_mean"])
+        assert result["num_env_steps_trained"] >= 4 * 800 * 0.9  # 4 updates of ~800 real steps
+        algo.stop()
+
+
+class _Slow(LatencyEnv):
+    """Runner 1's envs step 10x slower than the others'."""
+
+    def __init__(self, config):
+        super().__init__(step_latency_s=0.02 if config.worker_index == 1 else 0.002, episode_len=50)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_async_sampling_keeps_requests_in_flight_bounds_the_queue_and_reports_lag():
+    """3 runners, runner 1 ten times slower: the learner never waits for it (the fast runners deliver several
+    fragments for each of its), the queue plus the calls in flight never exceed the buffer, and the lag the result
+    reports is the one computed here from the fragments' stamped versions."""
+    herdrl.register_env("slow_runner_1", _Slow)
+    algo = (APPOConfig().environment("slow_runner_1")
+            .env_runners(num_env_runners=3, num_envs_per_env_runner=2, rollout_fragment_length=10)
+            .training(train_batch_size=40, circular_buffer_num_batches=2, broadcast_interval=2,
+                      num_updates_per_iteration=8)
+            .debugging(seed=0).build())
+    seen, record = [], algo.record
+    algo.record = lambda fragments: (seen.extend((f.worker_index, f.weights_version, algo.num_updates)
+                                                 for f in fragments), record(fragments))[-1]
+    capacity = 2 * 2  # circular_buffer_num_batches x fragments per batch
+    fetch = algo.sampler.fetch
+    depths = []
+
+    def checked_fetch(room):
+        depths.append(len(algo.queue) + algo.sampler.num_in_flight)
+        assert room == capacity - depths[-1] >= 0
+        out = fetch(room)
+        depths.append(len(algo.queue) + algo.sampler.num_in_flight + len(out))
+        return out
+
+    algo.sampler.fetch = checked_fetch
+    lags = []
+    for _ in range(3):
+        result = algo.train()
+        lags.append(result["policy_lag_max"])
+    counts = np.bincount([index for index, _, _ in seen], minlength=4)
+    assert counts[2] >= 3 * counts[1] and counts[3] >= 3 * counts[1], counts  # the fast runners are not held back
+    assert max(depths) <= capacity
+    versions = [version for _, version, _ in seen]
+    assert all(0 <= v <= now for _, v, now in seen) and max(versions) > 0 and versions[-1] % 2 == 0  # interval 2
+    assert result["num_weight_broadcasts"] == 4 and max(lags) >= 1  # 8 updates, broadcast every 2
+    algo.stop()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_appo_on_two_ray_runners_solves_cartpole_and_survives_a_killed_runner():
+    algo = APPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2).debugging(seed=0).build()
+    result = algo.train()
+    os.kill(algo.runners.call("pid")[0], signal.SIGKILL)
+    restarts = 0
+    while result["episode_return_mean"] < 450 and result["num_env_steps_sampled_lifetime"] < 600_000:
+        result = algo.train()
+        restarts = max(restarts, result["num_env_runner_restarts"])
+    assert result["episode_return_mean"] >= 450
+    assert restarts == 1 and result["num_healthy_env_runners"] == 2
+    algo.stop()
