@@ -89,6 +89,9 @@ class ConsoleReporter:
         # The mean is over the last 100 finished episodes: say when it is not new (long episodes, or all
         # episodes restarted by a resume), rather than repeat it as if it were.
         quiet = "  (no episode finished this iteration)" if result.get("num_episodes", 1) == 0 else ""
+        if "policy_lag_mean" in result:  # asynchronous algorithms: how stale the learned-on samples were
+            quiet = (f"  lag {result['policy_lag_mean']:.1f}/{result['policy_lag_max']:g}  learner "
+                     f"{100 * result['learner_busy_fraction']:.0f}% busy  queue {result['queue_depth']}{quiet}")
         self.console.print(
             f"iter {result['training_iteration']:4d}  steps {result['num_env_steps_sampled_lifetime']:>9,}  "
             f"return {ret_text}{target}  episodes {result['num_episodes_lifetime']:>6,}  "

@@ -56,16 +56,13 @@ class APPOLearner(IMPALALearner):
         self.old.requires_grad_(False)
         self._trained_since_refresh = 0
 
-    def update(self, fragments: list[Fragment]) -> dict[str, float]:
-        """One step on the train batch; the old policy refreshed when ``target_network_update_freq`` trained env
-        steps have passed."""
-        metrics = super().update(fragments)
+    def after_step(self, fragments: list[Fragment]) -> None:
+        """Refresh the old policy when ``target_network_update_freq`` trained env steps have passed."""
         self._trained_since_refresh += int(sum(f.env_steps for f in fragments))
         refreshes, self._trained_since_refresh = divmod(self._trained_since_refresh,
                                                         self.config.target_network_update_freq)
         if refreshes:
             polyak_update(self.old, self.module, 1.0 - (1.0 - self.config.tau) ** refreshes)
-        return metrics
 
     def prepare(self, fragments: list[Fragment]) -> dict[str, Any]:
         """V-trace towards the old policy."""

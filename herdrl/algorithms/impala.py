@@ -125,12 +125,20 @@ class IMPALALearner(Learner):
         """Adam over the actor-critic (RLlib's IMPALA default optimizer)."""
         self.optimizer = Adam(self.module.parameters(), lr=self.config.lr)
 
-    def update(self, fragments: list[Fragment]) -> dict[str, float]:
-        """One step on the train batch these fragments make."""
+    def update(self, fragments: list[Fragment], passes: int = 1) -> dict[str, float]:
+        """``passes`` gradient steps on the train batch these fragments make (V-trace targets computed once, as
+        PPO computes its advantages once for all its epochs); metrics averaged over the passes."""
         batch = self.prepare(fragments)
-        stats = self.gradient_step(self.optimizer, self.loss, batch, None,
-                                   self.config.grad_clip or float("inf"))
-        return {key: float(value) for key, value in stats.items()}
+        sums: dict[str, float] = {}
+        for _ in range(passes):
+            stats = self.gradient_step(self.optimizer, self.loss, batch, None, self.config.grad_clip or float("inf"))
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+            self.after_step(fragments)
+        return {key: value / passes for key, value in sums.items()}
+
+    def after_step(self, fragments: list[Fragment]) -> None:
+        """Called after each gradient step (APPO refreshes its old policy here)."""
 
     def prepare(self, fragments: list[Fragment]) -> dict[str, Any]:
         """The batch with V-trace targets (see :func:`vtrace_batch`)."""
@@ -195,13 +203,13 @@ class IMPALA(Algorithm):
                 batch = [self.queue.popleft() for _ in range(per_batch)]
                 lags += [self.num_updates - f.weights_version for f in batch]
                 learning = time.perf_counter()
-                for _ in range(cfg.circular_buffer_iterations_per_batch):
-                    for key, value in self.learners.update(batch).items():
-                        sums[key] = sums.get(key, 0.0) + value
-                    self.num_updates += 1
-                    updates += 1
-                    if self.num_updates % cfg.broadcast_interval == 0:
-                        self._broadcast()
+                passes = cfg.circular_buffer_iterations_per_batch
+                for key, value in self.learners.update(batch, passes).items():
+                    sums[key] = sums.get(key, 0.0) + value * passes
+                before, self.num_updates = self.num_updates, self.num_updates + passes
+                updates += passes
+                if self.num_updates // cfg.broadcast_interval > before // cfg.broadcast_interval:
+                    self._broadcast()  # an interval's worth of updates passed
                 learn_time += time.perf_counter() - learning
                 steps = sum(f.env_steps for f in batch)
                 trained += steps * cfg.circular_buffer_iterations_per_batch
