@@ -104,12 +104,19 @@ def test_async_sampling_keeps_requests_in_flight_bounds_the_queue_and_reports_la
     herdrl.register_env("slow_runner_1", _Slow)
     algo = (APPOConfig().environment("slow_runner_1")
             .env_runners(num_env_runners=3, num_envs_per_env_runner=2, rollout_fragment_length=10)
-            .training(train_batch_size=40, circular_buffer_num_batches=2, broadcast_interval=2,
-                      num_updates_per_iteration=8)
+            .training(train_batch_size=40, circular_buffer_num_batches=2, broadcast_interval=3,
+                      circular_buffer_iterations_per_batch=1, num_updates_per_iteration=9)
             .debugging(seed=0).build())
     seen, record = [], algo.record
     algo.record = lambda fragments: (seen.extend((f.worker_index, f.weights_version, algo.num_updates)
                                                  for f in fragments), record(fragments))[-1]
+    lags, update = [], algo.learners.update  # the lag of every fragment learned on, computed here
+
+    def recording_update(batch, passes):
+        lags.extend(algo.num_updates - f.weights_version for f in batch)
+        return update(batch, passes)
+
+    algo.learners.update = recording_update
     capacity = 2 * 2  # circular_buffer_num_batches x fragments per batch
     fetch = algo.sampler.fetch
     depths = []
@@ -122,16 +129,16 @@ def test_async_sampling_keeps_requests_in_flight_bounds_the_queue_and_reports_la
         return out
 
     algo.sampler.fetch = checked_fetch
-    lags = []
     for _ in range(3):
+        lags.clear()
         result = algo.train()
-        lags.append(result["policy_lag_max"])
+        assert result["policy_lag_mean"] == pytest.approx(np.mean(lags)) and result["policy_lag_max"] == max(lags)
     counts = np.bincount([index for index, _, _ in seen], minlength=4)
     assert counts[2] >= 3 * counts[1] and counts[3] >= 3 * counts[1], counts  # the fast runners are not held back
     assert max(depths) <= capacity
-    versions = [version for _, version, _ in seen]
-    assert all(0 <= v <= now for _, v, now in seen) and max(versions) > 0 and versions[-1] % 2 == 0  # interval 2
-    assert result["num_weight_broadcasts"] == 4 and max(lags) >= 1  # 8 updates, broadcast every 2
+    assert all(0 <= version <= now for _, version, now in seen) and max(lags) >= 1
+    assert {version % 3 for _, version, _ in seen} == {0}  # weights went out every 3 updates, and only then
+    assert result["num_weight_broadcasts"] == 3  # 9 updates
     algo.stop()
 
 
@@ -146,4 +153,89 @@ def test_appo_on_two_ray_runners_solves_cartpole_and_survives_a_killed_runner():
         restarts = max(restarts, result["num_env_runner_restarts"])
     assert result["episode_return_mean"] >= 450
     assert restarts == 1 and result["num_healthy_env_runners"] == 2
+    algo.stop()
+
+
+@pytest.mark.parametrize("env, model", [("CartPole-v1", {}), ("Pendulum-v1", {}),
+                                        ("Pendulum-v1", {"free_log_std": False}), ("moving_dot", {})])
+def test_runners_record_the_log_probabilities_the_learner_computes(env, model):
+    """The behaviour log-probabilities runners store (numpy twin: categorical, Gaussian with free or
+    state-dependent log std; torch for a CNN) equal the learner's for the same weights: on-policy, rho = 1."""
+    from envs import MovingDot
+
+    from herdrl.models.encoders import to_torch
+    from herdrl.rollout import EnvRunner
+
+    herdrl.register_env("moving_dot", MovingDot)
+    config = IMPALAConfig().environment(env).training(model=model).env_runners(num_envs_per_env_runner=3) \
+        .debugging(seed=0)
+    config.validate()
+    runner = EnvRunner(config)
+    fragment = runner.sample(20)
+    obs = to_torch(fragment.obs[:20].reshape(60, *fragment.obs.shape[2:]))
+    actions = torch.from_numpy(fragment.actions.reshape(60, *fragment.actions.shape[2:]))
+    with torch.no_grad():
+        logp, _ = runner.module.log_prob_entropy(runner.module.dist_inputs(obs), actions)
+    assert np.allclose(fragment.logp.reshape(-1), logp.numpy(), atol=1e-4)
+
+
+def test_impala_resumes_its_update_count_and_learns_on(tmp_path):
+    from herdrl import Algorithm
+
+    algo = IMPALAConfig().environment("CartPole-v1").debugging(seed=0).build()
+    algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    updates, trained = algo.num_updates, algo.num_env_steps_trained_lifetime
+    algo.stop()
+    resumed = Algorithm.from_checkpoint(path)
+    assert (resumed.num_updates, resumed.num_env_steps_trained_lifetime) == (updates, trained) == (4, trained)
+    result = resumed.train()
+    assert resumed.num_updates == 8 and result["policy_lag_max"] == 0
+    resumed.stop()
+
+
+class _HangsOnce(LatencyEnv):
+    """Runner 2's first actor hangs on its 30th step (marker file); its replacement runs normally."""
+
+    def __init__(self, config):
+        super().__init__(step_latency_s=0.001, episode_len=50)
+        self.hang = config.worker_index == 2 and not os.path.exists(config["marker"])
+        self.marker, self.steps = config["marker"], 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.hang and self.steps == 30:
+            open(self.marker, "w").close()
+            import time
+
+            time.sleep(3600)
+        return super().step(action)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_hung_runner_is_replaced_while_the_others_go_on(tmp_path):
+    herdrl.register_env("hangs_once", _HangsOnce)
+    algo = (IMPALAConfig().environment("hangs_once", env_config={"marker": str(tmp_path / "hung")})
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=1, rollout_fragment_length=10,
+                         sample_timeout_s=3.0)
+            .training(train_batch_size=20, num_updates_per_iteration=20).debugging(seed=0).build())
+    import time
+
+    start, iterations, result = time.monotonic(), 0, {"num_env_runner_restarts": 0}
+    while result["num_env_runner_restarts"] == 0 and time.monotonic() - start < 30:
+        result = algo.train()  # runner 1 keeps the learner fed while runner 2 hangs
+        iterations += 1
+    assert (tmp_path / "hung").exists() and result["num_env_runner_restarts"] == 1 and iterations >= 2
+    result = algo.train()
+    assert result["num_healthy_env_runners"] == 2 and result["num_fragments_dropped"] == 0
+    algo.stop()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_impala_on_two_learner_actors():
+    algo = IMPALAConfig().environment("CartPole-v1").learners(num_learners=2).debugging(seed=0).build()
+    results = [algo.train() for _ in range(3)]
+    assert results[-1]["num_gradient_updates"] == 4 and np.isfinite(results[-1]["vf_loss"])
+    ranks = algo.learners.call("get_weights")
+    assert all(np.array_equal(ranks[0][k], ranks[1][k]) for k in ranks[0])
     algo.stop()

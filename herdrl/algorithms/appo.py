@@ -9,6 +9,7 @@ KL penalty (``use_kl_loss``, ``kl_coeff``) keeps the current policy near the old
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -74,8 +75,9 @@ class APPOLearner(IMPALALearner):
         cfg = self.config
         dist_inputs, values = self.module(batch["obs"])
         logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"])
-        behaviour_to_old = torch.clamp(torch.exp(batch["behaviour_logp"] - batch["old_logp"]), 0.0, 2.0)
-        ratio = behaviour_to_old * torch.exp(logp - batch["behaviour_logp"])
+        # min(mu / pi_old, 2) * pi / mu = pi / max(pi_old, mu / 2): the same ratio, without 0 * inf from a far-off
+        # behaviour policy.
+        ratio = torch.exp(logp - torch.maximum(batch["old_logp"], batch["behaviour_logp"] - math.log(2.0)))
         adv = batch["advantages"]
         policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param) * adv).mean()
         vf_loss = 0.5 * (values - batch["vs"]).pow(2).mean()

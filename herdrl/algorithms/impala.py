@@ -126,11 +126,12 @@ class IMPALALearner(Learner):
         self.optimizer = Adam(self.module.parameters(), lr=self.config.lr)
 
     def update(self, fragments: list[Fragment], passes: int = 1) -> dict[str, float]:
-        """``passes`` gradient steps on the train batch these fragments make (V-trace targets computed once, as
-        PPO computes its advantages once for all its epochs); metrics averaged over the passes."""
-        batch = self.prepare(fragments)
+        """``passes`` gradient steps on the train batch these fragments make, each on V-trace targets and importance
+        weights computed for the policy as it is then (RLlib recomputes them in every loss too); metrics averaged
+        over the passes."""
         sums: dict[str, float] = {}
         for _ in range(passes):
+            batch = self.prepare(fragments)  # V-trace again each pass: the policy moved since the last
             stats = self.gradient_step(self.optimizer, self.loss, batch, None, self.config.grad_clip or float("inf"))
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + float(value)
@@ -231,10 +232,11 @@ class IMPALA(Algorithm):
                 "num_env_steps_trained_lifetime": self.num_env_steps_trained_lifetime}
 
     def load_learner_state(self, state: dict[str, Any]) -> None:
-        """Inverse of :meth:`learner_state`; queued fragments of the old timeline are dropped and the restored
-        weights broadcast."""
+        """Inverse of :meth:`learner_state`; fragments of the old timeline (queued or in flight) are dropped and
+        the restored weights broadcast."""
         super().load_learner_state(state)
         self.num_updates = int(state.get("num_updates", 0))
         self.num_env_steps_trained_lifetime = int(state.get("num_env_steps_trained_lifetime", 0))
         self.queue.clear()
+        self.sampler.forget_in_flight()
         self._broadcast()

@@ -147,7 +147,8 @@ class RayLearnerGroup:
         over learners; per-row arrays, such as TD errors, joined in rank order, i.e. in row order)."""
         import ray
 
-        refs = [ray.put(a) for a in args]  # one copy for all learners
+        # Data goes into the object store once for all learners; small arguments (a seed, a count) go by value.
+        refs = [a if isinstance(a, (int, float)) else ray.put(a) for a in args]
         results = self._get([actor.call.remote("update", *refs) for actor in self.actors], "update")
         self._dirty = True
         if isinstance(results[0], tuple):  # (metrics, rows): off-policy learners

@@ -85,8 +85,12 @@ class NumpyPolicy:
             top = out.max(1, keepdims=True)
             log_z = top[:, 0] + np.log(np.exp(out - top).sum(1))
             return action, (out[np.arange(len(out)), action] - log_z).astype(np.float32)
-        log_std = self._log_std if self._log_std is not None else out[:, self.action_dim:]
-        logp = (-0.5 * noise ** 2 - log_std - 0.5 * np.log(2 * np.pi)).sum(1)  # a = mean + noise * std
+        if self._log_std is not None:
+            mean, log_std = out, self._log_std
+        else:
+            mean, log_std = out[:, : self.action_dim], out[:, self.action_dim:]
+        z = (action - mean) * np.exp(-log_std)  # from the action, as the learner computes it (not from the noise)
+        logp = (-0.5 * z ** 2 - log_std - 0.5 * np.log(2 * np.pi)).sum(1)
         return action, logp.astype(np.float32)
 
     def _act(self, out: np.ndarray, explore: bool, noise: np.ndarray | None) -> np.ndarray:

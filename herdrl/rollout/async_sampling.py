@@ -2,8 +2,9 @@
 
 ``AsyncSampler`` keeps up to ``max_requests_in_flight_per_env_runner`` sample calls outstanding on every Ray
 runner. Each call carries the newest broadcast weights (one object-store reference, shared by every call until
-the next broadcast) and its version; a runner loads weights only when the version changed, and stamps the
-version on its fragment, so the learner can measure the policy lag and V-trace can correct for it.
+the next broadcast) and its version; a runner copies them into its policy only when a new broadcast came (Ray
+still hands the arguments to every call, from the node's shared memory), and stamps the version on its fragment,
+so the learner can measure the policy lag and V-trace can correct for it.
 :meth:`fetch` returns whatever fragments are ready (waiting for the first one only). Memory is bounded: the
 caller passes how much room its queue has, and no new call is made beyond it, so runners wait when the learner
 falls behind (backpressure) instead of piling fragments up.
@@ -38,6 +39,9 @@ class LocalSampler:
         """One fragment (none when there is no room)."""
         return [self.runner.sample()] if room > 0 else []
 
+    def forget_in_flight(self) -> None:
+        """Nothing is in flight in-process."""
+
 
 class AsyncSampler:
     """Sample calls kept in flight on every healthy runner of a :class:`RayRunnerGroup`."""
@@ -45,11 +49,15 @@ class AsyncSampler:
     def __init__(self, group: RayRunnerGroup, max_in_flight: int) -> None:
         self.group = group
         self.max_in_flight = max_in_flight
-        self._calls: dict[Any, tuple[int, Any, float]] = {}  # ref -> (runner index, actor, submit time)
+        self._calls: dict[Any, tuple[int, Any]] = {}  # ref -> (runner index, actor)
         self._weights_ref: Any = None
-        self._version = 0
+        self._version = 0  # stamped on fragments: the learner's update count (policy lag)
+        self._broadcast = 0  # which broadcast: never repeats, so runners reload exactly when it changes
         self._last_call: dict[int, float] = {}  # runner index -> when it was last given a call
-        self.num_dropped = 0  # fragments lost with a failed runner (its in-flight calls)
+        # A runner must deliver within sample_timeout_s of its last fragment or first call (a replacement gets the
+        # start-up grace synchronous sampling gives); one that does not counts as failed, the others go on.
+        self._heard: dict[int, tuple[Any, float]] = {}  # runner index -> (actor, last fragment or start time)
+        self.num_dropped = 0  # fragments lost: with a failed runner, or sampled before a restore
 
     @property
     def num_in_flight(self) -> int:
@@ -61,39 +69,44 @@ class AsyncSampler:
         import ray
 
         self._weights_ref, self._version = ray.put(weights), version
+        self._broadcast += 1
+
+    def forget_in_flight(self) -> None:
+        """Drop the calls in flight (a restore: they sample the old timeline); their fragments count as dropped."""
+        self.num_dropped += len(self._calls)
+        self._calls.clear()
 
     def fetch(self, room: int) -> list[Fragment]:
         """Top the calls up (at most ``room`` more fragments in flight), wait for the first to finish, and return
-        every fragment that is ready. A runner that failed is handled as in synchronous sampling (restarted,
-        or dropped if the config says so); only its in-flight fragments are lost."""
+        every fragment that is ready. A runner that failed or went silent for ``sample_timeout_s`` is handled as
+        in synchronous sampling (restarted, or dropped if the config says so); only its in-flight fragments are
+        lost."""
         import ray
 
         self._top_up(room)
         if not self._calls:
             return []
-        timeout = self.group.config.sample_timeout_s
-        ready, pending = ray.wait(list(self._calls), num_returns=1, timeout=timeout)
+        ready, pending = ray.wait(list(self._calls), num_returns=1, timeout=self._time_to_deadline())
         if pending:
             ready += ray.wait(pending, num_returns=len(pending), timeout=0)[0]
-        if not ready:
-            self._fail_stuck(timeout)
-            return []
         fragments = []
         for ref in ready:
             if ref not in self._calls:
                 continue  # a call of a runner that failed earlier in this loop: already counted as dropped
-            index, actor, _ = self._calls.pop(ref)
+            index, actor = self._calls.pop(ref)
             try:
                 fragments.append(ray.get(ref))
+                self._heard[index] = (actor, time.monotonic())
             except ray.exceptions.RayError as exc:
                 self._runner_failed(index, actor, exc)
+        self._fail_silent()
         return fragments
 
     def _top_up(self, room: int) -> None:
         """Spend ``room`` on new calls, each to the runner holding the fewest (the longest-waiting first), so a
         buffer smaller than runners x requests still keeps every runner busy."""
         counts = [0] * len(self.group.actors)
-        for index, _, _ in self._calls.values():
+        for index, _ in self._calls.values():
             counts[index] += 1
         while room > 0:
             open_runners = [i for i, actor in enumerate(self.group.actors)
@@ -102,28 +115,49 @@ class AsyncSampler:
                 return
             index = min(open_runners, key=lambda i: (counts[i], self._last_call.get(i, 0.0)))
             actor = self.group.actors[index]
-            ref = actor.sample_with.remote(self._weights_ref, None, self._version)
-            self._calls[ref] = (index, actor, time.monotonic())
+            if self._heard.get(index, (None,))[0] is not actor:  # first call: a replacement gets the start-up grace
+                replaced = index in self._heard and self._timeout() != float("inf")
+                self._heard[index] = (actor, time.monotonic() + (self._grace() - self._timeout() if replaced else 0.0))
+            ref = actor.sample_with.remote(self._weights_ref, None, self._version, self._broadcast)
+            self._calls[ref] = (index, actor)
             self._last_call[index] = time.monotonic()
             counts[index] += 1
             room -= 1
+
+    def _timeout(self) -> float:
+        timeout = self.group.config.sample_timeout_s
+        return float("inf") if timeout is None else timeout
+
+    def _grace(self) -> float:
+        return max(120.0, self._timeout())
+
+    def _silent(self) -> list[tuple[int, Any]]:
+        """Runners with calls in flight that have not delivered within their time."""
+        now, busy = time.monotonic(), {index: actor for index, actor in self._calls.values()}
+        return [(index, actor) for index, actor in busy.items()
+                if now - self._heard.get(index, (actor, now))[1] >= self._timeout()]
+
+    def _time_to_deadline(self) -> float | None:
+        if self._timeout() == float("inf"):
+            return None
+        now = time.monotonic()
+        deadlines = [self._heard.get(index, (actor, now))[1] + self._timeout() - now
+                     for index, actor in self._calls.values()]
+        return max(0.0, min(deadlines))
+
+    def _fail_silent(self) -> None:
+        for index, actor in self._silent():
+            self._runner_failed(index, actor, TimeoutError(
+                f"no fragment within sample_timeout_s={self._timeout():g} s"))
 
     def _runner_failed(self, index: int, actor: Any, exc: BaseException) -> None:
         if self.group.actors[index] is not actor:
             self.num_dropped += 1  # an earlier call of the same failed runner: already replaced
             return
-        lost = [ref for ref, (i, a, _) in self._calls.items() if i == index and a is actor]
+        lost = [ref for ref, (i, a) in self._calls.items() if i == index and a is actor]
         for ref in lost:
             del self._calls[ref]
         self.num_dropped += 1 + len(lost)
         self.group._handle_failure(index, exc)
         if self.group.num_healthy == 0:
             raise RunnerFailure(f"every env runner has failed (last: runner {index + 1}: {_one_line(exc)})")
-
-    def _fail_stuck(self, timeout: float | None) -> None:
-        """Nothing finished within ``sample_timeout_s``: the runners with the oldest calls count as failed."""
-        now = time.monotonic()
-        stuck = {(i, a) for i, a, submitted in self._calls.values() if now - submitted >= (timeout or 0)}
-        for index, actor in stuck:
-            self._runner_failed(index, actor, TimeoutError(
-                f"no fragment within sample_timeout_s={timeout:g} s"))

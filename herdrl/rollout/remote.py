@@ -28,6 +28,7 @@ class RemoteEnvRunner(EnvRunner):
         importlib.import_module("herdrl.env.imports").adopt_driver_envs(env_modules, env_creators)
         importlib.import_module("herdrl.env.atari").quiet_in_runners()  # the driver says what needs saying once
         super().__init__(config, worker_index, incarnation, epoch)
+        self._loaded_broadcast: int | None = None
 
     def reseed(self, epoch: int) -> None:
         """The runner's streams (see EnvRunner.reseed), torch's too: this process is the runner's own."""
@@ -40,11 +41,13 @@ class RemoteEnvRunner(EnvRunner):
         return self.observation_space, self.action_space
 
     def sample_with(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None,
-                    version: int | None = None) -> Fragment:
+                    version: int | None = None, broadcast: int | None = None) -> Fragment:
         """Load ``weights`` (and exploration settings), then sample one fragment (one call: a dead actor
-        fails once). With a ``version`` (asynchronous sampling) weights load only when it changed."""
-        if version is None or version != self.weights_version:
+        fails once). Asynchronous sampling: ``version`` is stamped on the fragment, and the weights are copied
+        into the policy only when ``broadcast`` (a count that never repeats) changed."""
+        if broadcast is None or broadcast != self._loaded_broadcast:
             self.set_weights(weights, version)
+            self._loaded_broadcast = broadcast
         self.set_exploration(exploration)
         return self.sample()
 
