@@ -1,15 +1,18 @@
-"""Learning on MinAtar Breakout-v1 with PPO or DQN: herdrl (several seeds) beside SB3 (same settings, budget).
+"""Learning on MinAtar Breakout-v1 with PPO, DQN or APPO: herdrl (several seeds) beside SB3 (same settings, budget).
 
 PPO, both: 8 envs x 128 steps per update, 4 epochs of 4 minibatches of 256, lr 2.5e-4, gamma 0.99, GAE 0.95,
 clip 0.2, entropy 0.01, value 0.5, gradient norm 0.5. DQN, both (SB3's DQN defaults for the rest): 1 env,
 replay 100k, learning from 5,000 steps, a gradient step of 32 every 4 env steps, lr 2.5e-4, target copied every
 1,000 steps, epsilon 1 -> 0.01 over the first 10% of the budget, no double Q, gradient norm 10. The same network
 (MinAtar's: 16 3x3 filters, 128 units; PPO's policy and value heads on one encoder); SB3 gets it as a
-features extractor (its NatureCNN needs 36 pixels). Each run trains for ``--steps`` env steps, each tool in its
-own process; the table shows wall-clock and the mean return of the last 100 training episodes at the end;
+features extractor (its NatureCNN needs 36 pixels). APPO (herdrl only): 1 Ray runner of 8 envs sampling while
+the learner learns, batches of 800, lr 5e-4, entropy 0.01, its other defaults. Each run trains for ``--steps`` env
+steps or ``--seconds`` of wall-clock (herdrl's ``--stop-time``), each tool in its own process; the table shows
+wall-clock and the mean return of the last 100 training episodes at the end;
 ``--plot`` writes herdrl's curves with `herd plot`.
 
-    python benchmarks/minatar_learning.py [--algo ppo|dqn] [--steps 500000] [--seeds 0 1 2] [--sb3-seeds 0]
+    python benchmarks/minatar_learning.py [--algo ppo|dqn|appo ...] [--steps 500000 | --seconds 72] [--seeds 0 1 2]
+        [--sb3-seeds 0]
         [--plot out.png]
 """
 
@@ -29,6 +32,7 @@ HERD = str(Path(sys.executable).parent / "herd")
 DQN_SETTINGS = ["train_batch_size=32", "training_intensity=8", "lr=2.5e-4", "gamma=0.99", "double_q=false",
                 "num_steps_sampled_before_learning_starts=5000", "target_network_update_freq=1000",
                 "replay_buffer_config={capacity: 100000}", "grad_clip=10", "min_sample_timesteps_per_iteration=5000"]
+APPO_SETTINGS = ["num_env_runners=1", "train_batch_size=800", "lr=5e-4", "gamma=0.99", "entropy_coeff=0.01"]
 SETTINGS = ["train_batch_size=1024", "minibatch_size=256", "num_epochs=4", "lr=2.5e-4", "gamma=0.99",
             "lambda_=0.95", "clip_param=0.2", "entropy_coeff=0.01", "vf_loss_coeff=0.5", "grad_clip=0.5"]
 
@@ -70,15 +74,17 @@ print("RESULT", time.time() - start, float(np.mean(returns)), model.num_timestep
 """.replace("ENV_ID", ENV)
 
 
-def herdrl_run(steps: int, seed: int, out: str, algo: str) -> tuple[float, float, int]:
+def herdrl_run(steps: int, seed: int, out: str, algo: str, seconds: float | None = None) -> tuple[float, float, int]:
     start = time.time()
-    settings = SETTINGS if algo == "ppo" else [*DQN_SETTINGS, f"epsilon=[[0, 1.0], [{steps // 10}, 0.01]]"]
-    subprocess.run([HERD, "train", algo, "--env", ENV, "--num-envs-per-env-runner", "8" if algo == "ppo" else "1",
-                    "--seed", str(seed), "--stop-timesteps", str(steps), "--output", out, "--name", "minatar",
+    settings = {"ppo": SETTINGS, "appo": APPO_SETTINGS}.get(
+        algo, [*DQN_SETTINGS, f"epsilon=[[0, 1.0], [{steps // 10}, 0.01]]"])
+    budget = ["--stop-time", str(seconds)] if seconds else ["--stop-timesteps", str(steps)]
+    subprocess.run([HERD, "train", algo, "--env", ENV, "--num-envs-per-env-runner", "1" if algo == "dqn" else "8",
+                    "--seed", str(seed), *budget, "--output", out, "--name", f"minatar-{algo}",
                     "--trial", f"seed{seed}", "--no-tensorboard", "--quiet", "--config", *settings], check=True,
                    stdout=subprocess.DEVNULL)
     elapsed = time.time() - start
-    last = json.loads((Path(out) / "minatar" / f"seed{seed}" / "result.json").read_text().splitlines()[-1])
+    last = json.loads((Path(out) / f"minatar-{algo}" / f"seed{seed}" / "result.json").read_text().splitlines()[-1])
     return elapsed, last["episode_return_mean"], last["num_env_steps_sampled_lifetime"]
 
 
@@ -91,31 +97,34 @@ def sb3_run(steps: int, seed: int, algo: str) -> tuple[float, float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algo", choices=("ppo", "dqn"), default="ppo")
+    parser.add_argument("--algo", choices=("ppo", "dqn", "appo"), nargs="+", default=["ppo"])
+    parser.add_argument("--seconds", type=float, help="a wall-clock budget per herdrl run instead of --steps")
     parser.add_argument("--steps", type=int, default=500_000)
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     parser.add_argument("--sb3-seeds", type=int, nargs="*", default=[0])
     parser.add_argument("--plot", help="write herdrl's learning curves here (PNG)")
     args = parser.parse_args()
-    print(f"{args.algo.upper()} on {ENV}, {args.steps:,} env steps per run")
-    print("| tool | seed | wall-clock, s | env steps | mean return (last 100 episodes) |")
-    print("| --- | --- | --- | --- | --- |")
-    rows: dict[str, list[tuple[float, float]]] = {"herdrl": [], "sb3": []}
+    budget = f"{args.seconds:g} s" if args.seconds else f"{args.steps:,} env steps"
+    print(f"{', '.join(a.upper() for a in args.algo)} on {ENV}, {budget} per run")
+    print("| tool | algorithm | seed | wall-clock, s | env steps | mean return (last 100 episodes) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    rows: dict[str, list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as out:
-        for seed in args.seeds:
-            elapsed, ret, done = herdrl_run(args.steps, seed, out, args.algo)
-            rows["herdrl"].append((elapsed, ret))
-            print(f"| herdrl | {seed} | {elapsed:.0f} | {done:,} | {ret:.1f} |", flush=True)
+        for seed in args.seeds:  # seeds outside, algorithms inside: machine noise hits all alike
+            for algo in args.algo:
+                elapsed, ret, done = herdrl_run(args.steps, seed, out, algo, args.seconds)
+                rows.setdefault(f"herdrl {algo}", []).append((elapsed, ret))
+                print(f"| herdrl | {algo} | {seed} | {elapsed:.0f} | {done:,} | {ret:.1f} |", flush=True)
         if args.plot and args.seeds:
-            subprocess.run([HERD, "plot", str(Path(out) / "minatar"), "--out", args.plot], check=True)
+            subprocess.run([HERD, "plot", str(Path(out) / f"minatar-{args.algo[0]}"), "--out", args.plot], check=True)
         for seed in args.sb3_seeds:
-            elapsed, ret, done = sb3_run(args.steps, seed, args.algo)
-            rows["sb3"].append((elapsed, ret))
-            print(f"| sb3 | {seed} | {elapsed:.0f} | {done:,} | {ret:.1f} |", flush=True)
+            for algo in (a for a in args.algo if a != "appo"):
+                elapsed, ret, done = sb3_run(args.steps, seed, algo)
+                rows.setdefault(f"sb3 {algo}", []).append((elapsed, ret))
+                print(f"| sb3 | {algo} | {seed} | {elapsed:.0f} | {done:,} | {ret:.1f} |", flush=True)
     for tool, values in rows.items():
-        if values:
-            print(f"{tool}: median wall-clock {statistics.median(v[0] for v in values):.0f} s, "
-                  f"median final return {statistics.median(v[1] for v in values):.1f}")
+        print(f"{tool}: median wall-clock {statistics.median(v[0] for v in values):.0f} s, "
+              f"median final return {statistics.median(v[1] for v in values):.1f}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ survivors' optimizer state moved on without it.
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import Any
 
@@ -23,8 +22,6 @@ import torch
 from herdrl.config import AlgorithmConfig
 from herdrl.errors import HerdError
 from herdrl.learner.learner import Learner
-
-logger = logging.getLogger("herdrl")
 
 
 class LearnerFailure(HerdError):
@@ -72,7 +69,7 @@ class RayLearnerGroup:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from herdrl.cluster import ClusterError, connect, disconnect, shipping
+        from herdrl.cluster import ClusterError, connect, shipping
         from herdrl.env import imports
         from herdrl.learner.remote import LearnerActor
         from herdrl.registry import ENCODERS, ENV_CREATORS
@@ -95,14 +92,11 @@ class RayLearnerGroup:
         try:
             ray.get(self._pg.ready(), timeout=max(60.0, config.ray_connect_timeout_s))
         except ray.exceptions.GetTimeoutError:
+            free = ray.available_resources()  # read before stop(), which may shut Ray down
             self.stop()
-            if self._owns_ray:
-                disconnect()
             raise ClusterError(f"the Ray cluster cannot place {count} learners x {cpus:g} CPU"
-                               + (f" x {gpus:g} GPU" if gpus else "") + f" (available: "
-                               f"{ray.available_resources().get('CPU', 0):g} CPU, "
-                               f"{ray.available_resources().get('GPU', 0):g} GPU); lower num_learners or their "
-                               "resources") from None
+                               + (f" x {gpus:g} GPU" if gpus else "") + f" (available: {free.get('CPU', 0):g} "
+                               f"CPU, {free.get('GPU', 0):g} GPU); lower num_learners or their resources") from None
         shipping.ship_by_value([*ENV_CREATORS.values(), *ENCODERS.values()])  # user code travels with the actors
         self.actors = [LearnerActor.options(
             num_cpus=cpus, num_gpus=gpus, max_restarts=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
