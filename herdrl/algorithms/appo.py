@@ -57,9 +57,14 @@ class APPOLearner(IMPALALearner):
         self.old.requires_grad_(False)
         self._trained_since_refresh = 0
 
-    def after_step(self, fragments: list[Fragment]) -> None:
-        """Refresh the old policy when ``target_network_update_freq`` trained env steps have passed."""
-        self._trained_since_refresh += int(sum(f.env_steps for f in fragments))
+    #: Like PPO's epochs: the targets are prepared once per batch, and the clipped ratio to the old policy, computed
+    #: afresh in every pass, bounds how far the passes move the policy.
+    prepare_each_pass = False
+
+    def after_batch(self, fragments: list[Fragment], passes: int) -> None:
+        """Refresh the old policy when ``target_network_update_freq`` trained env steps have passed (between
+        batches, so every pass over a batch is clipped against the same old policy)."""
+        self._trained_since_refresh += passes * int(sum(f.env_steps for f in fragments))
         refreshes, self._trained_since_refresh = divmod(self._trained_since_refresh,
                                                         self.config.target_network_update_freq)
         if refreshes:

@@ -126,20 +126,25 @@ class IMPALALearner(Learner):
         self.optimizer = Adam(self.module.parameters(), lr=self.config.lr)
 
     def update(self, fragments: list[Fragment], passes: int = 1) -> dict[str, float]:
-        """``passes`` gradient steps on the train batch these fragments make, each on V-trace targets and importance
-        weights computed for the policy as it is then (RLlib recomputes them in every loss too); metrics averaged
-        over the passes."""
+        """``passes`` gradient steps on the train batch these fragments make (V-trace prepared per pass, or once:
+        :attr:`prepare_each_pass`); metrics averaged over the passes."""
         sums: dict[str, float] = {}
+        batch = None
         for _ in range(passes):
-            batch = self.prepare(fragments)  # V-trace again each pass: the policy moved since the last
+            if batch is None or self.prepare_each_pass:
+                batch = self.prepare(fragments)
             stats = self.gradient_step(self.optimizer, self.loss, batch, None, self.config.grad_clip or float("inf"))
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + float(value)
-            self.after_step(fragments)
+        self.after_batch(fragments, passes)
         return {key: value / passes for key, value in sums.items()}
 
-    def after_step(self, fragments: list[Fragment]) -> None:
-        """Called after each gradient step (APPO refreshes its old policy here)."""
+    #: IMPALA's policy gradient has no clipping: V-trace's importance weights must follow the policy as it moves,
+    #: so each pass recomputes them (RLlib recomputes them in every loss too).
+    prepare_each_pass = True
+
+    def after_batch(self, fragments: list[Fragment], passes: int) -> None:
+        """Called after the passes over a batch (APPO refreshes its old policy here)."""
 
     def prepare(self, fragments: list[Fragment]) -> dict[str, Any]:
         """The batch with V-trace targets (see :func:`vtrace_batch`)."""
