@@ -33,7 +33,8 @@ def main() -> None:
     import ray
     from ray.rllib.algorithms.appo import APPOConfig
 
-    ray.init(address="local", include_dashboard=False,
+    # RLlib's APPO also starts an aggregator actor per learner (a CPU each): offer enough CPUs that it is placed.
+    ray.init(address="local", include_dashboard=False, num_cpus=max(4, args.num_env_runners + 2),
              _temp_dir=os.path.join(tempfile.gettempdir(), "rllib-appo-ray"))
     config = (APPOConfig().environment("CartPole-v1").env_runners(num_env_runners=args.num_env_runners)
               .debugging(seed=args.seed))
@@ -44,6 +45,7 @@ def main() -> None:
         runners = result.get("env_runners", {})
         mean = runners.get("episode_return_mean", float("nan"))
         steps = result.get("num_env_steps_sampled_lifetime") or runners.get("num_env_steps_sampled_lifetime", 0)
+        print(f"iter steps={steps} return_mean={mean}", flush=True)
         if mean == mean and mean >= args.target:
             solved = time.perf_counter() - START
             break
