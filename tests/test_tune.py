@@ -189,3 +189,24 @@ def test_a_restored_trial_does_not_repeat_its_tensorboard_curve(tmp_path):
         callback.on_experiment_end([])
     events = EventAccumulator(str(tmp_path)).Reload()
     assert [e.step for e in events.Scalars("x")] == [100, 200, 300, 400]
+
+
+def test_a_trial_reserves_and_uses_bundles_for_its_learner_actors(tmp_path):
+    """A trial with 1 runner and 2 learner actors asks Tune for 4 bundles (driver, runner, 2 learners) and places
+    its learners in them: no placement group of their own (PACK, as outside Tune) is made."""
+    import ray
+
+    def own_learner_groups():
+        return sum(pg["strategy"] == "PACK" for pg in ray.util.placement_group_table().values())
+
+    before = own_learner_groups()
+    watcher = CpuWatcher()
+    watcher.start()
+    analysis = tune.run("PPO", config={"env": "CartPole-v1", "train_batch_size": 512, "minibatch_size": 128,
+                                       "num_env_runners": 1, "num_learners": 2},
+                        stop={"training_iteration": 2}, storage_path=tmp_path, name="learners", verbose=0)
+    watcher.done = True
+    watcher.join()
+    assert not analysis.errors and analysis.results_df["training_iteration"].tolist() == [2]
+    assert max(watcher.used) == ray.cluster_resources()["CPU"] == 4  # the trial's 4 bundles
+    assert own_learner_groups() == before
