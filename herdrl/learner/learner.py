@@ -122,15 +122,16 @@ class Learner:
         import torch.distributed as dist
 
         sizes = [p.numel() for p in params]
-        flat = torch.zeros(sum(sizes) + len(params), device=self.device)
+        total = sum(sizes)  # gradients first, then one flag per parameter
+        flat = torch.zeros(total + len(params), device=self.device)
         offset = 0
         for i, (p, size) in enumerate(zip(params, sizes, strict=True)):
             if p.grad is not None:
                 flat[offset:offset + size] = p.grad.reshape(-1)
-                flat[sum(sizes) + i] = 1.0
+                flat[total + i] = 1.0
             offset += size
         dist.all_reduce(flat)
-        computed = flat[sum(sizes):].cpu().tolist()  # one device-to-host read for all the flags
+        computed = flat[total:].cpu().tolist()  # one device-to-host read for all the flags
         offset = 0
         for p, size, flag in zip(params, sizes, computed, strict=True):
             p.grad = flat[offset:offset + size].view_as(p).clone() if flag > 0 else None
