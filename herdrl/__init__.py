@@ -33,6 +33,10 @@ _LAZY = {
     "DQNConfig": "herdrl.algorithms.dqn",
     "SAC": "herdrl.algorithms.sac",
     "SACConfig": "herdrl.algorithms.sac",
+    "TD3": "herdrl.algorithms.td3",
+    "TD3Config": "herdrl.algorithms.td3",
+    "DDPG": "herdrl.algorithms.td3",
+    "DDPGConfig": "herdrl.algorithms.td3",
     "IMPALA": "herdrl.algorithms.impala",
     "IMPALAConfig": "herdrl.algorithms.impala",
     "APPO": "herdrl.algorithms.appo",
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
     from herdrl.algorithms.impala import IMPALA, IMPALAConfig
     from herdrl.algorithms.ppo import PPO, PPOConfig
     from herdrl.algorithms.sac import SAC, SACConfig
+    from herdrl.algorithms.td3 import DDPG, TD3, DDPGConfig, TD3Config
     from herdrl.algorithms.trpo import TRPO, TRPOConfig
     from herdrl.config import AlgorithmConfig
     from herdrl.env.imports import import_envs
@@ -65,6 +70,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["A2C", "A2CConfig", "APPO", "APPOConfig", "Algorithm", "AlgorithmConfig", "AlgorithmNotFound",
-           "ConfigError", "DQN", "DQNConfig", "EnvError", "HerdError", "IMPALA", "IMPALAConfig", "PPO", "PPOConfig",
-           "Policy", "SAC", "SACConfig", "TRPO", "TRPOConfig", "import_envs", "register_encoder", "register_env",
-           "tune", "__version__"]
+           "ConfigError", "DDPG", "DDPGConfig", "DQN", "DQNConfig", "EnvError", "HerdError", "IMPALA",
+           "IMPALAConfig", "PPO", "PPOConfig", "Policy", "SAC", "SACConfig", "TD3", "TD3Config", "TRPO",
+           "TRPOConfig", "import_envs", "register_encoder", "register_env", "tune", "__version__"]

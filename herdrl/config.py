@@ -98,6 +98,7 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "fcnet_activation": "tanh",
     "vf_share_layers": None,  # None: shared for image observations (one CNN), separate otherwise
     "free_log_std": True,  # diagonal Gaussian: state-independent log std (a learned vector)
+    "log_std_init": 0.0,  # its initial value (SB3's log_std_init; the zoo's MuJoCo PPO uses -2)
     # Image observations (herdrl.models.encoders): None picks the Nature-DQN stack (or a small one below 36 px).
     "conv_filters": None,  # [[out_channels, kernel, stride(, padding)], ...]
     "conv_activation": "relu",
@@ -123,6 +124,8 @@ class AlgorithmConfig:
     algo_name: str = ""
     #: Whether N learners can split its updates (TRPO: no, see its learner).
     data_parallel: bool = True
+    #: Whether fragments carry raw observations and rewards (replay buffers normalise each replayed batch).
+    stores_raw_transitions: bool = False
 
     FIELDS: dict[str, Field] = {
         "env": Field(None, (str,), "environment", allow_none=True,
@@ -141,6 +144,15 @@ class AlgorithmConfig:
             doc="steps per env per sample() call; auto: train_batch_size / total envs"),
         "sample_timeout_s": Field(600.0, (float,), "env_runners", low=0, low_open=True, allow_none=True,
                                   doc="a Ray runner that has not returned its fragment by then counts as failed"),
+        "observation_filter": Field("NoFilter", (str,), "env_runners", choices=("NoFilter", "MeanStdFilter"),
+                                    doc="MeanStdFilter: observations normalised by running mean/std merged across "
+                                        "runners (Box leaves that are not images)"),
+        "clip_obs": Field(10.0, (float,), "env_runners", low=0, low_open=True,
+                          doc="normalised observations are clipped to [-clip_obs, clip_obs]"),
+        "norm_reward": Field(False, (bool,), "env_runners",
+                             doc="divide rewards by the running std of the discounted return (SB3's VecNormalize)"),
+        "clip_reward": Field(10.0, (float,), "env_runners", low=0, low_open=True,
+                             doc="scaled rewards are clipped to [-clip_reward, clip_reward]"),
         "num_gpus": Field(0.0, (float,), "resources", low=0, doc="GPUs for the learner in the driver"),
         "num_learners": Field(0, (int,), "learners", low=0,
                               doc="0: learn in the driver; N: N data-parallel learner actors on Ray"),
@@ -412,6 +424,8 @@ class AlgorithmConfig:
         if model["fcnet_activation"] not in ACTIVATIONS:
             raise ConfigError(f"model key 'fcnet_activation' got {model['fcnet_activation']!r}; "
                               f"expected one of {list(ACTIVATIONS)}")
+        if isinstance(model["log_std_init"], bool) or not isinstance(model["log_std_init"], (int, float)):
+            raise ConfigError(f"model key 'log_std_init' got {model['log_std_init']!r}; expected a number")
         if not isinstance(model["free_log_std"], bool):
             raise ConfigError(f"model key 'free_log_std' got {model['free_log_std']!r}; expected bool")
         if model["vf_share_layers"] is not None and not isinstance(model["vf_share_layers"], bool):

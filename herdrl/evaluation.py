@@ -79,6 +79,8 @@ def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, e
         raise EnvError(f"--video '{path}': use a .mp4 or .gif file name")
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame-based renderers: no screen needed
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    if not os.environ.get("DISPLAY"):  # MuJoCo: render off-screen through EGL (GPU or Mesa), no X server needed
+        os.environ.setdefault("MUJOCO_GL", "egl")
     try:
         single = make_single_env(env, env_config, render_mode="rgb_array")
     except gym.error.DependencyNotInstalled as exc:

@@ -10,7 +10,8 @@ float32 clipped to the Box bounds, int8 bits for MultiBinary) — no herdrl need
 
 Dict and Tuple observations are one input per leaf, in the order ``herdrl.obs.leaf_spaces`` gives (Dict keys
 as Gymnasium orders them, Tuple items in order), named ``obs/<path>`` in ONNX (``obs/image``, ``obs/state/pos``,
-``obs/0``); Tuple actions are one output per part in the same flattened order, named ``action/<path>``.
+``obs/0``); Tuple actions are one output per part in the same flattened order, named ``action/<path>``. A run
+with ``observation_filter="MeanStdFilter"`` has its statistics baked into the program: it takes raw observations.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 from torch import nn
 
 from herdrl.errors import HerdError
+from herdrl.filters import ObsNormalizer
 from herdrl.models.distributions import ActionDistribution
 from herdrl.obs import leaf_spaces
 from herdrl.policy import Policy
@@ -66,6 +68,8 @@ class GreedyPolicy(nn.Module):
         super().__init__()
         self.module = policy.module  # any herdrl network: its encoder takes raw observations, greedy() the action
         self.leaf_names = list(policy.obs_spec.leaves)
+        # The run's observation filter, baked in: the program takes raw observations.
+        self.normalize = None if policy.normalizer is None else ObsNormalizer(policy.normalizer, self.leaf_names)
         self.single_obs = policy.obs_spec.single
         self.tuple_actions = isinstance(policy.action_space, gym.spaces.Tuple)
         dist = ActionDistribution(policy.action_space)
@@ -74,6 +78,8 @@ class GreedyPolicy(nn.Module):
 
     def forward(self, *obs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """Greedy env actions for a batch of raw observations (one tensor per leaf, in ``leaf_names`` order)."""
+        if self.normalize is not None:
+            obs = self.normalize(*obs)
         inputs = obs[0] if self.single_obs else dict(zip(self.leaf_names, obs, strict=True))
         action = self.module.greedy(inputs)
         if not self.tuple_actions:

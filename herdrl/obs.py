@@ -119,6 +119,17 @@ def _rebuild(space: gym.Space, leaf: Callable[[str], Any], prefix: str = "") -> 
     return leaf(prefix)
 
 
+def map_leaf_spaces(space: gym.Space, fn: Callable[[str, gym.Space], gym.Space], prefix: str = "") -> gym.Space:
+    """``space`` with each leaf replaced by ``fn(path, leaf)``, Dicts and Tuples rebuilt around them."""
+    if isinstance(space, gym.spaces.Dict):
+        return gym.spaces.Dict({key: map_leaf_spaces(sub, fn, f"{prefix}/{key}" if prefix else str(key))
+                                for key, sub in space.spaces.items()})
+    if isinstance(space, gym.spaces.Tuple):
+        return gym.spaces.Tuple([map_leaf_spaces(sub, fn, f"{prefix}/{i}" if prefix else str(i))
+                                 for i, sub in enumerate(space.spaces)])
+    return fn(prefix, space)
+
+
 def nest(space: gym.Space, flat: dict[str, Any] | Any) -> Any:
     """Leaf name -> value (or one value for a single leaf) back into the space's nested dicts and tuples; what
     custom encoders receive, with tensors as the values."""

@@ -14,19 +14,23 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from herdrl.filters import Normalizer, model_observation_space
 from herdrl.models.distributions import ActionDistribution
 from herdrl.models.encoders import to_torch
 from herdrl.obs import ObsSpec
 
 
 class Policy:
-    """An actor-critic module with the spaces it was trained on."""
+    """A trained module with the spaces it was trained on, and its observation filter if it had one: it takes raw
+    observations and normalises them with the run's statistics (frozen: inference never updates them)."""
 
-    def __init__(self, module: torch.nn.Module, observation_space: gym.Space, action_space: gym.Space) -> None:
+    def __init__(self, module: torch.nn.Module, observation_space: gym.Space, action_space: gym.Space,
+                 normalizer: Normalizer | None = None) -> None:
         self.module = module
         self.observation_space = observation_space
         self.action_space = action_space
         self.obs_spec = ObsSpec(observation_space)
+        self.normalizer = normalizer if normalizer is not None and normalizer.observations else None
         self._actions = ActionDistribution(action_space)
 
     @classmethod
@@ -39,13 +43,22 @@ class Policy:
         obs_space = space_from_json(meta["spaces"]["observation"])
         action_space = space_from_json(meta["spaces"]["action"])
         config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta, makes_env=False))
-        module = config.build_module(obs_space, action_space)
+        module = config.build_module(model_observation_space(obs_space, config), action_space)
+        tensors = read_tensors(meta["path"])
         try:
-            module.load_state_dict(read_tensors(meta["path"])["learner"]["module"])
+            module.load_state_dict(tensors["learner"]["module"])
         except (KeyError, RuntimeError) as exc:
             raise CheckpointError(f"checkpoint '{meta['path']}': weights do not fit its model ({exc})") from None
         module.eval()
-        return cls(module, obs_space, action_space)
+        normalizer = Normalizer(obs_space, config)
+        normalizer.load_state(tensors.get("filters", {}))
+        return cls(module, obs_space, action_space, normalizer)
+
+    def _model_input(self, obs: Any) -> Any:
+        """Stored observations -> tensors the module reads (normalised if the run filtered them)."""
+        if self.normalizer is not None:
+            obs = self.normalizer.normalize(obs)
+        return to_torch(obs, self._device())
 
     def _device(self) -> torch.device:
         return next(self.module.parameters()).device
@@ -54,7 +67,7 @@ class Policy:
     def compute_actions(self, obs_batch: Any, explore: bool = False) -> np.ndarray:
         """Actions for a batch of raw observations (for Dict/Tuple spaces: as a vector env batches them, a dict or
         tuple of batched arrays): env-ready (Discrete offset applied, Box clipped)."""
-        obs = to_torch(self.obs_spec.batch(obs_batch), self._device())
+        obs = self._model_input(self.obs_spec.batch(obs_batch))
         return self._env_actions(self.module.act(obs, explore=explore).cpu().numpy())
 
     def _env_actions(self, actions: np.ndarray) -> Any:
@@ -63,7 +76,7 @@ class Policy:
     def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
         """The action for one observation: an int (Discrete), an array (Box, MultiDiscrete, MultiBinary) or a
         tuple of those (Tuple)."""
-        obs = to_torch(self.obs_spec.one(obs), self._device())
+        obs = self._model_input(self.obs_spec.one(obs))
         return _first(self.action_space, self._env_actions(self.module.act(obs, explore=explore).cpu().numpy()))
 
 

@@ -20,6 +20,8 @@ ALGORITHMS: dict[str, str] = {
     "TRPO": "herdrl.algorithms.trpo:TRPOConfig",
     "DQN": "herdrl.algorithms.dqn:DQNConfig",
     "SAC": "herdrl.algorithms.sac:SACConfig",
+    "TD3": "herdrl.algorithms.td3:TD3Config",
+    "DDPG": "herdrl.algorithms.td3:DDPGConfig",
 }
 
 # Names given to register_env -> creator(env_config) -> gymnasium.Env

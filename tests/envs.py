@@ -205,3 +205,35 @@ class SameStepVectorEnv(gym.vector.VectorEnv):
                                                                                             strict=True)]
         return (np.stack(obs), np.array([r for _, r, *_ in out]), np.array([t for _, _, t, _, _ in out]),
                 np.array([t for _, _, _, t, _ in out]), {})
+
+
+class RecordingPendulum(gym.Wrapper):
+    """Pendulum-v1 that appends every observation it returns (resets included) to a file of its own in
+    ``config["log_dir"]``: the pooled observations a run's normalisation statistics must equal."""
+
+    def __init__(self, config=None):
+        import os
+        import uuid
+
+        super().__init__(gym.make("Pendulum-v1"))
+        self.log = open(os.path.join(config["log_dir"], f"{os.getpid()}-{uuid.uuid4().hex}.txt"), "a")
+
+    def _record(self, obs):
+        self.log.write(" ".join(repr(float(x)) for x in obs) + "\n")
+        self.log.flush()
+        return obs
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self._record(obs), info
+
+    def step(self, action):
+        obs, *rest = self.env.step(action)
+        return (self._record(obs), *rest)
+
+
+def recorded_observations(log_dir):
+    """Every observation the RecordingPendulum copies in ``log_dir`` returned, as one array."""
+    import glob
+
+    return np.concatenate([np.loadtxt(f, ndmin=2) for f in sorted(glob.glob(f"{log_dir}/*.txt"))])

@@ -33,6 +33,7 @@ from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold
 from herdrl.env.imports import env_origin
 from herdrl.errors import ConfigError
+from herdrl.filters import Normalizer, model_observation_space
 from herdrl.learner import Learner
 from herdrl.learner.group import LearnerFailure, make_learner_group
 from herdrl.models.encoders import encoding_differs
@@ -66,9 +67,13 @@ class Algorithm:
         self.observation_space: gym.Space = self.runners.observation_space
         self.action_space: gym.Space = self.runners.action_space
         self.obs_spec = ObsSpec(self.observation_space)
+        # The run's normalisation statistics (herdrl.filters), merged from the runners' fragments; the model reads
+        # filtered leaves as float32.
+        self.normalizer = Normalizer(self.observation_space, config)
         try:
             init_seed = config.seed if config.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
-            self.learners = make_learner_group(config, self.learner_class, self.observation_space,
+            self.learners = make_learner_group(config, self.learner_class,
+                                               model_observation_space(self.observation_space, config),
                                                self.action_space, init_seed)
         except BaseException:
             self.runners.stop()
@@ -77,7 +82,8 @@ class Algorithm:
         self.module = self.learners.module
         self.device = self.learners.device
         self.last_checkpoint: Path | None = None  # written or restored; named when a learner actor fails
-        self.policy = Policy(self.module, self.observation_space, self.action_space)
+        self.policy = Policy(self.module, self.observation_space, self.action_space,
+                             self.normalizer if self.normalizer.active else None)
         self.last_result: dict[str, Any] = {}
         self._evaluator: Any = None
         self.iteration = 0
@@ -111,14 +117,22 @@ class Algorithm:
     def sample(self, exploration: dict[str, Any] | None = None) -> list[Fragment]:
         """Send the current weights (and ``exploration`` settings) to the runners; collect a fragment from each."""
         start = time.perf_counter()
-        fragments = self.runners.sample(self.get_weights(), exploration)
+        fragments = self.runners.sample(self.runner_weights(), exploration)
         self.record(fragments)
         self._iter_sample_time += time.perf_counter() - start
         return fragments
 
+    def runner_weights(self) -> dict[str, Any]:
+        """What runners sample with: the weights, and the merged normalisation statistics if any."""
+        weights = self.get_weights()
+        return {**weights, **self.normalizer.to_weights()} if self.normalizer.active else weights
+
     def record(self, fragments: list[Fragment]) -> None:
-        """Count the fragments' env steps and finished episodes in this iteration's result."""
+        """Count the fragments' env steps and finished episodes in this iteration's result, and merge their
+        normalisation statistics into the run's."""
         for fragment in fragments:
+            if fragment.filter_delta is not None:
+                self.normalizer.merge(fragment.filter_delta)
             self._iter_steps += fragment.env_steps
             self._iter_episodes += len(fragment.episode_returns)
             self._returns.extend(fragment.episode_returns)
@@ -197,8 +211,10 @@ class Algorithm:
         return self.policy.compute_single_action(obs, explore=explore)
 
     def get_policy_state(self) -> dict[str, Any]:
-        """Everything inference needs, as plain data: weights (numpy), spaces (JSON form), model config."""
+        """Everything inference needs, as plain data: weights and normalisation statistics (numpy), spaces (JSON
+        form), model config."""
         return {"weights": self.get_weights(), "model": dict(self.config.model),
+                "filters": self.normalizer.state(),
                 "observation_space": space_to_json(self.observation_space),
                 "action_space": space_to_json(self.action_space)}
 
@@ -238,7 +254,8 @@ class Algorithm:
             "metrics": {k: v for k, v in self.last_result.items() if isinstance(v, (int, float))},
             **env_origin(self.config.env),
         }
-        tensors = {"learner": self.learner_state(), "torch_rng": torch.get_rng_state()}
+        filters = {key: torch.from_numpy(np.asarray(value)) for key, value in self.normalizer.state().items()}
+        tensors = {"learner": self.learner_state(), "torch_rng": torch.get_rng_state(), "filters": filters}
         arrays = self.checkpoint_arrays()
         path = write_checkpoint(Path(checkpoint_dir), meta, tensors, arrays)
         self.last_checkpoint = path
@@ -280,6 +297,7 @@ class Algorithm:
             raise CheckpointError(f"checkpoint '{where}' does not fit this {self.config.algo_name} "
                                   f"(a different model config?): {str(exc).splitlines()[0]}") from None
         torch.set_rng_state(tensors["torch_rng"])
+        self.normalizer.load_state(tensors.get("filters", {}))  # checkpoints before normalisation: none
         counters = meta["counters"]
         self.iteration = counters["training_iteration"]
         self.env_steps_lifetime = counters["num_env_steps_sampled_lifetime"]

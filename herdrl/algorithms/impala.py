@@ -182,7 +182,7 @@ class IMPALA(Algorithm):
         self._broadcast()
 
     def _broadcast(self) -> None:
-        self.sampler.set_weights(self.get_weights(), self.num_updates)
+        self.sampler.set_weights(self.runner_weights(), self.num_updates)
         self.num_broadcasts += 1
 
     def training_step(self) -> dict[str, float]:

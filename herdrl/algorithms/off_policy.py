@@ -32,6 +32,8 @@ class OffPolicyConfig(AlgorithmConfig):
 
     #: Training episodes explore: stop and "solved" use the greedy evaluation metric.
     stop_metric = "evaluation/episode_return_mean"
+    #: The replay buffer holds raw transitions; each replayed batch is normalised with the current statistics.
+    stores_raw_transitions = True
     FIELDS = {
         "evaluation_interval": shared_field("evaluation_interval", 1),
         "replay_buffer_config": Field(REPLAY_DEFAULTS, (dict,), "training",
@@ -50,6 +52,20 @@ class OffPolicyConfig(AlgorithmConfig):
     def validate_algorithm(self) -> None:
         """Replay settings."""
         check_replay_config(self.replay_buffer_config, self.train_batch_size)
+
+
+#: Defaults SAC and TD3 share (SB3's): one env per runner, a gradient step of 256 per env step, soft targets.
+ACTOR_CRITIC_FIELDS = {
+    "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 1),
+    "rollout_fragment_length": shared_field("rollout_fragment_length", 16),
+    "train_batch_size": shared_field("train_batch_size", 256),
+    "lr": shared_field("lr", 1e-3),
+    "gamma": shared_field("gamma", 0.99),
+    "training_intensity": shared_field("training_intensity", 256.0, OffPolicyConfig),  # a step per env step
+    "num_steps_sampled_before_learning_starts": shared_field("num_steps_sampled_before_learning_starts", 100,
+                                                             OffPolicyConfig),
+    "tau": Field(0.005, (float,), "training", low=0, low_open=True, high=1, doc="Polyak factor of the targets"),
+}
 
 
 class OffPolicyLearner(Learner):
@@ -123,6 +139,7 @@ class OffPolicyAlgorithm(Algorithm):
             clock = 0
             for j in range(due):  # the round's env steps, spread evenly over its gradient steps
                 data, slots, weights = self.buffer.sample(cfg.train_batch_size)
+                data = self.normalized(data)
                 # The learner's clock (target updates) moves with each gradient step; steps after the round's last
                 # one reach it with the next round's first (the target is only read by gradient steps).
                 passed = self._pending_clock + new_steps * j // due - clock
@@ -136,6 +153,15 @@ class OffPolicyAlgorithm(Algorithm):
         means = {k: v / updates for k, v in sums.items()} if updates else {}
         return {**means, "num_gradient_updates": updates, "replay_buffer_size": len(self.buffer),
                 **(self.exploration(self.env_steps_lifetime + sampled) or {})}
+
+    def normalized(self, data: dict[str, Any]) -> dict[str, Any]:
+        """A replayed batch of raw transitions as the learner reads it: observations filtered and rewards scaled
+        with the run's current statistics (``herdrl.filters``); as it is without normalisation."""
+        norm = self.normalizer
+        if not norm.active:
+            return data
+        return {**data, "obs": norm.normalize(data["obs"]), "next_obs": norm.normalize(data["next_obs"]),
+                "rewards": norm.scale_rewards(data["rewards"])}
 
     # ------------------------------------------------------------ the buffer in checkpoints
     def checkpoint_arrays(self) -> dict[str, dict[str, np.ndarray]]:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from herdrl.algorithms.dqn import polyak_update
-from herdrl.algorithms.off_policy import OffPolicyAlgorithm, OffPolicyConfig, OffPolicyLearner
+from herdrl.algorithms.off_policy import ACTOR_CRITIC_FIELDS, OffPolicyAlgorithm, OffPolicyConfig, OffPolicyLearner
 from herdrl.config import MODEL_DEFAULTS, Field, shared_field
 from herdrl.errors import ConfigError
 from herdrl.optim import Adam
@@ -22,17 +22,9 @@ class SACConfig(OffPolicyConfig):
 
     algo_name = "SAC"
     FIELDS = {
-        "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 1),
-        "rollout_fragment_length": shared_field("rollout_fragment_length", 16),
-        "train_batch_size": shared_field("train_batch_size", 256),
-        "lr": shared_field("lr", 1e-3),
-        "gamma": shared_field("gamma", 0.99),
+        **ACTOR_CRITIC_FIELDS,
         "model": shared_field("model", {**MODEL_DEFAULTS, "fcnet_hiddens": [256, 256], "fcnet_activation": "relu",
                                         "free_log_std": False}),
-        "training_intensity": shared_field("training_intensity", 256.0, OffPolicyConfig),  # a step per env step
-        "num_steps_sampled_before_learning_starts": shared_field("num_steps_sampled_before_learning_starts", 100,
-                                                                 OffPolicyConfig),
-        "tau": Field(0.005, (float,), "training", low=0, low_open=True, high=1, doc="Polyak factor of the targets"),
         "initial_alpha": Field(1.0, (float,), "training", low=0, low_open=True, doc="initial entropy weight"),
         "target_entropy": Field("auto", (str, float), "training",
                                 doc="entropy of the squashed action in [-1, 1]^d to hold; 'auto': -d"),

@@ -45,7 +45,8 @@ class ActorCritic(LegacyNames):
         head_out = self.dist.num_inputs - (gaussian if self.free_log_std else 0)
         self.pi_head = head(feature_dim, head_out, 0.01)  # small: near-uniform initial policy
         self.vf_head = head(feature_dim, 1, 1.0)
-        self.log_std = nn.Parameter(torch.zeros(gaussian)) if self.free_log_std else None
+        self.log_std = nn.Parameter(torch.full((gaussian,), float(model_config.get("log_std_init", 0.0)))) \
+            if self.free_log_std else None
 
     # ----------------------------------------------------------- learner side
     def forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:

@@ -37,6 +37,21 @@ class QCritic(nn.Module):
         return self.head(self.mlp(torch.cat([self.features(obs), action], dim=-1))).squeeze(-1).float()
 
 
+def check_bounded_box(action_space: gym.Space, algo: str) -> None:
+    """Raise ConfigError unless ``action_space`` is a Box with finite bounds (actions are squashed into them)."""
+    from herdrl.errors import ConfigError
+
+    if not isinstance(action_space, gym.spaces.Box):
+        raise ConfigError(f"{algo} needs Box (continuous) actions; this env has {action_space} (use DQN or PPO)")
+    low64, high64 = action_space.low.astype(np.float64), action_space.high.astype(np.float64)
+    with np.errstate(over="ignore"):  # +-float32 max bounds: their half-range overflows float32
+        finite = np.isfinite(np.float32((high64 - low64) / 2)).all() and np.isfinite(low64).all()
+    if not (finite and np.isfinite(high64).all()):
+        raise ConfigError(f"{algo} squashes actions into the Box bounds, but this env's action space {action_space} "
+                          "is unbounded; wrap the env with gymnasium.wrappers.RescaleAction (or ClipAction) "
+                          "to finite bounds, or use PPO")
+
+
 class SACModule(LegacyNames):
     """Actor (``pi_encoder``/``pi_head`` -> mean and log std) and critics ``q1``, ``q2`` on (obs, action)."""
 
@@ -47,19 +62,8 @@ class SACModule(LegacyNames):
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, model_config: dict,
                  twin_q: bool = True) -> None:
         super().__init__()
-        if not isinstance(action_space, gym.spaces.Box):
-            from herdrl.errors import ConfigError
-
-            raise ConfigError(f"SAC needs Box (continuous) actions; this env has {action_space} (use DQN or PPO)")
+        check_bounded_box(action_space, "SAC")
         low64, high64 = action_space.low.astype(np.float64), action_space.high.astype(np.float64)
-        with np.errstate(over="ignore"):  # +-float32 max bounds: their half-range overflows float32
-            finite = np.isfinite(np.float32((high64 - low64) / 2)).all() and np.isfinite(low64).all()
-        if not (finite and np.isfinite(high64).all()):
-            from herdrl.errors import ConfigError
-
-            raise ConfigError(f"SAC squashes actions into the Box bounds, but this env's action space {action_space} "
-                              "is unbounded; wrap the env with gymnasium.wrappers.RescaleAction (or ClipAction) "
-                              "to finite bounds, or use PPO")
         self.discrete = False
         self.action_dim = int(np.prod(action_space.shape))
         self.pi_encoder = build_encoder(observation_space, model_config)

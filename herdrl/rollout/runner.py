@@ -20,6 +20,7 @@ from herdrl.config import AlgorithmConfig
 from herdrl.env import make_vector_env
 from herdrl.env.atari import life_losses
 from herdrl.errors import EnvError
+from herdrl.filters import Normalizer, RunnerNormalizer, model_observation_space, split_weights
 from herdrl.models.distributions import ActionDistribution
 from herdrl.obs import ObsArray, ObsSpec, obs_map
 
@@ -32,6 +33,9 @@ def _rows(obs: ObsArray) -> Any:
 @dataclass
 class Fragment:
     """``T`` steps of ``B`` envs. ``obs`` has T+1 rows: the last is the observation after the fragment.
+
+    With normalisation (``herdrl.filters``) on, on-policy fragments hold observations and rewards as the runner
+    normalised them; off-policy fragments hold them raw (replayed batches are normalised).
 
     ``valid[t, b]`` is False for the reset-only step that follows an episode end
     (NEXT_STEP autoreset); such steps carry no experience and are masked out.
@@ -48,6 +52,7 @@ class Fragment:
     logp: np.ndarray | None = None  # (T, B) float32: log-probability of each action under the sampling policy
     weights_version: int = -1  # the learner update whose weights sampled it (asynchronous algorithms)
     worker_index: int = 0  # the runner that sampled it (0: in the driver)
+    filter_delta: dict[str, np.ndarray] | None = None  # normalisation statistics of its samples (herdrl.filters)
 
     @property
     def env_steps(self) -> int:
@@ -71,8 +76,12 @@ class EnvRunner:
         self.num_envs = self.env.num_envs
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
-        self.obs_spec = ObsSpec(self.observation_space)
-        self.module = config.build_module(self.observation_space, self.action_space)
+        self.obs_spec = ObsSpec(self.observation_space)  # raw observations, as the env gives them
+        model_space = model_observation_space(self.observation_space, config)
+        self.model_spec = ObsSpec(model_space)  # what the policy reads (filtered leaves as float32)
+        self.module = config.build_module(model_space, self.action_space)
+        self.normalizer = RunnerNormalizer(self.observation_space, config, self.num_envs) \
+            if Normalizer(self.observation_space, config).active else None
         self.module.requires_grad_(False)
         self.actions = ActionDistribution(self.action_space)  # stored layout and env form of actions
         self._with_logp = bool(getattr(config, "behaviour_logp", False))
@@ -97,6 +106,11 @@ class EnvRunner:
         except Exception as exc:
             raise self._env_error(exc) from exc
         self._obs = self.obs_spec.batch(raw_obs)
+        if self.normalizer is not None:  # a new timeline: nothing of the old one is shipped or carried
+            self.normalizer.take_delta()
+            self.normalizer.returns[:] = 0.0
+            self.normalizer.observe(self._obs)
+            self.normalizer.count(self._obs)
         self._reset_next = np.zeros(self.num_envs, dtype=bool)  # next step of env b only resets it
         self._clip_rewards = bool(getattr(self.env, "herd_clip_rewards", False))
         self._episodic_life = bool(getattr(self.env, "herd_episodic_life", False))
@@ -113,9 +127,13 @@ class EnvRunner:
 
     def set_weights(self, weights: dict[str, Any], version: int | None = None) -> None:
         """Load the learner's weights (numpy arrays or CPU tensors) into this runner's policy, in place; ``version``
-        (asynchronous algorithms) is stamped on the fragments sampled with them."""
+        (asynchronous algorithms) is stamped on the fragments sampled with them. Normalisation statistics sent
+        along (``herdrl.filters``) replace the runner's."""
         if version is not None:
             self.weights_version = version
+        weights, stats = split_weights(weights)
+        if stats is not None and self.normalizer is not None:
+            self.normalizer.load(stats)
         own = self.module.state_dict()
         if own.keys() != weights.keys():
             raise ValueError(f"weights have keys {sorted(weights)}, the runner's policy {sorted(own)}")
@@ -124,6 +142,10 @@ class EnvRunner:
             if value.shape != tuple(own[key].shape):
                 raise ValueError(f"weight '{key}' has shape {value.shape}, expected {tuple(own[key].shape)}")
             own[key].numpy()[...] = value  # read-only object-store arrays are fine: we copy out of them
+
+    def normalizer_state(self) -> dict[str, np.ndarray]:
+        """The normalisation statistics this runner normalises with (empty without normalisation)."""
+        return {} if self.normalizer is None else self.normalizer.local.state()
 
     def set_exploration(self, params: dict[str, Any] | None) -> None:
         """Exploration settings the algorithm changes over time (e.g. DQN's ``epsilon``)."""
@@ -148,22 +170,28 @@ class EnvRunner:
         logp = np.empty((steps, envs), dtype=np.float32) if self._with_logp else None
         noise = self.policy.noise(steps, envs)
         obs_map(lambda a, o: np.copyto(a[0], o), obs, self._obs)
+        norm = self.normalizer if self.normalizer is not None and self.normalizer.local.observations else None
+        acting = obs if norm is None else self._acting_storage(obs, steps, envs)  # what the policy reads
+        if norm is not None:
+            norm.local.normalize(self._obs, out=obs_map(lambda a: a[0], acting))
         write, act, to_env, send, recv = self.obs_spec.write, self.policy.act, self.actions.to_env, self._send, \
             self._recv
         # Per part of the envs (all of them, or Atari's two halves), views of every array: view[t] is step t's.
         arrays = (actions, noise, rewards, terminateds, truncateds, lives if lives is not None else rewards,
                   logp if logp is not None else rewards)
-        views = [[_rows(obs_map(lambda a, envs=envs: a[:, envs], obs)), *(a[:, envs] for a in arrays)]
+        views = [[_rows(obs_map(lambda a, envs=envs: a[:, envs], obs)), *(a[:, envs] for a in arrays),
+                  _rows(obs_map(lambda a, envs=envs: a[:, envs], acting))]
                  for envs in self._parts]
 
         in_flight = [False] * len(views)  # parts whose env step was sent and not yet received
 
         def start(part: int, t: int) -> None:  # act for one part of the envs at step t and start their env step
-            obs_rows, part_actions, part_noise = views[part][:3]
+            _, part_actions, part_noise = views[part][:3]
+            acting_rows = views[part][8]
             if logp is None:
-                action = act(obs_rows(t), True, part_noise[t])
+                action = act(acting_rows(t), True, part_noise[t])
             else:  # V-trace needs the sampling policy's log-probabilities
-                action, views[part][7][t] = self.policy.act_logp(obs_rows(t), part_noise[t])
+                action, views[part][7][t] = self.policy.act_logp(acting_rows(t), part_noise[t])
             part_actions[t] = action
             try:
                 send(part, to_env(action))
@@ -172,13 +200,16 @@ class EnvRunner:
             in_flight[part] = True
 
         def finish(part: int, t: int) -> None:  # wait for that step and store what it gave
-            obs_rows, _, _, part_rewards, part_terminateds, part_truncateds, part_lives, _ = views[part]
+            obs_rows, _, _, part_rewards, part_terminateds, part_truncateds, part_lives, _, acting_rows = views[part]
             in_flight[part] = False
             try:
                 raw_obs, part_rewards[t], part_terminateds[t], part_truncateds[t], info = recv(part)
                 write(obs_rows(t + 1), raw_obs)
             except Exception as exc:
                 raise self._env_error(exc) from exc
+            if norm is not None:  # count the new observations, then normalise them for acting
+                norm.observe(obs_rows(t + 1))
+                norm.local.normalize(obs_rows(t + 1), out=acting_rows(t + 1))
             if lives is not None:
                 part_lives[t] = info["lives"]
 
@@ -211,16 +242,31 @@ class EnvRunner:
         np.logical_not(done[:-1], out=valid[1:])
         self._reset_next = done[-1].copy()
         self._check_finite(obs, rewards)
-        fragment = Fragment(obs, actions, rewards, terminateds, truncateds, valid, logp=logp,
+        stored = acting if norm is not None and self.normalizer.scale_fragments else obs
+        fragment = Fragment(stored, actions, rewards, terminateds, truncateds, valid, logp=logp,
                             weights_version=self.weights_version, worker_index=self.worker_index)
         self._collect_episodes(fragment)  # whole games, unclipped rewards: what the user's env scores
         if self._clip_rewards:  # Atari: learn on the reward's sign
             fragment.rewards = np.sign(rewards)
+        if norm is not None:
+            norm.count(obs_map(lambda a: a[1:], obs))  # the observations counted step by step above
+        if self.normalizer is not None:
+            fragment.rewards = self.normalizer.rewards(fragment.rewards, terminateds, truncateds, valid)
+            fragment.filter_delta = self.normalizer.take_delta()
         if lives is not None:  # Atari's episodic life: a lost life ends the episode for learning only
             previous = np.concatenate([self._lives[None], lives[:-1]])
             fragment.terminateds = terminateds | life_losses(lives, previous, done)
             self._lives = lives[-1].copy()
         return fragment
+
+    def _acting_storage(self, obs: ObsArray, steps: int, envs: int) -> ObsArray:
+        """Storage for normalised observations: float32 arrays for filtered leaves; the other leaves are the raw
+        storage itself (nothing to copy)."""
+        acting = self.model_spec.empty((steps + 1, envs))
+        if isinstance(acting, dict):
+            filtered = set(self.normalizer.local.obs_names)
+            acting = {name: value if name in filtered else obs[name] for name, value in acting.items()}
+        return acting
 
     def _check_finite(self, obs: ObsArray, rewards: np.ndarray) -> None:
         leaves = list(obs.values()) if isinstance(obs, dict) else [obs]

@@ -1,0 +1,215 @@
+"""TD3 (Fujimoto et al. 2018) and DDPG (Lillicrap et al. 2016): a deterministic actor and Q critics, on the
+off-policy loop shared with DQN and SAC (``off_policy.py``).
+
+TD3 is DDPG with three fixes, each a key here: twin critics and the smaller of their targets (``twin_q``), a
+delayed actor and target update every ``policy_delay`` critic steps, and clipped Gaussian noise on the target
+action (``target_noise``, ``target_noise_clip``). ``DDPGConfig`` is TD3 with all three off, as in SB3. Runners
+explore with Gaussian noise of std ``exploration_noise`` (a fraction of each action's half-range, SB3's
+``NormalActionNoise``) and act uniformly at random until learning starts (SB3's warm-up).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from herdrl.algorithms.dqn import polyak_update
+from herdrl.algorithms.off_policy import ACTOR_CRITIC_FIELDS, OffPolicyAlgorithm, OffPolicyConfig, OffPolicyLearner
+from herdrl.config import MODEL_DEFAULTS, Field, shared_field
+from herdrl.models.encoders import build_encoder, head, to_torch
+from herdrl.models.numpy_policy import numpy_forward
+from herdrl.models.sac_networks import QCritic, check_bounded_box
+from herdrl.optim import Adam
+
+
+class TD3Config(OffPolicyConfig):
+    """TD3 settings (RLlib's and SB3's names). Defaults follow SB3's TD3."""
+
+    algo_name = "TD3"
+    FIELDS = {
+        **ACTOR_CRITIC_FIELDS,
+        "model": shared_field("model", {**MODEL_DEFAULTS, "fcnet_hiddens": [256, 256], "fcnet_activation": "relu"}),
+        "policy_delay": Field(2, (int,), "training", low=1, doc="critic steps per actor and target update"),
+        "target_noise": Field(0.2, (float,), "training", low=0,
+                              doc="std of the noise on target actions, a fraction of the action half-range"),
+        "target_noise_clip": Field(0.5, (float,), "training", low=0, doc="the target noise is clipped to +-this"),
+        "exploration_noise": Field(0.1, (float,), "training", low=0,
+                                   doc="std of the runners' Gaussian action noise, a fraction of the half-range"),
+        "twin_q": Field(True, (bool,), "training", doc="two critics, the smaller target (TD3's clipped double Q)"),
+    }
+
+    def build_module(self, observation_space: object, action_space: object) -> nn.Module:
+        """Deterministic actor and critics (Box actions only)."""
+        return TD3Module(observation_space, action_space, self.model, twin_q=self.twin_q)
+
+    def runner_policy(self, module: nn.Module, rng: np.random.Generator) -> object:
+        """The actor with Gaussian noise (numpy for MLPs, torch for CNNs)."""
+        return NoisyActor(module, rng, self.exploration_noise)
+
+    @classmethod
+    def algo_class(cls) -> type:
+        """:class:`TD3`."""
+        return TD3
+
+
+class DDPGConfig(TD3Config):
+    """DDPG: TD3 with one critic, no policy delay and no target noise (SB3's DDPG)."""
+
+    algo_name = "DDPG"
+    FIELDS = {
+        "policy_delay": shared_field("policy_delay", 1, TD3Config),
+        "target_noise": shared_field("target_noise", 0.0, TD3Config),
+        "twin_q": shared_field("twin_q", False, TD3Config),
+    }
+
+    @classmethod
+    def algo_class(cls) -> type:
+        """:class:`DDPG`."""
+        return DDPG
+
+
+class TD3Module(nn.Module):
+    """Actor (``pi_encoder``/``pi_head`` -> tanh, scaled to the Box) and critics ``q1`` (and ``q2``)."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, model_config: dict,
+                 twin_q: bool = True) -> None:
+        super().__init__()
+        check_bounded_box(action_space, "TD3")
+        self.discrete = False
+        self.action_dim = int(np.prod(action_space.shape))
+        self.pi_encoder = build_encoder(observation_space, model_config)
+        self.pi_head = head(self.pi_encoder.out_dim, self.action_dim, 0.01)
+        self.q1 = QCritic(observation_space, self.action_dim, model_config)
+        self.q2 = QCritic(observation_space, self.action_dim, model_config) if twin_q else None
+        low, high = action_space.low.astype(np.float64).reshape(-1), action_space.high.astype(np.float64).reshape(-1)
+        self.register_buffer("action_scale", torch.tensor((high - low) / 2, dtype=torch.float32))
+        self.register_buffer("action_bias", torch.tensor((high + low) / 2, dtype=torch.float32))
+
+    def greedy(self, obs: Any) -> torch.Tensor:
+        """The actor's action, in the Box bounds."""
+        return torch.tanh(self.pi_head(self.pi_encoder(obs)).float()) * self.action_scale + self.action_bias
+
+    @torch.no_grad()
+    def act(self, obs: Any, explore: bool = False) -> torch.Tensor:
+        """The deterministic action (exploration noise is the runners' business)."""
+        return self.greedy(obs)
+
+    def q_values(self, obs: Any, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Q1 (and Q2) of actions in the env's units."""
+        return self.q1(obs, action), (self.q2(obs, action) if self.q2 is not None else None)
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        """The actor's parameters."""
+        return [*self.pi_encoder.parameters(), *self.pi_head.parameters()]
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """The critics' parameters."""
+        return [*self.q1.parameters(), *(self.q2.parameters() if self.q2 is not None else [])]
+
+
+class NoisyActor:
+    """The runners' policy: the actor plus Gaussian noise, clipped to the Box; uniform random actions while
+    ``random_actions`` is set (before learning starts)."""
+
+    def __init__(self, module: TD3Module, rng: np.random.Generator, noise_std: float) -> None:
+        self.rng, self.module, self.noise_std = rng, module, noise_std
+        self.action_dim = module.action_dim
+        self.random_actions = False
+        self._numpy = numpy_forward(module.pi_encoder, module.pi_head)
+        self._scale, self._bias = module.action_scale.numpy(), module.action_bias.numpy()
+
+    def noise(self, steps: int, batch: int) -> np.ndarray:
+        """Standard normal noise for a whole fragment."""
+        return self.rng.standard_normal((steps, batch, self.action_dim), dtype=np.float32)
+
+    def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
+        """Actions in the Box bounds (float32)."""
+        if self._numpy is None:  # CNNs, Dict observations
+            with torch.inference_mode():
+                pre = self.module.pi_head(self.module.pi_encoder(to_torch(obs))).float().numpy()
+        else:
+            pre = self._numpy(obs)
+        unit = np.tanh(pre)  # the action in [-1, 1]
+        if explore and self.random_actions:
+            unit = self.rng.uniform(-1.0, 1.0, unit.shape)
+        elif explore:
+            noise = self.noise(1, len(unit))[0] if noise is None else noise
+            unit = np.clip(unit + self.noise_std * noise, -1.0, 1.0)
+        return (unit * self._scale + self._bias).astype(np.float32)
+
+
+class TD3Learner(OffPolicyLearner):
+    """Critics towards the (clipped double-Q, smoothed) target every step; the actor and the targets every
+    ``policy_delay`` steps."""
+
+    config: TD3Config
+    optimizer_names = ("critic_optimizer", "actor_optimizer")
+
+    def setup(self) -> None:
+        """Targets, an Adam each for the critics and the actor, and the step counter of the delay."""
+        super().setup()
+        self.critics = self.module.critic_parameters()
+        self.critic_optimizer = Adam(self.critics, lr=self.config.lr)
+        self.actor_optimizer = Adam(self.module.actor_parameters(), lr=self.config.lr)
+        self.critic_steps = 0
+
+    def replay_step(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:
+        """One critic step; every ``policy_delay``-th also an actor step and a Polyak update of the targets."""
+        critic = self.gradient_step(self.critic_optimizer, self._critic_loss, batch)
+        self.critic_steps += 1
+        metrics = {"critic_loss": float(critic["loss"]), "q_mean": float(critic["q_mean"])}
+        if self.critic_steps % self.config.policy_delay == 0:
+            with self.frozen(self.critics):  # the actor's loss differentiates through the critic, not into it
+                actor = self.gradient_step(self.actor_optimizer, self._actor_loss, batch)
+            polyak_update(self.target, self.module, self.config.tau)
+            metrics["actor_loss"] = float(actor["loss"])
+        return metrics, critic["td_error"]
+
+    def _critic_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        cfg, module = self.config, self.module
+        with torch.no_grad():
+            action = self.target.greedy(batch["next_obs"])
+            if cfg.target_noise > 0:  # target policy smoothing, in units of the half-range
+                noise = (torch.randn_like(action) * cfg.target_noise).clamp(-cfg.target_noise_clip,
+                                                                          cfg.target_noise_clip)
+                low, high = module.action_bias - module.action_scale, module.action_bias + module.action_scale
+                action = torch.max(torch.min(action + noise * module.action_scale, high), low)
+            tq1, tq2 = self.target.q_values(batch["next_obs"], action)
+            target = batch["rewards"] + batch["discounts"] * (torch.min(tq1, tq2) if tq2 is not None else tq1)
+        q1, q2 = module.q_values(batch["obs"], batch["actions"])
+        loss = (batch["weights"] * (q1 - target).pow(2)).mean()
+        if q2 is not None:
+            loss = loss + (batch["weights"] * (q2 - target).pow(2)).mean()
+        return loss, {"loss": loss.detach(), "td_error": (target - q1).detach(), "q_mean": q1.detach().mean()}
+
+    def _actor_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        loss = -self.module.q1(batch["obs"], self.module.greedy(batch["obs"])).mean()
+        return loss, {"loss": loss.detach()}
+
+    def extra_state(self) -> dict:
+        """The targets and the critic steps so far (the delay's phase)."""
+        return {**super().extra_state(), "critic_steps": self.critic_steps}
+
+    def load_extra_state(self, state: dict) -> None:
+        """Inverse of :meth:`extra_state`."""
+        super().load_extra_state(state)
+        self.critic_steps = int(state["critic_steps"])
+
+
+class TD3(OffPolicyAlgorithm):
+    """TD3 on the shared runners: replay in the driver, :class:`TD3Learner` learning from it."""
+
+    config: TD3Config
+    learner_class = TD3Learner
+
+    def exploration(self, env_steps: int) -> dict[str, Any] | None:
+        """Uniform random actions until learning starts, then the actor with Gaussian noise."""
+        return {"random_actions": bool(env_steps < self.config.num_steps_sampled_before_learning_starts)}
+
+
+class DDPG(TD3):
+    """DDPG: :class:`TD3` run with a :class:`DDPGConfig`."""
