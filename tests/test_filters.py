@@ -215,3 +215,22 @@ def test_onnx_of_a_filtered_dict_policy_takes_raw_leaves_and_matches_policy(tmp_
               "obs/signal/1": np.stack([o["signal"][1] for o in observations]).astype(np.int8)}
     assert session.run(None, leaves)[0].tolist() == expected
     assert len(set(expected)) > 1
+
+
+def test_the_seeds_pong_ram_trpo_with_filter_standardises_the_ram_bytes():
+    """The seed's `run_pg.py --env Pong-ram-v0 ... --filter 1`: RAM bytes are standardised, not divided by 255."""
+    pytest.importorskip("ale_py", reason="needs the atari extra")
+    from herdrl import TRPOConfig
+
+    algo = (TRPOConfig().environment("Pong-ram-v0")
+            .env_runners(observation_filter="MeanStdFilter", num_envs_per_env_runner=2)
+            .training(train_batch_size=200).debugging(seed=0)).build()
+    algo.train()
+    stats = algo.normalizer.stats["obs"]
+    assert stats.mean.shape == (128,) and stats.count == 202
+    ram = np.random.default_rng(0).integers(0, 256, (3, 128), dtype=np.uint8)
+    expected = np.clip((ram - stats.mean) / np.sqrt(stats.var + EPSILON), -10, 10).astype(np.float32)
+    with torch.no_grad():
+        greedy = algo.module.greedy(torch.as_tensor(expected)).numpy()
+    assert algo.policy.compute_actions(ram).tolist() == greedy.tolist()
+    algo.stop()
