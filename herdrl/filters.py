@@ -201,7 +201,8 @@ class Normalizer:
         return float(1.0 / np.sqrt(self.stats["reward"].var + EPSILON))
 
     def scale_rewards(self, rewards: np.ndarray) -> np.ndarray:
-        """``rewards`` (any shape) scaled and clipped as the learner sees them."""
+        """``rewards`` (any shape) scaled and clipped as the learner sees them (an off-policy n-step reward is
+        scaled and clipped as one sum)."""
         if not self.rewards:
             return rewards
         return np.clip(rewards * self.reward_scale(), -self.clip_reward, self.clip_reward).astype(np.float32)
@@ -227,14 +228,22 @@ class RunnerNormalizer:
     def __init__(self, space: gym.Space, config: Any, num_envs: int) -> None:
         self.local = Normalizer(space, config)
         self.delta = Normalizer(space, config)
+        self.base: dict[str, Any] = {}  # the run's statistics as last received
         self.gamma = float(config.gamma)
         self.returns = np.zeros(num_envs)
         self.scale_fragments = not getattr(config, "stores_raw_transitions", False)
 
     def load(self, merged: dict[str, Any]) -> None:
         """Take the run's merged statistics (the samples of this runner's shipped deltas are in them)."""
+        self.base = merged
         self.local.load_state(merged)
         self.local.merge(self.delta.state())  # samples not shipped yet (none, between fragments)
+
+    def restart(self) -> None:
+        """A new timeline (reseed, resume): forget the samples not shipped and the running returns."""
+        self.delta.reset()
+        self.local.load_state(self.base)
+        self.returns[:] = 0.0
 
     def observe(self, obs: ObsArray) -> None:
         """Count new raw observations in what the runner normalises with (step by step, as they arrive)."""

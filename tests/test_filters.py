@@ -136,16 +136,23 @@ def test_off_policy_replay_holds_raw_observations_and_normalises_each_batch(tmp_
             .training(num_steps_sampled_before_learning_starts=64, min_sample_timesteps_per_iteration=128,
                       training_intensity=16.0)
             .evaluation(evaluation_interval=None).debugging(seed=0)).build()
+    # What the learner is given: each replayed batch and the run's statistics at that moment.
+    replayed, given = [], []
+    sample, update = algo.buffer.sample, algo.learners.update
+    algo.buffer.sample = lambda n: replayed.append(sample(n)) or replayed[-1]
+    algo.learners.update = lambda data, *rest: given.append((data, algo.normalizer.state())) or update(data, *rest)
     result = algo.train()
-    assert result["num_gradient_updates"] > 0
+    assert result["num_gradient_updates"] == len(given) > 0
     raw = recorded_observations(tmp_path / "log")
     stored = algo.buffer.obs[: len(algo.buffer)]
     assert np.isin(stored[:, 2], raw[:, 2]).all() and np.abs(stored).max() > 1.5  # raw (|thetadot| up to 8)
-    mean, var = pooled_stats(raw)
-    batch = algo.normalized({"obs": stored[:5], "next_obs": stored[:5], "rewards": np.ones(5, np.float32)})
-    np.testing.assert_allclose(batch["obs"], np.clip((stored[:5] - mean) / np.sqrt(var + EPSILON), -10, 10),
-                               rtol=1e-5, atol=1e-6)
-    assert batch["rewards"][0] == pytest.approx(algo.normalizer.reward_scale()) and batch["rewards"][0] != 1.0
+    for (data, _, _), (batch, stats) in zip(replayed, given, strict=True):
+        mean, std = stats["obs/mean"], np.sqrt(stats["obs/m2"] / stats["obs/count"] + EPSILON)
+        for key in ("obs", "next_obs"):
+            np.testing.assert_allclose(batch[key], np.clip((data[key] - mean) / std, -10, 10), rtol=1e-5, atol=1e-6)
+        reward_std = np.sqrt(stats["reward/m2"] / stats["reward/count"] + EPSILON)
+        np.testing.assert_allclose(batch["rewards"], np.clip(data["rewards"] / reward_std, -10, 10), rtol=1e-5)
+    assert reward_std < 0.5 or reward_std > 2  # the scaling is not close to 1: the check above can fail
     algo.stop()
 
 
@@ -161,11 +168,19 @@ def test_every_algorithm_trains_with_normalisation(algo_name):
     if algo_name == "DQN":
         config.training(num_steps_sampled_before_learning_starts=32, min_sample_timesteps_per_iteration=64)
     algo = config.build()
+    runner, rows = algo.runners.runner, []
+    sample = runner.sample
+    runner.sample = lambda *args: rows.append(sample(*args)) or rows[-1]
     result = algo.train()
     key = "obs" if env == "CartPole-v1" else "obs/signal/0"
     assert set(algo.normalizer.stats) == {key, "reward"}
-    assert algo.normalizer.stats[key].count >= result["num_env_steps_sampled"] > 0
+    # Each observation once (every step's, reset-only steps' too, and the two first resets), each real step's
+    # reward once; what the runner normalises with is the run's statistics (plus nothing unshipped).
+    assert algo.normalizer.stats[key].count == sum(f.rewards.size for f in rows) + 2
     assert algo.normalizer.stats["reward"].count == result["num_env_steps_sampled"]
+    runner = algo.runners.runner.normalizer.local.stats
+    assert runner[key].count == algo.normalizer.stats[key].count
+    np.testing.assert_allclose(runner[key].mean, algo.normalizer.stats[key].mean)
     algo.stop()
 
 
@@ -234,3 +249,25 @@ def test_the_seeds_pong_ram_trpo_with_filter_standardises_the_ram_bytes():
         greedy = algo.module.greedy(torch.as_tensor(expected)).numpy()
     assert algo.policy.compute_actions(ram).tolist() == greedy.tolist()
     algo.stop()
+
+
+def test_a_resumed_asynchronous_run_samples_with_the_checkpoints_statistics_and_a_changed_filter_is_refused(
+        tmp_path):
+    from herdrl import APPOConfig
+    from herdrl.checkpoint import CheckpointError
+
+    herdrl.register_env("recording_pendulum", RecordingPendulum)
+    (tmp_path / "log").mkdir()
+    algo = (APPOConfig().environment("recording_pendulum", env_config={"log_dir": str(tmp_path / "log")})
+            .env_runners(observation_filter="MeanStdFilter", num_envs_per_env_runner=2, rollout_fragment_length=32)
+            .training(train_batch_size=64).debugging(seed=0)).build()
+    algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    saved = algo.normalizer.stats["obs"].count
+    algo.stop()
+    resumed = herdrl.Algorithm.from_checkpoint(path)
+    # Before any new sample: the runner has the checkpoint's statistics plus its own two fresh resets.
+    assert resumed.runners.runner.normalizer.local.stats["obs"].count == saved + 2
+    resumed.stop()
+    with pytest.raises(CheckpointError, match="observation_filter='MeanStdFilter', this config has 'NoFilter'"):
+        herdrl.Algorithm.from_checkpoint(path, observation_filter="NoFilter")

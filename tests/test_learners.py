@@ -97,8 +97,8 @@ def test_a_killed_learner_is_one_line_and_the_run_resumes_from_its_checkpoint(tm
 
 
 def test_a2c_and_sac_split_their_updates_between_two_learners():
-    """A2C: the 2-learner step equals the 1-learner step; SAC (three losses, noise drawn per rank): ranks stay
-    identical and the run learns on."""
+    """A2C: the 2-learner step equals the 1-learner step; SAC (three losses, noise drawn per rank, normalised
+    batches): ranks stay identical and the run learns on."""
     config = A2CConfig().environment("CartPole-v1").learners(num_learners=2).debugging(seed=0)
     config.validate()
     runner = EnvRunner(config)
@@ -110,10 +110,12 @@ def test_a2c_and_sac_split_their_updates_between_two_learners():
     assert _max_diff(one.get_weights(), group.get_weights()) < 1e-6
     group.stop()
     algo = (SACConfig().environment("Pendulum-v1").learners(num_learners=2)
+            .env_runners(observation_filter="MeanStdFilter", norm_reward=True)  # normalised replayed batches
             .training(min_sample_timesteps_per_iteration=132, num_steps_sampled_before_learning_starts=100,
                       train_batch_size=64, model={"fcnet_hiddens": [32, 32]}).debugging(seed=0).build())
     result = algo.train()
     assert result["num_gradient_updates"] >= 16 and np.isfinite(result["critic_loss"])
+    assert algo.normalizer.stats["obs"].count == 133  # every sampled observation and the first reset
     ranks = algo.learners.call("state")
     assert _max_diff(ranks[0]["module"], ranks[1]["module"]) == 0.0 and ranks[0]["log_alpha"] == ranks[1]["log_alpha"]
     algo.stop()

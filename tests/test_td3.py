@@ -64,7 +64,39 @@ def test_runner_explores_with_clipped_noise_and_at_random_before_learning():
     # Noise of std 0.2 half-ranges (= 0.4 here) around the greedy action, clipped at the bounds (5 std away).
     inside = np.abs(noisy) < 2.0
     assert abs(np.std(noisy[inside] - greedy) - 0.4) < 0.03
+    explored = algo.policy.compute_actions(obs, explore=True)[:, 0]  # Policy and evaluation explore the same way
+    assert abs(np.std(explored - greedy) - 0.4) < 0.03
     policy.random_actions = True
     uniform = policy.act(obs)[:, 0]
     assert abs(uniform.mean()) < 0.1 and abs(uniform.var() - 4.0 / 3.0) < 0.15  # U(-2, 2)
+    algo.stop()
+
+
+def test_critic_target_is_the_smaller_target_q_of_the_smoothed_target_action():
+    from herdrl.algorithms.td3 import TD3Learner
+
+    config = TD3Config().environment("Pendulum-v1").training(target_noise=0.0, **SMALL)
+    algo = config.build()
+    learner: TD3Learner = algo.learner
+    with torch.no_grad():  # targets unlike the online networks, so min/max and online/target mix-ups show
+        for p in learner.target.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    rng = np.random.default_rng(0)
+    batch = {"obs": torch.as_tensor(rng.normal(size=(16, 3)), dtype=torch.float32),
+             "next_obs": torch.as_tensor(rng.normal(size=(16, 3)), dtype=torch.float32),
+             "actions": torch.as_tensor(rng.uniform(-2, 2, (16, 1)), dtype=torch.float32),
+             "rewards": torch.as_tensor(rng.normal(size=16), dtype=torch.float32),
+             "discounts": torch.full((16,), 0.99), "weights": torch.ones(16)}
+    with torch.no_grad():
+        next_action = torch.tanh(learner.target.pi_head(learner.target.pi_encoder(batch["next_obs"]))) * 2.0
+        q1 = learner.target.q1(batch["next_obs"], next_action)
+        q2 = learner.target.q2(batch["next_obs"], next_action)
+        expected = batch["rewards"] + 0.99 * torch.minimum(q1, q2)
+        online = learner.module.q1(batch["obs"], batch["actions"])
+    _, parts = learner._critic_loss(batch)
+    assert (q1 != q2).all()
+    torch.testing.assert_close(parts["td_error"], expected - online)
+    learner.config.target_noise = 0.5  # smoothing moves the target action, so the target
+    _, smoothed = learner._critic_loss(batch)
+    assert not torch.allclose(smoothed["td_error"], parts["td_error"])
     algo.stop()

@@ -6,6 +6,7 @@ update, return the learner's metrics); everything else lives here.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import deque
@@ -42,6 +43,8 @@ from herdrl.policy import Policy
 from herdrl.rollout import Fragment
 from herdrl.rollout.group import make_runner_group
 
+logger = logging.getLogger("herdrl")
+
 #: Episodes the running ``episode_return_mean`` averages over (DESIGN.md, Definitions).
 EPISODE_WINDOW = 100
 
@@ -70,6 +73,9 @@ class Algorithm:
         # The run's normalisation statistics (herdrl.filters), merged from the runners' fragments; the model reads
         # filtered leaves as float32.
         self.normalizer = Normalizer(self.observation_space, config)
+        if config.observation_filter == "MeanStdFilter" and not self.normalizer.observations:
+            logger.warning("herdrl: observation_filter=MeanStdFilter has nothing to filter in %s (it normalises "
+                           "Box leaves that are not images)", self.observation_space)
         try:
             init_seed = config.seed if config.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
             self.learners = make_learner_group(config, self.learner_class,
@@ -214,8 +220,10 @@ class Algorithm:
         """Everything inference needs, as plain data: weights and normalisation statistics (numpy), spaces (JSON
         form), model config."""
         return {"weights": self.get_weights(), "model": dict(self.config.model),
-                "filters": self.normalizer.state(),
-                "observation_space": space_to_json(self.observation_space),
+                "filters": self.normalizer.state(), "observation_filter": self.config.observation_filter,
+                "clip_obs": self.config.clip_obs, "observation_space": space_to_json(self.observation_space),
+                "model_observation_space": space_to_json(model_observation_space(self.observation_space,
+                                                                                 self.config)),
                 "action_space": space_to_json(self.action_space)}
 
     # --------------------------------------------------------- checkpoints
@@ -290,14 +298,16 @@ class Algorithm:
                                   f"{meta.get('format_version', 1)}) for observations today's encoders read "
                                   "differently: load it with Algorithm.from_checkpoint (or herd train --resume), "
                                   "or set model obs_encoding='flat'")
+        self._check_normalisation(meta)
         tensors = read_tensors(where)
+        # The statistics first: loading the learner state of an asynchronous algorithm broadcasts them.
+        self.normalizer.load_state(tensors.get("filters", {}))  # checkpoints before normalisation: none
         try:
             self.load_learner_state(tensors["learner"])
         except (KeyError, RuntimeError, ValueError) as exc:
             raise CheckpointError(f"checkpoint '{where}' does not fit this {self.config.algo_name} "
                                   f"(a different model config?): {str(exc).splitlines()[0]}") from None
         torch.set_rng_state(tensors["torch_rng"])
-        self.normalizer.load_state(tensors.get("filters", {}))  # checkpoints before normalisation: none
         counters = meta["counters"]
         self.iteration = counters["training_iteration"]
         self.env_steps_lifetime = counters["num_env_steps_sampled_lifetime"]
@@ -310,6 +320,19 @@ class Algorithm:
         self.load_checkpoint_arrays(Path(where))
         self.last_checkpoint = Path(where)
         self.runners.reseed(self.iteration)  # a resumed run must not replay the episodes and noise it began with
+
+    def _check_normalisation(self, meta: dict[str, Any]) -> None:
+        """A policy trained on normalised observations reads nothing else: refuse a config that normalises
+        differently from the checkpoint's (its weights would load and silently read other inputs)."""
+        saved = meta["config"]
+        keys = [key for key, default in (("observation_filter", "NoFilter"), ("clip_obs", 10.0),
+                                         ("norm_reward", False))
+                if saved.get(key, default) != getattr(self.config, key)]
+        if keys:
+            key = keys[0]
+            raise CheckpointError(f"checkpoint '{meta['path']}' was trained with {key}="
+                                  f"{saved.get(key)!r}, this config has {getattr(self.config, key)!r}: "
+                                  f"resume with the same {key}")
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, **config_overrides: Any) -> Algorithm:

@@ -44,7 +44,8 @@ class TD3Config(OffPolicyConfig):
 
     def build_module(self, observation_space: object, action_space: object) -> nn.Module:
         """Deterministic actor and critics (Box actions only)."""
-        return TD3Module(observation_space, action_space, self.model, twin_q=self.twin_q)
+        return TD3Module(observation_space, action_space, self.model, twin_q=self.twin_q,
+                         exploration_noise=self.exploration_noise, algo=self.algo_name)
 
     def runner_policy(self, module: nn.Module, rng: np.random.Generator) -> object:
         """The actor with Gaussian noise (numpy for MLPs, torch for CNNs)."""
@@ -76,9 +77,10 @@ class TD3Module(nn.Module):
     """Actor (``pi_encoder``/``pi_head`` -> tanh, scaled to the Box) and critics ``q1`` (and ``q2``)."""
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, model_config: dict,
-                 twin_q: bool = True) -> None:
+                 twin_q: bool = True, exploration_noise: float = 0.1, algo: str = "TD3") -> None:
         super().__init__()
-        check_bounded_box(action_space, "TD3")
+        check_bounded_box(action_space, algo)
+        self.exploration_noise = exploration_noise
         self.discrete = False
         self.action_dim = int(np.prod(action_space.shape))
         self.pi_encoder = build_encoder(observation_space, model_config)
@@ -95,8 +97,12 @@ class TD3Module(nn.Module):
 
     @torch.no_grad()
     def act(self, obs: Any, explore: bool = False) -> torch.Tensor:
-        """The deterministic action (exploration noise is the runners' business)."""
-        return self.greedy(obs)
+        """The actor's action, with the runners' Gaussian noise (clipped to the Box) when ``explore``."""
+        action = self.greedy(obs)
+        if not explore:
+            return action
+        noisy = action + torch.randn_like(action) * self.exploration_noise * self.action_scale
+        return torch.max(torch.min(noisy, self.action_bias + self.action_scale), self.action_bias - self.action_scale)
 
     def q_values(self, obs: Any, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Q1 (and Q2) of actions in the env's units."""

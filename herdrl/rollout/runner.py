@@ -107,8 +107,7 @@ class EnvRunner:
             raise self._env_error(exc) from exc
         self._obs = self.obs_spec.batch(raw_obs)
         if self.normalizer is not None:  # a new timeline: nothing of the old one is shipped or carried
-            self.normalizer.take_delta()
-            self.normalizer.returns[:] = 0.0
+            self.normalizer.restart()
             self.normalizer.observe(self._obs)
             self.normalizer.count(self._obs)
         self._reset_next = np.zeros(self.num_envs, dtype=bool)  # next step of env b only resets it
