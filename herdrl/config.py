@@ -99,6 +99,12 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "vf_share_layers": None,  # None: shared for image observations (one CNN), separate otherwise
     "free_log_std": True,  # diagonal Gaussian: state-independent log std (a learned vector)
     "log_std_init": 0.0,  # its initial value (SB3's log_std_init; the zoo's MuJoCo PPO uses -2)
+    # Recurrent policies (herdrl.models.recurrent): an LSTM between the encoder and the heads.
+    "use_lstm": False,
+    "lstm_cell_size": 256,
+    "max_seq_len": 20,  # steps per training sequence (truncated backpropagation through time)
+    "lstm_use_prev_action": False,  # not built yet: refused with a clear error
+    "lstm_use_prev_reward": False,
     # Image observations (herdrl.models.encoders): None picks the Nature-DQN stack (or a small one below 36 px).
     "conv_filters": None,  # [[out_channels, kernel, stride(, padding)], ...]
     "conv_activation": "relu",
@@ -124,6 +130,8 @@ class AlgorithmConfig:
     algo_name: str = ""
     #: Whether N learners can split its updates (TRPO: no, see its learner).
     data_parallel: bool = True
+    #: Whether ``model={"use_lstm": True}`` is supported (on-policy algorithms that unroll sequences).
+    supports_lstm: bool = False
     #: Whether fragments carry raw observations and rewards (replay buffers normalise each replayed batch).
     stores_raw_transitions: bool = False
 
@@ -405,6 +413,8 @@ class AlgorithmConfig:
             raise ConfigError(f"num_gpus={self.num_gpus:g} is the GPU of the learner in the driver, and with "
                               f"num_learners={self.num_learners} the learners are actors: set num_gpus_per_learner "
                               "instead")
+        if self.model["use_lstm"] and not self.supports_lstm:
+            raise ConfigError(f"model use_lstm is not supported by {self.algo_name} yet; use PPO or A2C")
         minibatch = getattr(self, "minibatch_size", None)
         if self.num_learners > 1 and minibatch is not None and minibatch < 2 * self.num_learners:
             raise ConfigError(f"minibatch_size={minibatch} is too small to split between {self.num_learners} "
@@ -426,6 +436,15 @@ class AlgorithmConfig:
                               f"expected one of {list(ACTIVATIONS)}")
         if isinstance(model["log_std_init"], bool) or not isinstance(model["log_std_init"], (int, float)):
             raise ConfigError(f"model key 'log_std_init' got {model['log_std_init']!r}; expected a number")
+        for key in ("use_lstm", "lstm_use_prev_action", "lstm_use_prev_reward"):
+            if not isinstance(model[key], bool):
+                raise ConfigError(f"model key '{key}' got {model[key]!r}; expected bool")
+        for key in ("lstm_cell_size", "max_seq_len"):
+            if not _positive_int(model[key]):
+                raise ConfigError(f"model key '{key}' got {model[key]!r}; expected an int > 0")
+        if model["lstm_use_prev_action"] or model["lstm_use_prev_reward"]:
+            raise ConfigError("model keys lstm_use_prev_action/lstm_use_prev_reward are not supported yet: the LSTM "
+                              "reads the encoded observation only")
         if not isinstance(model["free_log_std"], bool):
             raise ConfigError(f"model key 'free_log_std' got {model['free_log_std']!r}; expected bool")
         if model["vf_share_layers"] is not None and not isinstance(model["vf_share_layers"], bool):
@@ -485,6 +504,10 @@ class AlgorithmConfig:
         """The network this algorithm learns (an actor-critic by default); runners build the same."""
         from herdrl.models import ActorCritic
 
+        if self.model["use_lstm"]:
+            from herdrl.models.recurrent import RecurrentActorCritic
+
+            return RecurrentActorCritic(observation_space, action_space, self.model)
         return ActorCritic(observation_space, action_space, self.model)
 
     def runner_policy(self, module: Any, rng: Any) -> Any:

@@ -46,8 +46,12 @@ class Evaluator:
         returns = np.zeros(self.episodes)
         lengths = np.zeros(self.episodes, dtype=np.int64)
         running = np.ones(self.episodes, dtype=bool)
+        state = policy.initial_state(self.episodes)  # recurrent policies: one state per episode, carried
         for _ in range(max_steps or 1_000_000):  # 1M: a bound even for an env that never ends
-            actions = policy.compute_actions(obs, explore=explore)
+            if policy.recurrent:
+                actions, state = policy.compute_actions(obs, explore=explore, state=state)
+            else:
+                actions = policy.compute_actions(obs, explore=explore)
             obs, reward, terminated, truncated, _ = self.env.step(actions)
             returns += np.where(running, reward, 0.0)
             lengths += running
@@ -97,8 +101,13 @@ def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, e
             obs, _ = single.reset(seed=None if seed is None else seed + episode)
             frames.append(single.render())
             total, length, done = 0.0, 0, False
+            state = policy.initial_state()
             while not done:
-                obs, reward, terminated, truncated, _ = single.step(policy.compute_single_action(obs, explore))
+                if policy.recurrent:
+                    action, state = policy.compute_single_action(obs, explore, state)
+                else:
+                    action = policy.compute_single_action(obs, explore)
+                obs, reward, terminated, truncated, _ = single.step(action)
                 frames.append(single.render())
                 total, length, done = total + float(reward), length + 1, terminated or truncated
                 if len(frames) > MAX_VIDEO_FRAMES:  # frames are held in memory until written

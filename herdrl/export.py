@@ -10,7 +10,9 @@ float32 clipped to the Box bounds, int8 bits for MultiBinary) — no herdrl need
 
 Dict and Tuple observations are one input per leaf, in the order ``herdrl.obs.leaf_spaces`` gives (Dict keys
 as Gymnasium orders them, Tuple items in order), named ``obs/<path>`` in ONNX (``obs/image``, ``obs/state/pos``,
-``obs/0``); Tuple actions are one output per part in the same flattened order, named ``action/<path>``. A run
+``obs/0``); Tuple actions are one output per part in the same flattened order, named ``action/<path>``. A
+recurrent policy also takes its state ``(batch, 2, lstm_cell_size)`` (``state_in``, zeros at an episode's start)
+after the observations and returns the next one (``state_out``) after the actions. A run
 with ``observation_filter="MeanStdFilter"`` has its statistics baked into the program: it takes raw observations.
 """
 
@@ -70,6 +72,7 @@ class GreedyPolicy(nn.Module):
         self.leaf_names = list(policy.obs_spec.leaves)
         # The run's observation filter, baked in: the program takes raw observations.
         self.normalize = None if policy.normalizer is None else ObsNormalizer(policy.normalizer, self.leaf_names)
+        self.recurrent = policy.recurrent  # then the last input is the state, and the last output the next one
         self.single_obs = policy.obs_spec.single
         self.tuple_actions = isinstance(policy.action_space, gym.spaces.Tuple)
         dist = ActionDistribution(policy.action_space)
@@ -77,35 +80,49 @@ class GreedyPolicy(nn.Module):
         self.parts = nn.ModuleList(_EnvAction(space) for space in dist.parts)
 
     def forward(self, *obs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        """Greedy env actions for a batch of raw observations (one tensor per leaf, in ``leaf_names`` order)."""
+        """Greedy env actions for a batch of raw observations (one tensor per leaf, in ``leaf_names`` order);
+        a recurrent policy takes its state ``(batch, 2, H)`` after them and returns the next state last."""
+        state = None
+        if self.recurrent:
+            *obs, state = obs
         if self.normalize is not None:
             obs = self.normalize(*obs)
         inputs = obs[0] if self.single_obs else dict(zip(self.leaf_names, obs, strict=True))
-        action = self.module.greedy(inputs)
+        if state is None:
+            action = self.module.greedy(inputs)
+        else:
+            action, state = self.module.greedy_step(inputs, state)
         if not self.tuple_actions:
-            return self.parts[0](action)
-        columns = torch.split(action, self.widths, dim=-1)
-        return tuple(part(c) for part, c in zip(self.parts, columns, strict=True))
+            outputs = (self.parts[0](action),)
+        else:
+            columns = torch.split(action, self.widths, dim=-1)
+            outputs = tuple(part(c) for part, c in zip(self.parts, columns, strict=True))
+        if state is not None:
+            return (*outputs, state)
+        return outputs if self.tuple_actions else outputs[0]
 
 
 def input_names(policy: Policy) -> list[str]:
     """The exported program's input names: ``obs``, or ``obs/<leaf path>`` for Dict/Tuple observations."""
-    return ["obs"] if policy.obs_spec.single else [f"obs/{name}" for name in policy.obs_spec.leaves]
+    names = ["obs"] if policy.obs_spec.single else [f"obs/{name}" for name in policy.obs_spec.leaves]
+    return names + (["state_in"] if policy.recurrent else [])
 
 
 def output_names(policy: Policy) -> list[str]:
     """``action``, or ``action/<part path>`` for Tuple actions."""
     space = policy.action_space
-    return ["action"] if not isinstance(space, gym.spaces.Tuple) else [f"action/{n}" for n in leaf_spaces(space)]
+    names = ["action"] if not isinstance(space, gym.spaces.Tuple) else [f"action/{n}" for n in leaf_spaces(space)]
+    return names + (["state_out"] if policy.recurrent else [])
 
 
 def example_obs(policy: Policy, batch: int = 2) -> tuple[torch.Tensor, ...]:
     """A batch of observations of the stored dtypes (float32, uint8 frames, int64 indices) and shapes, one tensor
-    per observation leaf (one tensor for a plain space)."""
+    per observation leaf (one tensor for a plain space), and a recurrent policy's initial state after them."""
     space = policy.observation_space
     stored = policy.obs_spec.batch(_stack([space.sample() for _ in range(batch)], space))
     leaves = [stored] if policy.obs_spec.single else [stored[name] for name in policy.obs_spec.leaves]
-    return tuple(torch.as_tensor(leaf) for leaf in leaves)
+    state = [policy.initial_state(batch)] if policy.recurrent else []
+    return tuple(torch.as_tensor(leaf) for leaf in leaves + state)
 
 
 def _stack(samples: list, space: gym.Space):

@@ -3,6 +3,11 @@
     from herdrl.policy import Policy
     policy = Policy.from_checkpoint("results/CartPole-v1/PPO_.../checkpoint_000060")
     action = policy.compute_single_action(obs)
+
+A recurrent policy (``model={"use_lstm": True}``) takes and returns its state::
+
+    state = policy.initial_state()                     # zeros: an episode's start
+    action, state = policy.compute_single_action(obs, state=state)
 """
 
 from __future__ import annotations
@@ -31,7 +36,14 @@ class Policy:
         self.action_space = action_space
         self.obs_spec = ObsSpec(observation_space)
         self.normalizer = normalizer if normalizer is not None and normalizer.observations else None
+        #: Whether the module carries a state (an LSTM): actions then come with the next state.
+        self.recurrent = bool(getattr(module, "recurrent", False))
         self._actions = ActionDistribution(action_space)
+
+    def initial_state(self, batch: int = 1) -> np.ndarray | None:
+        """The state entering an episode's first step, ``(batch, 2, lstm_cell_size)`` zeros; None when the
+        policy is not recurrent."""
+        return self.module.initial_state(batch).cpu().numpy() if self.recurrent else None
 
     @classmethod
     def from_checkpoint(cls, path: str | Path) -> Policy:
@@ -64,20 +76,43 @@ class Policy:
         return next(self.module.parameters()).device
 
     @torch.no_grad()
-    def compute_actions(self, obs_batch: Any, explore: bool = False) -> np.ndarray:
+    def compute_actions(self, obs_batch: Any, explore: bool = False, state: np.ndarray | None = None) -> Any:
         """Actions for a batch of raw observations (for Dict/Tuple spaces: as a vector env batches them, a dict or
-        tuple of batched arrays): env-ready (Discrete offset applied, Box clipped)."""
+        tuple of batched arrays): env-ready (Discrete offset applied, Box clipped). A recurrent policy returns
+        ``(actions, next_state)`` and starts from zeros when ``state`` is None."""
         obs = self._model_input(self.obs_spec.batch(obs_batch))
-        return self._env_actions(self.module.act(obs, explore=explore).cpu().numpy())
+        if not self.recurrent:
+            return self._env_actions(self.module.act(obs, explore=explore).cpu().numpy())
+        actions, state = self._recurrent_act(obs, explore, state)
+        return self._env_actions(actions), state
+
+    def _recurrent_act(self, obs: Any, explore: bool, state: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        batch = len(next(iter(obs.values())) if isinstance(obs, dict) else obs)
+        state_in = self.module.initial_state(batch) if state is None else torch.as_tensor(
+            np.asarray(state, np.float32), device=self._device())
+        out, state_out = self.module.step(obs, state_in)
+        dist_inputs = self.module._with_log_std(self.module.pi_head(out))
+        if explore:
+            noise = torch.from_numpy(self.module.dist.draw_noise(np.random.default_rng(), 1, batch)[0])
+            actions = self.module.act_with_noise(dist_inputs, noise.to(dist_inputs.device))
+        else:
+            actions = self.module.act_with_noise(dist_inputs, None)
+        return actions.cpu().numpy(), state_out.cpu().numpy()
 
     def _env_actions(self, actions: np.ndarray) -> Any:
         return self._actions.to_env(actions)
 
-    def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
+    @torch.no_grad()
+    def compute_single_action(self, obs: Any, explore: bool = False, state: np.ndarray | None = None) -> Any:
         """The action for one observation: an int (Discrete), an array (Box, MultiDiscrete, MultiBinary) or a
-        tuple of those (Tuple)."""
+        tuple of those (Tuple). A recurrent policy returns ``(action, next_state)`` (state ``(2, H)`` or
+        ``(1, 2, H)``; None: an episode's start)."""
         obs = self._model_input(self.obs_spec.one(obs))
-        return _first(self.action_space, self._env_actions(self.module.act(obs, explore=explore).cpu().numpy()))
+        if not self.recurrent:
+            return _first(self.action_space, self._env_actions(self.module.act(obs, explore=explore).cpu().numpy()))
+        state = None if state is None else np.asarray(state, np.float32).reshape(1, 2, -1)
+        actions, state = self._recurrent_act(obs, explore, state)
+        return _first(self.action_space, self._env_actions(actions)), state[0]
 
 
 def _first(space: gym.Space, batch: Any) -> Any:

@@ -18,13 +18,14 @@ from herdrl.errors import ConfigError
 from herdrl.learner import Learner
 from herdrl.optim import RMSprop
 from herdrl.rollout import Fragment
-from herdrl.rollout.batch import on_policy_batch
+from herdrl.rollout.batch import forward_flat, learner_batch, normalize_advantages
 
 
 class A2CConfig(AlgorithmConfig):
     """A2C settings; defaults follow the rl-baselines3-zoo CartPole-v1 settings (8 envs x 5 steps per update)."""
 
     algo_name = "A2C"
+    supports_lstm = True
     FIELDS = {
         "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 8),
         "rollout_fragment_length": shared_field("rollout_fragment_length", 5),
@@ -74,10 +75,9 @@ class A2CLearner(Learner):
     def update(self, fragments: list[Fragment]) -> dict[str, float]:
         """One gradient step on the batch the fragments make."""
         cfg = self.config
-        batch = on_policy_batch(self.module, fragments, cfg.gamma, cfg.lambda_, self.device)
-        if cfg.normalize_advantages and len(batch["advantages"]) > 1:
-            adv = batch["advantages"]
-            batch["advantages"] = (adv - adv.mean()) / (adv.std() + 1e-8)
+        batch = learner_batch(self.module, fragments, cfg, self.device)
+        if cfg.normalize_advantages:
+            normalize_advantages(batch)
         stats = self.gradient_step(self.optimizer, self.loss, batch, None,
                                    cfg.grad_clip or float("inf"))
         return {key: float(value) for key, value in stats.items()}
@@ -86,7 +86,7 @@ class A2CLearner(Learner):
         """A2C's loss on a batch of :func:`on_policy_batch` keys:
         ``-mean(log pi * advantage) + vf_loss_coeff * value MSE - entropy_coeff * entropy``, and its parts."""
         cfg = self.config
-        dist_inputs, values = self.module(batch["obs"])
+        dist_inputs, values, batch = forward_flat(self.module, batch)
         logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"])
         policy_loss = -(logp * batch["advantages"]).mean()
         vf_loss = (values - batch["returns"]).pow(2).mean()

@@ -18,13 +18,14 @@ from herdrl.errors import ConfigError
 from herdrl.learner import Learner
 from herdrl.optim import Adam
 from herdrl.rollout import Fragment
-from herdrl.rollout.batch import on_policy_batch
+from herdrl.rollout.batch import forward_flat, learner_batch, normalize_advantages, real_steps
 
 
 class PPOConfig(AlgorithmConfig):
     """PPO settings. Defaults solve CartPole-v1 fast on a CPU in one process."""
 
     algo_name = "PPO"
+    supports_lstm = True
     FIELDS = {
         # Shared keys with PPO's defaults.
         "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 16),
@@ -77,12 +78,12 @@ class PPOLearner(Learner):
         """``num_epochs`` passes of minibatch steps over the batch the fragments make (``seed``: the minibatch
         order, the same on every learner)."""
         cfg = self.config
-        batch = on_policy_batch(self.module, fragments, cfg.gamma, cfg.lambda_, self.device)
-        if cfg.normalize_advantages and len(batch["advantages"]) > 1:
-            adv = batch["advantages"]
-            batch["advantages"] = (adv - adv.mean()) / (adv.std() + 1e-8)
-        size = len(batch["advantages"])
-        num_minibatches = max(1, round(size / cfg.minibatch_size))
+        batch = learner_batch(self.module, fragments, cfg, self.device)
+        if cfg.normalize_advantages:
+            normalize_advantages(batch)
+        size = len(batch["advantages"])  # rows: steps, or sequences of max_seq_len steps (recurrent)
+        steps_per_row = batch["advantages"].shape[1] if batch["advantages"].dim() > 1 else 1
+        num_minibatches = max(1, round(size * steps_per_row / cfg.minibatch_size))
         rng = np.random.default_rng(seed)
         sums: dict[str, float] = {}
         for _ in range(cfg.num_epochs):
@@ -92,9 +93,9 @@ class PPOLearner(Learner):
                     sums[key] = sums.get(key, 0.0) + float(value)
         updates = cfg.num_epochs * num_minibatches
         metrics = {key: value / updates for key, value in sums.items()}
-        returns = batch["returns"]
-        residual = (returns - batch["old_values"]).var()
-        metrics["vf_explained_var"] = float(1 - residual / returns.var()) if size > 1 else float("nan")
+        returns, old_values = real_steps(batch, "returns"), real_steps(batch, "old_values")
+        residual = (returns - old_values).var()
+        metrics["vf_explained_var"] = float(1 - residual / returns.var()) if len(returns) > 1 else float("nan")
         metrics["num_gradient_updates"] = updates
         return metrics
 
@@ -102,7 +103,7 @@ class PPOLearner(Learner):
         """PPO's loss on a minibatch of :func:`on_policy_batch` keys (advantages already normalised):
         ``-clipped surrogate + vf_loss_coeff * value MSE - entropy_coeff * entropy``, and its parts."""
         cfg = self.config
-        dist_inputs, values = self.module(batch["obs"])
+        dist_inputs, values, batch = forward_flat(self.module, batch)
         logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"])
         log_ratio = logp - batch["old_logp"]
         ratio = log_ratio.exp()

@@ -3,6 +3,9 @@
 * ``herd/Latency-v0`` (:class:`LatencyEnv`): each step *sleeps* ``step_latency_s``, like a simulator
   waiting on I/O or another process. Sampling it is latency-bound, so runners scale on a small machine.
 * ``herd/Faulty-v0`` (:class:`FaultyEnv`): raises on its Nth step, to exercise runner fault tolerance.
+* ``herd/StatelessCartPole-v1`` (:func:`stateless_cartpole`): CartPole-v1 that shows positions only (cart
+  position, pole angle), no velocities — RLlib's StatelessCartPole: a policy needs memory to balance it.
+* ``herd/Recall-v0`` (:class:`RecallEnv`): remember a cue shown at the first step and name it at the last.
 """
 
 from __future__ import annotations
@@ -78,9 +81,65 @@ class FaultyEnv(LatencyEnv):
             return False
 
 
+class StatelessObservation(gym.ObservationWrapper):
+    """Keep CartPole's positions (cart position, pole angle); drop the velocities."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        low, high = env.observation_space.low[[0, 2]], env.observation_space.high[[0, 2]]
+        self.observation_space = gym.spaces.Box(low, high, (2,), np.float32)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        """Positions only."""
+        return observation[[0, 2]]
+
+
+def stateless_cartpole(**kwargs) -> gym.Env:
+    """CartPole-v1 (500 steps) observed without velocities."""
+    return StatelessObservation(gym.make("CartPole-v1", **kwargs))
+
+
+class RecallEnv(gym.Env):
+    """A cue (one of ``num_cues``, one-hot) is shown at the first step, then ``delay`` blank steps; at the last
+    step the action must name the cue: reward 1 if it does, else 0. Without memory the best is 1 / num_cues."""
+
+    metadata: dict = {"render_modes": []}
+
+    def __init__(self, num_cues: int = 2, delay: int = 5) -> None:
+        if num_cues < 2 or delay < 0:
+            raise ValueError("RecallEnv needs num_cues >= 2 and delay >= 0")
+        self.num_cues, self.delay = int(num_cues), int(delay)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (num_cues + 1,), np.float32)  # cue one-hot, "answer now"
+        self.action_space = gym.spaces.Discrete(num_cues)
+
+    def _obs(self) -> np.ndarray:
+        obs = np.zeros(self.num_cues + 1, np.float32)
+        if self._t == 0:
+            obs[self._cue] = 1.0
+        if self._t == self.delay + 1:
+            obs[-1] = 1.0
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """A new cue."""
+        super().reset(seed=seed)
+        self._t, self._cue = 0, int(self.np_random.integers(self.num_cues))
+        return self._obs(), {}
+
+    def step(self, action):
+        """Blank steps score nothing; the answer step scores 1 for the cue."""
+        answering = self._t == self.delay + 1
+        reward = float(int(action) == self._cue) if answering else 0.0
+        self._t += 1
+        return self._obs(), reward, answering, False, {}
+
+
 def register() -> None:
     """Register the testing envs with Gymnasium (idempotent)."""
-    for env_id, entry_point in (("herd/Latency-v0", "herdrl.env.testing:LatencyEnv"),
-                                ("herd/Faulty-v0", "herdrl.env.testing:FaultyEnv")):
+    for env_id, entry_point, kwargs in (("herd/Latency-v0", "herdrl.env.testing:LatencyEnv", {}),
+                                        ("herd/Faulty-v0", "herdrl.env.testing:FaultyEnv", {}),
+                                        ("herd/StatelessCartPole-v1", "herdrl.env.testing:stateless_cartpole",
+                                         {"reward_threshold": 475.0}),
+                                        ("herd/Recall-v0", "herdrl.env.testing:RecallEnv", {"reward_threshold": 0.95})):
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=entry_point)
+            gym.register(id=env_id, entry_point=entry_point, **kwargs)

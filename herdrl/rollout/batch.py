@@ -48,3 +48,101 @@ def on_policy_batch(module: ActorCritic, fragments: list[Fragment], gamma: float
         "advantages": to_device(advantages),
         "returns": to_device(returns),
     }
+
+
+#: Per-step entries of a recurrent batch, laid out ``(sequences, max_seq_len, ...)``.
+STEP_KEYS = ("actions", "old_logp", "old_values", "advantages", "returns")
+
+
+def forward_flat(module: ActorCritic, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """(distribution inputs, values, the batch's per-step entries) for the batch's real steps, one row each: a
+    plain batch as it is; a recurrent one (:func:`recurrent_batch`) unrolled from its sequences' states, its
+    padding and reset-only steps dropped."""
+    if "valid" not in batch:
+        dist_inputs, values = module(batch["obs"])
+        return dist_inputs, values, batch
+    dist_inputs, values = module.unroll(batch["obs"], batch["state"], batch["starts"])
+    valid = batch["valid"]
+    return dist_inputs[valid], values[valid], {key: batch[key][valid] for key in STEP_KEYS if key in batch}
+
+
+def _to_sequences(array: np.ndarray, seq_len: int) -> np.ndarray:
+    """``(T, B, ...)`` -> ``(chunks * B, seq_len, ...)``: sequence ``k * B + b`` is env b's steps ``k * seq_len``
+    to ``(k + 1) * seq_len - 1``, zero-padded past T."""
+    steps, envs = array.shape[:2]
+    chunks = -(-steps // seq_len)
+    padded = np.zeros((chunks * seq_len, envs, *array.shape[2:]), array.dtype)
+    padded[:steps] = array
+    return padded.reshape(chunks, seq_len, envs, *array.shape[2:]).swapaxes(1, 2).reshape(
+        chunks * envs, seq_len, *array.shape[2:])
+
+
+def _from_sequences(array: np.ndarray, steps: int, envs: int) -> np.ndarray:
+    """Inverse of :func:`_to_sequences` (padding dropped)."""
+    seq_len = array.shape[1]
+    chunks = array.shape[0] // envs
+    return array.reshape(chunks, envs, seq_len, *array.shape[2:]).swapaxes(1, 2).reshape(
+        chunks * seq_len, envs, *array.shape[2:])[:steps]
+
+
+@torch.no_grad()
+def recurrent_batch(module: Any, fragments: list[Fragment], gamma: float, lam: float, seq_len: int,
+                    device: torch.device) -> dict[str, Any]:
+    """The fragments as sequences of ``seq_len`` steps for a recurrent module (``herdrl.models.recurrent``).
+
+    Keys: ``obs`` ``(N, L, ...)``, ``state`` ``(N, 2, H)`` (what the runner's LSTM held entering each sequence),
+    ``starts`` ``(N, L)`` (zero the state before this step: the step before was reset-only), ``valid``
+    ``(N, L)`` (real steps: not padding, not reset-only), and per step ``actions``, ``old_logp``,
+    ``old_values``, ``advantages``, ``returns`` ``(N, L)``. Values and log-probabilities are the module's,
+    unrolled from the same states the loss unrolls from.
+    """
+    cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
+    obs = obs_concat([f.obs for f in fragments], axis=1)
+    actions, valid = cat("actions"), cat("valid")
+    steps, envs = actions.shape[:2]
+    starts = np.zeros((steps, envs), bool)
+    starts[1:] = ~valid[:-1]
+    seq = lambda a: _to_sequences(a, seq_len)  # noqa: E731
+    seq_starts = seq(starts)
+    seq_starts[:, 0] = False  # a sequence's first step: the runner's state, already zeroed where it had to be
+    batch = {
+        "obs": to_torch(obs_map(lambda o: seq(o[:-1]), obs), device),
+        "state": torch.from_numpy(np.concatenate([f.state_in for f in fragments], axis=1).reshape(
+            -1, 2, module.cell_size)).to(device),
+        "starts": torch.from_numpy(seq_starts).to(device),
+        "valid": torch.from_numpy(seq(valid)).to(device),
+        "actions": torch.from_numpy(seq(actions)).to(device),
+    }
+    dist_inputs, values = module.unroll(batch["obs"], batch["state"], batch["starts"])
+    last_state = torch.from_numpy(np.concatenate([f.state_last for f in fragments])).to(device)
+    last_out, _ = module.step(to_torch(obs_map(lambda o: o[-1], obs), device), last_state)
+    bootstrap = module.vf_head(last_out).squeeze(-1).float()
+    all_values = np.concatenate([_from_sequences(values.cpu().numpy(), steps, envs), bootstrap.cpu().numpy()[None]])
+    advantages, returns = compute_gae(cat("rewards"), all_values, cat("terminateds"), cat("truncateds"), gamma, lam)
+    flat_actions = batch["actions"].reshape(-1, *actions.shape[2:])
+    old_logp, _ = module.log_prob_entropy(dist_inputs.reshape(flat_actions.shape[0], -1), flat_actions)
+    n = batch["starts"].shape[0]
+    batch.update({"old_logp": old_logp.reshape(n, seq_len), "old_values": values,
+                  "advantages": torch.from_numpy(seq(advantages.astype(np.float32))).to(device),
+                  "returns": torch.from_numpy(seq(returns.astype(np.float32))).to(device)})
+    return batch
+
+
+def learner_batch(module: Any, fragments: list[Fragment], config: Any, device: torch.device) -> dict[str, Any]:
+    """:func:`recurrent_batch` for a recurrent module, else :func:`on_policy_batch` (PPO, A2C)."""
+    if getattr(module, "recurrent", False):
+        return recurrent_batch(module, fragments, config.gamma, config.lambda_, int(config.model["max_seq_len"]),
+                               device)
+    return on_policy_batch(module, fragments, config.gamma, config.lambda_, device)
+
+
+def real_steps(batch: dict[str, Any], key: str) -> torch.Tensor:
+    """A per-step entry at the real steps only (a recurrent batch's padding and reset-only steps dropped)."""
+    return batch[key][batch["valid"]] if "valid" in batch else batch[key]
+
+
+def normalize_advantages(batch: dict[str, Any]) -> None:
+    """Advantages to mean 0, std 1 over the real steps, in place."""
+    adv = real_steps(batch, "advantages")
+    if len(adv) > 1:
+        batch["advantages"] = (batch["advantages"] - adv.mean()) / (adv.std() + 1e-8)

@@ -53,6 +53,8 @@ class Fragment:
     weights_version: int = -1  # the learner update whose weights sampled it (asynchronous algorithms)
     worker_index: int = 0  # the runner that sampled it (0: in the driver)
     filter_delta: dict[str, np.ndarray] | None = None  # normalisation statistics of its samples (herdrl.filters)
+    state_in: np.ndarray | None = None  # recurrent policies: (T / max_seq_len, B, 2, H) state entering each sequence
+    state_last: np.ndarray | None = None  # recurrent policies: (B, 2, H) state entering step T
 
     @property
     def env_steps(self) -> int:
@@ -86,7 +88,9 @@ class EnvRunner:
         self.actions = ActionDistribution(self.action_space)  # stored layout and env form of actions
         self._with_logp = bool(getattr(config, "behaviour_logp", False))
         self.weights_version = -1  # no versioned weights yet
-        if hasattr(self.env, "parts"):  # envs stepped in parts the runner overlaps with acting (atari.TwoHalves)
+        self.recurrent = bool(getattr(self.module, "recurrent", False))
+        if hasattr(self.env, "parts") and not self.recurrent:  # envs stepped in parts the runner overlaps with
+            # acting (atari.TwoHalves); a recurrent policy steps all its envs' states at once
             self._parts, self._send, self._recv = self.env.parts, self.env.send, self.env.recv
         else:
             self._parts, self._send, self._recv = (slice(None),), self._stash, self._step
@@ -99,7 +103,12 @@ class EnvRunner:
         streams = [None] * 3 if seed is None else np.random.SeedSequence(key).spawn(3)
         reset_stream, noise_stream, self.torch_stream = streams
         self._rng = np.random.default_rng(noise_stream)
-        self.policy = self.config.runner_policy(self.module, self._rng)
+        if self.recurrent:  # a state per env, zero: every env starts an episode
+            from herdrl.models.recurrent import RecurrentPolicy
+
+            self.policy = RecurrentPolicy(self.module, self._rng, self.num_envs)
+        else:
+            self.policy = self.config.runner_policy(self.module, self._rng)
         reset_seed = None if reset_stream is None else int(reset_stream.generate_state(1)[0])
         try:
             raw_obs, reset_info = self.env.reset(seed=reset_seed)
@@ -183,15 +192,22 @@ class EnvRunner:
                  for envs in self._parts]
 
         in_flight = [False] * len(views)  # parts whose env step was sent and not yet received
+        recurrent, seq_len = self.recurrent, int(self.config.model.get("max_seq_len", 20))
+        state_in = np.empty((-(-steps // seq_len), envs, 2, self.module.cell_size), np.float32) if recurrent \
+            else None
 
         def start(part: int, t: int) -> None:  # act for one part of the envs at step t and start their env step
             _, part_actions, part_noise = views[part][:3]
             acting_rows = views[part][8]
+            if recurrent and t % seq_len == 0:
+                state_in[t // seq_len] = self.policy.get_state()
             if logp is None:
                 action = act(acting_rows(t), True, part_noise[t])
             else:  # V-trace needs the sampling policy's log-probabilities
                 action, views[part][7][t] = self.policy.act_logp(acting_rows(t), part_noise[t])
             part_actions[t] = action
+            if recurrent:  # after a reset-only step, the env's next step begins an episode
+                self.policy.zero_state(self._reset_next if t == 0 else terminateds[t - 1] | truncateds[t - 1])
             try:
                 send(part, to_env(action))
             except Exception as exc:
@@ -243,7 +259,8 @@ class EnvRunner:
         self._check_finite(obs, rewards)
         stored = acting if norm is not None and self.normalizer.scale_fragments else obs
         fragment = Fragment(stored, actions, rewards, terminateds, truncateds, valid, logp=logp,
-                            weights_version=self.weights_version, worker_index=self.worker_index)
+                            weights_version=self.weights_version, worker_index=self.worker_index, state_in=state_in,
+                            state_last=self.policy.get_state() if recurrent else None)
         self._collect_episodes(fragment)  # whole games, unclipped rewards: what the user's env scores
         if self._clip_rewards:  # Atari: learn on the reward's sign
             fragment.rewards = np.sign(rewards)

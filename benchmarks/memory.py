@@ -1,0 +1,115 @@
+"""Memory (issue 17): a partially observed CartPole, LSTM vs MLP, beside sb3-contrib's RecurrentPPO.
+
+    python benchmarks/memory.py --seeds 1 2 3
+
+``herd/StatelessCartPole-v1`` is CartPole-v1 showing positions only (no velocities). Each run trains until the
+mean return of the last 100 training episodes reaches ``--target`` or the step budget is spent, in its own
+subprocess, timed from the start of learning. RecurrentPPO uses rl-baselines3-zoo's tuned CartPoleNoVel-v1
+settings (8 envs x 32 steps, 20 epochs of one 256-step minibatch, gamma 0.98, lambda 0.8, lr 1e-3 decaying to 0,
+clip 0.2 decaying, LSTM 64 for the actor and one for the critic, [64] ReLU layers, VecNormalize); herdrl's LSTM
+PPO takes the same numbers (constant lr and clip, one LSTM shared by both heads, sequences of 32 steps,
+observation and reward normalisation); its MLP run is the same without the LSTM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ENV = "herd/StatelessCartPole-v1"
+
+
+def run_herdrl(seed: int, target: float, budget: int, lstm: bool) -> dict:
+    from herdrl import PPOConfig
+
+    model = {"use_lstm": lstm, "lstm_cell_size": 64, "max_seq_len": 32, "fcnet_hiddens": [64],
+             "fcnet_activation": "relu"}
+    algo = (PPOConfig().environment(ENV)
+            .env_runners(num_envs_per_env_runner=8, rollout_fragment_length=32, observation_filter="MeanStdFilter",
+                         norm_reward=True)
+            .training(train_batch_size=256, minibatch_size=256, num_epochs=20, gamma=0.98, lambda_=0.8, lr=1e-3,
+                      clip_param=0.2, entropy_coeff=0.0, vf_loss_coeff=0.5, model=model)
+            .debugging(seed=seed)).build()
+    start = time.perf_counter()
+    result: dict = {}
+    while True:
+        result = algo.train()
+        mean = result["episode_return_mean"]
+        if (len(algo._returns) >= 100 and mean >= target) or result["num_env_steps_sampled_lifetime"] >= budget:
+            break
+    elapsed = time.perf_counter() - start
+    algo.stop()
+    return {"solved": bool(mean >= target), "seconds": elapsed, "steps": result["num_env_steps_sampled_lifetime"],
+            "return": mean}
+
+
+def run_sb3(seed: int, target: float, budget: int) -> dict:
+    import gymnasium as gym
+    import torch
+    from sb3_contrib import RecurrentPPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    import herdrl.env  # noqa: F401  (registers herd/StatelessCartPole-v1)
+
+    def linear(value: float):
+        return lambda remaining: remaining * value
+
+    venv = VecNormalize(make_vec_env(lambda: gym.make(ENV), n_envs=8, seed=seed), gamma=0.98)
+    model = RecurrentPPO("MlpLstmPolicy", venv, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+                         ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2), seed=seed,
+                         policy_kwargs=dict(ortho_init=False, activation_fn=torch.nn.ReLU, lstm_hidden_size=64,
+                                            enable_critic_lstm=True, net_arch=dict(pi=[64], vf=[64])))
+
+    class Solved(BaseCallback):
+        def _on_training_start(self) -> None:
+            self.start = time.perf_counter()
+
+        def _on_step(self) -> bool:
+            returns = [info["r"] for info in self.model.ep_info_buffer]
+            return not (len(returns) >= 100 and np.mean(returns) >= target)
+
+    solved = Solved()
+    model.learn(total_timesteps=budget, callback=solved)
+    returns = [info["r"] for info in model.ep_info_buffer]
+    mean = float(np.mean(returns)) if returns else float("nan")
+    return {"solved": bool(mean >= target and len(returns) >= 100), "seconds": time.perf_counter() - solved.start,
+            "steps": model.num_timesteps, "return": mean}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--target", type=float, default=450.0)
+    parser.add_argument("--budget", type=int, default=300_000)
+    parser.add_argument("--run", nargs=2, metavar=("TOOL", "SEED"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.run:
+        tool, seed = args.run[0], int(args.run[1])
+        result = run_sb3(seed, args.target, args.budget) if tool == "sb3-contrib" else \
+            run_herdrl(seed, args.target, args.budget, lstm=tool == "herdrl-lstm")
+        print(json.dumps(result))
+        return
+    print(f"{ENV}, target {args.target:g} (100-episode mean), budget {args.budget:,} env steps")
+    print("| tool | seed | solved | time, s | env steps | return at the end |\n| --- | --- | --- | --- | --- | --- |")
+    for seed in args.seeds:
+        for tool in ("herdrl-lstm", "sb3-contrib", "herdrl-mlp"):
+            out = subprocess.run([sys.executable, __file__, "--run", tool, str(seed), "--target", str(args.target),
+                                  "--budget", str(args.budget)], capture_output=True, text=True).stdout
+            lines = [line for line in out.splitlines() if line.startswith("{")]
+            if not lines:
+                print(f"| {tool} | {seed} | failed | | | |", flush=True)
+                continue
+            r = json.loads(lines[-1])
+            print(f"| {tool} | {seed} | {'yes' if r['solved'] else 'no'} | {r['seconds']:.1f} | {r['steps']:,} | "
+                  f"{r['return']:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Recurrent policies (RLlib's ``use_lstm``): encoder -> LSTM -> policy and value heads.
+
+The state is an LSTM's (h, c), ``(batch, 2, lstm_cell_size)``. Runners carry each env's state from step to step
+and across fragments, and zero it when an episode begins: after a reset-only step (NEXT_STEP autoreset, see
+``herdrl.rollout.runner``) the next step starts a new episode. Fragments record the state entering every
+``max_seq_len``-th step; the learner unrolls sequences of ``max_seq_len`` steps from those states (truncated
+backpropagation through time), zeroing the state inside a sequence where the runner did, and masks the
+padding and reset-only steps out of the loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from herdrl.models.actor_critic import ActorCritic
+from herdrl.models.encoders import head, to_torch
+from herdrl.obs import obs_map
+
+
+class RecurrentActorCritic(ActorCritic):
+    """An :class:`ActorCritic` with an LSTM between its encoder and its heads (one encoder and one LSTM for
+    both heads, as RLlib's LSTM wrapper)."""
+
+    recurrent = True
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, model_config: dict) -> None:
+        super().__init__(observation_space, action_space, {**model_config, "vf_share_layers": True})
+        self.cell_size = int(model_config.get("lstm_cell_size", 256))
+        self.lstm = nn.LSTMCell(self.pi_encoder.out_dim, self.cell_size)
+        self.pi_head = head(self.cell_size, self.pi_head.out_features, 0.01)
+        self.vf_head = head(self.cell_size, 1, 1.0)
+
+    def initial_state(self, batch: int) -> torch.Tensor:
+        """Zeros: the state entering an episode's first step."""
+        return torch.zeros(batch, 2, self.cell_size, device=self.vf_head.weight.device)
+
+    def step(self, obs: Any, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step for a batch: (LSTM output, next state)."""
+        h, c = self.lstm(self.pi_encoder(obs), (state[:, 0], state[:, 1]))
+        return h, torch.stack([h, c], dim=1)
+
+    def unroll(self, obs: Any, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Distribution inputs and values ``(N, L, ...)`` for N sequences of L steps (``obs``: ``(N, L, ...)``)
+        from their entering ``state`` ``(N, 2, H)``; where ``starts[n, t]`` the state is zeroed before step t."""
+        n, steps = starts.shape
+        features = self.pi_encoder(obs_map(lambda o: o.reshape(n * steps, *o.shape[2:]), obs))
+        features = features.reshape(n, steps, -1)
+        h, c = state[:, 0], state[:, 1]
+        outputs = []
+        for t in range(steps):
+            keep = (~starts[:, t]).unsqueeze(-1).to(h.dtype)
+            h, c = self.lstm(features[:, t], (h * keep, c * keep))
+            outputs.append(h)
+        out = torch.stack(outputs, dim=1)
+        return self._with_log_std(self.pi_head(out)), self.vf_head(out).squeeze(-1).float()
+
+    # A recurrent module needs its state: the stateless entry points of ActorCritic do not apply.
+    def forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102
+        raise TypeError("a recurrent module runs with its state: use step() or unroll()")
+
+    def dist_inputs(self, obs: Any) -> torch.Tensor:  # noqa: D102
+        raise TypeError("a recurrent module runs with its state: use step() or unroll()")
+
+    def value(self, obs: Any) -> torch.Tensor:  # noqa: D102
+        raise TypeError("a recurrent module runs with its state: use step() or unroll()")
+
+    def greedy_step(self, obs: Any, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The most likely action and the next state."""
+        out, state = self.step(obs, state)
+        return self.act_with_noise(self._with_log_std(self.pi_head(out)), None), state
+
+
+class RecurrentPolicy:
+    """Runner-side policy of a recurrent module: torch inference, one state per env, noise from the runner's
+    generator (the interface of ``TorchPolicy`` plus the state)."""
+
+    recurrent = True
+
+    def __init__(self, module: RecurrentActorCritic, rng: np.random.Generator, num_envs: int) -> None:
+        self.module, self.rng = module, rng
+        self.state = module.initial_state(num_envs)
+
+    def noise(self, steps: int, batch: int) -> np.ndarray:
+        """Exploration noise for a whole fragment."""
+        return self.module.dist.draw_noise(self.rng, steps, batch)
+
+    @torch.inference_mode()
+    def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
+        """Actions for every env's observation; the state moves one step."""
+        out, self.state = self.module.step(to_torch(obs), self.state)
+        dist_inputs = self.module._with_log_std(self.module.pi_head(out))
+        if explore and noise is None:
+            noise = self.noise(1, len(out))[0]
+        return self.module.act_with_noise(dist_inputs, torch.from_numpy(noise) if explore else None).numpy()
+
+    def zero_state(self, envs: np.ndarray) -> None:
+        """A new episode begins at these envs' next step."""
+        if envs.any():
+            self.state = self.state.masked_fill(torch.from_numpy(envs)[:, None, None], 0.0)
+
+    def get_state(self) -> np.ndarray:
+        """Every env's state, ``(num_envs, 2, H)`` float32 (a copy)."""
+        return self.state.numpy().copy()
