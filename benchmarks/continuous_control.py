@@ -36,11 +36,13 @@ def example(algo: str, env: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ one run
-def run_herdrl(algo: str, env: str, seed: int, seconds: float, runners: int, normalize: bool) -> dict:
+def run_herdrl(algo: str, env: str, seed: int, seconds: float, runners: int, normalize: bool, threads: int) -> dict:
     from herdrl.registry import get_config_class
 
     config = get_config_class(algo)().environment(env)
     config.update_from_dict({**example(algo, env), "seed": seed, "num_env_runners": runners})
+    if threads:
+        config.update_from_dict({"num_cpus_for_main_process": threads})
     if algo != "PPO":  # evaluation off (SB3 runs none), and iterations short enough for the time budget
         config.update_from_dict({"evaluation_interval": None, "min_sample_timesteps_per_iteration": 1000})
     if not normalize:
@@ -104,8 +106,9 @@ def run_sb3(algo: str, env: str, seed: int, seconds: float, normalize: bool) -> 
 
 
 def spawn(tool: str, algo: str, env: str, seed: int, seconds: float, runners: int = 0,
-          normalize: bool = True) -> subprocess.Popen:
-    cmd = [sys.executable, __file__, "run", tool, algo, env, str(seed), str(seconds), "--runners", str(runners)]
+          normalize: bool = True, threads: int = 0) -> subprocess.Popen:
+    cmd = [sys.executable, __file__, "run", tool, algo, env, str(seed), str(seconds), "--runners", str(runners),
+           "--threads", str(threads)]
     return subprocess.Popen(cmd + ([] if normalize else ["--no-normalize"]), stdout=subprocess.PIPE, text=True)
 
 
@@ -117,10 +120,10 @@ def collect(proc: subprocess.Popen) -> dict:
     return json.loads(lines[-1])
 
 
-def run_all(jobs: list[tuple], parallel: int):
+def run_all(jobs: list[tuple], parallel: int, threads: int):
     """Run (label, spawn args...) jobs, ``parallel`` at a time, in order; yield their results, labelled."""
     for i in range(0, len(jobs), parallel):
-        running = [(job[0], spawn(*job[1:])) for job in jobs[i:i + parallel]]
+        running = [(job[0], spawn(*job[1:], threads=threads)) for job in jobs[i:i + parallel]]
         for label, proc in running:
             yield {**label, **collect(proc)}
 
@@ -190,17 +193,25 @@ def main() -> None:
     one.add_argument("seconds", type=float)
     one.add_argument("--runners", type=int, default=0)
     one.add_argument("--no-normalize", action="store_true")
+    one.add_argument("--threads", type=int, default=0, help="torch threads of both tools (0: the tool's default)")
     sub.add_parser("merge")
     for name, seconds in (("filter", 120.0), ("throughput", 120.0), ("returns", 300.0)):
         p = sub.add_parser(name)
         p.add_argument("--seeds", type=int, nargs="+", default=[1] if name == "throughput" else [1, 2, 3])
         p.add_argument("--seconds", type=float, default=seconds)
         p.add_argument("--parallel", type=int, default=1 if name == "throughput" else 2)
+        p.add_argument("--algos", nargs="+", default=["PPO", "SAC", "TD3"], help="throughput: which algorithms")
+        p.add_argument("--threads", type=int, default=None,
+                       help="torch threads per run (default: 2 alone, 1 when runs share the 2 cores)")
     args = parser.parse_args()
 
     if args.command == "run":
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
         normalize = not args.no_normalize
-        result = run_herdrl(args.algo, args.env, args.seed, args.seconds, args.runners, normalize) \
+        result = run_herdrl(args.algo, args.env, args.seed, args.seconds, args.runners, normalize, args.threads) \
             if args.tool == "herdrl" else run_sb3(args.algo, args.env, args.seed, args.seconds, normalize)
         print(json.dumps(result))
         return
@@ -210,12 +221,13 @@ def main() -> None:
     jobs: list[tuple] = []
     for seed in args.seeds:
         if args.command == "throughput":
-            for algo in ("PPO", "SAC", "TD3"):
+            for algo in args.algos:
                 for tool in ("herdrl", "sb3"):
                     jobs.append(({"what": f"{algo} HalfCheetah-v5", "tool": tool, "seed": seed}, tool, algo,
                                  "HalfCheetah-v5", seed, args.seconds))
-            jobs.append(({"what": "PPO HalfCheetah-v5, 2 runners", "tool": "herdrl", "seed": seed}, "herdrl", "PPO",
-                         "HalfCheetah-v5", seed, args.seconds, 2))
+            if "PPO" in args.algos:
+                jobs.append(({"what": "PPO HalfCheetah-v5, 2 runners", "tool": "herdrl", "seed": seed}, "herdrl",
+                             "PPO", "HalfCheetah-v5", seed, args.seconds, 2))
         elif args.command == "returns":
             for algo in ("PPO", "SAC"):
                 for tool in ("herdrl", "sb3"):
@@ -227,7 +239,9 @@ def main() -> None:
                 jobs.append(({"what": what, "tool": "herdrl", "seed": seed}, "herdrl", "PPO", "Hopper-v5", seed,
                              args.seconds, 0, normalize))
     print(HEADER, flush=True)
-    for result in run_all(jobs, args.parallel):
+    threads = args.threads if args.threads is not None else (2 if args.parallel == 1 else 1)
+    print(f"torch threads per run: {threads}; runs side by side: {args.parallel}", flush=True)
+    for result in run_all(jobs, args.parallel, threads):
         print(row(result), flush=True)
 
 
