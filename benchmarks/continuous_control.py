@@ -201,6 +201,7 @@ def main() -> None:
         p.add_argument("--seconds", type=float, default=seconds)
         p.add_argument("--parallel", type=int, default=1 if name == "throughput" else 2)
         p.add_argument("--algos", nargs="+", default=["PPO", "SAC", "TD3"], help="throughput: which algorithms")
+        p.add_argument("--env", default="Hopper-v5", help="filter: the env (PPO example file of its name)")
         p.add_argument("--threads", type=int, default=None,
                        help="torch threads per run (default: 2 alone, 1 when runs share the 2 cores)")
     args = parser.parse_args()
@@ -235,8 +236,8 @@ def main() -> None:
                                  seed, args.seconds))
         else:  # filter
             for normalize in (True, False):
-                what = f"PPO Hopper-v5, {'normalised' if normalize else 'raw'}"
-                jobs.append(({"what": what, "tool": "herdrl", "seed": seed}, "herdrl", "PPO", "Hopper-v5", seed,
+                what = f"PPO {args.env}, {'normalised' if normalize else 'raw'}"
+                jobs.append(({"what": what, "tool": "herdrl", "seed": seed}, "herdrl", "PPO", args.env, seed,
                              args.seconds, 0, normalize))
     print(HEADER, flush=True)
     threads = args.threads if args.threads is not None else (2 if args.parallel == 1 else 1)

@@ -86,8 +86,8 @@ def run_sb3(seed: int, target: float, budget: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--target", type=float, default=450.0)
-    parser.add_argument("--budget", type=int, default=300_000)
+    parser.add_argument("--target", type=float, default=300.0)
+    parser.add_argument("--budget", type=int, default=200_000)
     parser.add_argument("--run", nargs=2, metavar=("TOOL", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
