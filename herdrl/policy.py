@@ -92,11 +92,7 @@ class Policy:
             np.asarray(state, np.float32), device=self._device())
         out, state_out = self.module.step(obs, state_in)
         dist_inputs = self.module._with_log_std(self.module.pi_head(out))
-        if explore:
-            noise = torch.from_numpy(self.module.dist.draw_noise(np.random.default_rng(), 1, batch)[0])
-            actions = self.module.act_with_noise(dist_inputs, noise.to(dist_inputs.device))
-        else:
-            actions = self.module.act_with_noise(dist_inputs, None)
+        actions = self.module.act_with_noise(dist_inputs, self.module.torch_noise(dist_inputs) if explore else None)
         return actions.cpu().numpy(), state_out.cpu().numpy()
 
     def _env_actions(self, actions: np.ndarray) -> Any:

@@ -20,9 +20,10 @@ def recall_ppo(lstm=True, **training):
 
 
 def test_the_learner_unrolls_exactly_what_the_runner_computed_across_fragments_and_episodes():
-    """Episodes of 5 steps plus a reset-only step, sequences of 4, fragments of 10 (padded to 12): the batch's
-    log-probabilities equal a plain step-by-step LSTM over the whole run, zeroed where episodes begin."""
-    runner = EnvRunner(recall_ppo())
+    """Episodes of 5 steps plus a reset-only step, sequences of 4, fragments of 11 (padded to 12; the second
+    begins with a reset-only step): the batch's log-probabilities equal a plain step-by-step LSTM over the whole
+    run, zeroed where episodes begin."""
+    runner = EnvRunner(recall_ppo().env_runners(rollout_fragment_length=11).training(train_batch_size=22))
     module = runner.module
     first, second = runner.sample(), runner.sample()
     obs = np.concatenate([first.obs[:-1], second.obs])
@@ -43,11 +44,12 @@ def test_the_learner_unrolls_exactly_what_the_runner_computed_across_fragments_a
         k, b = divmod(n, 2)
         for t in range(4):
             s = k * 4 + t
-            assert bool(batch["valid"][n, t]) == (s < 10 and bool(second.valid[s, b]))
+            assert bool(batch["valid"][n, t]) == (s < 11 and bool(second.valid[s, b]))
             if batch["valid"][n, t]:
-                assert float(batch["old_logp"][n, t]) == pytest.approx(float(expected[10 + s, b]), abs=1e-5)
+                assert float(batch["old_logp"][n, t]) == pytest.approx(float(expected[11 + s, b]), abs=1e-5)
                 checked += 1
     assert checked == second.valid.sum() and not first.valid.all()  # episode ends inside the fragments
+    assert not second.valid[0].any()  # the second fragment begins with the reset-only step
 
 
 def test_lstm_ppo_remembers_a_cue_an_mlp_cannot():
@@ -136,3 +138,25 @@ def test_exported_recurrent_policy_takes_and_returns_its_state(tmp_path):
         np.testing.assert_allclose(onnx_state, state, atol=1e-5)
         torch_state = torch_state.numpy()
     assert np.abs(state).max() > 0
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_two_learners_make_the_single_learners_recurrent_update():
+    """Sequences hold different numbers of real steps (reset-only steps, padding): each learner's share of the
+    gradient is its share of the real steps, so two learners make the update one makes (to float rounding)."""
+    from herdrl.algorithms.ppo import PPOLearner
+    from herdrl.learner.group import RayLearnerGroup
+
+    config = recall_ppo().env_runners(num_envs_per_env_runner=3, rollout_fragment_length=11).training(
+        train_batch_size=33, minibatch_size=8, num_epochs=2).learners(num_learners=2)
+    config.validate()
+    runner = EnvRunner(config)
+    one = PPOLearner(config, runner.observation_space, runner.action_space)
+    group = RayLearnerGroup(config, PPOLearner, runner.observation_space, runner.action_space, init_seed=0)
+    group.load_state(one.state())
+    fragments = [runner.sample()]
+    single, split = one.update(fragments, 7), group.update(fragments, 7)
+    assert single["num_gradient_updates"] == split["num_gradient_updates"] >= 4
+    weights = one.get_weights()
+    assert max(float(np.abs(weights[k] - group.get_weights()[k]).max()) for k in weights) < 1e-5
+    group.stop()

@@ -82,8 +82,8 @@ class PPOLearner(Learner):
         if cfg.normalize_advantages:
             normalize_advantages(batch)
         size = len(batch["advantages"])  # rows: steps, or sequences of max_seq_len steps (recurrent)
-        steps_per_row = batch["advantages"].shape[1] if batch["advantages"].dim() > 1 else 1
-        num_minibatches = max(1, round(size * steps_per_row / cfg.minibatch_size))
+        steps = len(real_steps(batch, "advantages"))
+        num_minibatches = max(1, min(size, round(steps / cfg.minibatch_size)))  # never an empty one
         rng = np.random.default_rng(seed)
         sums: dict[str, float] = {}
         for _ in range(cfg.num_epochs):

@@ -103,10 +103,11 @@ class Learner:
             if index is None:
                 index = np.arange(len(batch["actions"]))
             rows = self.shard(index)
-            if len(rows):
+            share = self._share(batch, rows, index)
+            if share > 0:
                 with self.autocast():
                     loss, stats = loss_fn(take(batch, torch.from_numpy(rows).to(self.device)))
-                (loss if self.world_size == 1 else loss * (len(rows) / len(index))).backward()
+                (loss if self.world_size == 1 else loss * share).backward()
         if self.world_size > 1:
             start = time.perf_counter()
             self._sum_gradients(optimizer.params)
@@ -115,6 +116,18 @@ class Learner:
             stats["grad_norm"] = nn.utils.clip_grad_norm_(optimizer.params, grad_clip)
         optimizer.step()
         return stats
+
+    @staticmethod
+    def _share(batch: dict[str, Any], rows: np.ndarray, index: np.ndarray) -> float:
+        """This learner's weight in the minibatch: its rows' share of the rows, or for a recurrent batch (rows are
+        sequences of ``valid`` steps) its share of the real steps (0: nothing to learn from)."""
+        if not len(rows):
+            return 0.0
+        if "valid" not in batch:
+            return len(rows) / len(index)
+        valid = batch["valid"].sum(dim=1).cpu().numpy()
+        total = valid[index].sum()
+        return float(valid[rows].sum() / total) if total else 0.0
 
     def _sum_gradients(self, params: list[torch.Tensor]) -> None:
         """Sum every parameter's gradient over the learners in one all-reduce (a flat buffer, plus one flag per

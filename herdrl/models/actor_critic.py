@@ -116,12 +116,13 @@ class ActorCritic(LegacyNames):
     def act(self, obs: Any, explore: bool = True) -> torch.Tensor:
         """Sample (``explore``, with torch's global generator) or pick the most likely action."""
         dist_inputs = self.dist_inputs(obs)
-        if not explore:
-            return self.act_with_noise(dist_inputs, None)
+        return self.act_with_noise(dist_inputs, self.torch_noise(dist_inputs) if explore else None)
+
+    def torch_noise(self, dist_inputs: torch.Tensor) -> torch.Tensor:
+        """Exploration noise for ``act_with_noise`` from torch's global generator (Gumbel, then normal)."""
         lead = dist_inputs.shape[:-1]
         gumbel = -torch.log(-torch.log(torch.rand(*lead, self.dist.num_logits).clamp_min(1e-12)))
-        noise = torch.cat([gumbel, torch.randn(*lead, self.dist.gaussian_dim)], -1).to(dist_inputs.device)
-        return self.act_with_noise(dist_inputs, noise)
+        return torch.cat([gumbel, torch.randn(*lead, self.dist.gaussian_dim)], -1).to(dist_inputs.device)
 
 
 class TorchPolicy:
