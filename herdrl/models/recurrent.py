@@ -60,13 +60,16 @@ class RecurrentActorCritic(ActorCritic):
         return self._with_log_std(self.pi_head(out)), self.vf_head(out).squeeze(-1).float()
 
     # A recurrent module needs its state: the stateless entry points of ActorCritic do not apply.
-    def forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102
+    def forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Refused: use :meth:`step` or :meth:`unroll` with a state."""
         raise TypeError("a recurrent module runs with its state: use step() or unroll()")
 
-    def dist_inputs(self, obs: Any) -> torch.Tensor:  # noqa: D102
+    def dist_inputs(self, obs: Any) -> torch.Tensor:
+        """Refused: use :meth:`step` or :meth:`unroll` with a state."""
         raise TypeError("a recurrent module runs with its state: use step() or unroll()")
 
-    def value(self, obs: Any) -> torch.Tensor:  # noqa: D102
+    def value(self, obs: Any) -> torch.Tensor:
+        """Refused: use :meth:`step` or :meth:`unroll` with a state."""
         raise TypeError("a recurrent module runs with its state: use step() or unroll()")
 
     def greedy_step(self, obs: Any, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
