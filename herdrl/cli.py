@@ -122,6 +122,7 @@ def _add_export_parser(subparsers: Any) -> None:
     p.add_argument("checkpoint", help="a checkpoint directory, or a trial directory")
     p.add_argument("--format", required=True, choices=["torch-export", "onnx"], help="torch.export (.pt2) or ONNX")
     p.add_argument("--out", required=True, help="output file")
+    p.add_argument("--policy-id", help="which policy of a multi-agent checkpoint")
     _add_import_option(p)
 
 
@@ -361,10 +362,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.episodes < 1:
         raise ConfigError(f"--episodes got {args.episodes}; expected >= 1")
     meta = read_meta(args.checkpoint)
-    policy = Policy.from_checkpoint(meta["path"])
     env, env_config = env_to_make(meta, args.env), meta["config"]["env_config"]
     if env is None:
         raise ConfigError("the checkpoint's env was a Python object: give --env ID")
+    if meta["config"].get("policies") is not None:
+        return _evaluate_multi_agent(args, meta, env)
+    policy = Policy.from_checkpoint(meta["path"])
     if args.video:
         returns, lengths = record_video(policy, env, env_config, args.video, args.episodes, args.seed, args.explore,
                                         progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
@@ -385,10 +388,35 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluate_multi_agent(args: argparse.Namespace, meta: dict, env: str) -> int:
+    """Every policy of a multi-agent checkpoint plays its agents (mapped as the run's default mapping maps them)."""
+    from herdrl.algorithms.base import Algorithm
+    from herdrl.errors import ConfigError
+
+    if args.video:
+        raise ConfigError("--video is not built for multi-agent checkpoints yet")
+    algo = Algorithm.from_checkpoint(meta["path"], env=env, num_env_runners=0, num_learners=0,
+                                     evaluation_duration=args.episodes,
+                                     evaluation_config={"explore": args.explore},
+                                     **({} if args.seed is None else {"seed": args.seed}))
+    try:
+        stats = algo.evaluate()
+    finally:
+        algo.stop()
+    print(f"{env}: {stats['evaluation/num_episodes']} episodes ({'exploring' if args.explore else 'greedy'}) "
+          f"from {meta['path']}")
+    print(f"  return mean {stats['evaluation/episode_return_mean']:10.2f} (summed over agents)  length mean "
+          f"{stats['evaluation/episode_len_mean']:8.2f}")
+    for key, value in stats.items():
+        if "_return_mean/" in key:
+            print(f"  {key.removeprefix('evaluation/'):32s} {value:10.2f}")
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from herdrl.export import export_policy
 
-    path = export_policy(args.checkpoint, args.format, args.out)
+    path = export_policy(args.checkpoint, args.format, args.out, args.policy_id)
     print(f"wrote {args.format} policy to {path}")
     return 0
 

@@ -134,6 +134,8 @@ class AlgorithmConfig:
     supports_lstm: bool = False
     #: Whether fragments carry raw observations and rewards (replay buffers normalise each replayed batch).
     stores_raw_transitions: bool = False
+    #: Whether ``.multi_agent()`` runs can use it (on-policy algorithms whose learner takes fragments).
+    supports_multi_agent: bool = False
 
     FIELDS: dict[str, Field] = {
         "env": Field(None, (str,), "environment", allow_none=True,
@@ -199,6 +201,16 @@ class AlgorithmConfig:
         "grad_clip": Field(None, (float,), "training", low=0, low_open=True, allow_none=True),
         "model": Field(MODEL_DEFAULTS, (dict,), "training"),
         "seed": Field(None, (int,), "debugging", low=0, allow_none=True),
+        "policies": Field(None, (dict, list, tuple, set, frozenset), "multi_agent", allow_none=True,
+                          doc="multi-agent: policy ids, or id -> None / {'observation_space', 'action_space'}"),
+        "policy_mapping_fn": Field(None, (str, dict), "multi_agent", allow_none=True,
+                                   doc="(agent_id, episode, **kw) -> policy id; or 'shared', 'per_agent', a dict"),
+        "policies_to_train": Field(None, (list, tuple, set), "multi_agent", allow_none=True,
+                                   doc="policies that learn (None: all but self-play snapshots)"),
+        "self_play": Field(None, (dict,), "multi_agent", allow_none=True,
+                           doc="{policy: [snapshot, ...]}: copy the policy into its snapshots (newest first)"),
+        "self_play_interval": Field(10, (int,), "multi_agent", low=1,
+                                    doc="iterations between self-play snapshots"),
         "evaluation_interval": Field(None, (int,), "evaluation", low=1, allow_none=True,
                                      doc="evaluate every N iterations (None: never)"),
         "evaluation_duration": Field(10, (int,), "evaluation", low=1, doc="episodes per evaluation"),
@@ -341,6 +353,18 @@ class AlgorithmConfig:
         ``evaluation/episode_return_mean`` etc. in the iterations that evaluate."""
         return self._set("evaluation", kwargs)
 
+    def multi_agent(self, **kwargs: Any) -> AlgorithmConfig:
+        """Set several agents' policies (PettingZoo envs, ``herdrl.multi_agent``): ``policies``,
+        ``policy_mapping_fn``, ``policies_to_train`` (RLlib's names), ``self_play`` and ``self_play_interval``."""
+        return self._set("multi_agent", kwargs)
+
+    @property
+    def is_multi_agent(self) -> bool:
+        """Whether this run trains policies for the agents of a PettingZoo env."""
+        from herdrl.env.multi_agent import is_pettingzoo_id
+
+        return self.policies is not None or is_pettingzoo_id(self.env)
+
     def debugging(self, *, seed: int | None = None, **kwargs: Any) -> AlgorithmConfig:
         """Set ``seed`` (same seed in-process -> identical results)."""
         return self._set("debugging", {"seed": seed, **kwargs})
@@ -388,7 +412,7 @@ class AlgorithmConfig:
         """Check every value's type and range, then the algorithm's cross-key rules."""
         for key, f in self.fields().items():
             value = self._values[key]
-            if key == "env" and callable(value):
+            if key in ("env", "policy_mapping_fn") and callable(value):
                 continue
             if key == "rollout_fragment_length" and value == "auto":
                 continue
@@ -398,6 +422,12 @@ class AlgorithmConfig:
         if self.env is None:
             raise ConfigError("no env set: use .environment('CartPole-v1') or --env ID")
         self._validate_model(self.model)
+        if self.is_multi_agent:
+            from herdrl.multi_agent import DEFAULT_POLICY, validate_multi_agent
+
+            if self.policies is None:  # a PettingZoo env named by its module: one policy for every agent
+                self._values["policies"] = [DEFAULT_POLICY]
+            validate_multi_agent(self)
         unknown = set(self.evaluation_config) - {"explore", "env_config", "max_steps"}
         if unknown:
             raise ConfigError(f"evaluation_config key '{sorted(unknown)[0]}' is not supported; "
@@ -504,6 +534,11 @@ class AlgorithmConfig:
         """The network this algorithm learns (an actor-critic by default); runners build the same."""
         from herdrl.models import ActorCritic
 
+        if isinstance(observation_space, dict):  # multi-agent: policy id -> space
+            from herdrl.multi_agent import MultiAgentModule
+
+            return MultiAgentModule({pid: self.build_module(space, action_space[pid])
+                                     for pid, space in observation_space.items()})
         if self.model["use_lstm"]:
             from herdrl.models.recurrent import RecurrentActorCritic
 

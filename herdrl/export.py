@@ -134,11 +134,12 @@ def _stack(samples: list, space: gym.Space):
     return np.stack(samples)
 
 
-def export_policy(checkpoint: str | Path, fmt: str, out: str | Path) -> Path:
-    """Write the checkpoint's greedy policy to ``out`` in ``fmt`` (``torch-export`` or ``onnx``)."""
+def export_policy(checkpoint: str | Path, fmt: str, out: str | Path, policy_id: str | None = None) -> Path:
+    """Write the checkpoint's greedy policy to ``out`` in ``fmt`` (``torch-export`` or ``onnx``); ``policy_id``:
+    which policy of a multi-agent checkpoint."""
     if fmt not in FORMATS:
         raise HerdError(f"unknown export format '{fmt}'; choose one of {list(FORMATS)}")
-    policy = Policy.from_checkpoint(checkpoint)
+    policy = Policy.from_checkpoint(checkpoint, policy_id)
     model = GreedyPolicy(policy).eval().requires_grad_(False)
     obs = example_obs(policy)
     batch = torch.export.Dim("batch", min=1)

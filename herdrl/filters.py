@@ -90,9 +90,9 @@ def _obs_key(leaf: str) -> str:
 
 
 def filtered_leaves(space: gym.Space) -> list[str]:
-    """The leaves ``MeanStdFilter`` normalises: Box leaves that are not images."""
+    """The leaves ``MeanStdFilter`` normalises: Box leaves that are not images (nor an ``action_mask``)."""
     return [name for name, leaf in leaf_spaces(space).items()
-            if isinstance(leaf, gym.spaces.Box) and image_layout(leaf) is None]
+            if isinstance(leaf, gym.spaces.Box) and image_layout(leaf) is None and name != "action_mask"]
 
 
 def model_observation_space(space: gym.Space, config: Any) -> gym.Space:

@@ -46,8 +46,9 @@ class Policy:
         return self.module.initial_state(batch).cpu().numpy() if self.recurrent else None
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path) -> Policy:
-        """Load the policy of a checkpoint (or of the newest valid checkpoint in a trial directory)."""
+    def from_checkpoint(cls, path: str | Path, policy_id: str | None = None) -> Policy:
+        """Load the policy of a checkpoint (or of the newest valid checkpoint in a trial directory); for a
+        multi-agent run's, the policy ``policy_id`` (which may be left out when the run had one policy)."""
         from herdrl.checkpoint import CheckpointError, checkpoint_config, read_meta, read_tensors, space_from_json
         from herdrl.registry import get_config_class
 
@@ -55,10 +56,23 @@ class Policy:
         obs_space = space_from_json(meta["spaces"]["observation"])
         action_space = space_from_json(meta["spaces"]["action"])
         config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta, makes_env=False))
-        module = config.build_module(model_observation_space(obs_space, config), action_space)
         tensors = read_tensors(meta["path"])
+        state = tensors["learner"]
+        if config.policies is not None:  # multi-agent: the spaces are Dicts by policy id
+            ids = sorted(obs_space.spaces)
+            if policy_id is None and len(ids) == 1:
+                policy_id = ids[0]
+            if policy_id not in ids:
+                raise CheckpointError(f"checkpoint '{meta['path']}' holds policies {ids}: pass policy_id= one of "
+                                      "them")
+            obs_space, action_space = obs_space[policy_id], action_space[policy_id]
+            state = state.get("policies", {}).get(policy_id, {})
+        elif policy_id is not None:
+            raise CheckpointError(f"checkpoint '{meta['path']}' is of a single-agent run: it has no policy "
+                                  f"{policy_id!r} (leave policy_id out)")
+        module = config.build_module(model_observation_space(obs_space, config), action_space)
         try:
-            module.load_state_dict(tensors["learner"]["module"])
+            module.load_state_dict(state["module"])
         except (KeyError, RuntimeError) as exc:
             raise CheckpointError(f"checkpoint '{meta['path']}': weights do not fit its model ({exc})") from None
         module.eval()
@@ -90,8 +104,7 @@ class Policy:
         batch = len(next(iter(obs.values())) if isinstance(obs, dict) else obs)
         state_in = self.module.initial_state(batch) if state is None else torch.as_tensor(
             np.asarray(state, np.float32), device=self._device())
-        out, state_out = self.module.step(obs, state_in)
-        dist_inputs = self.module._with_log_std(self.module.pi_head(out))
+        dist_inputs, _, state_out = self.module.step_dist_inputs(obs, state_in)
         actions = self.module.act_with_noise(dist_inputs, self.module.torch_noise(dist_inputs) if explore else None)
         return actions.cpu().numpy(), state_out.cpu().numpy()
 

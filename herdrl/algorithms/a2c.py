@@ -26,6 +26,7 @@ class A2CConfig(AlgorithmConfig):
 
     algo_name = "A2C"
     supports_lstm = True
+    supports_multi_agent = True
     FIELDS = {
         "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 8),
         "rollout_fragment_length": shared_field("rollout_fragment_length", 5),

@@ -67,18 +67,26 @@ class Algorithm:
         if config.num_env_runners > 0:
             env_reward_threshold(config.env)  # an unknown env id fails here, before Ray starts
         self.runners = make_runner_group(config)
+        #: Multi-agent runs (``.multi_agent()``): the spaces are dicts, policy id -> space.
+        self.multi_agent = config.is_multi_agent
         self.observation_space: gym.Space = self.runners.observation_space
         self.action_space: gym.Space = self.runners.action_space
-        self.obs_spec = ObsSpec(self.observation_space)
+        single_space = gym.spaces.Dict({}) if self.multi_agent else self.observation_space
+        self.obs_spec = ObsSpec(single_space)
         # The run's normalisation statistics (herdrl.filters), merged from the runners' fragments; the model reads
         # filtered leaves as float32.
-        self.normalizer = Normalizer(self.observation_space, config)
+        self.normalizer = Normalizer(single_space, config)
         if config.observation_filter == "MeanStdFilter" and not self.normalizer.observations:
             logger.warning("herdrl: observation_filter=MeanStdFilter has nothing to filter in %s (it normalises "
                            "Box leaves that are not images)", self.observation_space)
         try:
             init_seed = config.seed if config.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
-            self.learners = make_learner_group(config, self.learner_class,
+            learner_class = self.learner_class
+            if self.multi_agent:
+                from herdrl.learner.multi_agent import MultiAgentLearner
+
+                learner_class = MultiAgentLearner
+            self.learners = make_learner_group(config, learner_class,
                                                model_observation_space(self.observation_space, config),
                                                self.action_space, init_seed)
         except BaseException:
@@ -88,16 +96,27 @@ class Algorithm:
         self.module = self.learners.module
         self.device = self.learners.device
         self.last_checkpoint: Path | None = None  # written or restored; named when a learner actor fails
-        self.policy = Policy(self.module, self.observation_space, self.action_space,
-                             self.normalizer if self.normalizer.active else None)
+        #: The trained policy; a multi-agent run has one per policy id in ``policies`` (and ``policy`` is None).
+        self.policies: dict[str, Policy] = {}
+        if self.multi_agent:
+            self.policy = None
+            self.policies = {pid: Policy(self.module[pid], space, self.action_space[pid])
+                             for pid, space in self.observation_space.items()}
+        else:
+            self.policy = Policy(self.module, self.observation_space, self.action_space,
+                                 self.normalizer if self.normalizer.active else None)
         self.last_result: dict[str, Any] = {}
         self._evaluator: Any = None
         self.iteration = 0
         self.env_steps_lifetime = 0
+        self.agent_steps_lifetime = 0  # multi-agent: decisions of all agents
         self.episodes_lifetime = 0
         self.time_total_s = 0.0
         self._returns: deque[float] = deque(maxlen=EPISODE_WINDOW)
         self._lengths: deque[int] = deque(maxlen=EPISODE_WINDOW)
+        # Multi-agent: the returns of each agent and of each policy's agents, "agent/<id>" and "policy/<id>".
+        self._part_returns: dict[str, deque[float]] = {}
+        self._iter_agent_steps = 0
         self._iter_steps = self._iter_episodes = 0
         self._iter_sample_time = 0.0
         try:
@@ -143,20 +162,27 @@ class Algorithm:
             self._iter_episodes += len(fragment.episode_returns)
             self._returns.extend(fragment.episode_returns)
             self._lengths.extend(fragment.episode_lengths)
+            if self.multi_agent:
+                self._iter_agent_steps += fragment.agent_steps
+                for kind, returns in (("agent", fragment.agent_returns), ("policy", fragment.policy_returns)):
+                    for name, values in returns.items():
+                        self._part_returns.setdefault(f"{kind}/{name}", deque(maxlen=EPISODE_WINDOW)).extend(values)
 
     # ------------------------------------------------------------- public
     def train(self) -> dict[str, Any]:
         """Run one iteration; return its result row (a flat dict) and pass it to the logger."""
         start = time.perf_counter()
-        self._iter_steps = self._iter_episodes = 0
+        self._iter_steps = self._iter_episodes = self._iter_agent_steps = 0
         self._iter_sample_time = 0.0
         try:
             learner_metrics = self.training_step()
         except LearnerFailure as exc:
             where = f"last checkpoint: {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint saved yet"
             raise LearnerFailure(f"{exc} ({where})") from exc
-        self.learners.sync()  # learner actors: the driver's module (policy, evaluation) takes their weights
         self.iteration += 1
+        if self.config.self_play and self.iteration % self.config.self_play_interval == 0:
+            self._snapshot()
+        self.learners.sync()  # learner actors: the driver's module (policy, evaluation) takes their weights
         evaluation = {}
         interval = self.config.evaluation_interval
         if interval and self.iteration % interval == 0:
@@ -180,6 +206,7 @@ class Algorithm:
             "num_healthy_env_runners": self.runners.num_healthy,
             "num_env_runner_restarts": self.runners.num_restarts,
             **learner_metrics,
+            **self._multi_agent_metrics(),
             "time_this_iter_s": elapsed,
             "time_total_s": self.time_total_s,
             "sample_time_s": self._iter_sample_time,
@@ -191,6 +218,31 @@ class Algorithm:
             self.logger.log(result)
         return result
 
+    def _multi_agent_metrics(self) -> dict[str, float]:
+        """Per-agent and per-policy return means (last 100 episodes each) and agent steps, for multi-agent runs."""
+        if not self.multi_agent:
+            return {}
+        self.agent_steps_lifetime += self._iter_agent_steps
+        means = {f"{kind}_return_mean/{name}": _mean(values)
+                 for key, values in sorted(self._part_returns.items()) for kind, name in [key.split("/", 1)]}
+        return {**means, "num_agent_steps_sampled": self._iter_agent_steps,
+                "num_agent_steps_sampled_lifetime": self.agent_steps_lifetime}
+
+    def _snapshot(self) -> None:
+        """Self-play: shift each policy's snapshots one older and copy the policy into the newest."""
+        pairs = []
+        for source, copies in self.config.self_play.items():
+            pairs += [(copies[i - 1], copies[i]) for i in range(len(copies) - 1, 0, -1)] + [(source, copies[0])]
+        self.learners.apply("copy_policy", pairs)
+
+    def get_policy(self, policy_id: str | None = None) -> Policy:
+        """The trained policy (RLlib's ``algo.get_policy``); a multi-agent run's by ``policy_id``."""
+        if not self.multi_agent:
+            return self.policy
+        if policy_id not in self.policies:
+            raise ConfigError(f"policy_id {policy_id!r} is not a policy of this run; policies: {sorted(self.policies)}")
+        return self.policies[policy_id]
+
     def evaluate(self) -> dict[str, float]:
         """Play ``evaluation_duration`` episodes on separate env copies with the current policy (greedy unless
         ``evaluation_config={"explore": True}``); return ``evaluation/...`` metrics."""
@@ -198,6 +250,8 @@ class Algorithm:
 
         start = time.perf_counter()
         cfg = self.config
+        if self.multi_agent:
+            return {**self._evaluate_multi_agent(), "evaluation/time_s": time.perf_counter() - start}
         if self._evaluator is None:
             env_config = {**cfg.env_config, **cfg.evaluation_config.get("env_config", {})}
             self._evaluator = Evaluator(cfg.env, env_config, cfg.evaluation_duration, cfg.gym_env_vectorize_mode)
@@ -208,13 +262,35 @@ class Algorithm:
         return {**summarize(returns, lengths, "evaluation/"), "evaluation/time_s": time.perf_counter() - start,
                 "evaluation/num_episodes_cut": cfg.evaluation_duration - len(returns)}
 
+    def _evaluate_multi_agent(self) -> dict[str, float]:
+        """Every policy greedy (unless ``explore``) on an env copy of its own: the sum over agents, and per agent
+        and policy."""
+        from herdrl.evaluation import summarize
+        from herdrl.rollout.multi_agent import MultiAgentEnvRunner
+
+        cfg = self.config
+        if self._evaluator is None:
+            eval_config = cfg.copy()
+            eval_config.update_from_dict({"num_envs_per_env_runner": 1, "env_config": {
+                **cfg.env_config, **cfg.evaluation_config.get("env_config", {})}})
+            self._evaluator = MultiAgentEnvRunner(eval_config)
+        self._evaluator.set_weights(self.get_weights())
+        seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self.iteration
+        played = self._evaluator.play(cfg.evaluation_duration, bool(cfg.evaluation_config.get("explore", False)),
+                                      seed)
+        parts = {f"evaluation/{kind}_return_mean/{name}": float(np.mean(values))
+                 for kind, returns in (("agent", played.agent_returns), ("policy", played.policy_returns))
+                 for name, values in sorted(returns.items())}
+        return {**summarize(played.episode_returns, played.episode_lengths, "evaluation/"), **parts}
+
     def get_weights(self) -> dict[str, np.ndarray]:
         """The learner module's weights as numpy arrays (copies: safe to ship while learning goes on)."""
         return self.learners.get_weights()
 
-    def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
-        """The action for one observation: an int (Discrete) or an array clipped to the Box bounds."""
-        return self.policy.compute_single_action(obs, explore=explore)
+    def compute_single_action(self, obs: Any, explore: bool = False, policy_id: str | None = None) -> Any:
+        """The action for one observation: an int (Discrete) or an array clipped to the Box bounds (``policy_id``:
+        which policy of a multi-agent run)."""
+        return self.get_policy(policy_id).compute_single_action(obs, explore=explore)
 
     def get_policy_state(self) -> dict[str, Any]:
         """Everything inference needs, as plain data: weights and normalisation statistics (numpy), spaces (JSON
@@ -248,17 +324,23 @@ class Algorithm:
         config = self.config.to_dict()
         if callable(config["env"]):
             config["env"] = None  # a class or function: from_checkpoint then needs env=... again
+        if callable(config["policy_mapping_fn"]):
+            config["policy_mapping_fn"] = None  # a function: a resumed run needs it passed again
+        if config["policies"] is not None:  # policy spaces are saved with the others, below
+            config["policies"] = sorted(config["policies"])
         for key in SITE_KEYS:  # where it ran is not part of the experiment (and never read back)
             config[key] = None
         meta = {
             "algorithm": self.config.algo_name, "config": config,
             "counters": {"training_iteration": self.iteration,
                          "num_env_steps_sampled_lifetime": self.env_steps_lifetime,
-                         "num_episodes_lifetime": self.episodes_lifetime, "time_total_s": self.time_total_s},
-            "episodes": {"returns": list(self._returns), "lengths": list(self._lengths)},
+                         "num_episodes_lifetime": self.episodes_lifetime, "time_total_s": self.time_total_s,
+                         "num_agent_steps_sampled_lifetime": self.agent_steps_lifetime},
+            "episodes": {"returns": list(self._returns), "lengths": list(self._lengths),
+                         "parts": {key: list(values) for key, values in self._part_returns.items()}},
             "numpy_rng": self.rng.bit_generator.state,
-            "spaces": {"observation": space_to_json(self.observation_space),
-                       "action": space_to_json(self.action_space)},
+            "spaces": {"observation": space_to_json(_space(self.observation_space)),
+                       "action": space_to_json(_space(self.action_space))},
             "metrics": {k: v for k, v in self.last_result.items() if isinstance(v, (int, float))},
             **env_origin(self.config.env),
         }
@@ -287,7 +369,7 @@ class Algorithm:
         if meta.get("algorithm") != self.config.algo_name:
             raise CheckpointError(f"checkpoint '{where}' is a {meta.get('algorithm')} checkpoint, not "
                                   f"{self.config.algo_name}: load it with Algorithm.from_checkpoint")
-        for kind, space in (("observation", self.observation_space), ("action", self.action_space)):
+        for kind, space in (("observation", _space(self.observation_space)), ("action", _space(self.action_space))):
             trained = space_from_json(meta["spaces"][kind])
             if trained != space or trained.dtype != space.dtype:
                 raise CheckpointError(f"checkpoint '{where}' was trained with {kind} space {trained}; this env "
@@ -315,6 +397,9 @@ class Algorithm:
         self.time_total_s = counters["time_total_s"]
         self._returns = deque(meta["episodes"]["returns"], maxlen=EPISODE_WINDOW)
         self._lengths = deque(meta["episodes"]["lengths"], maxlen=EPISODE_WINDOW)
+        self._part_returns = {key: deque(values, maxlen=EPISODE_WINDOW)
+                              for key, values in meta["episodes"].get("parts", {}).items()}
+        self.agent_steps_lifetime = counters.get("num_agent_steps_sampled_lifetime", 0)
         self.rng.bit_generator.state = meta["numpy_rng"]
         self.last_result = dict(meta.get("metrics", {}))
         self.load_checkpoint_arrays(Path(where))
@@ -362,9 +447,14 @@ class Algorithm:
         self.learners.stop()
         self.runners.stop()
         if self._evaluator is not None:
-            self._evaluator.close()
+            (self._evaluator.stop if self.multi_agent else self._evaluator.close)()
         if self.logger is not None:
             self.logger.close()
+
+
+def _space(space: gym.Space | dict[str, gym.Space]) -> gym.Space:
+    """A space as checkpoints hold it: a multi-agent run's policy id -> space as a Dict space."""
+    return gym.spaces.Dict(space) if isinstance(space, dict) else space
 
 
 def _mean(values: deque) -> float:

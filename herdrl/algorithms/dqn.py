@@ -54,6 +54,9 @@ class DQNConfig(OffPolicyConfig):
 
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ConfigError(f"DQN needs Discrete actions; this env has {action_space} (use PPO or SAC)")
+        if isinstance(observation_space, gym.spaces.Dict) and "action_mask" in observation_space.spaces:
+            raise ConfigError("DQN does not read action masks yet (it could pick a ruled-out action): use PPO, A2C, "
+                              "IMPALA or APPO, whose policies never sample a masked action")
         return QNetwork(observation_space, action_space, self.model, dueling=self.dueling)
 
     def runner_policy(self, module: nn.Module, rng: np.random.Generator) -> object:

@@ -26,6 +26,7 @@ class PPOConfig(AlgorithmConfig):
 
     algo_name = "PPO"
     supports_lstm = True
+    supports_multi_agent = True
     FIELDS = {
         # Shared keys with PPO's defaults.
         "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 16),

@@ -29,6 +29,7 @@ class TRPOConfig(AlgorithmConfig):
     """TRPO settings; defaults follow the rl-baselines3-zoo CartPole-v1 settings (sb3-contrib names)."""
 
     algo_name = "TRPO"
+    supports_multi_agent = True
     data_parallel = False  # see TRPOLearner
     FIELDS = {
         "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 8),

@@ -6,6 +6,8 @@
 * ``herd/StatelessCartPole-v1`` (:func:`stateless_cartpole`): CartPole-v1 that shows positions only (cart
   position, pole angle), no velocities — RLlib's StatelessCartPole: a policy needs memory to balance it.
 * ``herd/Recall-v0`` (:class:`RecallEnv`): remember a cue shown at the first step and name it at the last.
+* :class:`CueRelay` (multi-agent, PettingZoo's Parallel API, no PettingZoo needed): two agents read cues, one of
+  them joins late and leaves early.
 """
 
 from __future__ import annotations
@@ -132,6 +134,65 @@ class RecallEnv(gym.Env):
         reward = float(int(action) == self._cue) if answering else 0.0
         self._t += 1
         return self._obs(), reward, answering, False, {}
+
+
+class CueRelay:
+    """Two agents, PettingZoo's Parallel API. Each step each live agent sees a cue in {-1, 1} and its own id bit,
+    and earns 1 for naming the cue's side — ``a0`` the side it shows, ``a1`` the other one.
+
+    ``a0`` plays steps 0-7 (then truncated); ``a1`` joins at step 2 and leaves after step 4 (terminated). Best
+    return 11 (8 + 3), random 5.5. One policy shared by both must read the id bit; separate policies need not.
+    """
+
+    metadata: dict = {"name": "cue_relay", "render_modes": []}
+    possible_agents = ["a0", "a1"]
+    EPISODE_LEN, JOIN, LEAVE = 8, 2, 4
+
+    def __init__(self, env_config: dict | None = None) -> None:
+        self._obs_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self._act_space = gym.spaces.Discrete(2)
+        self.agents: list[str] = []
+        self._rng = np.random.default_rng()
+
+    def observation_space(self, agent: str) -> gym.Space:
+        """Box(2): (cue, id bit)."""
+        return self._obs_space
+
+    def action_space(self, agent: str) -> gym.Space:
+        """Discrete(2): 1 names a positive cue (for a0; a negative one for a1)."""
+        return self._act_space
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        self._cues = {agent: float(self._rng.choice([-1.0, 1.0])) for agent in self.agents}
+        return {agent: np.array([self._cues[agent], float(agent == "a1")], np.float32) for agent in self.agents}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        """Start with ``a0`` alone."""
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self.t, self.agents = 0, ["a0"]
+        return self._observe(), {agent: {} for agent in self.agents}
+
+    def step(self, actions: dict[str, int]) -> tuple[dict, dict, dict, dict, dict]:
+        """Pay each agent, then let ``a1`` join or leave and ``a0`` run out of time."""
+        rewards = {agent: float((int(actions[agent]) == 1) == ((self._cues[agent] > 0) == (agent == "a0")))
+                   for agent in self.agents}
+        terminated = {agent: False for agent in self.agents}
+        truncated = {agent: False for agent in self.agents}
+        self.t += 1
+        if "a1" in self.agents and self.t > self.LEAVE:
+            terminated["a1"] = True
+        if self.t >= self.EPISODE_LEN:
+            truncated["a0"] = True
+        ended = [agent for agent in self.agents if terminated[agent] or truncated[agent]]
+        self.agents = [agent for agent in self.agents if agent not in ended] + (["a1"] if self.t == self.JOIN else [])
+        obs = self._observe()
+        for agent in ended:  # a final observation: no cue left to read
+            obs[agent] = np.array([0.0, float(agent == "a1")], np.float32)
+        return obs, rewards, terminated, truncated, {agent: {} for agent in obs}
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
 def register() -> None:

@@ -145,8 +145,10 @@ def make_vector_env(env: EnvRef, env_config: dict | None = None, num_envs: int =
 
 
 def env_reward_threshold(env: EnvRef) -> float | None:
-    """The env spec's ``reward_threshold`` ("solved"), or None if it has none."""
-    if callable(env) or env in ENV_CREATORS:
+    """The env spec's ``reward_threshold`` ("solved"), or None if it has none (PettingZoo envs have none)."""
+    from herdrl.env.multi_agent import is_pettingzoo_id
+
+    if callable(env) or env in ENV_CREATORS or is_pettingzoo_id(env):
         return None
     return _gym_spec(env).reward_threshold
 

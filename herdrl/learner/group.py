@@ -41,6 +41,10 @@ class LocalLearnerGroup:
         """The learner's ``update(*args)``."""
         return self.learner.update(*args)
 
+    def apply(self, method: str, *args: Any) -> None:
+        """The learner's ``method(*args)``, a change of its state outside updates (self-play snapshots)."""
+        getattr(self.learner, method)(*args)
+
     def get_weights(self) -> dict[str, np.ndarray]:
         """The module's weights as numpy arrays."""
         return self.learner.get_weights()
@@ -149,6 +153,11 @@ class RayLearnerGroup:
             metrics, rows = zip(*results, strict=True)
             return _mean_metrics(metrics), np.concatenate(rows)
         return _mean_metrics(results)
+
+    def apply(self, method: str, *args: Any) -> None:
+        """Every learner's ``method(*args)``, a change of their state outside updates (self-play snapshots)."""
+        self._get([actor.call.remote(method, *args) for actor in self.actors], method)
+        self._dirty = True
 
     def sync(self) -> None:
         """Load rank 0's weights into the driver's copy if an update happened since."""

@@ -11,9 +11,29 @@ import numpy as np
 import torch
 from torch import nn
 
+from herdrl.errors import ConfigError
 from herdrl.models.distributions import ActionDistribution
 from herdrl.models.encoders import LegacyNames, build_encoder, has_image, head, to_torch
 from herdrl.obs import obs_len
+
+#: The observation leaf that says which Discrete actions are allowed (1) and ruled out (0), as PettingZoo's
+#: classic games have it: ``{"observation": ..., "action_mask": ...}``.
+ACTION_MASK = "action_mask"
+#: A ruled-out action's logit: its probability underflows to exactly 0 in float32, and no inf or NaN appears in
+#: log-probabilities, entropies or KLs (0 * MASKED_LOGIT is 0).
+MASKED_LOGIT = -1e9
+
+
+def action_mask_size(observation_space: gym.Space, action_space: gym.Space) -> int | None:
+    """The number of actions an ``action_mask`` observation leaf covers; None when there is none. A mask needs a
+    Discrete action space of its size (ConfigError otherwise)."""
+    if not (isinstance(observation_space, gym.spaces.Dict) and ACTION_MASK in observation_space.spaces):
+        return None
+    mask = observation_space.spaces[ACTION_MASK]
+    if not isinstance(action_space, gym.spaces.Discrete) or tuple(getattr(mask, "shape", ())) != (action_space.n,):
+        raise ConfigError(f"observation leaf 'action_mask' {mask} needs a Discrete action space of as many actions, "
+                          f"the env has {action_space}")
+    return int(action_space.n)
 
 
 class ActorCritic(LegacyNames):
@@ -47,18 +67,28 @@ class ActorCritic(LegacyNames):
         self.vf_head = head(feature_dim, 1, 1.0)
         self.log_std = nn.Parameter(torch.full((gaussian,), float(model_config.get("log_std_init", 0.0)))) \
             if self.free_log_std else None
+        #: Whether observations carry an ``action_mask`` leaf that rules actions out (PettingZoo's convention).
+        self.masked = action_mask_size(observation_space, action_space) is not None
 
     # ----------------------------------------------------------- learner side
     def forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Return (distribution inputs, values) for a batch of observations (as stored: ``herdrl.obs``)."""
         pi_features = self.pi_encoder(obs)
         vf_features = pi_features if self.vf_encoder is None else self.vf_encoder(obs)
-        return self._with_log_std(self.pi_head(pi_features)), self.vf_head(vf_features).squeeze(-1).float()
+        dist_inputs = self._with_log_std(self.pi_head(pi_features))
+        return self.apply_mask(dist_inputs, obs), self.vf_head(vf_features).squeeze(-1).float()
 
     def dist_inputs(self, obs: Any) -> torch.Tensor:
         """Every parameter of the action distribution for a batch of observations: logits, or a
         Gaussian's means followed by its log stds (the free log std included, so a stored copy is frozen)."""
-        return self._with_log_std(self.pi_head(self.pi_encoder(obs)))
+        return self.apply_mask(self._with_log_std(self.pi_head(self.pi_encoder(obs))), obs)
+
+    def apply_mask(self, logits: torch.Tensor, obs: Any) -> torch.Tensor:
+        """Logits of the actions an ``action_mask`` leaf rules out set to :data:`MASKED_LOGIT` (probability 0:
+        never sampled, never greedy, no part of the entropy); the logits as they are without a mask."""
+        if not self.masked:
+            return logits
+        return logits.masked_fill(obs[ACTION_MASK] == 0, MASKED_LOGIT)
 
     def _with_log_std(self, head_out: torch.Tensor) -> torch.Tensor:
         # float32 even under bf16 autocast: log-probabilities and their ratios need its precision.

@@ -60,9 +60,10 @@ class NumpyPolicy:
     @staticmethod
     def supports(module: ActorCritic) -> bool:
         """Whether this module has a numpy twin: Discrete or Box actions, an MLP on one Box or Discrete observation,
-        activation tanh, relu or linear."""
-        return (isinstance(module, ActorCritic) and (module.dist.discrete or not module.dist.num_logits)
-                and len(module.dist.parts) == 1 and numpy_forward(module.pi_encoder, module.pi_head) is not None)
+        activation tanh, relu or linear, no action mask."""
+        return (isinstance(module, ActorCritic) and not module.masked
+                and (module.dist.discrete or not module.dist.num_logits) and len(module.dist.parts) == 1
+                and numpy_forward(module.pi_encoder, module.pi_head) is not None)
 
     def noise(self, steps: int, batch: int) -> np.ndarray:
         """Exploration noise for ``steps`` calls of ``act`` on ``batch`` observations (see ``draw_noise``)."""

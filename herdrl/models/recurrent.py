@@ -57,7 +57,12 @@ class RecurrentActorCritic(ActorCritic):
             h, c = self.lstm(features[:, t], (h * keep, c * keep))
             outputs.append(h)
         out = torch.stack(outputs, dim=1)
-        return self._with_log_std(self.pi_head(out)), self.vf_head(out).squeeze(-1).float()
+        return self.apply_mask(self._with_log_std(self.pi_head(out)), obs), self.vf_head(out).squeeze(-1).float()
+
+    def step_dist_inputs(self, obs: Any, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step for a batch: (distribution inputs, LSTM output, next state)."""
+        out, state = self.step(obs, state)
+        return self.apply_mask(self._with_log_std(self.pi_head(out)), obs), out, state
 
     # A recurrent module needs its state: the stateless entry points of ActorCritic do not apply.
     def forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,8 +79,8 @@ class RecurrentActorCritic(ActorCritic):
 
     def greedy_step(self, obs: Any, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The most likely action and the next state."""
-        out, state = self.step(obs, state)
-        return self.act_with_noise(self._with_log_std(self.pi_head(out)), None), state
+        dist_inputs, _, state = self.step_dist_inputs(obs, state)
+        return self.act_with_noise(dist_inputs, None), state
 
 
 class RecurrentPolicy:
@@ -95,8 +100,7 @@ class RecurrentPolicy:
     @torch.inference_mode()
     def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
         """Actions for every env's observation; the state moves one step."""
-        out, self.state = self.module.step(to_torch(obs), self.state)
-        dist_inputs = self.module._with_log_std(self.module.pi_head(out))
+        dist_inputs, out, self.state = self.module.step_dist_inputs(to_torch(obs), self.state)
         if explore and noise is None:
             noise = self.noise(1, len(out))[0]
         return self.module.act_with_noise(dist_inputs, torch.from_numpy(noise) if explore else None).numpy()

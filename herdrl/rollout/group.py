@@ -18,6 +18,7 @@ import gymnasium as gym
 from herdrl.config import AlgorithmConfig
 from herdrl.env import imports
 from herdrl.errors import HerdError
+from herdrl.rollout.multi_agent import MultiAgentEnvRunner
 from herdrl.rollout.runner import EnvRunner, Fragment
 
 logger = logging.getLogger("herdrl")
@@ -34,7 +35,7 @@ class LocalRunnerGroup:
     num_healthy = 0  # remote runners: none
 
     def __init__(self, config: AlgorithmConfig) -> None:
-        self.runner = EnvRunner(config, worker_index=0)
+        self.runner = MultiAgentEnvRunner(config) if config.is_multi_agent else EnvRunner(config, worker_index=0)
         self.observation_space: gym.Space = self.runner.observation_space
         self.action_space: gym.Space = self.runner.action_space
 
@@ -173,7 +174,7 @@ class RayRunnerGroup:
 
         from herdrl.cluster import ClusterError, connect, disconnect, shipping
         from herdrl.registry import ENV_CREATORS
-        from herdrl.rollout.remote import RemoteEnvRunner
+        from herdrl.rollout.remote import RemoteEnvRunner, RemoteMultiAgentRunner
 
         self.config = config
         count, cpus = config.num_env_runners, config.num_cpus_per_env_runner
@@ -184,7 +185,7 @@ class RayRunnerGroup:
             if self._owns_ray:
                 disconnect()
             raise
-        self._remote_class = RemoteEnvRunner
+        self._remote_class = RemoteMultiAgentRunner if config.is_multi_agent else RemoteEnvRunner
         self._creators = dict(ENV_CREATORS)
         env = [config.env] if callable(config.env) else []
         shipped = shipping.ship_by_value([*self._creators.values(), *env])

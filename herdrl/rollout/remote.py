@@ -12,12 +12,12 @@ import ray
 import torch
 
 from herdrl.config import AlgorithmConfig
+from herdrl.rollout.multi_agent import MultiAgentEnvRunner
 from herdrl.rollout.runner import EnvRunner, Fragment
 
 
-@ray.remote
-class RemoteEnvRunner(EnvRunner):
-    """An EnvRunner in its own process, possibly on another node."""
+class _Remote:
+    """What a runner needs to live in a Ray actor (mixed into EnvRunner and MultiAgentEnvRunner)."""
 
     def __init__(self, config: AlgorithmConfig, worker_index: int,
                  env_creators: dict[str, Callable[[dict], Any]], incarnation: int = 0, epoch: int = 0,
@@ -58,3 +58,13 @@ class RemoteEnvRunner(EnvRunner):
     def node(self) -> tuple[str, str]:
         """(node id, node address) of the node this actor runs on."""
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
+
+@ray.remote
+class RemoteEnvRunner(_Remote, EnvRunner):
+    """An EnvRunner in its own process, possibly on another node."""
+
+
+@ray.remote
+class RemoteMultiAgentRunner(_Remote, MultiAgentEnvRunner):
+    """A MultiAgentEnvRunner in its own process, possibly on another node."""

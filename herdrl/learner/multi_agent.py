@@ -1,0 +1,75 @@
+"""The multi-agent learner: the algorithm's own Learner once per policy, updated in one fixed order.
+
+Each policy has its own module, optimizer and update (the algorithm's ``Learner`` subclass, unchanged); this
+learner routes each policy's fragments to it. The policies that learn are updated in sorted order of their ids on
+every learner, so with N data-parallel learners every rank issues the same all-reduces in the same order and
+nothing can desynchronise (RLlib's multi-learner desync, ray#63819, is a rank updating its modules in another
+order). A policy with no rows in a batch is skipped on every rank alike: all ranks see the same batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from herdrl.config import AlgorithmConfig
+from herdrl.learner.learner import Learner, learner_device
+from herdrl.multi_agent import MultiAgentModule, trained_policies
+
+
+class MultiAgentLearner(Learner):
+    """One ``config``'s Learner per policy (spaces: policy id -> space); the module is all of theirs."""
+
+    def __init__(self, config: AlgorithmConfig, observation_space: dict[str, gym.Space],
+                 action_space: dict[str, gym.Space], device: torch.device | None = None, rank: int = 0,
+                 world_size: int = 1) -> None:
+        inner = config.algo_class().learner_class
+        self.config = config
+        self.observation_space, self.action_space = observation_space, action_space
+        self.device = device if device is not None else learner_device(config.learner_gpus)
+        self.rank, self.world_size = rank, world_size
+        self._sum_seconds = 0.0
+        self.learners: dict[str, Learner] = {
+            pid: inner(config, observation_space[pid], action_space[pid], self.device, rank, world_size)
+            for pid in sorted(observation_space)}
+        self.module = MultiAgentModule({pid: learner.module for pid, learner in self.learners.items()})
+        self.trained = trained_policies(config)
+
+    def update(self, fragments: list[Any], *args: Any) -> dict[str, float]:
+        """Each trained policy's update on its fragments, in sorted order; metrics ``<policy id>/<name>``.
+        ``args`` (PPO's and TRPO's seed) give each policy its own seed, drawn in that order."""
+        rng = np.random.default_rng(args[0]) if args else None
+        metrics: dict[str, float] = {}
+        for pid in self.trained:
+            seed = () if rng is None else (int(rng.integers(2**63)),)
+            parts = [f.policies[pid] for f in fragments if pid in f.policies and f.policies[pid].valid.any()]
+            if not parts:
+                continue
+            for key, value in self.learners[pid].update(parts, *seed).items():
+                metrics[f"{pid}/{key}"] = value
+        return metrics
+
+    def copy_policy(self, pairs: list[tuple[str, str]]) -> None:
+        """Copy weights from policy to policy, pair by pair in order (self-play snapshots)."""
+        for source, target in pairs:
+            self.module[target].load_state_dict(self.module[source].state_dict())
+
+    def sum_seconds(self) -> float:
+        """Seconds the policies' learners spent in gradient all-reduces since the last call."""
+        return sum(learner.sum_seconds() for learner in self.learners.values())
+
+    def state(self) -> dict[str, Any]:
+        """Every policy's learner state (module, optimizers, extras), by policy id."""
+        return {"policies": {pid: learner.state() for pid, learner in self.learners.items()}}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state`; every policy of this run must be in it."""
+        saved = state["policies"]
+        missing = sorted(set(self.learners) - set(saved))
+        if missing:
+            raise KeyError(f"no policy {missing[0]!r} in the checkpoint (it has {sorted(saved)})")
+        for pid, learner in self.learners.items():
+            learner.load_state(saved[pid])

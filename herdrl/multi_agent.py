@@ -1,0 +1,190 @@
+"""Several agents, several policies: which agent plays which policy, and the module that holds them all.
+
+``.multi_agent(policies=..., policy_mapping_fn=..., policies_to_train=...)`` takes RLlib's names:
+
+* ``policies``: policy ids (``{"main", "opponent"}``), or a dict ``id -> None`` or ``id -> {"observation_space":
+  ..., "action_space": ...}`` (spaces default to those of the agents the policy plays);
+* ``policy_mapping_fn(agent_id, episode, **kwargs) -> policy id``, called when an agent first appears in an
+  episode (its policy is kept for the episode); ``episode`` is an :class:`EpisodeInfo`. Instead of a function:
+  ``"shared"`` (every agent plays the one policy: parameter sharing), ``"per_agent"`` (each agent its own
+  policy, named as the agent) or a dict ``agent_id -> policy id``. Default: the one policy if there is one, else
+  ``"per_agent"`` when the policy ids are the agent ids;
+* ``policies_to_train``: the policies that learn (default: all but self-play snapshots); the others act with the
+  weights they have (fixed opponents, frozen snapshots).
+
+Self-play: ``self_play={"main": ["main_v1", "main_v2"]}`` copies ``main``'s weights into ``main_v1`` every
+``self_play_interval`` iterations, after moving ``main_v1``'s into ``main_v2`` (the newest snapshots, oldest
+last); map opponents to the snapshots to train against earlier versions of yourself.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+from torch import nn
+
+from herdrl.errors import ConfigError
+
+#: The policy a multi-agent run gets when it names none (RLlib's name).
+DEFAULT_POLICY = "default_policy"
+MAPPING_NAMES = ("shared", "per_agent")
+
+
+@dataclass(frozen=True)
+class EpisodeInfo:
+    """What a ``policy_mapping_fn`` learns about the episode an agent appears in. ``id_`` is unique in the run and
+    the same in a rerun with the same seed; ``episode_index % 2`` alternates sides between episodes."""
+
+    id_: str
+    worker_index: int  # the runner (0: in the driver)
+    env_index: int  # the env copy within the runner
+    episode_index: int  # episodes this env copy began before this one
+
+
+def normalize_policies(policies: Any) -> dict[str, dict[str, Any]]:
+    """``policies`` in any accepted form -> ``{id: {"observation_space": ..., "action_space": ...}}`` (spaces
+    only where given); ConfigError for anything else."""
+    if isinstance(policies, (set, frozenset, list, tuple)):
+        policies = {pid: None for pid in policies}
+    if not isinstance(policies, dict) or not policies:
+        raise ConfigError(f"config key 'policies' got {policies!r}; expected policy ids (a set or list of names) or "
+                          "a dict id -> None or {'observation_space': ..., 'action_space': ...}")
+    out: dict[str, dict[str, Any]] = {}
+    for pid, spec in policies.items():
+        if not isinstance(pid, str) or not pid or "." in pid or "/" in pid:
+            raise ConfigError(f"policy id {pid!r} must be a non-empty string without '.' or '/'")
+        spec = {} if spec is None else spec
+        if not isinstance(spec, dict) or set(spec) - {"observation_space", "action_space"}:
+            raise ConfigError(f"policy '{pid}' got spec {spec!r}; expected None or a dict with observation_space "
+                              "and/or action_space")
+        for key, space in spec.items():
+            if space is not None and not isinstance(space, gym.Space):
+                raise ConfigError(f"policy '{pid}' {key} got {space!r}; expected a gymnasium space")
+        out[pid] = {key: space for key, space in spec.items() if space is not None}
+    return out
+
+
+def trained_policies(config: Any) -> list[str]:
+    """The ids of the policies that learn, sorted: every learner updates them in this order."""
+    policies = config.policies or {}
+    if config.policies_to_train is not None:
+        return sorted(config.policies_to_train)
+    snapshots = {pid for copies in (config.self_play or {}).values() for pid in copies}
+    return sorted(pid for pid in policies if pid not in snapshots)
+
+
+def validate_multi_agent(config: Any) -> None:
+    """Cross-key rules of ``.multi_agent()``; normalises ``policies`` in place."""
+    if not getattr(config, "supports_multi_agent", False):
+        raise ConfigError(f"{config.algo_name} does not train multi-agent runs yet: use PPO, A2C or TRPO")
+    config._values["policies"] = policies = normalize_policies(config.policies)
+    mapping = config.policy_mapping_fn
+    if not (mapping is None or callable(mapping) or mapping in MAPPING_NAMES or isinstance(mapping, dict)):
+        raise ConfigError(f"config key 'policy_mapping_fn' got {mapping!r}; expected a function (agent_id, episode, "
+                          "**kwargs) -> policy id, a dict agent_id -> policy id, 'shared' or 'per_agent'")
+    if mapping == "shared" and len(policies) != 1:
+        raise ConfigError(f"policy_mapping_fn='shared' needs exactly one policy, got {sorted(policies)}")
+    names = config.policies_to_train
+    if names is not None and not set(names) <= set(policies):
+        raise ConfigError(f"config key 'policies_to_train' got {names!r}; expected a list of policy ids from "
+                          f"{sorted(policies)}")
+    for source, copies in (config.self_play or {}).items():
+        copies = [copies] if isinstance(copies, str) else copies
+        unknown = [pid for pid in [source, *copies] if pid not in policies]
+        if unknown or not copies:
+            raise ConfigError(f"self_play {source!r}: {list(copies)!r} must name policies of 'policies' "
+                              f"({sorted(policies)}): the policy that learns -> its snapshots")
+        config._values["self_play"][source] = list(copies)
+    if not trained_policies(config):
+        raise ConfigError("no policy to train: policies_to_train is empty (or every policy is a snapshot)")
+    if config.observation_filter != "NoFilter" or config.norm_reward:
+        raise ConfigError("observation_filter and norm_reward are not built for multi-agent runs yet: leave them "
+                          "off (normalise inside the env)")
+    if config.model["use_lstm"]:
+        raise ConfigError("model use_lstm is not built for multi-agent runs yet")
+
+
+class PolicyMapper:
+    """``policy_mapping_fn`` in any of its forms, checked at each call."""
+
+    def __init__(self, mapping: Any, policies: list[str], agents: list[str]) -> None:
+        self.policies = policies
+        if mapping is None:
+            if len(policies) == 1:
+                mapping = "shared"
+            elif set(agents) <= set(policies):
+                mapping = "per_agent"
+            else:
+                raise ConfigError(f"{len(policies)} policies {sorted(policies)} for agents {agents}: set "
+                                  "policy_mapping_fn (a function, a dict agent -> policy, or 'per_agent')")
+        self.mapping = mapping
+        self._worker_kwarg = callable(mapping) and _takes(mapping, "worker")
+
+    def __call__(self, agent: str, episode: EpisodeInfo) -> str:
+        """The policy ``agent`` plays in ``episode``."""
+        if self.mapping == "shared":
+            pid = self.policies[0]
+        elif self.mapping == "per_agent":
+            pid = agent
+        elif isinstance(self.mapping, dict):
+            pid = self.mapping.get(agent)
+        else:
+            kwargs = {"worker": None} if self._worker_kwarg else {}
+            pid = self.mapping(agent, episode, **kwargs)
+        if pid not in self.policies:
+            raise ConfigError(f"policy_mapping_fn mapped agent {agent!r} to {pid!r}, which is not a policy; "
+                              f"policies: {sorted(self.policies)}")
+        return pid
+
+
+def _takes(fn: Callable, name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def policy_spaces(config: Any, env: Any) -> tuple[dict[str, gym.Space], dict[str, gym.Space]]:
+    """Each policy's (observation space, action space): given in its spec, else those of the agents it plays
+    (asked of the mapping with a probe episode); all agents of one policy must share them."""
+    policies = config.policies
+    mapper = PolicyMapper(config.policy_mapping_fn, list(policies), env.possible_agents)
+    probe = EpisodeInfo("probe", 0, 0, 0)
+    found: dict[str, tuple[str, gym.Space, gym.Space]] = {}
+    for agent in env.possible_agents:
+        pid = mapper(agent, probe)
+        spaces = (env.observation_space(agent), env.action_space(agent))
+        if pid in found and found[pid][1:] != spaces and not policies[pid]:
+            raise ConfigError(f"agents {found[pid][0]!r} and {agent!r} both map to policy {pid!r} but have different "
+                              "spaces: map them to separate policies, or give the policy its spaces")
+        found.setdefault(pid, (agent, *spaces))
+    agent_spaces: list[tuple[gym.Space, gym.Space]] = []
+    for agent in env.possible_agents:
+        spaces = (env.observation_space(agent), env.action_space(agent))
+        if spaces not in agent_spaces:
+            agent_spaces.append(spaces)
+    obs_spaces, act_spaces = {}, {}
+    for pid, spec in policies.items():
+        if pid in found:
+            _, obs, act = found[pid]
+        elif len(agent_spaces) == 1:  # a policy no probe reached (an opponent picked per episode): any agent's
+            obs, act = agent_spaces[0]
+        elif {"observation_space", "action_space"} <= set(spec):
+            obs, act = spec["observation_space"], spec["action_space"]
+        else:
+            raise ConfigError(f"policy {pid!r}: no agent maps to it in a probe episode and the agents' spaces "
+                              "differ: give it {'observation_space': ..., 'action_space': ...}")
+        obs_spaces[pid] = spec.get("observation_space", obs)
+        act_spaces[pid] = spec.get("action_space", act)
+    return obs_spaces, act_spaces
+
+
+class MultiAgentModule(nn.ModuleDict):
+    """One module per policy, by policy id; its weights are named ``<policy id>.<weight>``."""
+
+    recurrent = False

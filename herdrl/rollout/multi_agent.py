@@ -1,0 +1,339 @@
+"""The multi-agent runner: PettingZoo env copies, one module per policy, one fragment per policy.
+
+Each env copy's agents act through the policies the mapping gives them for the episode; every step, the
+observations of all the agents that decide, over all env copies, go through their policy in one forward pass.
+
+**Rows in agent time.** A row is one decision of one agent: its observation, its action, and the reward it got
+from that decision until its next one (or the end of its part in the episode). In a Parallel env every live agent
+decides at every step; in a turn-based (AEC) env an agent decides on its turns only, and what it is paid while
+the others move (a loss, when the opponent wins) is still its last decision's. A row is complete when the agent
+decides again or ends; complete rows ship with the fragment, an open one with the next.
+
+**One fragment per policy.** Each (env copy, agent) that played the policy in this fragment is one column of an
+ordinary :class:`~herdrl.rollout.runner.Fragment`: its rows in order, the observation after the last row at the
+end (the next decision's, or the final one when the agent ended), right-aligned, with invalid rows in front where
+a column is shorter than the longest. Between two episodes of a column comes one invalid row holding the first
+episode's final observation — the layout the single-agent runner gives NEXT_STEP's reset-only steps — so the
+learners' GAE, value bootstrapping on truncation and masking apply unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from herdrl.config import AlgorithmConfig
+from herdrl.env.multi_agent import AgentEnv, AgentStep, make_agent_env
+from herdrl.errors import EnvError
+from herdrl.models.distributions import ActionDistribution
+from herdrl.multi_agent import EpisodeInfo, PolicyMapper, policy_spaces, trained_policies
+from herdrl.obs import ObsSpec, obs_concat, obs_map
+from herdrl.rollout.runner import Fragment
+
+
+@dataclass
+class MultiAgentFragment:
+    """What one runner sampled: a :class:`Fragment` per trained policy, and the episodes that ended."""
+
+    policies: dict[str, Fragment]
+    env_steps: int  # env steps (a turn of an AEC game is one)
+    agent_steps: int  # decisions of all agents, trained policies or not
+    episode_returns: list[float] = field(default_factory=list)  # sum over the episode's agents (RLlib's)
+    episode_lengths: list[int] = field(default_factory=list)  # in env steps
+    agent_returns: dict[str, list[float]] = field(default_factory=dict)  # agent id -> its returns
+    policy_returns: dict[str, list[float]] = field(default_factory=dict)  # policy id -> its agents' summed returns
+    worker_index: int = 0
+    weights_version: int = -1
+    filter_delta: None = None  # no observation filter in multi-agent runs (yet)
+
+
+@dataclass(eq=False)
+class _Row:
+    """One decision of one agent."""
+
+    policy: str
+    obs: Any  # stored form, batch of one
+    action: np.ndarray | None = None  # stored layout, one row
+    logp: float = 0.0
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    final_obs: Any = None  # the agent ended: its last observation (stored form)
+    complete: bool = False
+
+
+class MultiAgentEnvRunner:
+    """Steps ``num_envs_per_env_runner`` copies of a PettingZoo env with every policy; the interface of
+    :class:`~herdrl.rollout.runner.EnvRunner` (``sample``, ``set_weights``, ``reseed``, ``stop``)."""
+
+    def __init__(self, config: AlgorithmConfig, worker_index: int = 0, incarnation: int = 0, epoch: int = 0) -> None:
+        self.config, self.worker_index, self.incarnation = config, worker_index, incarnation
+        self.envs: list[AgentEnv] = [make_agent_env(config.env, config.env_config, worker_index, k)
+                                     for k in range(config.num_envs_per_env_runner)]
+        self.num_envs = len(self.envs)
+        self.observation_space, self.action_space = policy_spaces(config, self.envs[0])
+        self.mapper = PolicyMapper(config.policy_mapping_fn, list(config.policies), self.envs[0].possible_agents)
+        self.trained = set(trained_policies(config))
+        self.module = config.build_module(self.observation_space, self.action_space)
+        self.module.requires_grad_(False)
+        self.specs = {pid: ObsSpec(space) for pid, space in self.observation_space.items()}
+        self.actions = {pid: ActionDistribution(space) for pid, space in self.action_space.items()}
+        self._with_logp = bool(getattr(config, "behaviour_logp", False))
+        self.weights_version = -1
+        self.reseed(epoch)
+
+    # ------------------------------------------------------------------ episodes
+    def reseed(self, epoch: int) -> None:
+        """Fresh random streams for (seed, runner, incarnation, ``epoch``) and fresh episodes in every env copy."""
+        seed = self.config.seed
+        streams = [None] * 3 if seed is None else np.random.SeedSequence(
+            [seed, self.worker_index, self.incarnation, epoch]).spawn(3)
+        self._rng = np.random.default_rng(streams[1])
+        self.torch_stream = streams[2]  # a Ray runner seeds its process's torch with it
+        self.policies = {pid: self.config.runner_policy(module, self._rng) for pid, module in self.module.items()}
+        base = None if streams[0] is None else int(streams[0].generate_state(1)[0])
+        self._episodes_begun = [0] * self.num_envs
+        self._run_tag = f"{self.worker_index}.{self.incarnation}.{epoch}"
+        self._lanes: dict[tuple[int, str], list[_Row]] = {}  # (env copy, agent) -> rows not shipped yet
+        self._episode: dict[int, EpisodeInfo] = {}
+        self._decide: list[dict[str, Any]] = []
+        self._mapping: list[dict[str, str]] = []
+        self._returns: list[dict[str, float]] = []
+        self._lengths = [0] * self.num_envs
+        for k in range(self.num_envs):
+            self._decide.append({})
+            self._mapping.append({})
+            self._returns.append({})
+            self._begin(k, None if base is None else base + k)
+
+    def _begin(self, k: int, seed: int | None) -> None:
+        """Reset env copy ``k``: a new episode, its agents' policies picked as they appear."""
+        self._episode[k] = EpisodeInfo(f"{self._run_tag}.{k}.{self._episodes_begun[k]}", self.worker_index, k,
+                                       self._episodes_begun[k])
+        self._episodes_begun[k] += 1
+        self._mapping[k], self._returns[k], self._lengths[k] = {}, {}, 0
+        try:
+            step = self.envs[k].reset(seed=seed)
+        except Exception as exc:
+            raise self._env_error(exc) from exc
+        self._decide[k] = step.decide
+        self._take(k, step)
+
+    def _policy_of(self, k: int, agent: str) -> str:
+        mapping = self._mapping[k]
+        if agent not in mapping:
+            mapping[agent] = self.mapper(agent, self._episode[k])
+        return mapping[agent]
+
+    def _env_error(self, exc: Exception) -> EnvError:
+        return EnvError(f"env '{self.config.env}' raised {type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ weights
+    def set_weights(self, weights: dict[str, Any], version: int | None = None) -> None:
+        """Load every policy's weights (``<policy id>.<weight>`` numpy arrays), in place."""
+        if version is not None:
+            self.weights_version = version
+        own = self.module.state_dict()
+        if own.keys() != weights.keys():
+            raise ValueError(f"weights have keys {sorted(weights)}, the runner's policies {sorted(own)}")
+        for key, value in weights.items():
+            own[key].numpy()[...] = np.asarray(value)
+
+    def set_exploration(self, params: dict[str, Any] | None) -> None:
+        """Exploration settings for every policy."""
+        for policy in self.policies.values():
+            for key, value in (params or {}).items():
+                setattr(policy, key, value)
+
+    def normalizer_state(self) -> dict[str, np.ndarray]:
+        """No observation filter in multi-agent runs."""
+        return {}
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, num_steps: int | None = None) -> MultiAgentFragment:
+        """Step every env copy ``num_steps`` times (default: the fragment length) and ship the complete rows."""
+        steps = num_steps or self.config.fragment_length()
+        result = MultiAgentFragment({}, env_steps=0, agent_steps=0, worker_index=self.worker_index,
+                                    weights_version=self.weights_version)
+        for _ in range(steps):
+            actions = self._act()
+            result.agent_steps += sum(len(a) for a in actions)
+            for k, env in enumerate(self.envs):
+                try:
+                    step = env.step(actions[k])
+                except Exception as exc:
+                    raise self._env_error(exc) from exc
+                self._lengths[k] += 1
+                self._decide[k] = step.decide
+                self._take(k, step)
+                if step.over:
+                    self._end_episode(k, result)
+                    self._begin(k, None)
+        result.env_steps = steps * self.num_envs
+        result.policies = self._ship()
+        return result
+
+    def play(self, episodes: int, explore: bool = False, seed: int | None = None) -> MultiAgentFragment:
+        """Play ``episodes`` whole episodes from fresh resets (greedy unless ``explore``) and return their returns;
+        nothing is kept for learning. Evaluation uses a runner of its own, with one env copy, so that short
+        episodes are not favoured over long ones."""
+        for k in range(self.num_envs):
+            self._begin(k, None if seed is None else seed + k)
+        result = MultiAgentFragment({}, env_steps=0, agent_steps=0)
+        while len(result.episode_returns) < episodes:
+            actions = self._act(explore)
+            self._lanes.clear()
+            for k, env in enumerate(self.envs):
+                step = env.step(actions[k])
+                self._lengths[k] += 1
+                result.env_steps += 1
+                self._decide[k] = step.decide
+                self._take(k, step)
+                if step.over:
+                    self._end_episode(k, result)
+                    self._begin(k, None)
+        return result
+
+    def _act(self, explore: bool = True) -> list[dict[str, Any]]:
+        """Every deciding agent's action, one forward pass per policy; opens a row per decision."""
+        who: dict[str, list[tuple[int, str, Any]]] = {}
+        for k, decide in enumerate(self._decide):
+            for agent, raw in decide.items():
+                pid = self._policy_of(k, agent)
+                who.setdefault(pid, []).append((k, agent, self.specs[pid].one(raw)))
+        actions: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        for pid, items in who.items():
+            obs = obs_concat([item[2] for item in items])
+            policy = self.policies[pid]
+            noise = policy.noise(1, len(items))[0]
+            if self._with_logp and explore:
+                stored, logp = policy.act_logp(obs, noise)
+            else:
+                stored, logp = policy.act(obs, explore, noise), np.zeros(len(items), np.float32)
+            env_actions = self.actions[pid].to_env(stored)
+            for i, (k, agent, agent_obs) in enumerate(items):
+                actions[k][agent] = _item(self.action_space[pid], env_actions, i)
+                self._lanes.setdefault((k, agent), []).append(
+                    _Row(pid, agent_obs, stored[i], float(logp[i])))
+        return actions
+
+    def _take(self, k: int, step: AgentStep) -> None:
+        """Pay each agent's open row, close the rows of agents that ended or decide again."""
+        returns = self._returns[k]
+        for agent, reward in step.rewards.items():
+            returns[agent] = returns.get(agent, 0.0) + reward
+            row = self._open_row(k, agent)
+            if row is not None:
+                row.reward += reward
+        for agent, (terminated, truncated, raw) in step.ended.items():
+            row = self._open_row(k, agent)
+            if row is not None:
+                row.terminated, row.truncated, row.complete = terminated, truncated, True
+                row.final_obs = row.obs if raw is None else self.specs[row.policy].one(raw)
+        for agent in step.decide:
+            row = self._open_row(k, agent)
+            if row is not None:
+                row.complete = True
+        if step.over:  # agents the env dropped without saying they ended: cut off (bootstrapped)
+            for agent in self._mapping[k]:
+                row = self._open_row(k, agent)
+                if row is not None:
+                    row.truncated, row.complete, row.final_obs = True, True, row.obs
+
+    def _open_row(self, k: int, agent: str) -> _Row | None:
+        rows = self._lanes.get((k, agent))
+        return rows[-1] if rows and not rows[-1].complete else None
+
+    def _end_episode(self, k: int, result: MultiAgentFragment) -> None:
+        returns = self._returns[k]
+        result.episode_returns.append(float(sum(returns.values())))
+        result.episode_lengths.append(self._lengths[k])
+        by_policy: dict[str, float] = {}
+        for agent, value in returns.items():
+            result.agent_returns.setdefault(agent, []).append(value)
+            pid = self._mapping[k].get(agent)
+            if pid is not None:
+                by_policy[pid] = by_policy.get(pid, 0.0) + value
+        for pid, value in by_policy.items():
+            result.policy_returns.setdefault(pid, []).append(value)
+
+    # ------------------------------------------------------------------ fragments
+    def _ship(self) -> dict[str, Fragment]:
+        """The complete rows of the trained policies as one Fragment per policy (columns: see the module doc);
+        open rows stay for the next fragment."""
+        columns: dict[str, list[tuple[list[_Row], Any]]] = {}
+        for (k, agent), rows in self._lanes.items():
+            done = len(rows) if not rows or rows[-1].complete else len(rows) - 1
+            self._lanes[k, agent] = rows[done:]
+            by_policy: dict[str, list[int]] = {}
+            for i in range(done):
+                by_policy.setdefault(rows[i].policy, []).append(i)
+            for pid, index in by_policy.items():
+                if pid not in self.trained:
+                    continue
+                last = rows[index[-1]]
+                if last.terminated or last.truncated:
+                    after = last.final_obs
+                elif index[-1] + 1 < len(rows):  # the agent decided again: its next row holds that observation
+                    after = rows[index[-1] + 1].obs
+                else:  # it decides at the next step
+                    after = self.specs[pid].one(self._decide[k][agent])
+                columns.setdefault(pid, []).append(([rows[i] for i in index], after))
+        return {pid: self._fragment(pid, cols) for pid, cols in sorted(columns.items())}
+
+    def _fragment(self, pid: str, columns: list[tuple[list[_Row], Any]]) -> Fragment:
+        spec, dist = self.specs[pid], self.actions[pid]
+        laid_out = [_with_episode_breaks(rows) for rows, _ in columns]
+        length = max(len(rows) for rows in laid_out)
+        width = len(columns)
+        obs = spec.zeros((length + 1, width))
+        actions = np.zeros((length, *dist.action_shape(width)), dtype=dist.action_dtype)
+        rewards = np.zeros((length, width), np.float32)
+        terminateds = np.zeros((length, width), bool)
+        truncateds = np.zeros((length, width), bool)
+        valid = np.zeros((length, width), bool)
+        logp = np.zeros((length, width), np.float32) if self._with_logp else None
+        for b, (rows, (_, after)) in enumerate(zip(laid_out, columns, strict=True)):
+            start = length - len(rows)  # right-aligned: the padding in front is invalid
+            for t, (row, real) in enumerate(rows, start):
+                _write(obs, (t, b), row.obs if real else row.final_obs)
+                if real:
+                    actions[t, b] = row.action
+                    rewards[t, b], terminateds[t, b], truncateds[t, b] = row.reward, row.terminated, row.truncated
+                    valid[t, b] = True
+                    if logp is not None:
+                        logp[t, b] = row.logp
+            _write(obs, (length, b), after)
+        return Fragment(obs, actions, rewards, terminateds, truncateds, valid, logp=logp,
+                        weights_version=self.weights_version, worker_index=self.worker_index)
+
+    def stop(self) -> None:
+        """Close the env copies."""
+        for env in self.envs:
+            env.close()
+
+
+def _with_episode_breaks(rows: list[_Row]) -> list[tuple[_Row, bool]]:
+    """``(row, real)`` pairs: the rows, and after each that ended an episode with more rows behind it an unreal
+    one standing for its final observation (what a truncated row's value bootstraps from)."""
+    out: list[tuple[_Row, bool]] = []
+    for i, row in enumerate(rows):
+        out.append((row, True))
+        if (row.terminated or row.truncated) and i + 1 < len(rows):
+            out.append((row, False))
+    return out
+
+
+def _write(storage: Any, index: tuple[int, int], one: Any) -> None:
+    """Write one stored observation (a batch of one) into ``storage`` at ``index``, leaf by leaf."""
+    obs_map(lambda a, o: a.__setitem__(index, o[0]), storage, one)
+
+
+def _item(space: gym.Space, batch: Any, i: int) -> Any:
+    """Element ``i`` of a batch of env actions, in the space's own form (an int for Discrete)."""
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_item(sub, part, i) for sub, part in zip(space.spaces, batch, strict=True))
+    return int(batch[i]) if isinstance(space, gym.spaces.Discrete) else batch[i]

@@ -1,0 +1,215 @@
+"""Multi-agent training on PettingZoo envs: rows in agent time, policy mapping, masks, self-play, checkpoints."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import herdrl
+from herdrl import ConfigError, PPOConfig
+from herdrl.checkpoint import CheckpointError
+from herdrl.env.testing import CueRelay
+from herdrl.models.actor_critic import ActorCritic
+from herdrl.policy import Policy
+from herdrl.rollout.multi_agent import MultiAgentEnvRunner
+
+herdrl.register_env("relay", lambda cfg: CueRelay(cfg))
+SEPARATE = {"policies": {"p0", "p1"}, "policy_mapping_fn": lambda agent, episode, **kw: "p" + agent[1]}
+
+
+def relay_config(**multi_agent):
+    return (PPOConfig().environment("relay").env_runners(num_envs_per_env_runner=4)
+            .training(train_batch_size=256, minibatch_size=64, lr=3e-3).multi_agent(**multi_agent).debugging(seed=3))
+
+
+def _paid(obs, actions):
+    """CueRelay's reward, computed from the observation (cue, id bit) and the action alone."""
+    names_positive = actions == 1
+    wants_positive = (obs[..., 0] > 0) == (obs[..., 1] == 0)
+    return (names_positive == wants_positive).astype(np.float32)
+
+
+def test_rows_are_agent_decisions_with_their_own_rewards_ends_and_final_observations():
+    """Each valid row is one decision paid what the env pays for it; a1 (joins late, leaves early) ends its 3
+    decisions terminated, a0 its 8 truncated; the observation after an ending row is the env's final one (what a
+    truncated row bootstraps from); and every decision is shipped exactly once."""
+    config = relay_config(**SEPARATE)
+    config.validate()
+    runner = MultiAgentEnvRunner(config)
+    shipped = {"p0": 0, "p1": 0}
+    decisions = 0
+    for _ in range(6):
+        fragment = runner.sample(13)  # not a multiple of the episode length: rows carry over fragments
+        decisions += fragment.agent_steps
+        for pid, part in fragment.policies.items():
+            obs, valid = part.obs, part.valid
+            assert (obs[:-1][valid][:, 1] == (pid == "p1")).all()  # each agent's rows go to its policy only
+            np.testing.assert_array_equal(part.rewards[valid], _paid(obs[:-1][valid], part.actions[valid]))
+            ends = part.terminateds | part.truncateds
+            assert not (ends & ~valid).any()
+            if pid == "p1":
+                assert not part.truncateds.any()
+            else:
+                assert not part.terminateds.any()
+            t, b = np.nonzero(ends)
+            np.testing.assert_array_equal(obs[t + 1, b, 0], 0.0)  # final observations: no cue
+            for column in range(valid.shape[1]):  # whole episodes inside a column have 3 (a1) or 8 (a0) rows
+                rows = np.nonzero(valid[:, column])[0]
+                ended = np.nonzero(ends[:, column])[0]
+                for first, last in zip(ended[:-1], ended[1:], strict=True):
+                    assert ((rows > first) & (rows <= last)).sum() == (3 if pid == "p1" else 8)
+            shipped[pid] += int(valid.sum())
+    still_open = sum(1 for rows in runner._lanes.values() for row in rows)
+    assert shipped["p0"] + shipped["p1"] + still_open == decisions
+    assert shipped["p1"] / (shipped["p0"] + shipped["p1"]) == pytest.approx(3 / 11, abs=0.05)
+
+
+@pytest.mark.parametrize("multi_agent", [{"policies": {"shared"}}, SEPARATE], ids=["shared", "separate"])
+def test_agents_that_join_late_and_leave_early_learn_with_shared_and_separate_policies(multi_agent):
+    algo = relay_config(**multi_agent).build()
+    results = [algo.train() for _ in range(20)]
+    last = results[-1]
+    assert results[0]["episode_return_mean"] < 9  # random: 5.5, best: 11
+    assert last["episode_return_mean"] > 10.3
+    # The sum over agents is what episode_return_mean reports; each agent's and policy's own are there too.
+    assert last["agent_return_mean/a0"] + last["agent_return_mean/a1"] == pytest.approx(last["episode_return_mean"])
+    if "p0" in multi_agent["policies"]:
+        assert last["policy_return_mean/p1"] == pytest.approx(last["agent_return_mean/a1"])
+        assert "p0/policy_loss" in last and "p1/policy_loss" in last
+    assert last["num_agent_steps_sampled"] > last["num_env_steps_sampled"]
+    algo.stop()
+
+
+def test_a_multi_policy_checkpoint_round_trips_and_loads_one_policy(tmp_path):
+    algo = relay_config(**SEPARATE).evaluation(evaluation_interval=12, evaluation_duration=5).build()
+    for _ in range(12):
+        result = algo.train()
+    # Greedy evaluation episodes of every policy (on an env copy of their own): the best return, per agent too.
+    assert result["evaluation/num_episodes"] == 5 and result["evaluation/episode_return_mean"] == 11
+    assert result["evaluation/agent_return_mean/a1"] == result["evaluation/policy_return_mean/p1"] == 3
+    path = algo.save(tmp_path / "ckpt")
+    weights = algo.get_weights()
+    assert {key.split(".")[0] for key in weights} == {"p0", "p1"}
+    # The mapping is a function: a resumed run is given it again.
+    restored = herdrl.Algorithm.from_checkpoint(path, policy_mapping_fn=SEPARATE["policy_mapping_fn"])
+    assert all(np.array_equal(weights[k], v) for k, v in restored.get_weights().items())
+    assert restored.iteration == 12 and restored.train()["training_iteration"] == 13
+    restored.stop()
+    # The a1 policy names the side opposite the cue; the a0 policy the cue's own.
+    p0, p1 = Policy.from_checkpoint(path, policy_id="p0"), Policy.from_checkpoint(path, policy_id="p1")
+    cue_up = np.array([1.0, 1.0], np.float32)
+    assert p1.compute_single_action(cue_up) == 0 and p0.compute_single_action(np.array([1.0, 0.0], np.float32)) == 1
+    assert algo.compute_single_action(cue_up, policy_id="p1") == 0
+    with pytest.raises(CheckpointError, match=r"holds policies \['p0', 'p1'\]: pass policy_id="):
+        Policy.from_checkpoint(path)
+    algo.stop()
+
+
+def test_bad_mappings_name_the_agent_and_the_policies():
+    config = relay_config(policies={"p0", "p1"}, policy_mapping_fn=lambda agent, episode, **kw: "nope")
+    with pytest.raises(ConfigError, match=r"mapped agent 'a0' to 'nope', which is not a policy; policies: "
+                                          r"\['p0', 'p1'\]"):
+        config.build()
+    with pytest.raises(ConfigError, match="set policy_mapping_fn"):  # two policies, agents a0/a1: no default
+        relay_config(policies={"x", "y"}).build()
+    with pytest.raises(ConfigError, match="policies_to_train"):
+        relay_config(policies={"p0"}, policies_to_train=["p9"]).validate()
+    with pytest.raises(ConfigError, match="does not train multi-agent runs yet"):
+        herdrl.DQNConfig().environment("relay").multi_agent(policies={"p"}).validate()
+
+
+def test_turn_based_self_play_never_plays_a_masked_move_and_snapshots_the_learner():
+    """Tic-tac-toe (PettingZoo classic, AEC, action masks) by self-play against a snapshot: no shipped move is
+    one its mask ruled out, wins and losses reach the right player's last move, and after an iteration the
+    snapshot holds the learner's weights."""
+    config = (PPOConfig().environment("pettingzoo/classic/tictactoe-v3").env_runners(num_envs_per_env_runner=4)
+              .training(train_batch_size=256, minibatch_size=64).debugging(seed=0)
+              .multi_agent(policies={"main", "main_v1"}, self_play={"main": ["main_v1"]}, self_play_interval=1,
+                           policy_mapping_fn=lambda agent, ep, **kw:
+                           "main" if (ep.episode_index % 2 == 0) == (agent == "player_1") else "main_v1"))
+    algo = config.build()
+    result = algo.train()
+    assert result["episode_return_mean"] == 0.0  # zero-sum: the sum over both players
+    main, snapshot = algo.module["main"].state_dict(), algo.module["main_v1"].state_dict()
+    assert all(torch.equal(main[k], snapshot[k]) for k in main)
+    fragment = algo.runners.runner.sample(60).policies["main"]
+    valid = fragment.valid
+    allowed = np.take_along_axis(fragment.obs["action_mask"][:-1], fragment.actions[..., None], axis=-1)[..., 0]
+    assert valid.sum() > 100 and (allowed[valid] == 1).all()
+    final = fragment.terminateds & valid
+    assert set(np.unique(fragment.rewards[final])) <= {-1.0, 0.0, 1.0} and (fragment.rewards[valid & ~final] == 0).all()
+    assert (fragment.rewards[final] == -1).any() and (fragment.rewards[final] == 1).any()
+    algo.stop()
+
+
+def test_an_action_mask_rules_actions_out_of_sampling_greedy_choice_and_log_probabilities():
+    space = gym.spaces.Dict({"action_mask": gym.spaces.Box(0, 1, (4,), np.int8),
+                             "observation": gym.spaces.Box(-1, 1, (3,), np.float32)})
+    module = ActorCritic(space, gym.spaces.Discrete(4), PPOConfig().model)
+    torch.nn.init.normal_(module.pi_head.weight, std=5.0)  # strong preferences, so a mask has work to do
+    mask = torch.tensor([[1, 0, 1, 0], [0, 0, 0, 1]] * 500, dtype=torch.int8)
+    obs = {"action_mask": mask, "observation": torch.randn(1000, 3)}
+    sampled = module.act(obs, explore=True)
+    assert mask.gather(1, sampled[:, None]).all() and module.act(obs, explore=False)[1::2].eq(3).all()
+    dist_inputs, _ = module(obs)
+    logp, entropy = module.log_prob_entropy(dist_inputs, sampled)
+    assert torch.isfinite(logp).all() and torch.isfinite(entropy).all()
+    assert torch.allclose(logp[1::2], torch.zeros(500), atol=1e-6)  # one allowed action: probability 1
+    with pytest.raises(ConfigError, match="needs a Discrete action space"):
+        ActorCritic(space, gym.spaces.Discrete(5), PPOConfig().model)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_multi_agent_training_on_two_ray_runners():
+    algo = relay_config(**SEPARATE).env_runners(num_env_runners=2, num_envs_per_env_runner=2).build()
+    results = [algo.train() for _ in range(15)]
+    assert results[-1]["num_healthy_env_runners"] == 2
+    assert results[-1]["episode_return_mean"] > 10
+    algo.stop()
+
+
+def test_one_policy_of_a_run_exports_with_its_mask_and_the_cli_evaluates_every_policy(tmp_path, capsys):
+    from herdrl.cli import main
+    from herdrl.export import export_policy
+
+    config = (PPOConfig().environment("pettingzoo/classic/tictactoe-v3").env_runners(num_envs_per_env_runner=2)
+              .training(train_batch_size=64, minibatch_size=32).multi_agent(policies={"main"}).debugging(seed=0))
+    algo = config.build()
+    algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    program = torch.export.load(export_policy(path, "torch-export", tmp_path / "main.pt2", "main")).module()
+    masks = torch.eye(9, dtype=torch.int8)  # row i allows move i only
+    boards = torch.zeros(9, 3, 3, 2, dtype=torch.int8)
+    names = sorted(["action_mask", "observation"])  # the exported inputs, in leaf order
+    inputs = {"action_mask": masks, "observation": boards}
+    actions = program(*[inputs[name] for name in names])
+    assert actions.tolist() == list(range(9))
+    assert main(["evaluate", str(path), "--episodes", "4", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "4 episodes (greedy)" in out and "agent_return_mean/player_1" in out and "policy_return_mean/main" in out
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_two_learners_update_every_policy_like_one_learner():
+    """Two gloo learners update both policies, in the same order, as one learner does on the whole batch."""
+    from herdrl.learner.group import RayLearnerGroup
+    from herdrl.learner.multi_agent import MultiAgentLearner
+
+    config = relay_config(**SEPARATE).learners(num_learners=2)
+    config.validate()
+    runner = MultiAgentEnvRunner(config)
+    one = MultiAgentLearner(config, runner.observation_space, runner.action_space)
+    group = RayLearnerGroup(config, MultiAgentLearner, runner.observation_space, runner.action_space, init_seed=0)
+    group.load_state(one.state())
+    for update in range(5):
+        fragments = [runner.sample(16)]
+        single, split = one.update(fragments, update), group.update(fragments, update)
+        assert split["p1/num_gradient_updates"] == single["p1/num_gradient_updates"]
+        if update == 0:
+            diff = max(float(np.abs(v - group.get_weights()[k]).max()) for k, v in one.get_weights().items())
+            assert diff < 1e-5
+        runner.set_weights(one.get_weights())
+    ranks = group.call("get_weights")
+    assert all(np.array_equal(ranks[0][k], ranks[1][k]) for k in ranks[0])
+    group.stop()
