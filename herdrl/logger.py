@@ -92,6 +92,9 @@ class ConsoleReporter:
         if "policy_lag_mean" in result:  # asynchronous algorithms: how stale the learned-on samples were
             quiet = (f"  lag {result['policy_lag_mean']:.1f}/{result['policy_lag_max']:g}  learner "
                      f"{100 * result['learner_busy_fraction']:.0f}% busy  queue {result['queue_depth']}{quiet}")
+        policies = [key for key in result if key.startswith("policy_return_mean/")]
+        if policies:  # multi-agent: each policy's return, after the sum over agents
+            quiet = "  " + " ".join(f"{key.split('/', 1)[1]} {result[key]:.2f}" for key in policies[:4]) + quiet
         self.console.print(
             f"iter {result['training_iteration']:4d}  steps {result['num_env_steps_sampled_lifetime']:>9,}  "
             f"return {ret_text}{target}  episodes {result['num_episodes_lifetime']:>6,}  "

@@ -7,14 +7,17 @@
 * ``policy_mapping_fn(agent_id, episode, **kwargs) -> policy id``, called when an agent first appears in an
   episode (its policy is kept for the episode); ``episode`` is an :class:`EpisodeInfo`. Instead of a function:
   ``"shared"`` (every agent plays the one policy: parameter sharing), ``"per_agent"`` (each agent its own
-  policy, named as the agent) or a dict ``agent_id -> policy id``. Default: the one policy if there is one, else
-  ``"per_agent"`` when the policy ids are the agent ids;
+  policy, named as the agent), ``"self_play"`` (below) or a dict ``agent_id -> policy id``. Default: the one
+  policy if there is one, else ``"per_agent"`` when the policy ids are the agent ids;
 * ``policies_to_train``: the policies that learn (default: all but self-play snapshots); the others act with the
   weights they have (fixed opponents, frozen snapshots).
 
 Self-play: ``self_play={"main": ["main_v1", "main_v2"]}`` copies ``main``'s weights into ``main_v1`` every
 ``self_play_interval`` iterations, after moving ``main_v1``'s into ``main_v2`` (the newest snapshots, oldest
-last); map opponents to the snapshots to train against earlier versions of yourself.
+last); map opponents to the snapshots to train against earlier versions of yourself. The mapping ``"self_play"``
+does that for the one policy of ``self_play``: in episode ``i`` of an env copy, agent ``i % n`` (of the env's
+``n`` possible agents) plays the learning policy, so it plays every side in turn, and the other agents play
+snapshot ``(i // n) % len(snapshots)``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from herdrl.errors import ConfigError
 
 #: The policy a multi-agent run gets when it names none (RLlib's name).
 DEFAULT_POLICY = "default_policy"
-MAPPING_NAMES = ("shared", "per_agent")
+MAPPING_NAMES = ("shared", "per_agent", "self_play")
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ def validate_multi_agent(config: Any) -> None:
                           "**kwargs) -> policy id, a dict agent_id -> policy id, 'shared' or 'per_agent'")
     if mapping == "shared" and len(policies) != 1:
         raise ConfigError(f"policy_mapping_fn='shared' needs exactly one policy, got {sorted(policies)}")
+    if mapping == "self_play" and len(config.self_play or {}) != 1:
+        raise ConfigError("policy_mapping_fn='self_play' needs self_play={policy: [snapshot, ...]} with one policy")
     names = config.policies_to_train
     if names is not None and not set(names) <= set(policies):
         raise ConfigError(f"config key 'policies_to_train' got {names!r}; expected a list of policy ids from "
@@ -111,8 +116,10 @@ def validate_multi_agent(config: Any) -> None:
 class PolicyMapper:
     """``policy_mapping_fn`` in any of its forms, checked at each call."""
 
-    def __init__(self, mapping: Any, policies: list[str], agents: list[str]) -> None:
-        self.policies = policies
+    def __init__(self, mapping: Any, policies: list[str], agents: list[str],
+                 self_play: dict[str, list[str]] | None = None) -> None:
+        self.policies, self.agents = policies, agents
+        self.self_play = next(iter((self_play or {}).items()), None)
         if mapping is None:
             if len(policies) == 1:
                 mapping = "shared"
@@ -130,6 +137,10 @@ class PolicyMapper:
             pid = self.policies[0]
         elif self.mapping == "per_agent":
             pid = agent
+        elif self.mapping == "self_play":
+            learner, snapshots = self.self_play
+            turn, n = episode.episode_index, len(self.agents)
+            pid = learner if self.agents.index(agent) == turn % n else snapshots[(turn // n) % len(snapshots)]
         elif isinstance(self.mapping, dict):
             pid = self.mapping.get(agent)
         else:
@@ -153,7 +164,7 @@ def policy_spaces(config: Any, env: Any) -> tuple[dict[str, gym.Space], dict[str
     """Each policy's (observation space, action space): given in its spec, else those of the agents it plays
     (asked of the mapping with a probe episode); all agents of one policy must share them."""
     policies = config.policies
-    mapper = PolicyMapper(config.policy_mapping_fn, list(policies), env.possible_agents)
+    mapper = PolicyMapper(config.policy_mapping_fn, list(policies), env.possible_agents, config.self_play)
     probe = EpisodeInfo("probe", 0, 0, 0)
     found: dict[str, tuple[str, gym.Space, gym.Space]] = {}
     for agent in env.possible_agents:

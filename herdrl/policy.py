@@ -63,8 +63,8 @@ class Policy:
             if policy_id is None and len(ids) == 1:
                 policy_id = ids[0]
             if policy_id not in ids:
-                raise CheckpointError(f"checkpoint '{meta['path']}' holds policies {ids}: pass policy_id= one of "
-                                      "them")
+                raise CheckpointError(f"checkpoint '{meta['path']}' holds policies {ids}: pass policy_id= (herd: "
+                                      "--policy-id) one of them")
             obs_space, action_space = obs_space[policy_id], action_space[policy_id]
             state = state.get("policies", {}).get(policy_id, {})
         elif policy_id is not None:

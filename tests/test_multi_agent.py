@@ -213,3 +213,13 @@ def test_two_learners_update_every_policy_like_one_learner():
     ranks = group.call("get_weights")
     assert all(np.array_equal(ranks[0][k], ranks[1][k]) for k in ranks[0])
     group.stop()
+
+
+def test_the_self_play_mapping_plays_every_side_in_turn_against_each_snapshot():
+    from herdrl.multi_agent import EpisodeInfo, PolicyMapper
+
+    mapper = PolicyMapper("self_play", ["main", "v1", "v2"], ["x", "o"], {"main": ["v1", "v2"]})
+    table = [(mapper("x", EpisodeInfo("", 0, 0, i)), mapper("o", EpisodeInfo("", 0, 0, i))) for i in range(4)]
+    assert table == [("main", "v1"), ("v1", "main"), ("main", "v2"), ("v2", "main")]
+    with pytest.raises(ConfigError, match="policy_mapping_fn='self_play' needs self_play="):
+        relay_config(policies={"p0", "p1"}, policy_mapping_fn="self_play").validate()

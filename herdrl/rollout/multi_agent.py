@@ -75,7 +75,8 @@ class MultiAgentEnvRunner:
                                      for k in range(config.num_envs_per_env_runner)]
         self.num_envs = len(self.envs)
         self.observation_space, self.action_space = policy_spaces(config, self.envs[0])
-        self.mapper = PolicyMapper(config.policy_mapping_fn, list(config.policies), self.envs[0].possible_agents)
+        self.mapper = PolicyMapper(config.policy_mapping_fn, list(config.policies), self.envs[0].possible_agents,
+                                   config.self_play)
         self.trained = set(trained_policies(config))
         self.module = config.build_module(self.observation_space, self.action_space)
         self.module.requires_grad_(False)

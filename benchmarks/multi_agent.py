@@ -1,0 +1,188 @@
+"""Multi-agent (issue 17): a cooperative MPE env and a competitive board game with action masks.
+
+    python benchmarks/multi_agent.py spread --seeds 1 2 3 --steps 150000
+    python benchmarks/multi_agent.py tictactoe --seeds 1 2 3 --steps 150000
+    python benchmarks/multi_agent.py throughput
+
+``spread``: MPE ``simple_spread_v3`` (mpe2; 3 agents cover 3 landmarks, 25 steps, a shared reward plus
+collision penalties), PPO with one policy shared by the 3 agents vs one policy per agent (independent PPO per
+agent), each for the same env-step budget, beside a uniformly random policy. The score is the greedy return
+(summed over agents) of 100 evaluation episodes after training.
+
+``tictactoe``: PettingZoo's ``classic/tictactoe-v3`` (turn-based, action masks), PPO trained by self-play (the
+learning policy plays both sides in turn against its last 3 snapshots, refreshed every 5 iterations), by one
+policy shared by both sides, and by a separate policy per side. The score is each trained side against a
+uniformly random legal opponent, over 400 games per side (+1 win, 0 draw, -1 loss), played by this script's own
+loop with the PettingZoo env: the same score for a random player is the baseline.
+
+``throughput``: env steps per second of ``spread`` sampling alone (no learning), in-process and on 1 and 2 Ray
+runners, 8 env copies each.
+
+Each run is its own subprocess; results print as a table and as JSON lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+SPREAD = "mpe2.simple_spread_v3"
+TICTACTOE = "pettingzoo/classic/tictactoe-v3"
+PPO_SETTINGS = {"train_batch_size": 4000, "minibatch_size": 500, "num_epochs": 10, "lr": 3e-4, "gamma": 0.99,
+                "lambda_": 0.95, "entropy_coeff": 0.01, "vf_loss_coeff": 0.5, "clip_param": 0.2}
+
+
+def spread_config(mode: str, seed: int):
+    from herdrl import PPOConfig
+
+    config = (PPOConfig().environment(SPREAD, env_config={"max_cycles": 25, "continuous_actions": False})
+              .env_runners(num_envs_per_env_runner=16).training(**PPO_SETTINGS,
+                                                                model={"fcnet_hiddens": [128, 128]})
+              .debugging(seed=seed))
+    if mode == "shared":
+        return config.multi_agent(policies={"shared"})
+    return config.multi_agent(policies={"agent_0", "agent_1", "agent_2"}, policy_mapping_fn="per_agent")
+
+
+def run_spread(mode: str, seed: int, steps: int) -> dict:
+    if mode == "random":
+        return {"score": _random_spread(seed)}
+    algo = spread_config(mode, seed).evaluation(evaluation_duration=100).build()
+    start = time.perf_counter()
+    while (result := algo.train())["num_env_steps_sampled_lifetime"] < steps:
+        pass
+    seconds = time.perf_counter() - start
+    score = algo.evaluate()["evaluation/episode_return_mean"]
+    algo.stop()
+    return {"score": score, "train_return": result["episode_return_mean"], "seconds": seconds,
+            "steps": result["num_env_steps_sampled_lifetime"]}
+
+
+def _random_spread(seed: int, episodes: int = 100) -> float:
+    from mpe2 import simple_spread_v3
+
+    env = simple_spread_v3.parallel_env(max_cycles=25, continuous_actions=False)
+    rng = np.random.default_rng(seed)
+    totals = []
+    for episode in range(episodes):
+        env.reset(seed=seed * 1000 + episode)
+        total = 0.0
+        while env.agents:
+            _, rewards, _, _, _ = env.step({a: int(rng.integers(5)) for a in env.agents})
+            total += sum(rewards.values())
+        totals.append(total)
+    return float(np.mean(totals))
+
+
+def tictactoe_config(mode: str, seed: int):
+    from herdrl import PPOConfig
+
+    config = (PPOConfig().environment(TICTACTOE).env_runners(num_envs_per_env_runner=16)
+              .training(**{**PPO_SETTINGS, "gamma": 1.0}, model={"fcnet_hiddens": [128, 128]}).debugging(seed=seed))
+    if mode == "self-play":
+        return config.multi_agent(policies={"main", "main_v1", "main_v2", "main_v3"}, policy_mapping_fn="self_play",
+                                  self_play={"main": ["main_v1", "main_v2", "main_v3"]}, self_play_interval=5)
+    if mode == "shared":
+        return config.multi_agent(policies={"main"})
+    return config.multi_agent(policies={"player_1", "player_2"}, policy_mapping_fn="per_agent")
+
+
+def run_tictactoe(mode: str, seed: int, steps: int) -> dict:
+    if mode == "random":
+        return {side: _score_vs_random(None, side, seed) for side in ("player_1", "player_2")}
+    algo = tictactoe_config(mode, seed).build()
+    start = time.perf_counter()
+    while algo.train()["num_env_steps_sampled_lifetime"] < steps:
+        pass
+    seconds = time.perf_counter() - start
+    sides = {"self-play": {"player_1": "main", "player_2": "main"}, "shared": {"player_1": "main", "player_2": "main"},
+             "separate": {"player_1": "player_1", "player_2": "player_2"}}[mode]
+    scores = {side: _score_vs_random(algo.get_policy(pid), side, seed) for side, pid in sides.items()}
+    algo.stop()
+    return {**scores, "seconds": seconds}
+
+
+def _score_vs_random(policy, side: str, seed: int, games: int = 400) -> float:
+    """Mean outcome for ``side`` (+1 win, 0 draw, -1 loss) with ``policy`` (None: random) against random moves."""
+    import pettingzoo
+
+    env = pettingzoo.make("aec", "classic/tictactoe-v3")
+    rng = np.random.default_rng(seed)
+    total = 0.0
+    for game in range(games):
+        env.reset(seed=seed * 10_000 + game)
+        for agent in env.agent_iter():
+            obs, reward, terminated, truncated, _ = env.last()
+            if agent == side:
+                total += reward if terminated or truncated else 0.0
+            if terminated or truncated:
+                env.step(None)
+                continue
+            if agent == side and policy is not None:
+                action = policy.compute_single_action(obs)
+            else:
+                action = int(rng.choice(np.flatnonzero(obs["action_mask"])))
+            env.step(action)
+    return total / games
+
+
+def run_throughput(runners: int) -> dict:
+    from herdrl import PPOConfig
+
+    config = (PPOConfig().environment(SPREAD, env_config={"max_cycles": 25})
+              .env_runners(num_env_runners=runners, num_envs_per_env_runner=8, rollout_fragment_length=100)
+              .multi_agent(policies={"shared"}).debugging(seed=0))
+    algo = config.build()
+    weights = algo.runner_weights()
+    algo.runners.sample(weights)  # warm-up: actors started, envs made
+    start, steps = time.perf_counter(), 0
+    while time.perf_counter() - start < 20:
+        steps += sum(f.env_steps for f in algo.runners.sample(weights))
+    rate = steps / (time.perf_counter() - start)
+    algo.stop()
+    return {"env_steps_per_s": rate}
+
+
+def _subprocess(args: list[str]) -> dict:
+    out = subprocess.run([sys.executable, __file__, "_run", *args], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["spread", "tictactoe", "throughput", "_run"])
+    parser.add_argument("args", nargs="*")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--steps", type=int, default=150_000)
+    opts = parser.parse_args()
+    if opts.what == "_run":
+        kind, mode, seed, steps = opts.args
+        run = {"spread": run_spread, "tictactoe": run_tictactoe}.get(kind)
+        result = run_throughput(int(mode)) if kind == "throughput" else run(mode, int(seed), int(steps))
+        print(json.dumps(result))
+        return
+    if opts.what == "throughput":
+        for runners in (0, 1, 2):
+            result = _subprocess(["throughput", str(runners), "0", "0"])
+            print(json.dumps({"runners": runners, **result}), flush=True)
+        return
+    modes = ["random", "shared", "separate"] + (["self-play"] if opts.what == "tictactoe" else [])
+    rows = {}
+    for mode in modes:
+        for seed in opts.seeds:
+            result = _subprocess([opts.what, mode, str(seed), str(opts.steps)])
+            print(json.dumps({"mode": mode, "seed": seed, **result}), flush=True)
+            rows.setdefault(mode, []).append(result)
+    print(f"\n{opts.what}, {opts.steps} env steps, seeds {opts.seeds} (median):")
+    for mode, results in rows.items():
+        keys = [k for k in results[0] if k != "steps"]
+        print(f"  {mode:10s} " + "  ".join(f"{k} {np.median([r[k] for r in results]):8.2f}" for k in keys))
+
+
+if __name__ == "__main__":
+    main()
