@@ -444,7 +444,7 @@ class AlgorithmConfig:
                               f"num_learners={self.num_learners} the learners are actors: set num_gpus_per_learner "
                               "instead")
         if self.model["use_lstm"] and not self.supports_lstm:
-            raise ConfigError(f"model use_lstm is not supported by {self.algo_name} yet; use PPO or A2C")
+            raise ConfigError(f"model use_lstm is not supported by {self.algo_name} yet; use PPO, A2C, IMPALA or APPO")
         minibatch = getattr(self, "minibatch_size", None)
         if self.num_learners > 1 and minibatch is not None and minibatch < 2 * self.num_learners:
             raise ConfigError(f"minibatch_size={minibatch} is too small to split between {self.num_learners} "

@@ -223,3 +223,17 @@ def test_the_self_play_mapping_plays_every_side_in_turn_against_each_snapshot():
     assert table == [("main", "v1"), ("v1", "main"), ("main", "v2"), ("v2", "main")]
     with pytest.raises(ConfigError, match="policy_mapping_fn='self_play' needs self_play="):
         relay_config(policies={"p0", "p1"}, policy_mapping_fn="self_play").validate()
+
+
+def test_an_mpe_env_made_by_module_name_runs_through_its_aec_to_parallel_wrapper():
+    """MPE's parallel_env() is an AEC env under PettingZoo's aec_to_parallel wrapper: stepped as a Parallel env,
+    every live agent decides each step and all are truncated after max_cycles."""
+    config = (PPOConfig().environment("mpe2.simple_spread_v3", env_config={"max_cycles": 5})
+              .env_runners(num_envs_per_env_runner=2).debugging(seed=0))
+    config.validate()
+    runner = MultiAgentEnvRunner(config)
+    fragment = runner.sample(12)
+    assert fragment.env_steps == 24 and fragment.agent_steps == 72
+    assert len(fragment.episode_returns) == 4 and fragment.episode_lengths == [5] * 4
+    part = fragment.policies["default_policy"]
+    assert part.truncateds.sum() == 12 and not part.terminateds.any()

@@ -112,6 +112,14 @@ def test_lstm_ppo_on_a_ray_runner_and_a2c():
            .training(model=LSTM).debugging(seed=0)).build()
     assert np.isfinite(a2c.train()["policy_loss"])
     a2c.stop()
+    from herdrl import APPOConfig
+
+    appo = (APPOConfig().environment("herd/Recall-v0").env_runners(num_env_runners=1, num_envs_per_env_runner=4,
+                                                                  rollout_fragment_length=16)
+            .training(model=LSTM, train_batch_size=64).debugging(seed=0)).build()
+    results = [appo.train() for _ in range(3)]  # asynchronous: fragments sampled with older weights
+    assert np.isfinite(results[-1]["policy_loss"]) and results[-1]["num_env_steps_trained"] > 0
+    appo.stop()
 
 
 def test_exported_recurrent_policy_takes_and_returns_its_state(tmp_path):
@@ -160,3 +168,45 @@ def test_two_learners_make_the_single_learners_recurrent_update():
     weights = one.get_weights()
     assert max(float(np.abs(weights[k] - group.get_weights()[k]).max()) for k in weights) < 1e-5
     group.stop()
+
+
+def test_lstm_impala_batch_unrolls_the_runners_policy_and_vtrace_without_lag_is_the_n_step_return():
+    """With the runner's own weights, the learner's unrolled log-probabilities are the behaviour log-probabilities
+    the runner recorded step by step, and V-trace's targets are the discounted returns to the fragment's end
+    (GAE with lambda 1), on every real step."""
+    from herdrl import IMPALAConfig
+    from herdrl.algorithms.impala import recurrent_vtrace_batch
+    from herdrl.rollout.advantages import compute_gae
+    from herdrl.rollout.batch import from_sequences, sequence_batch
+
+    config = (IMPALAConfig().environment("herd/Recall-v0", env_config={"delay": 3})
+              .env_runners(num_envs_per_env_runner=3, rollout_fragment_length=11)
+              .training(train_batch_size=33, model=LSTM).debugging(seed=0))
+    config.validate()
+    runner = EnvRunner(config)
+    runner.sample()
+    fragment = runner.sample()  # begins mid-episode, with the state carried over
+    device = torch.device("cpu")
+    batch = recurrent_vtrace_batch(runner.module, [fragment], config, device)
+    valid = fragment.valid
+    logp = from_sequences(batch["old_logp"].numpy(), 11, 3)
+    np.testing.assert_allclose(logp[valid], fragment.logp[valid], atol=1e-5)
+    _, _, values = sequence_batch(runner.module, [fragment], 4, device)
+    _, returns = compute_gae(fragment.rewards, values, fragment.terminateds, fragment.truncateds, config.gamma, 1.0)
+    np.testing.assert_allclose(from_sequences(batch["vs"].numpy(), 11, 3)[valid], returns[valid], atol=1e-4)
+
+
+def test_lstm_appo_and_impala_remember_a_cue_an_mlp_cannot():
+    from herdrl import APPOConfig, IMPALAConfig
+
+    def best(config_class, model):
+        algo = (config_class().environment("herd/Recall-v0", env_config={"delay": 3})
+                .env_runners(num_envs_per_env_runner=8, rollout_fragment_length=16)
+                .training(train_batch_size=256, lr=3e-3, model=model).debugging(seed=0)).build()
+        result = max(algo.train()["episode_return_mean"] for _ in range(60))
+        algo.stop()
+        return result
+
+    lstm = {**LSTM, "lstm_cell_size": 32, "max_seq_len": 8, "fcnet_hiddens": [32]}
+    assert best(APPOConfig, lstm) >= 0.95 and best(IMPALAConfig, lstm) >= 0.95
+    assert best(APPOConfig, {"fcnet_hiddens": [32]}) < 0.75

@@ -18,6 +18,7 @@ from herdrl.algorithms.dqn import polyak_update
 from herdrl.algorithms.impala import IMPALA, IMPALAConfig, IMPALALearner, vtrace_batch
 from herdrl.config import Field, shared_field
 from herdrl.rollout import Fragment
+from herdrl.rollout.batch import forward_flat
 
 
 class APPOConfig(IMPALAConfig):
@@ -78,7 +79,7 @@ class APPOLearner(IMPALALearner):
         """``-mean(min(r A, clip(r) A)) + vf_loss_coeff * 0.5 * MSE(V, vs) - entropy_coeff * H [+ kl_coeff * KL]``
         with ``r = pi / mu * clip(mu / pi_old, 0, 2)`` (``mu`` the behaviour policy)."""
         cfg = self.config
-        dist_inputs, values = self.module(batch["obs"])
+        dist_inputs, values, batch = forward_flat(self.module, batch)
         logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"])
         # min(mu / pi_old, 2) * pi / mu = pi / max(pi_old, mu / 2): the same ratio, without 0 * inf from a far-off
         # behaviour policy.

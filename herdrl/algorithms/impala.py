@@ -29,6 +29,7 @@ from herdrl.obs import obs_concat, obs_map
 from herdrl.optim import Adam
 from herdrl.rollout import Fragment
 from herdrl.rollout.async_sampling import AsyncSampler, LocalSampler
+from herdrl.rollout.batch import forward_flat, from_sequences, sequence_batch, sequence_logp, to_sequences
 from herdrl.rollout.group import RayRunnerGroup
 from herdrl.rollout.vtrace import vtrace
 
@@ -37,6 +38,7 @@ class IMPALAConfig(AlgorithmConfig):
     """IMPALA settings (RLlib's names); defaults solve CartPole-v1 on a CPU."""
 
     algo_name = "IMPALA"
+    supports_lstm = True
     behaviour_logp = True  # runners record the sampling policy's log-probabilities
     FIELDS = {
         "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 8),
@@ -92,6 +94,8 @@ def vtrace_batch(module: Any, fragments: list[Fragment], config: IMPALAConfig, d
     (APPO's old policy), else ``module``; its distribution inputs come back as ``old_dist_inputs`` and the
     log-probabilities of the actions under it as ``old_logp``.
     """
+    if getattr(module, "recurrent", False):
+        return recurrent_vtrace_batch(module, fragments, config, device, target_module)
     cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
     obs = obs_concat([f.obs for f in fragments], axis=1)
     actions = cat("actions")
@@ -113,6 +117,29 @@ def vtrace_batch(module: Any, fragments: list[Fragment], config: IMPALAConfig, d
             "behaviour_logp": behaviour.reshape(-1)[valid], "old_logp": old_logp[valid],
             "old_dist_inputs": dist_inputs[:n][valid], "vs": vs.reshape(-1)[valid],
             "advantages": advantages.reshape(-1)[valid]}
+
+
+def recurrent_vtrace_batch(module: Any, fragments: list[Fragment], config: IMPALAConfig, device: torch.device,
+                           target_module: Any = None) -> dict[str, Any]:
+    """:func:`vtrace_batch` for a recurrent module: sequences of ``max_seq_len`` steps (:func:`sequence_batch`),
+    the module (and ``target_module``) unrolled from the states the runner held, V-trace on the fragments' grid,
+    its targets and advantages laid out per sequence step."""
+    batch, dist_inputs, values = sequence_batch(module, fragments, int(config.model["max_seq_len"]), device)
+    if target_module is not None:
+        dist_inputs, _ = target_module.unroll(batch["obs"], batch["state"], batch["starts"])
+    old_logp = sequence_logp(module, dist_inputs, batch["actions"])
+    cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
+    steps, envs = cat("valid").shape
+    target = torch.from_numpy(from_sequences(old_logp.cpu().numpy(), steps, envs)).to(device)
+    behaviour = torch.from_numpy(cat("logp")).to(device) if config.vtrace else target
+    grid = lambda name: torch.from_numpy(cat(name)).to(device)  # noqa: E731
+    vs, advantages = vtrace(behaviour, target, grid("rewards"), torch.from_numpy(values).to(device),
+                            grid("terminateds"), grid("truncateds"), config.gamma, config.vtrace_clip_rho_threshold,
+                            config.vtrace_clip_pg_rho_threshold)
+    batch.update({"behaviour_logp": to_sequences(batch, behaviour.cpu().numpy(), device), "old_logp": old_logp,
+                  "old_dist_inputs": dist_inputs, "vs": to_sequences(batch, vs.cpu().numpy(), device),
+                  "advantages": to_sequences(batch, advantages.cpu().numpy(), device)})
+    return batch
 
 
 class IMPALALearner(Learner):
@@ -153,7 +180,7 @@ class IMPALALearner(Learner):
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``-mean(log pi * advantage) + vf_loss_coeff * 0.5 * mean((V - vs)^2) - entropy_coeff * entropy``."""
         cfg = self.config
-        dist_inputs, values = self.module(batch["obs"])
+        dist_inputs, values, batch = forward_flat(self.module, batch)
         logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"])
         policy_loss = -(logp * batch["advantages"]).mean()
         vf_loss = 0.5 * (values - batch["vs"]).pow(2).mean()

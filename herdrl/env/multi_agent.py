@@ -97,7 +97,7 @@ class AgentEnv:
 
     def __init__(self, env: Any, name: str) -> None:
         self.env, self.name = env, name
-        self.turns = not hasattr(env, "agents") or hasattr(env, "agent_selection")  # AEC: one agent at a time
+        self.turns = _takes_turns(env)
         self.possible_agents: list[str] = list(env.possible_agents)
         if not self.possible_agents:
             raise EnvError(f"multi-agent env '{name}' has no possible_agents")
@@ -155,6 +155,18 @@ class AgentEnv:
     def close(self) -> None:
         """Close the env."""
         self.env.close()
+
+
+def _takes_turns(env: Any) -> bool:
+    """Whether ``env`` has the AEC API (agents act one at a time). PettingZoo's classes say it where they are
+    there (a wrapped Parallel env may forward any attribute to an AEC env inside it); otherwise ``last()`` does."""
+    try:
+        from pettingzoo.utils.env import AECEnv, ParallelEnv
+    except ImportError:
+        AECEnv = ParallelEnv = ()  # noqa: N806
+    if isinstance(env, ParallelEnv):
+        return False
+    return isinstance(env, AECEnv) or callable(getattr(env, "last", None))
 
 
 def make_agent_env(env: Any, env_config: dict | None = None, worker_index: int = 0, vector_index: int = 0) -> AgentEnv:

@@ -105,6 +105,13 @@ class RecurrentPolicy:
             noise = self.noise(1, len(out))[0]
         return self.module.act_with_noise(dist_inputs, torch.from_numpy(noise) if explore else None).numpy()
 
+    @torch.inference_mode()
+    def act_logp(self, obs: Any, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sampled actions and their log-probabilities (V-trace's behaviour policy); the state moves one step."""
+        dist_inputs, _, self.state = self.module.step_dist_inputs(to_torch(obs), self.state)
+        actions = self.module.act_with_noise(dist_inputs, torch.from_numpy(noise))
+        return actions.numpy(), self.module.log_prob_entropy(dist_inputs, actions)[0].numpy()
+
     def zero_state(self, envs: np.ndarray) -> None:
         """A new episode begins at these envs' next step."""
         if envs.any():

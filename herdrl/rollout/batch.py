@@ -51,7 +51,8 @@ def on_policy_batch(module: ActorCritic, fragments: list[Fragment], gamma: float
 
 
 #: Per-step entries of a recurrent batch, laid out ``(sequences, max_seq_len, ...)``.
-STEP_KEYS = ("actions", "old_logp", "old_values", "advantages", "returns")
+STEP_KEYS = ("actions", "old_logp", "old_values", "advantages", "returns", "behaviour_logp", "old_dist_inputs",
+             "vs")
 
 
 def forward_flat(module: ActorCritic, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
@@ -77,7 +78,7 @@ def _to_sequences(array: np.ndarray, seq_len: int) -> np.ndarray:
         chunks * envs, seq_len, *array.shape[2:])
 
 
-def _from_sequences(array: np.ndarray, steps: int, envs: int) -> np.ndarray:
+def from_sequences(array: np.ndarray, steps: int, envs: int) -> np.ndarray:
     """Inverse of :func:`_to_sequences` (padding dropped)."""
     seq_len = array.shape[1]
     chunks = array.shape[0] // envs
@@ -85,16 +86,15 @@ def _from_sequences(array: np.ndarray, steps: int, envs: int) -> np.ndarray:
         chunks * seq_len, envs, *array.shape[2:])[:steps]
 
 
-@torch.no_grad()
-def recurrent_batch(module: Any, fragments: list[Fragment], gamma: float, lam: float, seq_len: int,
-                    device: torch.device) -> dict[str, Any]:
-    """The fragments as sequences of ``seq_len`` steps for a recurrent module (``herdrl.models.recurrent``).
+def sequence_batch(module: Any, fragments: list[Fragment], seq_len: int,
+                   device: torch.device) -> tuple[dict[str, Any], torch.Tensor, np.ndarray]:
+    """The fragments as sequences of ``seq_len`` steps for a recurrent module (``herdrl.models.recurrent``),
+    unrolled once: (batch, distribution inputs ``(N, L, D)``, values ``(T+1, B)`` on the fragments' grid, the
+    last row bootstrapped from the state the runner held after the fragment).
 
-    Keys: ``obs`` ``(N, L, ...)``, ``state`` ``(N, 2, H)`` (what the runner's LSTM held entering each sequence),
-    ``starts`` ``(N, L)`` (zero the state before this step: the step before was reset-only), ``valid``
-    ``(N, L)`` (real steps: not padding, not reset-only), and per step ``actions``, ``old_logp``,
-    ``old_values``, ``advantages``, ``returns`` ``(N, L)``. Values and log-probabilities are the module's,
-    unrolled from the same states the loss unrolls from.
+    Batch keys: ``obs`` ``(N, L, ...)``, ``state`` ``(N, 2, H)`` (what the runner's LSTM held entering each
+    sequence), ``starts`` ``(N, L)`` (zero the state before this step: the step before was reset-only), ``valid``
+    ``(N, L)`` (real steps: not padding, not reset-only), ``actions`` ``(N, L, ...)`` and ``old_values``.
     """
     cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
     obs = obs_concat([f.obs for f in fragments], axis=1)
@@ -117,14 +117,35 @@ def recurrent_batch(module: Any, fragments: list[Fragment], gamma: float, lam: f
     last_state = torch.from_numpy(np.concatenate([f.state_last for f in fragments])).to(device)
     last_out, _ = module.step(to_torch(obs_map(lambda o: o[-1], obs), device), last_state)
     bootstrap = module.vf_head(last_out).squeeze(-1).float()
-    all_values = np.concatenate([_from_sequences(values.cpu().numpy(), steps, envs), bootstrap.cpu().numpy()[None]])
-    advantages, returns = compute_gae(cat("rewards"), all_values, cat("terminateds"), cat("truncateds"), gamma, lam)
-    flat_actions = batch["actions"].reshape(-1, *actions.shape[2:])
-    old_logp, _ = module.log_prob_entropy(dist_inputs.reshape(flat_actions.shape[0], -1), flat_actions)
-    n = batch["starts"].shape[0]
-    batch.update({"old_logp": old_logp.reshape(n, seq_len), "old_values": values,
-                  "advantages": torch.from_numpy(seq(advantages.astype(np.float32))).to(device),
-                  "returns": torch.from_numpy(seq(returns.astype(np.float32))).to(device)})
+    grid_values = np.concatenate([from_sequences(values.cpu().numpy(), steps, envs), bootstrap.cpu().numpy()[None]])
+    batch["old_values"] = values
+    return batch, dist_inputs, grid_values
+
+
+def sequence_logp(module: Any, dist_inputs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities ``(N, L)`` of a sequence batch's actions under distribution inputs ``(N, L, D)``."""
+    n, length = actions.shape[:2]
+    flat_actions = actions.reshape(n * length, *actions.shape[2:])
+    return module.log_prob_entropy(dist_inputs.reshape(n * length, -1), flat_actions)[0].reshape(n, length)
+
+
+def to_sequences(batch: dict[str, Any], array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A ``(T, B)`` array of the fragments' grid in a sequence batch's ``(N, L)`` layout, on ``device``."""
+    return torch.from_numpy(_to_sequences(array, batch["starts"].shape[1])).to(device)
+
+
+@torch.no_grad()
+def recurrent_batch(module: Any, fragments: list[Fragment], gamma: float, lam: float, seq_len: int,
+                    device: torch.device) -> dict[str, Any]:
+    """:func:`sequence_batch` with GAE: per step ``old_logp``, ``old_values``, ``advantages`` and ``returns``
+    ``(N, L)``. Values and log-probabilities are the module's, unrolled from the same states the loss unrolls
+    from."""
+    batch, dist_inputs, values = sequence_batch(module, fragments, seq_len, device)
+    cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
+    advantages, returns = compute_gae(cat("rewards"), values, cat("terminateds"), cat("truncateds"), gamma, lam)
+    batch.update({"old_logp": sequence_logp(module, dist_inputs, batch["actions"]),
+                  "advantages": to_sequences(batch, advantages.astype(np.float32), device),
+                  "returns": to_sequences(batch, returns.astype(np.float32), device)})
     return batch
 
 
