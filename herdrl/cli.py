@@ -355,6 +355,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from herdrl.checkpoint import env_to_make, read_meta
+    from herdrl.env.previous import inputs_of
     from herdrl.errors import ConfigError
     from herdrl.evaluation import Evaluator, record_video, summarize
     from herdrl.policy import Policy
@@ -372,7 +373,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         returns, lengths = record_video(policy, env, env_config, args.video, args.episodes, args.seed, args.explore,
                                         progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     else:
-        evaluator = Evaluator(env, env_config, args.episodes)
+        evaluator = Evaluator(env, env_config, args.episodes, previous=inputs_of(policy.observation_space))
         try:
             returns, lengths = evaluator.run(policy, seed=args.seed, explore=args.explore)
         finally:

@@ -103,7 +103,7 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "use_lstm": False,
     "lstm_cell_size": 256,
     "max_seq_len": 20,  # steps per training sequence (truncated backpropagation through time)
-    "lstm_use_prev_action": False,  # not built yet: refused with a clear error
+    "lstm_use_prev_action": False,  # the previous action and reward as observation leaves (herdrl.env.previous)
     "lstm_use_prev_reward": False,
     # Image observations (herdrl.models.encoders): None picks the Nature-DQN stack (or a small one below 36 px).
     "conv_filters": None,  # [[out_channels, kernel, stride(, padding)], ...]
@@ -472,9 +472,8 @@ class AlgorithmConfig:
         for key in ("lstm_cell_size", "max_seq_len"):
             if not _positive_int(model[key]):
                 raise ConfigError(f"model key '{key}' got {model[key]!r}; expected an int > 0")
-        if model["lstm_use_prev_action"] or model["lstm_use_prev_reward"]:
-            raise ConfigError("model keys lstm_use_prev_action/lstm_use_prev_reward are not supported yet: the LSTM "
-                              "reads the encoded observation only")
+        if (model["lstm_use_prev_action"] or model["lstm_use_prev_reward"]) and not model["use_lstm"]:
+            raise ConfigError("model keys lstm_use_prev_action/lstm_use_prev_reward need use_lstm=True")
         if not isinstance(model["free_log_std"], bool):
             raise ConfigError(f"model key 'free_log_std' got {model['free_log_std']!r}; expected bool")
         if model["vf_share_layers"] is not None and not isinstance(model["vf_share_layers"], bool):

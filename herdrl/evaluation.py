@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from herdrl.env import make_single_env, make_vector_env
+from herdrl.env.previous import inputs_of
 from herdrl.errors import EnvError
 from herdrl.policy import Policy
 
@@ -34,8 +35,11 @@ def summarize(returns: list[float], lengths: list[int], prefix: str = "") -> dic
 class Evaluator:
     """Runs ``episodes`` evaluation episodes on its own vector env (separate from the training envs)."""
 
-    def __init__(self, env: Any, env_config: dict, episodes: int, mode: str = "auto") -> None:
-        self.env = make_vector_env(env, env_config, episodes, mode)
+    def __init__(self, env: Any, env_config: dict, episodes: int, mode: str = "auto",
+                 previous: tuple[bool, bool] = (False, False)) -> None:
+        """``previous``: observations carry the previous action/reward (``herdrl.env.previous.inputs_of`` tells it
+        from a policy's observation space)."""
+        self.env = make_vector_env(env, env_config, episodes, mode, previous=previous)
         self.episodes = episodes
 
     def run(self, policy: Policy, seed: int | None = None, explore: bool = False,
@@ -86,7 +90,7 @@ def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, e
     if not os.environ.get("DISPLAY"):  # MuJoCo: render off-screen through EGL (GPU or Mesa), no X server needed
         os.environ.setdefault("MUJOCO_GL", "egl")
     try:
-        single = make_single_env(env, env_config, render_mode="rgb_array")
+        single = make_single_env(env, env_config, inputs_of(policy.observation_space), render_mode="rgb_array")
     except gym.error.DependencyNotInstalled as exc:
         raise EnvError(f"env '{env}' needs extra packages to render: {exc}; pip install 'herdrl[video]'") from None
     except TypeError:

@@ -93,9 +93,8 @@ def test_recurrent_policy_checkpoint_and_evaluation_carry_the_state(tmp_path):
 def test_lstm_settings_are_checked():
     with pytest.raises(ConfigError, match="use_lstm is not supported by SAC"):
         SACConfig().environment("Pendulum-v1").training(model={"use_lstm": True}).validate()
-    with pytest.raises(ConfigError, match="lstm_use_prev_action"):
-        PPOConfig().environment("CartPole-v1").training(
-            model={"use_lstm": True, "lstm_use_prev_action": True}).validate()
+    with pytest.raises(ConfigError, match="lstm_use_prev_action/lstm_use_prev_reward need use_lstm=True"):
+        PPOConfig().environment("CartPole-v1").training(model={"lstm_use_prev_action": True}).validate()
     with pytest.raises(ConfigError, match="max_seq_len"):
         PPOConfig().environment("CartPole-v1").training(model={"use_lstm": True, "max_seq_len": 0}).validate()
 
@@ -210,3 +209,35 @@ def test_lstm_appo_and_impala_remember_a_cue_an_mlp_cannot():
     lstm = {**LSTM, "lstm_cell_size": 32, "max_seq_len": 8, "fcnet_hiddens": [32]}
     assert best(APPOConfig, lstm) >= 0.95 and best(IMPALAConfig, lstm) >= 0.95
     assert best(APPOConfig, {"fcnet_hiddens": [32]}) < 0.75
+
+
+def test_observations_carry_the_previous_action_and_reward_zeroed_where_an_episode_begins():
+    config = (PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=4)
+              .training(model={**LSTM, "lstm_use_prev_action": True, "lstm_use_prev_reward": True}).debugging(seed=0))
+    runner = EnvRunner(config)
+    fragment = runner.sample(80)
+    obs, done = fragment.obs, fragment.terminateds | fragment.truncateds
+    assert done.any()
+    for t in range(80):  # step t's action and reward show in the observation it produced (row t + 1)...
+        begins = done[t - 1] if t else np.zeros(4, bool)  # ...unless step t only reset the env
+        np.testing.assert_array_equal(obs["prev_action"][t + 1], np.where(begins, 0, fragment.actions[t]))
+        np.testing.assert_array_equal(obs["prev_reward"][t + 1, :, 0], np.where(begins, 0, fragment.rewards[t]))
+
+
+def test_lstm_with_the_previous_action_and_reward_finds_the_paying_arm_of_a_bandit():
+    """herd/Bandit-v0: the paying arm changes every episode and the observation never tells: only the rewards
+    of earlier pulls do (best about 9.5 of 10, blind 5)."""
+    def final(prev):
+        model = {**LSTM, "lstm_cell_size": 32, "max_seq_len": 10, "fcnet_hiddens": [32],
+                 "lstm_use_prev_action": prev, "lstm_use_prev_reward": prev}
+        algo = (PPOConfig().environment("herd/Bandit-v0").env_runners(num_envs_per_env_runner=16)
+                .training(train_batch_size=640, minibatch_size=160, num_epochs=4, lr=3e-3, gamma=0.9,
+                          entropy_coeff=0.01, model=model)
+                .evaluation(evaluation_interval=25, evaluation_duration=20).debugging(seed=0)).build()
+        result = [algo.train() for _ in range(25)][-1]
+        algo.stop()
+        return result
+
+    remembers, blind = final(True), final(False)
+    assert remembers["episode_return_mean"] > 8.5 and remembers["evaluation/episode_return_mean"] > 8.5
+    assert blind["episode_return_mean"] < 6.5

@@ -33,6 +33,7 @@ from herdrl.checkpoint import (
 from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold
 from herdrl.env.imports import env_origin
+from herdrl.env.previous import previous_inputs
 from herdrl.errors import ConfigError
 from herdrl.filters import Normalizer, model_observation_space
 from herdrl.learner import Learner
@@ -254,7 +255,8 @@ class Algorithm:
             return {**self._evaluate_multi_agent(), "evaluation/time_s": time.perf_counter() - start}
         if self._evaluator is None:
             env_config = {**cfg.env_config, **cfg.evaluation_config.get("env_config", {})}
-            self._evaluator = Evaluator(cfg.env, env_config, cfg.evaluation_duration, cfg.gym_env_vectorize_mode)
+            self._evaluator = Evaluator(cfg.env, env_config, cfg.evaluation_duration, cfg.gym_env_vectorize_mode,
+                                        previous_inputs(cfg.model))
         seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self.iteration
         returns, lengths = self._evaluator.run(self.policy, seed=seed,
                                                explore=bool(cfg.evaluation_config.get("explore", False)),

@@ -6,6 +6,8 @@
 * ``herd/StatelessCartPole-v1`` (:func:`stateless_cartpole`): CartPole-v1 that shows positions only (cart
   position, pole angle), no velocities — RLlib's StatelessCartPole: a policy needs memory to balance it.
 * ``herd/Recall-v0`` (:class:`RecallEnv`): remember a cue shown at the first step and name it at the last.
+* ``herd/Bandit-v0`` (:class:`BanditEnv`): a two-armed bandit whose paying arm changes every episode; only the
+  previous action and reward tell which it is (``lstm_use_prev_action``/``lstm_use_prev_reward``).
 * :class:`CueRelay` (multi-agent, PettingZoo's Parallel API, no PettingZoo needed): two agents read cues, one of
   them joins late and leaves early.
 """
@@ -136,6 +138,30 @@ class RecallEnv(gym.Env):
         return self._obs(), reward, answering, False, {}
 
 
+class BanditEnv(gym.Env):
+    """``steps`` pulls of two arms, one of which (drawn per episode) pays 1; the observation is always the same.
+    A policy that remembers what its pulls earned finds the arm and keeps pulling it (return about ``steps -
+    0.5``); one that cannot averages ``steps / 2``."""
+
+    metadata: dict = {"render_modes": []}
+
+    def __init__(self, steps: int = 10) -> None:
+        self.steps = int(steps)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """A new paying arm."""
+        super().reset(seed=seed)
+        self._t, self._arm = 0, int(self.np_random.integers(2))
+        return np.ones(1, np.float32), {}
+
+    def step(self, action):
+        """1 for the paying arm."""
+        self._t += 1
+        return np.ones(1, np.float32), float(int(action) == self._arm), False, self._t >= self.steps, {}
+
+
 class CueRelay:
     """Two agents, PettingZoo's Parallel API. Each step each live agent sees a cue in {-1, 1} and its own id bit,
     and earns 1 for naming the cue's side — ``a0`` the side it shows, ``a1`` the other one.
@@ -201,6 +227,7 @@ def register() -> None:
                                         ("herd/Faulty-v0", "herdrl.env.testing:FaultyEnv", {}),
                                         ("herd/StatelessCartPole-v1", "herdrl.env.testing:stateless_cartpole",
                                          {"reward_threshold": 475.0}),
-                                        ("herd/Recall-v0", "herdrl.env.testing:RecallEnv", {"reward_threshold": 0.95})):
+                                        ("herd/Recall-v0", "herdrl.env.testing:RecallEnv", {"reward_threshold": 0.95}),
+                                        ("herd/Bandit-v0", "herdrl.env.testing:BanditEnv", {"reward_threshold": 9.0})):
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point, **kwargs)

@@ -78,8 +78,13 @@ def _gym_spec(env_id: str) -> gym.envs.registration.EnvSpec:
                    f"for a module that registers it, or herdrl.register_env('{env_id}', creator)")
 
 
-def make_single_env(env: EnvRef, env_config: dict | None = None, **make_kwargs: Any) -> gym.Env:
-    """One (non-vector) env, e.g. for evaluation or rendering."""
+def make_single_env(env: EnvRef, env_config: dict | None = None, previous: tuple[bool, bool] = (False, False),
+                    **make_kwargs: Any) -> gym.Env:
+    """One (non-vector) env, e.g. for evaluation or rendering (``previous``: see :func:`make_vector_env`)."""
+    if any(previous):
+        from herdrl.env.previous import PreviousInputsSingle
+
+        return PreviousInputsSingle(make_single_env(env, env_config, **make_kwargs), previous)
     env_config = dict(env_config or {})
     factory = _creator(env, env_config)
     if factory is not None:
@@ -97,11 +102,13 @@ def _checked(instance: Any, env: EnvRef) -> gym.Env:
 
 
 def make_vector_env(env: EnvRef, env_config: dict | None = None, num_envs: int = 1,
-                    mode: str = "auto", worker_index: int = 0) -> gym.vector.VectorEnv:
+                    mode: str = "auto", worker_index: int = 0,
+                    previous: tuple[bool, bool] = (False, False)) -> gym.vector.VectorEnv:
     """A vector env of ``num_envs`` copies in NEXT_STEP autoreset mode.
 
     ``mode``: ``auto`` (the env's own numpy-vectorised implementation where it has one,
-    else ``sync``), ``vector_entry_point``, ``sync`` or ``async`` (one sub-process per copy).
+    else ``sync``), ``vector_entry_point``, ``sync`` or ``async`` (one sub-process per copy). ``previous``: add the
+    previous action and/or reward to the observations (``herdrl.env.previous``).
     """
     env_config = dict(env_config or {})
     vector_kwargs = {"autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -141,6 +148,10 @@ def make_vector_env(env: EnvRef, env_config: dict | None = None, num_envs: int =
                        "end only resets): set metadata['autoreset_mode'] = AutoresetMode.NEXT_STEP in a vector env "
                        "that does so, or use gym_env_vectorize_mode='sync'")
     check_spaces(venv.single_observation_space, venv.single_action_space, env)
+    if any(previous):
+        from herdrl.env.previous import PreviousInputs
+
+        venv = PreviousInputs(venv, previous)
     return venv
 
 

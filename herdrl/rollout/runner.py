@@ -19,6 +19,7 @@ import torch
 from herdrl.config import AlgorithmConfig
 from herdrl.env import make_vector_env
 from herdrl.env.atari import life_losses
+from herdrl.env.previous import previous_inputs
 from herdrl.errors import EnvError
 from herdrl.filters import Normalizer, RunnerNormalizer, model_observation_space, split_weights
 from herdrl.models.distributions import ActionDistribution
@@ -74,7 +75,7 @@ class EnvRunner:
         self.worker_index = worker_index
         self.incarnation = incarnation
         self.env = make_vector_env(config.env, config.env_config, config.num_envs_per_env_runner,
-                                   config.gym_env_vectorize_mode, worker_index)
+                                   config.gym_env_vectorize_mode, worker_index, previous_inputs(config.model))
         self.num_envs = self.env.num_envs
         self.observation_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
