@@ -20,9 +20,9 @@ def recall_ppo(lstm=True, **training):
 
 
 def test_the_learner_unrolls_exactly_what_the_runner_computed_across_fragments_and_episodes():
-    """Episodes of 5 steps plus a reset-only step, sequences of 4, fragments of 11 (padded to 12; the second
-    begins with a reset-only step): the batch's log-probabilities equal a plain step-by-step LSTM over the whole
-    run, zeroed where episodes begin."""
+    """Episodes of 5 steps plus a reset-only step, sequences of at most 4, fragments of 11 (the second begins with
+    a reset-only step): sequences cover every step once, never cross an episode start, and the batch's
+    log-probabilities equal a plain step-by-step LSTM over the whole run, zeroed where episodes begin."""
     runner = EnvRunner(recall_ppo().env_runners(rollout_fragment_length=11).training(train_batch_size=22))
     module = runner.module
     first, second = runner.sample(), runner.sample()
@@ -39,12 +39,16 @@ def test_the_learner_unrolls_exactly_what_the_runner_computed_across_fragments_a
                 out, state = module.step(torch.as_tensor(obs[s, b][None]), state)
                 expected[s, b] = torch.log_softmax(module.pi_head(out), -1)[0, actions[s, b]]
     batch = recurrent_batch(module, [second], 0.99, 0.95, 4, torch.device("cpu"))
+    index = batch["seq_index"].numpy()
+    assert sorted(index[index >= 0].tolist()) == list(range(22))  # every step of the fragment, once
     checked = 0
-    for n in range(batch["valid"].shape[0]):
-        k, b = divmod(n, 2)
-        for t in range(4):
-            s = k * 4 + t
-            assert bool(batch["valid"][n, t]) == (s < 11 and bool(second.valid[s, b]))
+    for n in range(len(index)):
+        steps = [(i // 2, i % 2) for i in index[n] if i >= 0]
+        assert len({b for _, b in steps}) == 1 and [s for s, _ in steps] == list(range(steps[0][0], steps[-1][0] + 1))
+        # One episode per sequence: no step in it follows a reset-only step, and one begins where an episode does.
+        assert all(second.valid[s - 1, b] for s, b in steps[1:])
+        for t, (s, b) in enumerate(steps):
+            assert bool(batch["valid"][n, t]) == bool(second.valid[s, b])
             if batch["valid"][n, t]:
                 assert float(batch["old_logp"][n, t]) == pytest.approx(float(expected[11 + s, b]), abs=1e-5)
                 checked += 1
@@ -188,11 +192,11 @@ def test_lstm_impala_batch_unrolls_the_runners_policy_and_vtrace_without_lag_is_
     device = torch.device("cpu")
     batch = recurrent_vtrace_batch(runner.module, [fragment], config, device)
     valid = fragment.valid
-    logp = from_sequences(batch["old_logp"].numpy(), 11, 3)
+    logp = from_sequences(batch, batch["old_logp"].numpy(), 11, 3)
     np.testing.assert_allclose(logp[valid], fragment.logp[valid], atol=1e-5)
     _, _, values = sequence_batch(runner.module, [fragment], 4, device)
     _, returns = compute_gae(fragment.rewards, values, fragment.terminateds, fragment.truncateds, config.gamma, 1.0)
-    np.testing.assert_allclose(from_sequences(batch["vs"].numpy(), 11, 3)[valid], returns[valid], atol=1e-4)
+    np.testing.assert_allclose(from_sequences(batch, batch["vs"].numpy(), 11, 3)[valid], returns[valid], atol=1e-4)
 
 
 def test_lstm_appo_and_impala_remember_a_cue_an_mlp_cannot():
@@ -241,3 +245,19 @@ def test_lstm_with_the_previous_action_and_reward_finds_the_paying_arm_of_a_band
     remembers, blind = final(True), final(False)
     assert remembers["episode_return_mean"] > 8.5 and remembers["evaluation/episode_return_mean"] > 8.5
     assert blind["episode_return_mean"] < 6.5
+
+
+def test_an_lstm_on_a_cnn_encoder_learns_from_frames():
+    """MovingDot (10 x 10 uint8 frames: which way did the dot move?) through the small CNN, then the LSTM."""
+    from envs import MovingDot
+
+    import herdrl
+
+    herdrl.register_env("moving_dot_lstm", lambda cfg: MovingDot())
+    algo = (PPOConfig().environment("moving_dot_lstm").env_runners(num_envs_per_env_runner=8)
+            .training(train_batch_size=256, minibatch_size=64, num_epochs=4, lr=1e-3,
+                      model={**LSTM, "lstm_cell_size": 32}).debugging(seed=0)).build()
+    assert type(algo.module.pi_encoder.leaves[0]).__name__ == "ImageEncoder"
+    results = [algo.train() for _ in range(15)]
+    assert results[-1]["episode_return_mean"] > results[0]["episode_return_mean"] + 0.2
+    algo.stop()

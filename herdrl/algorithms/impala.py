@@ -130,7 +130,7 @@ def recurrent_vtrace_batch(module: Any, fragments: list[Fragment], config: IMPAL
     old_logp = sequence_logp(module, dist_inputs, batch["actions"])
     cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
     steps, envs = cat("valid").shape
-    target = torch.from_numpy(from_sequences(old_logp.cpu().numpy(), steps, envs)).to(device)
+    target = torch.from_numpy(from_sequences(batch, old_logp.cpu().numpy(), steps, envs)).to(device)
     behaviour = torch.from_numpy(cat("logp")).to(device) if config.vtrace else target
     grid = lambda name: torch.from_numpy(cat(name)).to(device)  # noqa: E731
     vs, advantages = vtrace(behaviour, target, grid("rewards"), torch.from_numpy(values).to(device),

@@ -67,57 +67,86 @@ def forward_flat(module: ActorCritic, batch: dict[str, Any]) -> tuple[torch.Tens
     return dist_inputs[valid], values[valid], {key: batch[key][valid] for key in STEP_KEYS if key in batch}
 
 
-def _to_sequences(array: np.ndarray, seq_len: int) -> np.ndarray:
-    """``(T, B, ...)`` -> ``(chunks * B, seq_len, ...)``: sequence ``k * B + b`` is env b's steps ``k * seq_len``
-    to ``(k + 1) * seq_len - 1``, zero-padded past T."""
-    steps, envs = array.shape[:2]
-    chunks = -(-steps // seq_len)
-    padded = np.zeros((chunks * seq_len, envs, *array.shape[2:]), array.dtype)
-    padded[:steps] = array
-    return padded.reshape(chunks, seq_len, envs, *array.shape[2:]).swapaxes(1, 2).reshape(
-        chunks * envs, seq_len, *array.shape[2:])
+def sequence_index(valid: np.ndarray, seq_len: int) -> np.ndarray:
+    """The training sequences of one fragment, as indices into its flattened ``(T, B)`` grid: ``(N, seq_len)``,
+    -1 for padding. Each env's steps are cut where the fragment starts, where an episode starts (the step after a
+    reset-only one: each sequence stays inside one episode, so backpropagation through time reaches back to the
+    episode's first step whenever it is at most ``max_seq_len`` steps back) and every ``seq_len`` steps after
+    either; a reset-only step closes the sequence before it. The order (by step, then env) is the order in which
+    the runner recorded the states entering them (``Fragment.state_in``)."""
+    steps, envs = valid.shape
+    position = np.zeros((steps, envs), np.int64)
+    for t in range(1, steps):
+        position[t] = np.where(valid[t - 1], position[t - 1] + 1, 0)
+    split = position % seq_len == 0
+    starts_t, starts_b = np.nonzero(split)  # by step, then env
+    index = np.full((len(starts_t), seq_len), -1, np.int64)
+    for n, (t0, b) in enumerate(zip(starts_t, starts_b, strict=True)):
+        end = t0 + 1
+        while end < steps and end - t0 < seq_len and not split[end, b]:
+            end += 1
+        index[n, :end - t0] = np.arange(t0, end) * envs + b
+    return index
 
 
-def from_sequences(array: np.ndarray, steps: int, envs: int) -> np.ndarray:
-    """Inverse of :func:`_to_sequences` (padding dropped)."""
-    seq_len = array.shape[1]
-    chunks = array.shape[0] // envs
-    return array.reshape(chunks, envs, seq_len, *array.shape[2:]).swapaxes(1, 2).reshape(
-        chunks * seq_len, envs, *array.shape[2:])[:steps]
+def _to_sequences(array: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """``(T, B, ...)`` -> ``(N, L, ...)`` along ``index`` (:func:`sequence_index`), zeros where it pads."""
+    flat = array.reshape(-1, *array.shape[2:])
+    out = flat[np.maximum(index, 0)]
+    out[index < 0] = 0
+    return out
+
+
+def from_sequences(batch: dict[str, Any], array: np.ndarray, steps: int, envs: int) -> np.ndarray:
+    """Inverse of :func:`to_sequences`: a sequence batch's ``(N, L, ...)`` array back on the fragments' ``(T, B)``
+    grid (padding dropped)."""
+    index = batch["seq_index"].cpu().numpy()
+    grid = np.zeros((steps * envs, *array.shape[2:]), array.dtype)
+    grid[index[index >= 0]] = array[index >= 0]
+    return grid.reshape(steps, envs, *array.shape[2:])
 
 
 def sequence_batch(module: Any, fragments: list[Fragment], seq_len: int,
                    device: torch.device) -> tuple[dict[str, Any], torch.Tensor, np.ndarray]:
-    """The fragments as sequences of ``seq_len`` steps for a recurrent module (``herdrl.models.recurrent``),
-    unrolled once: (batch, distribution inputs ``(N, L, D)``, values ``(T+1, B)`` on the fragments' grid, the
-    last row bootstrapped from the state the runner held after the fragment).
+    """The fragments as sequences of at most ``seq_len`` steps (:func:`sequence_index`) for a recurrent module
+    (``herdrl.models.recurrent``), unrolled once: (batch, distribution inputs ``(N, L, D)``, values ``(T+1, B)``
+    on the fragments' grid, the last row bootstrapped from the state the runner held after the fragment).
 
     Batch keys: ``obs`` ``(N, L, ...)``, ``state`` ``(N, 2, H)`` (what the runner's LSTM held entering each
-    sequence), ``starts`` ``(N, L)`` (zero the state before this step: the step before was reset-only), ``valid``
-    ``(N, L)`` (real steps: not padding, not reset-only), ``actions`` ``(N, L, ...)`` and ``old_values``.
+    sequence: zeros where an episode starts), ``starts`` ``(N, L)`` (all False: no sequence crosses an episode
+    start), ``valid`` ``(N, L)`` (real steps: not padding, not reset-only), ``actions`` ``(N, L, ...)``,
+    ``old_values``, and ``seq_index`` (where each sequence step sits on the fragments' grid, -1 for padding).
     """
     cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
     obs = obs_concat([f.obs for f in fragments], axis=1)
     actions, valid = cat("actions"), cat("valid")
     steps, envs = actions.shape[:2]
-    starts = np.zeros((steps, envs), bool)
-    starts[1:] = ~valid[:-1]
-    seq = lambda a: _to_sequences(a, seq_len)  # noqa: E731
-    seq_starts = seq(starts)
-    seq_starts[:, 0] = False  # a sequence's first step: the runner's state, already zeroed where it had to be
+    indices, offset = [], 0  # each fragment's sequences, in the order its runner recorded their states
+    for f in fragments:
+        index = sequence_index(f.valid, seq_len)
+        width = f.valid.shape[1]
+        if len(index) != len(f.state_in):
+            raise ValueError(f"a fragment has {len(f.state_in)} sequence states for {len(index)} sequences (a runner "
+                             "with another max_seq_len?)")
+        # From the fragment's own (T, b) grid to the batch's (T, B): fragments sit side by side.
+        indices.append(np.where(index >= 0, index // width * envs + index % width + offset, -1))
+        offset += width
+    index = np.concatenate(indices)
+    seq = lambda a: _to_sequences(a, index)  # noqa: E731
     batch = {
         "obs": to_torch(obs_map(lambda o: seq(o[:-1]), obs), device),
-        "state": torch.from_numpy(np.concatenate([f.state_in for f in fragments], axis=1).reshape(
-            -1, 2, module.cell_size)).to(device),
-        "starts": torch.from_numpy(seq_starts).to(device),
-        "valid": torch.from_numpy(seq(valid)).to(device),
+        "state": torch.from_numpy(np.concatenate([f.state_in for f in fragments])).to(device),
+        "starts": torch.zeros(index.shape, dtype=torch.bool, device=device),
+        "valid": torch.from_numpy(seq(valid) & (index >= 0)).to(device),
         "actions": torch.from_numpy(seq(actions)).to(device),
+        "seq_index": torch.from_numpy(index).to(device),
     }
     dist_inputs, values = module.unroll(batch["obs"], batch["state"], batch["starts"])
     last_state = torch.from_numpy(np.concatenate([f.state_last for f in fragments])).to(device)
     last_out, _ = module.step(to_torch(obs_map(lambda o: o[-1], obs), device), last_state)
     bootstrap = module.vf_head(last_out).squeeze(-1).float()
-    grid_values = np.concatenate([from_sequences(values.cpu().numpy(), steps, envs), bootstrap.cpu().numpy()[None]])
+    grid_values = np.concatenate([from_sequences(batch, values.cpu().numpy(), steps, envs),
+                                  bootstrap.cpu().numpy()[None]])
     batch["old_values"] = values
     return batch, dist_inputs, grid_values
 
@@ -131,7 +160,7 @@ def sequence_logp(module: Any, dist_inputs: torch.Tensor, actions: torch.Tensor)
 
 def to_sequences(batch: dict[str, Any], array: np.ndarray, device: torch.device) -> torch.Tensor:
     """A ``(T, B)`` array of the fragments' grid in a sequence batch's ``(N, L)`` layout, on ``device``."""
-    return torch.from_numpy(_to_sequences(array, batch["starts"].shape[1])).to(device)
+    return torch.from_numpy(_to_sequences(array, batch["seq_index"].cpu().numpy())).to(device)
 
 
 @torch.no_grad()

@@ -54,7 +54,7 @@ class Fragment:
     weights_version: int = -1  # the learner update whose weights sampled it (asynchronous algorithms)
     worker_index: int = 0  # the runner that sampled it (0: in the driver)
     filter_delta: dict[str, np.ndarray] | None = None  # normalisation statistics of its samples (herdrl.filters)
-    state_in: np.ndarray | None = None  # recurrent policies: (T / max_seq_len, B, 2, H) state entering each sequence
+    state_in: np.ndarray | None = None  # recurrent policies: (N, 2, H) state entering each sequence (batch.py)
     state_last: np.ndarray | None = None  # recurrent policies: (B, 2, H) state entering step T
 
     @property
@@ -194,14 +194,20 @@ class EnvRunner:
 
         in_flight = [False] * len(views)  # parts whose env step was sent and not yet received
         recurrent, seq_len = self.recurrent, int(self.config.model.get("max_seq_len", 20))
-        state_in = np.empty((-(-steps // seq_len), envs, 2, self.module.cell_size), np.float32) if recurrent \
-            else None
+        state_in: list[np.ndarray] = []  # recurrent: the state entering each training sequence, in split order
+        position = np.zeros(envs, np.int64)  # steps since the env's sequence grid restarted
+        reset_at_start = self._reset_next.copy()
 
         def start(part: int, t: int) -> None:  # act for one part of the envs at step t and start their env step
             _, part_actions, part_noise = views[part][:3]
             acting_rows = views[part][8]
-            if recurrent and t % seq_len == 0:
-                state_in[t // seq_len] = self.policy.get_state()
+            if recurrent:  # sequences start at the fragment's start, at episode starts and every seq_len after
+                if t:
+                    reset_only = reset_at_start if t == 1 else terminateds[t - 2] | truncateds[t - 2]
+                    position[:] = np.where(reset_only, 0, position + 1)
+                split = position % seq_len == 0
+                if split.any():
+                    state_in.append(self.policy.get_state()[split])
             if logp is None:
                 action = act(acting_rows(t), True, part_noise[t])
             else:  # V-trace needs the sampling policy's log-probabilities
@@ -260,7 +266,8 @@ class EnvRunner:
         self._check_finite(obs, rewards)
         stored = acting if norm is not None and self.normalizer.scale_fragments else obs
         fragment = Fragment(stored, actions, rewards, terminateds, truncateds, valid, logp=logp,
-                            weights_version=self.weights_version, worker_index=self.worker_index, state_in=state_in,
+                            weights_version=self.weights_version, worker_index=self.worker_index,
+                            state_in=np.concatenate(state_in) if recurrent else None,
                             state_last=self.policy.get_state() if recurrent else None)
         self._collect_episodes(fragment)  # whole games, unclipped rewards: what the user's env scores
         if self._clip_rewards:  # Atari: learn on the reward's sign
