@@ -26,7 +26,8 @@ import numpy as np
 ENV = "herd/StatelessCartPole-v1"
 
 
-def run_herdrl(seed: int, target: float, budget: int, lstm: bool, env: str = ENV, env_config: dict | None = None) -> dict:
+def run_herdrl(seed: int, target: float, budget: int, lstm: bool, env: str = ENV,
+               env_config: dict | None = None) -> dict:
     from herdrl import PPOConfig
 
     model = {"use_lstm": lstm, "lstm_cell_size": 64, "max_seq_len": 32, "fcnet_hiddens": [64],
@@ -106,7 +107,8 @@ def main() -> None:
     for seed in args.seeds:
         for tool in ("herdrl-lstm", "sb3-contrib", "herdrl-mlp"):
             command = [sys.executable, __file__, "--run", tool, str(seed), "--target", str(args.target), "--budget",
-                       str(args.budget), "--env", args.env] + ([] if args.delay is None else ["--delay", str(args.delay)])
+                       str(args.budget), "--env", args.env]
+            command += [] if args.delay is None else ["--delay", str(args.delay)]
             out = subprocess.run(command, capture_output=True, text=True).stdout
             lines = [line for line in out.splitlines() if line.startswith("{")]
             if not lines:

@@ -97,6 +97,8 @@ def validate_multi_agent(config: Any) -> None:
     if names is not None and not set(names) <= set(policies):
         raise ConfigError(f"config key 'policies_to_train' got {names!r}; expected a list of policy ids from "
                           f"{sorted(policies)}")
+    if names is not None:
+        config._values["policies_to_train"] = sorted(names)  # JSON (checkpoints) has no sets
     for source, copies in (config.self_play or {}).items():
         copies = [copies] if isinstance(copies, str) else copies
         unknown = [pid for pid in [source, *copies] if pid not in policies]

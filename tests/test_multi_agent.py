@@ -52,7 +52,10 @@ def test_rows_are_agent_decisions_with_their_own_rewards_ends_and_final_observat
             else:
                 assert not part.terminateds.any()
             t, b = np.nonzero(ends)
-            np.testing.assert_array_equal(obs[t + 1, b, 0], 0.0)  # final observations: no cue
+            final = np.stack([np.zeros(len(t)), np.full(len(t), float(pid == "p1"))], axis=1)
+            np.testing.assert_array_equal(obs[t + 1, b], final)  # final observations: no cue, the agent's id bit
+            last_real = valid[-1] & ~ends[-1]  # columns that go on: the next decision's observation follows
+            assert (obs[-1, last_real, 1] == (pid == "p1")).all() and (np.abs(obs[-1, last_real, 0]) == 1).all()
             for column in range(valid.shape[1]):  # whole episodes inside a column have 3 (a1) or 8 (a0) rows
                 rows = np.nonzero(valid[:, column])[0]
                 ended = np.nonzero(ends[:, column])[0]
@@ -81,7 +84,8 @@ def test_agents_that_join_late_and_leave_early_learn_with_shared_and_separate_po
 
 
 def test_a_multi_policy_checkpoint_round_trips_and_loads_one_policy(tmp_path):
-    algo = relay_config(**SEPARATE).evaluation(evaluation_interval=12, evaluation_duration=5).build()
+    algo = (relay_config(**SEPARATE, policies_to_train={"p1", "p0"})  # a set: saved as a sorted list
+            .evaluation(evaluation_interval=12, evaluation_duration=5).build())
     for _ in range(12):
         result = algo.train()
     # Greedy evaluation episodes of every policy (on an env copy of their own): the best return, per agent too.
@@ -118,27 +122,48 @@ def test_bad_mappings_name_the_agent_and_the_policies():
         herdrl.DQNConfig().environment("relay").multi_agent(policies={"p"}).validate()
 
 
-def test_turn_based_self_play_never_plays_a_masked_move_and_snapshots_the_learner():
-    """Tic-tac-toe (PettingZoo classic, AEC, action masks) by self-play against a snapshot: no shipped move is
-    one its mask ruled out, wins and losses reach the right player's last move, and after an iteration the
-    snapshot holds the learner's weights."""
+LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
+
+
+def test_turn_based_self_play_never_plays_a_masked_move_and_pays_each_player_its_game():
+    """Tic-tac-toe (PettingZoo classic, AEC, action masks): no shipped move is one its mask ruled out, and a
+    player's last move is paid +1 exactly when it completes a line of its own marks (read off the board it saw)
+    and -1 only when it does not (the opponent's next move won, on the opponent's turn)."""
     config = (PPOConfig().environment("pettingzoo/classic/tictactoe-v3").env_runners(num_envs_per_env_runner=4)
-              .training(train_batch_size=256, minibatch_size=64).debugging(seed=0)
-              .multi_agent(policies={"main", "main_v1"}, self_play={"main": ["main_v1"]}, self_play_interval=1,
-                           policy_mapping_fn=lambda agent, ep, **kw:
-                           "main" if (ep.episode_index % 2 == 0) == (agent == "player_1") else "main_v1"))
+              .training(train_batch_size=256, minibatch_size=64).multi_agent(policies={"main"}).debugging(seed=0))
     algo = config.build()
-    result = algo.train()
-    assert result["episode_return_mean"] == 0.0  # zero-sum: the sum over both players
-    main, snapshot = algo.module["main"].state_dict(), algo.module["main_v1"].state_dict()
-    assert all(torch.equal(main[k], snapshot[k]) for k in main)
+    assert algo.train()["episode_return_mean"] == 0.0  # zero-sum: the sum over both players
     fragment = algo.runners.runner.sample(60).policies["main"]
-    valid = fragment.valid
-    allowed = np.take_along_axis(fragment.obs["action_mask"][:-1], fragment.actions[..., None], axis=-1)[..., 0]
+    valid, actions = fragment.valid, fragment.actions
+    allowed = np.take_along_axis(fragment.obs["action_mask"][:-1], actions[..., None], axis=-1)[..., 0]
     assert valid.sum() > 100 and (allowed[valid] == 1).all()
     final = fragment.terminateds & valid
-    assert set(np.unique(fragment.rewards[final])) <= {-1.0, 0.0, 1.0} and (fragment.rewards[valid & ~final] == 0).all()
-    assert (fragment.rewards[final] == -1).any() and (fragment.rewards[final] == 1).any()
+    assert (fragment.rewards[valid & ~final] == 0).all() and not fragment.truncateds.any()
+    mine = fragment.obs["observation"][:-1][..., 0].reshape(*valid.shape, 9).copy()  # the mover's marks
+    np.put_along_axis(mine, actions[..., None], 1, axis=-1)  # ...with its move
+    wins = np.zeros(valid.shape, bool)
+    for line in LINES:
+        wins |= mine[..., list(line)].all(axis=-1)
+    np.testing.assert_array_equal(fragment.rewards[final] == 1, wins[final])
+    assert (fragment.rewards[final] == -1).any() and wins[final].any()
+    algo.stop()
+
+
+def test_self_play_snapshots_start_as_the_learner_and_move_one_older_each_time():
+    config = (PPOConfig().environment("pettingzoo/classic/tictactoe-v3").env_runners(num_envs_per_env_runner=2)
+              .training(train_batch_size=64, minibatch_size=32).debugging(seed=0)
+              .multi_agent(policies={"main", "v1", "v2"}, self_play={"main": ["v1", "v2"]}, self_play_interval=1,
+                           policy_mapping_fn="self_play"))
+    algo = config.build()
+    weights = lambda pid: {k: v.clone() for k, v in algo.module[pid].state_dict().items()}  # noqa: E731
+    same = lambda a, b: all(torch.equal(a[k], b[k]) for k in a)  # noqa: E731
+    initial = weights("main")
+    assert same(weights("v1"), initial) and same(weights("v2"), initial)
+    algo.train()
+    first = weights("main")
+    assert not same(first, initial) and same(weights("v1"), first) and same(weights("v2"), initial)
+    algo.train()
+    assert same(weights("v1"), weights("main")) and same(weights("v2"), first)
     algo.stop()
 
 
@@ -237,3 +262,35 @@ def test_an_mpe_env_made_by_module_name_runs_through_its_aec_to_parallel_wrapper
     assert len(fragment.episode_returns) == 4 and fragment.episode_lengths == [5] * 4
     part = fragment.policies["default_policy"]
     assert part.truncateds.sum() == 12 and not part.terminateds.any()
+
+
+def test_value_targets_follow_each_agent_through_padding_episode_breaks_and_fragment_ends():
+    """The learner's GAE (lambda 1) on a policy's fragment gives each decision the discounted sum of that agent's
+    later rewards in its episode, plus the discounted value of its final observation (truncated) or of its next
+    decision after the fragment (still going); nothing after a termination: computed here by walking each
+    column's real rows only."""
+    from herdrl.rollout.batch import on_policy_batch
+
+    config = relay_config(**SEPARATE).training(gamma=0.9)
+    config.validate()
+    runner = MultiAgentEnvRunner(config)
+    runner.sample(7)
+    for pid, part in runner.sample(13).policies.items():
+        module = runner.module[pid]
+        value = lambda o, module=module: float(module.value(torch.as_tensor(o[None]))[0])  # noqa: E731
+        expected = np.zeros(part.valid.shape)
+        for b in range(part.valid.shape[1]):
+            rows = np.nonzero(part.valid[:, b])[0]
+            for i, t in enumerate(rows):
+                total, discount = 0.0, 1.0
+                for u in rows[i:]:
+                    total += discount * part.rewards[u, b]
+                    discount *= 0.9
+                    if part.terminateds[u, b] or part.truncateds[u, b]:
+                        total += discount * value(part.obs[u + 1, b]) if part.truncateds[u, b] else 0.0
+                        break
+                else:
+                    total += discount * value(part.obs[-1, b])
+                expected[t, b] = total
+        batch = on_policy_batch(module, [part], 0.9, 1.0, torch.device("cpu"))
+        np.testing.assert_allclose(batch["returns"].numpy(), expected[part.valid], atol=1e-5)

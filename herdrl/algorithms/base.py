@@ -120,6 +120,10 @@ class Algorithm:
         self._iter_agent_steps = 0
         self._iter_steps = self._iter_episodes = 0
         self._iter_sample_time = 0.0
+        if config.self_play:  # snapshots begin as copies of the policy they follow, not as random networks
+            self.learners.apply("copy_policy", [(source, copy) for source, copies in config.self_play.items()
+                                                for copy in copies])
+            self.learners.sync()
         try:
             self.setup()
         except BaseException:
@@ -279,11 +283,12 @@ class Algorithm:
         self._evaluator.set_weights(self.get_weights())
         seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self.iteration
         played = self._evaluator.play(cfg.evaluation_duration, bool(cfg.evaluation_config.get("explore", False)),
-                                      seed)
+                                      seed, cfg.evaluation_config.get("max_steps"))
         parts = {f"evaluation/{kind}_return_mean/{name}": float(np.mean(values))
                  for kind, returns in (("agent", played.agent_returns), ("policy", played.policy_returns))
                  for name, values in sorted(returns.items())}
-        return {**summarize(played.episode_returns, played.episode_lengths, "evaluation/"), **parts}
+        return {**summarize(played.episode_returns, played.episode_lengths, "evaluation/"), **parts,
+                "evaluation/num_episodes_cut": cfg.evaluation_duration - len(played.episode_returns)}
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """The learner module's weights as numpy arrays (copies: safe to ship while learning goes on)."""
@@ -296,7 +301,10 @@ class Algorithm:
 
     def get_policy_state(self) -> dict[str, Any]:
         """Everything inference needs, as plain data: weights and normalisation statistics (numpy), spaces (JSON
-        form), model config."""
+        form), model config. Multi-agent runs: see ``Policy.from_checkpoint(path, policy_id=...)``."""
+        if self.multi_agent:
+            raise ConfigError("get_policy_state() is for single-agent runs: save a checkpoint and load one policy "
+                              "with Policy.from_checkpoint(path, policy_id=...)")
         return {"weights": self.get_weights(), "model": dict(self.config.model),
                 "filters": self.normalizer.state(), "observation_filter": self.config.observation_filter,
                 "clip_obs": self.config.clip_obs, "observation_space": space_to_json(self.observation_space),
@@ -435,6 +443,10 @@ class Algorithm:
         # An env of the caller's replaces the checkpoint's (which then is never made).
         config = get_config_class(meta["algorithm"]).from_dict(
             checkpoint_config(meta, makes_env=config_overrides.get("env") is None))
+        if config.policies is not None:  # multi-agent: each policy keeps the spaces it was trained with
+            spaces = {kind: space_from_json(meta["spaces"][kind]) for kind in ("observation", "action")}
+            config.policies = {pid: {"observation_space": spaces["observation"][pid],
+                                     "action_space": spaces["action"][pid]} for pid in config.policies}
         config.update_from_dict(config_overrides)
         algo = config.build()
         try:

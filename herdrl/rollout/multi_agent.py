@@ -27,7 +27,7 @@ import numpy as np
 
 from herdrl.config import AlgorithmConfig
 from herdrl.env.multi_agent import AgentEnv, AgentStep, make_agent_env
-from herdrl.errors import EnvError
+from herdrl.errors import ConfigError, EnvError
 from herdrl.models.distributions import ActionDistribution
 from herdrl.multi_agent import EpisodeInfo, PolicyMapper, policy_spaces, trained_policies
 from herdrl.obs import ObsSpec, obs_concat, obs_map
@@ -126,8 +126,23 @@ class MultiAgentEnvRunner:
     def _policy_of(self, k: int, agent: str) -> str:
         mapping = self._mapping[k]
         if agent not in mapping:
-            mapping[agent] = self.mapper(agent, self._episode[k])
+            pid = self.mapper(agent, self._episode[k])
+            env = self.envs[k]
+            if (env.observation_space(agent), env.action_space(agent)) != (self.observation_space[pid],
+                                                                            self.action_space[pid]):
+                raise ConfigError(f"policy_mapping_fn mapped agent {agent!r} to policy {pid!r}, whose spaces "
+                                  f"({self.observation_space[pid]}, {self.action_space[pid]}) are not the agent's")
+            mapping[agent] = pid
         return mapping[agent]
+
+    def _stored(self, pid: str, k: int, agent: str, raw: Any) -> Any:
+        """An observation in stored form, copied: rows keep it for a fragment or more, and an env may reuse its
+        arrays."""
+        try:
+            return obs_map(np.array, self.specs[pid].one(raw))
+        except (ValueError, TypeError) as exc:
+            raise EnvError(f"env '{self.config.env}' gave agent {agent!r} an observation that does not fit "
+                           f"{self.observation_space[pid]}: {exc}") from None
 
     def _env_error(self, exc: Exception) -> EnvError:
         return EnvError(f"env '{self.config.env}' raised {type(exc).__name__}: {exc}")
@@ -141,7 +156,10 @@ class MultiAgentEnvRunner:
         if own.keys() != weights.keys():
             raise ValueError(f"weights have keys {sorted(weights)}, the runner's policies {sorted(own)}")
         for key, value in weights.items():
-            own[key].numpy()[...] = np.asarray(value)
+            value = np.asarray(value)
+            if value.shape != tuple(own[key].shape):
+                raise ValueError(f"weight '{key}' has shape {value.shape}, expected {tuple(own[key].shape)}")
+            own[key].numpy()[...] = value
 
     def set_exploration(self, params: dict[str, Any] | None) -> None:
         """Exploration settings for every policy."""
@@ -177,14 +195,16 @@ class MultiAgentEnvRunner:
         result.policies = self._ship()
         return result
 
-    def play(self, episodes: int, explore: bool = False, seed: int | None = None) -> MultiAgentFragment:
-        """Play ``episodes`` whole episodes from fresh resets (greedy unless ``explore``) and return their returns;
-        nothing is kept for learning. Evaluation uses a runner of its own, with one env copy, so that short
-        episodes are not favoured over long ones."""
+    def play(self, episodes: int, explore: bool = False, seed: int | None = None,
+             max_steps: int | None = None) -> MultiAgentFragment:
+        """Play ``episodes`` whole episodes from fresh resets (greedy unless ``explore``), for at most ``max_steps``
+        env steps (default 1M: a bound even for an env that never ends), and return their returns; nothing is
+        kept for learning. Evaluation uses a runner of its own, with one env copy, so that short episodes are not
+        favoured over long ones."""
         for k in range(self.num_envs):
             self._begin(k, None if seed is None else seed + k)
         result = MultiAgentFragment({}, env_steps=0, agent_steps=0)
-        while len(result.episode_returns) < episodes:
+        while len(result.episode_returns) < episodes and result.env_steps < (max_steps or 1_000_000):
             actions = self._act(explore)
             self._lanes.clear()
             for k, env in enumerate(self.envs):
@@ -204,7 +224,7 @@ class MultiAgentEnvRunner:
         for k, decide in enumerate(self._decide):
             for agent, raw in decide.items():
                 pid = self._policy_of(k, agent)
-                who.setdefault(pid, []).append((k, agent, self.specs[pid].one(raw)))
+                who.setdefault(pid, []).append((k, agent, self._stored(pid, k, agent, raw)))
         actions: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         for pid, items in who.items():
             obs = obs_concat([item[2] for item in items])
@@ -233,7 +253,7 @@ class MultiAgentEnvRunner:
             row = self._open_row(k, agent)
             if row is not None:
                 row.terminated, row.truncated, row.complete = terminated, truncated, True
-                row.final_obs = row.obs if raw is None else self.specs[row.policy].one(raw)
+                row.final_obs = row.obs if raw is None else self._stored(row.policy, k, agent, raw)
         for agent in step.decide:
             row = self._open_row(k, agent)
             if row is not None:
@@ -281,7 +301,7 @@ class MultiAgentEnvRunner:
                 elif index[-1] + 1 < len(rows):  # the agent decided again: its next row holds that observation
                     after = rows[index[-1] + 1].obs
                 else:  # it decides at the next step
-                    after = self.specs[pid].one(self._decide[k][agent])
+                    after = self._stored(pid, k, agent, self._decide[k][agent])
                 columns.setdefault(pid, []).append(([rows[i] for i in index], after))
         return {pid: self._fragment(pid, cols) for pid, cols in sorted(columns.items())}
 
