@@ -261,3 +261,29 @@ def test_an_lstm_on_a_cnn_encoder_learns_from_frames():
     results = [algo.train() for _ in range(15)]
     assert results[-1]["episode_return_mean"] > results[0]["episode_return_mean"] + 0.2
     algo.stop()
+
+
+def test_the_loss_ignores_padding_and_reset_only_steps():
+    """PPO's loss on a sequence batch is the same when everything at padded and reset-only positions (the
+    observations the LSTM reads there included) is replaced by garbage."""
+    from herdrl.algorithms.ppo import PPOLearner
+
+    config = recall_ppo().env_runners(rollout_fragment_length=11).training(train_batch_size=22)
+    config.validate()
+    runner = EnvRunner(config)
+    runner.sample()
+    fragment = runner.sample()
+    learner = PPOLearner(config, runner.observation_space, runner.action_space)
+    learner.module.load_state_dict(runner.module.state_dict())
+    batch = recurrent_batch(learner.module, [fragment], 0.99, 0.95, 4, torch.device("cpu"))
+    invalid = ~batch["valid"]
+    assert invalid.any() and (batch["seq_index"] < 0).any()  # padding and reset-only steps are there
+    garbage = dict(batch)
+    for key in ("obs", "advantages", "returns", "old_logp", "old_values"):
+        garbage[key] = batch[key].masked_fill(invalid.reshape(*invalid.shape, *[1] * (batch[key].dim() - 2)), 1e3)
+    garbage["actions"] = batch["actions"].masked_fill(invalid, 1)
+    loss, _ = learner.loss(batch)
+    corrupted, _ = learner.loss(garbage)
+    assert torch.equal(loss, corrupted)
+    garbage["advantages"] = batch["advantages"] + 1.0 * batch["valid"]  # a real step's change does show
+    assert not torch.equal(learner.loss(garbage)[0], loss)
