@@ -390,7 +390,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _evaluate_multi_agent(args: argparse.Namespace, meta: dict, env: str) -> int:
-    """Every policy of a multi-agent checkpoint plays its agents (mapped as the run's default mapping maps them)."""
+    """Every policy of a multi-agent checkpoint plays its agents, mapped by the run's mapping (the default one when
+    the run's was a Python function, which checkpoints do not hold)."""
     from herdrl.algorithms.base import Algorithm
     from herdrl.errors import ConfigError
 

@@ -269,8 +269,8 @@ class Algorithm:
                 "evaluation/num_episodes_cut": cfg.evaluation_duration - len(returns)}
 
     def _evaluate_multi_agent(self) -> dict[str, float]:
-        """Every policy greedy (unless ``explore``) on an env copy of its own: the sum over agents, and per agent
-        and policy."""
+        """The policies greedy (unless ``explore``) on an evaluation env copy, separate from the training ones: the
+        returns summed over agents, and per agent and policy."""
         from herdrl.evaluation import summarize
         from herdrl.rollout.multi_agent import MultiAgentEnvRunner
 

@@ -130,7 +130,7 @@ class AgentEnv:
             terminated, truncated = bool(terminations.get(agent, False)), bool(truncations.get(agent, False))
             if terminated or truncated:
                 result.ended[agent] = (terminated, truncated, obs.get(agent))
-        result.decide = {agent: obs[agent] for agent in self.env.agents if agent not in result.ended}
+        result.decide = {agent: obs[agent] for agent in self.env.agents if agent in obs and agent not in result.ended}
         result.over = not result.decide
         return result
 

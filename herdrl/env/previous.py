@@ -15,6 +15,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from herdrl.errors import EnvError
+
 PREV_ACTION, PREV_REWARD, OBS = "prev_action", "prev_reward", "obs"
 
 
@@ -34,7 +36,8 @@ def _space(observation_space: gym.Space, action_space: gym.Space, inputs: tuple[
         {OBS: observation_space}
     clash = {PREV_ACTION, PREV_REWARD} & set(own)
     if clash:
-        raise gym.error.Error(f"the observation already has a '{sorted(clash)[0]}' key")
+        raise EnvError(f"the env's observation already has a '{sorted(clash)[0]}' key: lstm_use_prev_action/"
+                       "lstm_use_prev_reward would hide it")
     if inputs[0]:
         own[PREV_ACTION] = action_space
     if inputs[1]:
