@@ -180,7 +180,8 @@ def test_every_algorithm_trains_with_normalisation(algo_name):
     assert algo.normalizer.stats["reward"].count == result["num_env_steps_sampled"]
     runner = algo.runners.runner.normalizer.local.stats
     assert runner[key].count == algo.normalizer.stats[key].count
-    np.testing.assert_allclose(runner[key].mean, algo.normalizer.stats[key].mean)
+    # The same samples merged in another order: equal to float rounding (a mean near 0 needs an absolute bound).
+    np.testing.assert_allclose(runner[key].mean, algo.normalizer.stats[key].mean, atol=1e-12)
     algo.stop()
 
 
