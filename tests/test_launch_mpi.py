@@ -25,11 +25,12 @@ def _session(output: str) -> str:
     return match.group(1)
 
 
-def test_three_ranks_join_and_train(tmp_path: Path) -> None:
+def test_three_ranks_join_and_train_with_two_learners(tmp_path: Path) -> None:
     require("mpi")
     out = tmp_path / "results"
     cmd = [*MPIRUN, "-np", "3", *LAUNCH, "--", "herd", "train", "ppo", "--env", "CartPole-v1",
-           "--num-env-runners", "2", "--stop-iters", "3", "--output", str(out), "--seed", "0"]
+           "--num-env-runners", "2", "--num-learners", "2",
+           "--config", "num_cpus_per_learner=0.5", "--stop-iters", "3", "--output", str(out), "--seed", "0"]
     done = subprocess.run(cmd, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=240)
     text = done.stdout + done.stderr
     assert done.returncode == 0, text[-3000:]
@@ -39,6 +40,8 @@ def test_three_ranks_join_and_train(tmp_path: Path) -> None:
     assert len(results) == 1
     rows = [json.loads(line) for line in results[0].read_text().splitlines()]
     assert [r["training_iteration"] for r in rows] == [1, 2, 3]
+    # Two data-parallel learner actors on the launched cluster, beside the runners.
+    assert json.loads((results[0].parent / "params.json").read_text())["num_learners"] == 2
     assert not processes_matching(f"/tmp/herd-{_session(text)}-"), "no Ray process of the launch is left"
     assert not list(Path("/tmp").glob(f"herd-{_session(text)}-*")), "a clean run leaves no Ray files behind"
 

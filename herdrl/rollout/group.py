@@ -158,6 +158,13 @@ def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
                 f"{count} env runners x {cpus:g} CPU need {count * cpus:g} CPUs but the Ray cluster at {joined} has "
                 f"{have:g}: lower --num-env-runners to {math.floor(have / cpus)} or fewer, or add nodes "
                 "(an autoscaling cluster: set HERD_CLUSTER_AUTOSCALES=1)")
+        learners = config.num_learners * config.num_cpus_per_learner
+        if count * cpus + learners > have:
+            raise ClusterError(
+                f"{count} env runners x {cpus:g} CPU and {config.num_learners} learners x "
+                f"{config.num_cpus_per_learner:g} CPU need {count * cpus + learners:g} CPUs but the Ray cluster at "
+                f"{joined} has {have:g}: lower num_learners or num_cpus_per_learner (fractions share a CPU), or "
+                "add nodes")
     elif count * cpus > (os.cpu_count() or 1) and not _said["oversubscribed"]:
         _said["oversubscribed"] = True
         logger.warning("herdrl: note: %d env runners on %d cores: the private Ray offers a CPU per runner, so the "
