@@ -194,6 +194,7 @@ class Algorithm:
             evaluation = self.evaluate()
         elapsed = time.perf_counter() - start
         self.env_steps_lifetime += self._iter_steps
+        self.agent_steps_lifetime += self._iter_agent_steps
         self.episodes_lifetime += self._iter_episodes
         self.time_total_s += elapsed
         # The first keys are what consoles show (Tune's trial table takes the first few): keep them first.
@@ -227,7 +228,6 @@ class Algorithm:
         """Per-agent and per-policy return means (last 100 episodes each) and agent steps, for multi-agent runs."""
         if not self.multi_agent:
             return {}
-        self.agent_steps_lifetime += self._iter_agent_steps
         means = {f"{kind}_return_mean/{name}": _mean(values)
                  for key, values in sorted(self._part_returns.items()) for kind, name in [key.split("/", 1)]}
         return {**means, "num_agent_steps_sampled": self._iter_agent_steps,

@@ -136,9 +136,10 @@ def recurrent_vtrace_batch(module: Any, fragments: list[Fragment], config: IMPAL
     vs, advantages = vtrace(behaviour, target, grid("rewards"), torch.from_numpy(values).to(device),
                             grid("terminateds"), grid("truncateds"), config.gamma, config.vtrace_clip_rho_threshold,
                             config.vtrace_clip_pg_rho_threshold)
-    batch.update({"behaviour_logp": to_sequences(batch, behaviour.cpu().numpy(), device), "old_logp": old_logp,
-                  "old_dist_inputs": dist_inputs, "vs": to_sequences(batch, vs.cpu().numpy(), device),
-                  "advantages": to_sequences(batch, advantages.cpu().numpy(), device)})
+    index = batch["seq_index"].cpu().numpy()
+    batch.update({"behaviour_logp": to_sequences(index, behaviour.cpu().numpy(), device), "old_logp": old_logp,
+                  "old_dist_inputs": dist_inputs, "vs": to_sequences(index, vs.cpu().numpy(), device),
+                  "advantages": to_sequences(index, advantages.cpu().numpy(), device)})
     return batch
 
 

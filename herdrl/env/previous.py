@@ -45,6 +45,16 @@ def _space(observation_space: gym.Space, action_space: gym.Space, inputs: tuple[
     return gym.spaces.Dict(own)
 
 
+def _with_previous(inputs: tuple[bool, bool], obs: Any, action: Any, reward: np.ndarray) -> dict[str, Any]:
+    """The env's observation (a batch, or one) with the previous action and reward (float32, last axis of 1)."""
+    out = dict(obs) if isinstance(obs, dict) else {OBS: obs}
+    if inputs[0]:
+        out[PREV_ACTION] = action
+    if inputs[1]:
+        out[PREV_REWARD] = np.asarray(reward, np.float32).reshape(*np.shape(reward), 1)
+    return out
+
+
 def _zero_actions(space: gym.Space, batch: int) -> Any:
     """No action yet: zeros (a Discrete space's first action)."""
     if isinstance(space, gym.spaces.Tuple):
@@ -78,25 +88,17 @@ class PreviousInputs(gym.vector.VectorWrapper):
             return getattr(self.env, name)
         raise AttributeError(name)
 
-    def _observe(self, obs: Any, actions: Any, rewards: np.ndarray) -> dict[str, Any]:
-        out = dict(obs) if isinstance(obs, dict) else {OBS: obs}
-        if self.inputs[0]:
-            out[PREV_ACTION] = actions
-        if self.inputs[1]:
-            out[PREV_REWARD] = np.asarray(rewards, np.float32).reshape(-1, 1)
-        return out
-
     def reset(self, **kwargs: Any) -> tuple[dict[str, Any], dict]:
         """The first observations, with zeros for the previous action and reward."""
         obs, info = self.env.reset(**kwargs)
         self._ended[:] = False
-        return self._observe(obs, self._zeros, np.zeros(self.num_envs)), info
+        return _with_previous(self.inputs, obs, self._zeros, np.zeros(self.num_envs)), info
 
     def step(self, actions: Any) -> tuple[dict[str, Any], Any, Any, Any, dict]:
         """Step, then show each env the action it took and the reward it got (zeros where this step reset it)."""
         obs, rewards, terminated, truncated, info = self.env.step(actions)
         reset = self._ended
-        shown = self._observe(obs, _where(reset, self._zeros, actions), np.where(reset, 0.0, rewards))
+        shown = _with_previous(self.inputs, obs, _where(reset, self._zeros, actions), np.where(reset, 0.0, rewards))
         self._ended = np.asarray(terminated) | np.asarray(truncated)
         return shown, rewards, terminated, truncated, info
 
@@ -109,22 +111,14 @@ class PreviousInputsSingle(gym.Wrapper):
         self.inputs = inputs
         self.observation_space = _space(env.observation_space, env.action_space, inputs)
 
-    def _observe(self, obs: Any, action: Any, reward: float) -> dict[str, Any]:
-        out = dict(obs) if isinstance(obs, dict) else {OBS: obs}
-        if self.inputs[0]:
-            out[PREV_ACTION] = action
-        if self.inputs[1]:
-            out[PREV_REWARD] = np.array([reward], np.float32)
-        return out
-
     def reset(self, **kwargs: Any) -> tuple[dict[str, Any], dict]:
         """The first observation, with zeros for the previous action and reward."""
         obs, info = self.env.reset(**kwargs)
         zero = _zero_actions(self.env.action_space, 1)
         zero = tuple(z[0] for z in zero) if isinstance(zero, tuple) else zero[0]
-        return self._observe(obs, zero, 0.0), info
+        return _with_previous(self.inputs, obs, zero, np.float32(0.0)), info
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict]:
         """Step, then show the action taken and the reward it got."""
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return self._observe(obs, action, float(reward)), reward, terminated, truncated, info
+        return _with_previous(self.inputs, obs, action, np.float32(reward)), reward, terminated, truncated, info

@@ -56,6 +56,7 @@ class Learner:
         self.device = device if device is not None else learner_device(config.learner_gpus)
         self.rank, self.world_size = rank, world_size
         self._sum_seconds = 0.0  # time spent summing gradients across learners (all-reduce), see sum_seconds
+        self._real_steps: tuple[torch.Tensor, np.ndarray] | None = None  # see _share
         self.module: nn.Module = config.build_module(observation_space, action_space).to(self.device)
         self.setup()
 
@@ -117,15 +118,17 @@ class Learner:
         optimizer.step()
         return stats
 
-    @staticmethod
-    def _share(batch: dict[str, Any], rows: np.ndarray, index: np.ndarray) -> float:
+    def _share(self, batch: dict[str, Any], rows: np.ndarray, index: np.ndarray) -> float:
         """This learner's weight in the minibatch: its rows' share of the rows, or for a recurrent batch (rows are
         sequences of ``valid`` steps) its share of the real steps (0: nothing to learn from)."""
         if not len(rows):
             return 0.0
         if "valid" not in batch:
             return len(rows) / len(index)
-        valid = batch["valid"].sum(dim=1).cpu().numpy()
+        # Real steps per sequence, counted once per batch (one device-to-host read, not one per minibatch).
+        if self._real_steps is None or self._real_steps[0] is not batch["valid"]:
+            self._real_steps = (batch["valid"], batch["valid"].sum(dim=1).cpu().numpy())
+        valid = self._real_steps[1]
         total = valid[index].sum()
         return float(valid[rows].sum() / total) if total else 0.0
 

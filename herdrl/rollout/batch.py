@@ -78,15 +78,14 @@ def sequence_index(valid: np.ndarray, seq_len: int) -> np.ndarray:
     position = np.zeros((steps, envs), np.int64)
     for t in range(1, steps):
         position[t] = np.where(valid[t - 1], position[t - 1] + 1, 0)
-    split = position % seq_len == 0
-    starts_t, starts_b = np.nonzero(split)  # by step, then env
-    index = np.full((len(starts_t), seq_len), -1, np.int64)
-    for n, (t0, b) in enumerate(zip(starts_t, starts_b, strict=True)):
-        end = t0 + 1
-        while end < steps and end - t0 < seq_len and not split[end, b]:
-            end += 1
-        index[n, :end - t0] = np.arange(t0, end) * envs + b
-    return index
+    split = position % seq_len == 0  # a split every seq_len steps at most: no sequence is longer
+    env_of, start = np.nonzero(split.T)  # by env, then step: each sequence ends where its env's next one starts
+    same_env = np.append(env_of[1:] == env_of[:-1], False)
+    end = np.where(same_env, np.append(start[1:], steps), steps)
+    order = np.lexsort((env_of, start))  # by step, then env: the runner's order
+    env_of, start, end = env_of[order], start[order], end[order]
+    offset = np.arange(seq_len)
+    return np.where(offset < (end - start)[:, None], (start[:, None] + offset) * envs + env_of[:, None], -1)
 
 
 def _to_sequences(array: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -158,9 +157,10 @@ def sequence_logp(module: Any, dist_inputs: torch.Tensor, actions: torch.Tensor)
     return module.log_prob_entropy(dist_inputs.reshape(n * length, -1), flat_actions)[0].reshape(n, length)
 
 
-def to_sequences(batch: dict[str, Any], array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A ``(T, B)`` array of the fragments' grid in a sequence batch's ``(N, L)`` layout, on ``device``."""
-    return torch.from_numpy(_to_sequences(array, batch["seq_index"].cpu().numpy())).to(device)
+def to_sequences(index: np.ndarray, array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A ``(T, B)`` array of the fragments' grid in a sequence batch's ``(N, L)`` layout (``index``: its
+    ``seq_index`` as a numpy array), on ``device``."""
+    return torch.from_numpy(_to_sequences(array, index)).to(device)
 
 
 @torch.no_grad()
@@ -172,9 +172,10 @@ def recurrent_batch(module: Any, fragments: list[Fragment], gamma: float, lam: f
     batch, dist_inputs, values = sequence_batch(module, fragments, seq_len, device)
     cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
     advantages, returns = compute_gae(cat("rewards"), values, cat("terminateds"), cat("truncateds"), gamma, lam)
+    index = batch["seq_index"].cpu().numpy()
     batch.update({"old_logp": sequence_logp(module, dist_inputs, batch["actions"]),
-                  "advantages": to_sequences(batch, advantages.astype(np.float32), device),
-                  "returns": to_sequences(batch, returns.astype(np.float32), device)})
+                  "advantages": to_sequences(index, advantages.astype(np.float32), device),
+                  "returns": to_sequences(index, returns.astype(np.float32), device)})
     return batch
 
 

@@ -31,7 +31,7 @@ from herdrl.errors import ConfigError, EnvError
 from herdrl.models.distributions import ActionDistribution
 from herdrl.multi_agent import EpisodeInfo, PolicyMapper, policy_spaces, trained_policies
 from herdrl.obs import ObsSpec, obs_concat, obs_map
-from herdrl.rollout.runner import Fragment
+from herdrl.rollout.runner import Fragment, load_weights
 
 
 @dataclass
@@ -152,14 +152,7 @@ class MultiAgentEnvRunner:
         """Load every policy's weights (``<policy id>.<weight>`` numpy arrays), in place."""
         if version is not None:
             self.weights_version = version
-        own = self.module.state_dict()
-        if own.keys() != weights.keys():
-            raise ValueError(f"weights have keys {sorted(weights)}, the runner's policies {sorted(own)}")
-        for key, value in weights.items():
-            value = np.asarray(value)
-            if value.shape != tuple(own[key].shape):
-                raise ValueError(f"weight '{key}' has shape {value.shape}, expected {tuple(own[key].shape)}")
-            own[key].numpy()[...] = value
+        load_weights(self.module, weights)
 
     def set_exploration(self, params: dict[str, Any] | None) -> None:
         """Exploration settings for every policy."""
@@ -178,22 +171,25 @@ class MultiAgentEnvRunner:
         result = MultiAgentFragment({}, env_steps=0, agent_steps=0, worker_index=self.worker_index,
                                     weights_version=self.weights_version)
         for _ in range(steps):
-            actions = self._act()
-            result.agent_steps += sum(len(a) for a in actions)
-            for k, env in enumerate(self.envs):
-                try:
-                    step = env.step(actions[k])
-                except Exception as exc:
-                    raise self._env_error(exc) from exc
-                self._lengths[k] += 1
-                self._decide[k] = step.decide
-                self._take(k, step)
-                if step.over:
-                    self._end_episode(k, result)
-                    self._begin(k, None)
-        result.env_steps = steps * self.num_envs
+            self._step(self._act(), result)
         result.policies = self._ship()
         return result
+
+    def _step(self, actions: list[dict[str, Any]], result: MultiAgentFragment) -> None:
+        """Step every env copy with its agents' actions; count the steps, record ended episodes and begin new ones."""
+        result.agent_steps += sum(len(a) for a in actions)
+        for k, env in enumerate(self.envs):
+            try:
+                step = env.step(actions[k])
+            except Exception as exc:
+                raise self._env_error(exc) from exc
+            self._lengths[k] += 1
+            result.env_steps += 1
+            self._decide[k] = step.decide
+            self._take(k, step)
+            if step.over:
+                self._end_episode(k, result)
+                self._begin(k, None)
 
     def play(self, episodes: int, explore: bool = False, seed: int | None = None,
              max_steps: int | None = None) -> MultiAgentFragment:
@@ -206,16 +202,8 @@ class MultiAgentEnvRunner:
         result = MultiAgentFragment({}, env_steps=0, agent_steps=0)
         while len(result.episode_returns) < episodes and result.env_steps < (max_steps or 1_000_000):
             actions = self._act(explore)
-            self._lanes.clear()
-            for k, env in enumerate(self.envs):
-                step = env.step(actions[k])
-                self._lengths[k] += 1
-                result.env_steps += 1
-                self._decide[k] = step.decide
-                self._take(k, step)
-                if step.over:
-                    self._end_episode(k, result)
-                    self._begin(k, None)
+            self._lanes.clear()  # nothing to learn from
+            self._step(actions, result)
         return result
 
     def _act(self, explore: bool = True) -> list[dict[str, Any]]:

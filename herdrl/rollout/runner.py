@@ -63,6 +63,19 @@ class Fragment:
         return int(self.valid.sum())
 
 
+def load_weights(module: torch.nn.Module, weights: dict[str, Any]) -> None:
+    """Copy the learner's weights (numpy arrays or CPU tensors) into a runner's module, in place; keys and shapes
+    must match."""
+    own = module.state_dict()
+    if own.keys() != weights.keys():
+        raise ValueError(f"weights have keys {sorted(weights)}, the runner's policy {sorted(own)}")
+    for key, value in weights.items():
+        value = np.asarray(value)
+        if value.shape != tuple(own[key].shape):
+            raise ValueError(f"weight '{key}' has shape {value.shape}, expected {tuple(own[key].shape)}")
+        own[key].numpy()[...] = value  # read-only object-store arrays are fine: we copy out of them
+
+
 class EnvRunner:
     """Steps ``num_envs_per_env_runner`` env copies with the current policy."""
 
@@ -143,14 +156,7 @@ class EnvRunner:
         weights, stats = split_weights(weights)
         if stats is not None and self.normalizer is not None:
             self.normalizer.load(stats)
-        own = self.module.state_dict()
-        if own.keys() != weights.keys():
-            raise ValueError(f"weights have keys {sorted(weights)}, the runner's policy {sorted(own)}")
-        for key, value in weights.items():
-            value = np.asarray(value)
-            if value.shape != tuple(own[key].shape):
-                raise ValueError(f"weight '{key}' has shape {value.shape}, expected {tuple(own[key].shape)}")
-            own[key].numpy()[...] = value  # read-only object-store arrays are fine: we copy out of them
+        load_weights(self.module, weights)
 
     def normalizer_state(self) -> dict[str, np.ndarray]:
         """The normalisation statistics this runner normalises with (empty without normalisation)."""
