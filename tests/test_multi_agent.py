@@ -294,3 +294,11 @@ def test_value_targets_follow_each_agent_through_padding_episode_breaks_and_frag
                 expected[t, b] = total
         batch = on_policy_batch(module, [part], 0.9, 1.0, torch.device("cpu"))
         np.testing.assert_allclose(batch["returns"].numpy(), expected[part.valid], atol=1e-5)
+
+
+def test_a_pettingzoo_module_id_must_be_a_plain_module_path():
+    from herdrl import EnvError
+    from herdrl.env.multi_agent import make_agent_env
+
+    with pytest.raises(EnvError, match="names no valid module"):
+        make_agent_env("mpe2.simple_spread_v3; import os")

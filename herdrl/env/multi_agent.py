@@ -25,6 +25,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from herdrl.env.imports import _MODULE_NAME
 from herdrl.env.vector import EnvContext
 from herdrl.errors import EnvError
 from herdrl.registry import ENV_CREATORS
@@ -55,6 +56,8 @@ def create_env(env: Any, env_config: dict | None = None, worker_index: int = 0, 
         return None
     if env.startswith(REGISTRY_PREFIX):
         return _from_registry(env[len(REGISTRY_PREFIX):], env_config)
+    if not _MODULE_NAME.match(env):  # only a plain module path under the two packages is ever imported
+        raise EnvError(f"env {env!r} names no valid module")
     try:
         module = importlib.import_module(env)
     except ImportError as exc:
