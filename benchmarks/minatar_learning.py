@@ -5,15 +5,16 @@ clip 0.2, entropy 0.01, value 0.5, gradient norm 0.5. DQN, both (SB3's DQN defau
 replay 100k, learning from 5,000 steps, a gradient step of 32 every 4 env steps, lr 2.5e-4, target copied every
 1,000 steps, epsilon 1 -> 0.01 over the first 10% of the budget, no double Q, gradient norm 10. The same network
 (MinAtar's: 16 3x3 filters, 128 units; PPO's policy and value heads on one encoder); SB3 gets it as a
-features extractor (its NatureCNN needs 36 pixels). APPO (herdrl only): 1 Ray runner of 8 envs sampling while
-the learner learns, batches of 800, lr 5e-4, entropy 0.01, its other defaults. Each run trains for ``--steps`` env
+features extractor (its NatureCNN needs 36 pixels). APPO (herdrl only): 1 Ray runner of 8 envs x 128 steps
+sampling while the learner learns, batches of 1024, 2 passes of 4 minibatches of 256 each (the old policy
+refreshed once per batch), lr 1e-3, no entropy bonus, gamma 0.99, clip 0.2, the same value weight and gradient
+clipping as PPO. ``--config KEY=VALUE ...`` overrides settings of every herdrl run. Each run trains for ``--steps`` env
 steps or ``--seconds`` of wall-clock (herdrl's ``--stop-time``), each tool in its own process; the table shows
 wall-clock and the mean return of the last 100 training episodes at the end;
 ``--plot`` writes herdrl's curves with `herd plot`.
 
     python benchmarks/minatar_learning.py [--algo ppo|dqn|appo ...] [--steps 500000 | --seconds 72] [--seeds 0 1 2]
-        [--sb3-seeds 0]
-        [--plot out.png]
+        [--sb3-seeds 0] [--config KEY=VALUE ...] [--plot out.png]
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ HERD = str(Path(sys.executable).parent / "herd")
 DQN_SETTINGS = ["train_batch_size=32", "training_intensity=8", "lr=2.5e-4", "gamma=0.99", "double_q=false",
                 "num_steps_sampled_before_learning_starts=5000", "target_network_update_freq=1000",
                 "replay_buffer_config={capacity: 100000}", "grad_clip=10", "min_sample_timesteps_per_iteration=5000"]
-APPO_SETTINGS = ["num_env_runners=1", "train_batch_size=800", "lr=5e-4", "gamma=0.99", "entropy_coeff=0.01"]
+APPO_SETTINGS = ["num_env_runners=1", "rollout_fragment_length=128", "train_batch_size=1024", "minibatch_size=256",
+                 "circular_buffer_iterations_per_batch=2", "target_network_update_freq=2048", "lr=1e-3",
+                 "gamma=0.99", "clip_param=0.2", "entropy_coeff=0.0", "vf_loss_coeff=1.0", "grad_clip=0.5"]
 SETTINGS = ["train_batch_size=1024", "minibatch_size=256", "num_epochs=4", "lr=2.5e-4", "gamma=0.99",
             "lambda_=0.95", "clip_param=0.2", "entropy_coeff=0.01", "vf_loss_coeff=0.5", "grad_clip=0.5"]
 
@@ -74,10 +77,11 @@ print("RESULT", time.time() - start, float(np.mean(returns)), model.num_timestep
 """.replace("ENV_ID", ENV)
 
 
-def herdrl_run(steps: int, seed: int, out: str, algo: str, seconds: float | None = None) -> tuple[float, float, int]:
+def herdrl_run(steps: int, seed: int, out: str, algo: str, seconds: float | None = None,
+               overrides: tuple[str, ...] = ()) -> tuple[float, float, int]:
     start = time.time()
-    settings = {"ppo": SETTINGS, "appo": APPO_SETTINGS}.get(
-        algo, [*DQN_SETTINGS, f"epsilon=[[0, 1.0], [{steps // 10}, 0.01]]"])
+    settings = [*{"ppo": SETTINGS, "appo": APPO_SETTINGS}.get(
+        algo, [*DQN_SETTINGS, f"epsilon=[[0, 1.0], [{steps // 10}, 0.01]]"]), *overrides]
     budget = ["--stop-time", str(seconds)] if seconds else ["--stop-timesteps", str(steps)]
     subprocess.run([HERD, "train", algo, "--env", ENV, "--num-envs-per-env-runner", "1" if algo == "dqn" else "8",
                     "--seed", str(seed), *budget, "--output", out, "--name", f"minatar-{algo}",
@@ -103,6 +107,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     parser.add_argument("--sb3-seeds", type=int, nargs="*", default=[0])
     parser.add_argument("--plot", help="write herdrl's learning curves here (PNG)")
+    parser.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="settings for every herdrl run, over the algorithm's")
     args = parser.parse_args()
     budget = f"{args.seconds:g} s" if args.seconds else f"{args.steps:,} env steps"
     print(f"{', '.join(a.upper() for a in args.algo)} on {ENV}, {budget} per run")
@@ -112,7 +118,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         for seed in args.seeds:  # seeds outside, algorithms inside: machine noise hits all alike
             for algo in args.algo:
-                elapsed, ret, done = herdrl_run(args.steps, seed, out, algo, args.seconds)
+                elapsed, ret, done = herdrl_run(args.steps, seed, out, algo, args.seconds, tuple(args.config))
                 rows.setdefault(f"herdrl {algo}", []).append((elapsed, ret))
                 print(f"| herdrl | {algo} | {seed} | {elapsed:.0f} | {done:,} | {ret:.1f} |", flush=True)
         if args.plot and args.seeds:

@@ -112,9 +112,9 @@ def test_async_sampling_keeps_requests_in_flight_bounds_the_queue_and_reports_la
                                                  for f in fragments), record(fragments))[-1]
     lags, update = [], algo.learners.update  # the lag of every fragment learned on, computed here
 
-    def recording_update(batch, passes):
+    def recording_update(batch, *args):
         lags.extend(algo.num_updates - f.weights_version for f in batch)
-        return update(batch, passes)
+        return update(batch, *args)
 
     algo.learners.update = recording_update
     capacity = 2 * 2  # circular_buffer_num_batches x fragments per batch
@@ -231,11 +231,38 @@ def test_a_hung_runner_is_replaced_while_the_others_go_on(tmp_path):
     algo.stop()
 
 
+def test_appo_minibatches_feed_every_row_of_a_pass_to_the_loss_once():
+    """With ``minibatch_size`` each pass over a batch is a shuffled partition of its rows: the loss sees every row
+    exactly once per pass, in minibatches of about ``minibatch_size``, and Adam steps once per minibatch."""
+    from herdrl.algorithms.appo import APPOLearner
+    from herdrl.rollout import EnvRunner
+
+    config = APPOConfig().environment("CartPole-v1").training(minibatch_size=100).debugging(seed=0)
+    config.validate()
+    runner = EnvRunner(config)
+    learner = APPOLearner(config, runner.observation_space, runner.action_space)
+    fragments = [runner.sample() for _ in range(2)]  # 2 x 8 envs x 50 steps, reset-only steps dropped
+    seen: list[np.ndarray] = []
+    loss = learner.loss
+    learner.loss = lambda batch: (seen.append(batch["behaviour_logp"].numpy().copy()), loss(batch))[1]
+    metrics = learner.update(fragments, 3, seed=5)
+    rows = int(sum(f.valid.sum() for f in fragments))
+    per_pass = round(rows / 100)
+    assert len(seen) == 3 * per_pass == metrics["num_gradient_steps"] == learner.optimizer.steps
+    everything = np.sort(np.concatenate([f.logp[f.valid] for f in fragments]))
+    for first in range(0, len(seen), per_pass):
+        one_pass = seen[first:first + per_pass]
+        assert all(abs(len(m) - rows / per_pass) <= 1 for m in one_pass)
+        assert np.array_equal(np.sort(np.concatenate(one_pass)), everything)
+
+
 @pytest.mark.usefixtures("ray_session")
 def test_impala_on_two_learner_actors():
-    algo = IMPALAConfig().environment("CartPole-v1").learners(num_learners=2).debugging(seed=0).build()
+    """Two learners split every minibatch (3 per batch here) and stay identical."""
+    algo = (IMPALAConfig().environment("CartPole-v1").training(minibatch_size=300).learners(num_learners=2)
+            .debugging(seed=0).build())
     results = [algo.train() for _ in range(3)]
-    assert results[-1]["num_gradient_updates"] == 4 and np.isfinite(results[-1]["vf_loss"])
+    assert results[-1]["num_gradient_updates"] == 4 * 3 and np.isfinite(results[-1]["vf_loss"])
     ranks = algo.learners.call("get_weights")
     assert all(np.array_equal(ranks[0][k], ranks[1][k]) for k in ranks[0])
     algo.stop()

@@ -29,7 +29,7 @@ from herdrl.obs import obs_concat, obs_map
 from herdrl.optim import Adam
 from herdrl.rollout import Fragment
 from herdrl.rollout.async_sampling import AsyncSampler, LocalSampler
-from herdrl.rollout.batch import forward_flat, from_sequences, sequence_batch, sequence_logp, to_sequences
+from herdrl.rollout.batch import forward_flat, from_sequences, minibatches, sequence_batch, sequence_logp, to_sequences
 from herdrl.rollout.group import RayRunnerGroup
 from herdrl.rollout.vtrace import vtrace
 
@@ -61,7 +61,9 @@ class IMPALAConfig(AlgorithmConfig):
                                              doc="train batches of fragments waiting or in flight, at most "
                                                  "(beyond it runners wait: backpressure)"),
         "circular_buffer_iterations_per_batch": Field(1, (int,), "training", low=1,
-                                                      doc="updates on each train batch"),
+                                                      doc="updates (passes) on each train batch"),
+        "minibatch_size": Field(None, (int,), "training", low=1, allow_none=True,
+                                doc="env steps per gradient step within a pass (None: the whole batch, one step)"),
         "num_updates_per_iteration": Field(4, (int,), "training", low=1,
                                            doc="an iteration (one result row) ends after this many updates"),
         "min_time_s_per_iteration": Field(None, (float,), "training", low=0, allow_none=True,
@@ -69,7 +71,10 @@ class IMPALAConfig(AlgorithmConfig):
     }
 
     def validate_algorithm(self) -> None:
-        """A train batch holds at least one fragment."""
+        """A train batch holds at least one fragment, and at least one minibatch."""
+        if self.minibatch_size is not None and self.minibatch_size > self.train_batch_size:
+            raise ConfigError(f"config key 'minibatch_size' got {self.minibatch_size}; expected <= "
+                              f"train_batch_size ({self.train_batch_size})")
         fragment = self.num_envs_per_env_runner * self.fragment_length()
         if self.train_batch_size < fragment:
             raise ConfigError(f"config key 'train_batch_size' got {self.train_batch_size}; expected >= one "
@@ -153,19 +158,25 @@ class IMPALALearner(Learner):
         """Adam over the actor-critic (RLlib's IMPALA default optimizer)."""
         self.optimizer = Adam(self.module.parameters(), lr=self.config.lr)
 
-    def update(self, fragments: list[Fragment], passes: int = 1) -> dict[str, float]:
-        """``passes`` gradient steps on the train batch these fragments make (V-trace prepared per pass, or once:
-        :attr:`prepare_each_pass`); metrics averaged over the passes."""
+    def update(self, fragments: list[Fragment], passes: int = 1, seed: int = 0) -> dict[str, float]:
+        """``passes`` passes over the train batch these fragments make (V-trace prepared per pass, or once:
+        :attr:`prepare_each_pass`), each one gradient step, or one per ``minibatch_size`` steps in an order drawn
+        from ``seed`` (the same on every learner); metrics averaged over the gradient steps."""
+        cfg = self.config
+        rng = np.random.default_rng(seed)
         sums: dict[str, float] = {}
         batch = None
+        steps = 0
         for _ in range(passes):
             if batch is None or self.prepare_each_pass:
                 batch = self.prepare(fragments)
-            stats = self.gradient_step(self.optimizer, self.loss, batch, None, self.config.grad_clip or float("inf"))
-            for key, value in stats.items():
-                sums[key] = sums.get(key, 0.0) + float(value)
+            for index in minibatches(batch, cfg.minibatch_size, rng):
+                stats = self.gradient_step(self.optimizer, self.loss, batch, index, cfg.grad_clip or float("inf"))
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + float(value)
+                steps += 1
         self.after_batch(fragments, passes)
-        return {key: value / passes for key, value in sums.items()}
+        return {**{key: value / steps for key, value in sums.items()}, "num_gradient_steps": steps}
 
     #: IMPALA's policy gradient has no clipping: V-trace's importance weights must follow the policy as it moves,
     #: so each pass recomputes them (RLlib recomputes them in every loss too).
@@ -221,7 +232,8 @@ class IMPALA(Algorithm):
         fragment_steps = cfg.num_envs_per_env_runner * cfg.fragment_length()
         per_batch = -(-cfg.train_batch_size // fragment_steps)  # fragments per train batch
         capacity = cfg.circular_buffer_num_batches * per_batch
-        updates, trained, broadcasts, dropped = 0, 0, self.num_broadcasts, self.sampler.num_dropped
+        updates, gradient_steps, trained = 0, 0, 0
+        broadcasts, dropped = self.num_broadcasts, self.sampler.num_dropped
         lags: list[int] = []
         sums: dict[str, float] = {}
         max_queue = 0
@@ -238,7 +250,9 @@ class IMPALA(Algorithm):
                 lags += [self.num_updates - f.weights_version for f in batch]
                 learning = time.perf_counter()
                 passes = cfg.circular_buffer_iterations_per_batch
-                for key, value in self.learners.update(batch, passes).items():
+                metrics = self.learners.update(batch, passes, self.update_seed())
+                gradient_steps += int(metrics.pop("num_gradient_steps"))
+                for key, value in metrics.items():
                     sums[key] = sums.get(key, 0.0) + value * passes
                 before, self.num_updates = self.num_updates, self.num_updates + passes
                 updates += passes
@@ -250,7 +264,7 @@ class IMPALA(Algorithm):
         self.num_env_steps_trained_lifetime += trained
         elapsed = time.perf_counter() - start
         return {**{k: v / max(updates, 1) for k, v in sums.items()},
-                "num_gradient_updates": updates, "num_env_steps_trained": trained,
+                "num_gradient_updates": gradient_steps, "num_env_steps_trained": trained,
                 "num_env_steps_trained_lifetime": self.num_env_steps_trained_lifetime,
                 "policy_lag_mean": float(np.mean(lags)) if lags else 0.0, "policy_lag_max": max(lags, default=0),
                 "learner_busy_fraction": learn_time / elapsed if elapsed > 0 else 0.0,

@@ -18,7 +18,7 @@ from herdrl.errors import ConfigError
 from herdrl.learner import Learner
 from herdrl.optim import Adam
 from herdrl.rollout import Fragment
-from herdrl.rollout.batch import forward_flat, learner_batch, normalize_advantages, real_steps
+from herdrl.rollout.batch import forward_flat, learner_batch, minibatches, normalize_advantages, real_steps
 
 
 class PPOConfig(AlgorithmConfig):
@@ -82,17 +82,15 @@ class PPOLearner(Learner):
         batch = learner_batch(self.module, fragments, cfg, self.device)
         if cfg.normalize_advantages:
             normalize_advantages(batch)
-        size = len(batch["advantages"])  # rows: steps, or sequences of max_seq_len steps (recurrent)
-        steps = len(real_steps(batch, "advantages"))
-        num_minibatches = max(1, min(size, round(steps / cfg.minibatch_size)))  # never an empty one
         rng = np.random.default_rng(seed)
         sums: dict[str, float] = {}
+        updates = 0
         for _ in range(cfg.num_epochs):
-            for idx in np.array_split(rng.permutation(size), num_minibatches):
+            for idx in minibatches(batch, cfg.minibatch_size, rng):
                 stats = self.gradient_step(self.optimizer, self.loss, batch, idx, cfg.grad_clip or float("inf"))
                 for key, value in stats.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
-        updates = cfg.num_epochs * num_minibatches
+                updates += 1
         metrics = {key: value / updates for key, value in sums.items()}
         returns, old_values = real_steps(batch, "returns"), real_steps(batch, "old_values")
         residual = (returns - old_values).var()

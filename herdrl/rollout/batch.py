@@ -192,6 +192,17 @@ def real_steps(batch: dict[str, Any], key: str) -> torch.Tensor:
     return batch[key][batch["valid"]] if "valid" in batch else batch[key]
 
 
+def minibatches(batch: dict[str, Any], minibatch_size: int | None, rng: np.random.Generator) -> list[np.ndarray | None]:
+    """One pass's minibatches: shuffled row indices, about ``minibatch_size`` real steps each (rows are steps, or
+    sequences of a recurrent batch), never an empty one; ``[None]`` (the whole batch, one step) when
+    ``minibatch_size`` is None."""
+    if minibatch_size is None:
+        return [None]
+    size = len(batch["advantages"])
+    steps = len(real_steps(batch, "advantages"))
+    return np.array_split(rng.permutation(size), max(1, min(size, round(steps / minibatch_size))))
+
+
 def normalize_advantages(batch: dict[str, Any]) -> None:
     """Advantages to mean 0, std 1 over the real steps, in place."""
     adv = real_steps(batch, "advantages")
