@@ -12,10 +12,11 @@ For each env and number of envs, in one process, rounds alternate between:
 * **sb3** (Pong only, when stable-baselines3 is installed): ``make_atari_env`` + ``VecFrameStack(4)`` with
   ``CnnPolicy.predict``, the way SB3 samples, on the same id (``PongNoFrameskip-v4``, the id SB3's zoo uses).
 
-Agent steps/s (env frames/s = 4x for Atari's frame skip). Medians over rounds.
+Agent steps/s (env frames/s = 4x for Atari's frame skip). Medians over rounds. ``--runner-gpus 1`` runs herdrl's
+policy on the GPU (``num_gpus_per_env_runner``; inference alone timed there too); SB3 stays on the CPU.
 
     python benchmarks/atari_sampling.py [--env PongNoFrameskip-v4 MinAtar/Breakout-v1] [--envs 8 32]
-        [--rounds 3] [--seconds 3] [--threads 2]
+        [--rounds 3] [--seconds 3] [--threads 2] [--runner-gpus 0]
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 
 from herdrl import PPOConfig
 from herdrl.env import make_vector_env
-from herdrl.models.encoders import to_torch
+from herdrl.models.encoders import to_torch, torch_device
 from herdrl.obs import ObsSpec
 from herdrl.rollout import EnvRunner
 
@@ -43,7 +44,7 @@ def timed(step, seconds: float) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def ceiling_and_parts(env_id: str, num_envs: int, seconds: float) -> tuple[float, float, float]:
+def ceiling_and_parts(env_id: str, num_envs: int, seconds: float, gpus: float = 0.0) -> tuple[float, float, float]:
     """(ceiling agent steps/s, predicted runner steps/s from separately timed env step and inference)."""
     env = make_vector_env(env_id, {} if env_id.startswith("MinAtar") else {"overlap": False}, num_envs)
     obs, _ = env.reset(seed=0)
@@ -57,12 +58,16 @@ def ceiling_and_parts(env_id: str, num_envs: int, seconds: float) -> tuple[float
     ceiling = timed(env_step, seconds)
     config = PPOConfig().environment(env_id).debugging(seed=0)
     config.validate()
+    device = torch_device(gpus)
     module = config.build_module(env.single_observation_space, env.single_action_space).requires_grad_(False)
+    module.to(device)
     batch = ObsSpec(env.single_observation_space).batch(obs)
 
     def inference() -> int:
         with torch.inference_mode():
-            module.dist_inputs(to_torch(batch))
+            module.dist_inputs(to_torch(batch, device))
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # the pass is done, not merely queued
         return num_envs
 
     infer = timed(inference, seconds)
@@ -71,9 +76,10 @@ def ceiling_and_parts(env_id: str, num_envs: int, seconds: float) -> tuple[float
     return ceiling, infer, predicted
 
 
-def runner_rate(env_id: str, num_envs: int, seconds: float, env_config: dict | None = None) -> float:
+def runner_rate(env_id: str, num_envs: int, seconds: float, env_config: dict | None = None,
+                gpus: float = 0.0) -> float:
     config = PPOConfig().environment(env_id, env_config=env_config or {}) \
-        .env_runners(num_envs_per_env_runner=num_envs).debugging(seed=0)
+        .env_runners(num_envs_per_env_runner=num_envs, num_gpus_per_env_runner=gpus).debugging(seed=0)
     config.validate()
     runner = EnvRunner(config)
     rate = timed(lambda: runner.sample(128).actions.size, seconds)
@@ -110,6 +116,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads (both tools)")
+    parser.add_argument("--runner-gpus", type=float, default=0.0, help="num_gpus_per_env_runner of herdrl's runner")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch threads: {args.threads}; agent steps/s, median of {args.rounds} rounds")
@@ -122,13 +129,14 @@ def main() -> None:
                                             "sb3": []}
             atari = not env_id.startswith("MinAtar")
             for _ in range(args.rounds):
-                ceiling, infer, predicted = ceiling_and_parts(env_id, num_envs, args.seconds)
+                ceiling, infer, predicted = ceiling_and_parts(env_id, num_envs, args.seconds, args.runner_gpus)
                 rows["ceiling"].append(ceiling)
                 rows["infer"].append(infer)
                 rows["predicted"].append(predicted)
                 if atari:
-                    rows["serial"].append(runner_rate(env_id, num_envs, args.seconds, {"overlap": False}))
-                rows["runner"].append(runner_rate(env_id, num_envs, args.seconds))
+                    rows["serial"].append(runner_rate(env_id, num_envs, args.seconds, {"overlap": False},
+                                                      args.runner_gpus))
+                rows["runner"].append(runner_rate(env_id, num_envs, args.seconds, None, args.runner_gpus))
                 if "NoFrameskip" in env_id:
                     rate = sb3_rate(env_id, num_envs, args.seconds)
                     if rate is not None:

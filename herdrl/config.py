@@ -149,6 +149,9 @@ class AlgorithmConfig:
         "num_envs_per_env_runner": Field(1, (int,), "env_runners", low=1),
         "num_cpus_per_env_runner": Field(1.0, (float,), "env_runners", low=0, low_open=True,
                                          doc="CPUs each Ray runner actor reserves"),
+        "num_gpus_per_env_runner": Field(0.0, (float,), "env_runners", low=0,
+                                         doc="GPUs each runner's policy runs on (fractions share one; 0: CPU "
+                                             "inference); with num_env_runners=0: the driver's runner"),
         "rollout_fragment_length": Field(
             "auto", (int, str), "env_runners", low=1,
             doc="steps per env per sample() call; auto: train_batch_size / total envs"),
@@ -226,6 +229,8 @@ class AlgorithmConfig:
         "num_envs_per_worker": "num_envs_per_env_runner",
         "num_cpus_per_worker": "num_cpus_per_env_runner",
         "num_cpus_per_rollout_worker": "num_cpus_per_env_runner",
+        "num_gpus_per_worker": "num_gpus_per_env_runner",
+        "num_gpus_per_rollout_worker": "num_gpus_per_env_runner",
         "ignore_worker_failures": "ignore_env_runner_failures",
         "recreate_failed_workers": "restart_failed_env_runners",
         "recreate_failed_env_runners": "restart_failed_env_runners",

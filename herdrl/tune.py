@@ -81,10 +81,12 @@ def _trainable(algorithm: str) -> type:
         def default_resource_request(cls, config: dict) -> PlacementGroupFactory:
             """The driver's bundle (with its learner's GPU), one per env runner, then one per learner actor
             (SPREAD: runners and learners may sit on other nodes)."""
+            from herdrl.rollout.group import runner_bundle
+
             resolved = config_class.from_dict(config)
             gpus = float(resolved.learner_gpus)
             driver = {"CPU": 1.0, **({"GPU": gpus} if gpus else {})}
-            runners = [{"CPU": float(resolved.num_cpus_per_env_runner)}] * resolved.num_env_runners
+            runners = [runner_bundle(resolved)] * resolved.num_env_runners
             learner_gpus = float(resolved.num_gpus_per_learner)
             learners = [{"CPU": float(resolved.num_cpus_per_learner),
                          **({"GPU": learner_gpus} if learner_gpus else {})}] * resolved.num_learners
@@ -227,7 +229,7 @@ def _check_fits(trainable: type, config_class: type, config: Mapping[str, Any]) 
     if os.environ.get("HERD_CLUSTER_AUTOSCALES", "0") == "1":
         return  # the cluster grows on demand: Tune waits for it
     resources = {"num_env_runners": None, "num_cpus_per_env_runner": None, "num_gpus": None, "num_learners": None,
-                 "num_cpus_per_learner": None, "num_gpus_per_learner": None}
+                 "num_cpus_per_learner": None, "num_gpus_per_learner": None, "num_gpus_per_env_runner": None}
     fixed = {}
     for key, value in config.items():
         name = config_class.canonical_key(key) if key != "framework" else key
@@ -255,7 +257,8 @@ def _check_fits(trainable: type, config_class: type, config: Mapping[str, Any]) 
                           f"num_env_runners (num_workers) to {fit} or fewer, or run on a larger cluster (one that "
                           "autoscales: set HERD_CLUSTER_AUTOSCALES=1)")
     if need_gpu > have_gpu:
-        raise ConfigError(f"each trial asks for {need_gpu:g} GPU(s) (num_gpus, num_gpus_per_learner) but the Ray "
+        raise ConfigError(f"each trial asks for {need_gpu:g} GPU(s) (num_gpus, num_gpus_per_learner, "
+                          f"num_gpus_per_env_runner) but the Ray "
                           f"cluster has {have_gpu:g}: ask for {have_gpu:g} or fewer")
 
 

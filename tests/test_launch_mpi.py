@@ -104,14 +104,16 @@ def test_training_survives_a_worker_node_whose_raylet_is_killed(tmp_path: Path) 
 
 
 def test_generated_pbs_script_runs_under_real_mpirun(tmp_path: Path) -> None:
-    """`herd launch pbs --launcher mpirun` writes a script whose launch line trains on 2 ranks here."""
+    """`herd launch pbs --launcher mpirun` writes a script whose launch line trains on 2 ranks here, with a runner
+    and two learner actors."""
     require("mpi")
     out = tmp_path / "results"
     written = subprocess.run(
         ["herd", "launch", "pbs", "--nodes", "2", "--launcher", "mpirun", "--object-store-memory", "80000000",
          "--launcher-args", " ".join(MPIRUN[1:]), "--output", str(out), "--",
-         "herd", "train", "ppo", "--env", "CartPole-v1", "--num-env-runners", "1", "--stop-iters", "2",
-         "--output", str(out)], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=60)
+         "herd", "train", "ppo", "--env", "CartPole-v1", "--num-env-runners", "1", "--num-learners", "2",
+         "--config", "num_cpus_per_learner=0.5", "--stop-iters", "2", "--output", str(out)],
+        cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=60)
     assert written.returncode == 0, written.stderr
     script = next(out.glob("launch/herd_*/job.pbs"))
     assert "mpirun -np 2 --map-by node --allow-run-as-root" in script.read_text()
@@ -119,5 +121,6 @@ def test_generated_pbs_script_runs_under_real_mpirun(tmp_path: Path) -> None:
                           timeout=240)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "all 2 Ray nodes joined" in done.stderr and re.search(r"iter\s+2\s", done.stdout)
-    assert len(list(out.glob("CartPole-v1/*/result.json"))) == 1
+    results = list(out.glob("CartPole-v1/*/result.json"))
+    assert len(results) == 1 and json.loads((results[0].parent / "params.json").read_text())["num_learners"] == 2
     assert not processes_matching(f"/tmp/herd-{_session(done.stderr)}-")

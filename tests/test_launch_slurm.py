@@ -61,9 +61,11 @@ def _nothing_left(slurm: SlurmCluster, job_id: str) -> None:
 
 
 def test_three_node_job_trains_and_leaves_nothing_behind(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """Runners and two data-parallel learner actors on the job's Ray cluster."""
     out = tmp_path / "results"
     done = _launch(slurm, tmp_path, ["--nodes", "3", *NODE_ARGS, "--output", str(out), "--",
                                      "herd", "train", "ppo", "--env", "CartPole-v1", "--num-env-runners", "2",
+                                     "--num-learners", "2", "--config", "num_cpus_per_learner=0.5",
                                      "--stop-iters", "3", "--output", str(out)])
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"results go to {out}" in done.stdout
@@ -73,8 +75,10 @@ def test_three_node_job_trains_and_leaves_nothing_behind(slurm: SlurmCluster, tm
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", log
     assert "3/3 Ray nodes alive" in log and "3 Ray nodes up at" in log
     assert re.search(r"iter\s+3\s", log), "the job's output shows the live progress table"
-    rows = [json.loads(line) for line in next(out.glob("CartPole-v1/*/result.json")).read_text().splitlines()]
+    result = next(out.glob("CartPole-v1/*/result.json"))
+    rows = [json.loads(line) for line in result.read_text().splitlines()]
     assert [r["training_iteration"] for r in rows] == [1, 2, 3]
+    assert json.loads((result.parent / "params.json").read_text())["num_learners"] == 2
     assert not list(Path("/tmp").glob(f"{_temp_prefix(slurm, job_id)[5:]}*")), "a clean job removes its Ray files"
     _nothing_left(slurm, job_id)
 

@@ -132,7 +132,7 @@ def test_learner_settings_are_checked():
     with pytest.raises(ConfigError, match="num_gpus=1 is the GPU of the learner in the driver.*num_gpus_per_learner"):
         PPOConfig().environment("CartPole-v1").resources(num_gpus=1).learners(num_learners=2).validate()
     if not torch.cuda.is_available():
-        with pytest.raises(ConfigError, match="num_gpus=1 but torch sees no GPU"):
+        with pytest.raises(ConfigError, match="num_gpus_per_learner=1 but torch sees no GPU"):
             PPOConfig().environment("CartPole-v1").learners(num_gpus_per_learner=1).build()
 
 

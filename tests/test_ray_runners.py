@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 from envs import Countdown, TextObsEnv
 
 import herdrl
@@ -150,6 +151,25 @@ def test_spent_restart_budget_and_all_runners_failing_are_clear_errors():
     with pytest.raises(RunnerFailure, match=r"restart budget is spent \(max_num_env_runner_restarts=1\)"):
         algo.train()
     algo.stop()
+
+
+def test_runner_gpus_are_reserved_from_ray_and_missing_ones_are_one_line():
+    """``num_gpus_per_env_runner`` (``num_gpus_per_worker`` too): each runner asks Ray for its share of a GPU, in its
+    own bundle of a Tune trial; with no GPU to be had a run stops at start-up with one line, in-process (torch sees
+    none) as on Ray runners (the cluster has none)."""
+    from herdrl import ConfigError, tune
+    from herdrl.cluster import ClusterError
+
+    request = {"env": "CartPole-v1", "num_workers": 2, "num_gpus_per_worker": 0.25}
+    bundles = tune._trainable("PPO").default_resource_request(request).bundles
+    assert bundles == [{"CPU": 1.0}, {"CPU": 1.0, "GPU": 0.25}, {"CPU": 1.0, "GPU": 0.25}]
+    if torch.cuda.is_available():
+        return
+    with pytest.raises(ConfigError, match="num_gpus_per_env_runner=1 but torch sees no GPU"):
+        ray_config(runners=0).env_runners(num_gpus_per_env_runner=1).build()
+    with pytest.raises(ClusterError, match=r"1 env runners x 0.5 GPU need 0.5 GPUs but the Ray cluster .*has 0: "
+                                           "set num_gpus_per_env_runner=0"):
+        ray_config(runners=1).env_runners(num_gpus_per_env_runner=0.5).build()
 
 
 def test_registered_env_is_shipped_to_runners_and_bad_spaces_fail_at_build():

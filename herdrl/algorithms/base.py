@@ -277,7 +277,7 @@ class Algorithm:
         cfg = self.config
         if self._evaluator is None:
             eval_config = cfg.copy()
-            eval_config.update_from_dict({"num_envs_per_env_runner": 1, "env_config": {
+            eval_config.update_from_dict({"num_envs_per_env_runner": 1, "num_gpus_per_env_runner": 0, "env_config": {
                 **cfg.env_config, **cfg.evaluation_config.get("env_config", {})}})
             self._evaluator = MultiAgentEnvRunner(eval_config)
         self._evaluator.set_weights(self.get_weights())

@@ -20,7 +20,7 @@ from torch import nn
 from herdrl.algorithms.dqn import polyak_update
 from herdrl.algorithms.off_policy import ACTOR_CRITIC_FIELDS, OffPolicyAlgorithm, OffPolicyConfig, OffPolicyLearner
 from herdrl.config import MODEL_DEFAULTS, Field, shared_field
-from herdrl.models.encoders import build_encoder, head, to_torch
+from herdrl.models.encoders import build_encoder, head, module_device, to_torch
 from herdrl.models.numpy_policy import numpy_forward
 from herdrl.models.sac_networks import QCritic, check_bounded_box
 from herdrl.optim import Adam
@@ -126,7 +126,8 @@ class NoisyActor:
         self.action_dim = module.action_dim
         self.random_actions = False
         self._numpy = numpy_forward(module.pi_encoder, module.pi_head)
-        self._scale, self._bias = module.action_scale.numpy(), module.action_bias.numpy()
+        self.device = module_device(module)  # a GPU with num_gpus_per_env_runner (then no numpy twin)
+        self._scale, self._bias = module.action_scale.cpu().numpy(), module.action_bias.cpu().numpy()
 
     def noise(self, steps: int, batch: int) -> np.ndarray:
         """Standard normal noise for a whole fragment."""
@@ -136,7 +137,7 @@ class NoisyActor:
         """Actions in the Box bounds (float32)."""
         if self._numpy is None:  # CNNs, Dict observations
             with torch.inference_mode():
-                pre = self.module.pi_head(self.module.pi_encoder(to_torch(obs))).float().numpy()
+                pre = self.module.pi_head(self.module.pi_encoder(to_torch(obs, self.device))).float().cpu().numpy()
         else:
             pre = self._numpy(obs)
         unit = np.tanh(pre)  # the action in [-1, 1]

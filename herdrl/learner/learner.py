@@ -21,21 +21,16 @@ import torch
 from torch import nn
 
 from herdrl.config import AlgorithmConfig
-from herdrl.errors import ConfigError
+from herdrl.models.encoders import torch_device
 from herdrl.rollout.batch import take
 
 #: loss_fn(minibatch) -> (loss, stats): the loss of one algorithm on the rows it is given, and its metrics.
 LossFn = Callable[[dict[str, Any]], tuple[torch.Tensor, dict[str, Any]]]
 
 
-def learner_device(num_gpus: float) -> torch.device:
-    """``cuda`` when GPUs are asked for and torch sees one; a clear error when it does not."""
-    if num_gpus <= 0:
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise ConfigError(f"num_gpus={num_gpus:g} but torch sees no GPU (torch {torch.__version__}); "
-                          "set num_gpus=0 or install a CUDA build of torch")
-    return torch.device("cuda")
+def learner_device(config: AlgorithmConfig) -> torch.device:
+    """The device of the learner in the driver: ``num_gpus`` (or ``num_gpus_per_learner`` without learner actors)."""
+    return torch_device(config.learner_gpus, "num_gpus" if config.num_gpus else "num_gpus_per_learner")
 
 
 class Learner:
@@ -53,7 +48,7 @@ class Learner:
                  device: torch.device | None = None, rank: int = 0, world_size: int = 1) -> None:
         self.config = config
         self.observation_space, self.action_space = observation_space, action_space
-        self.device = device if device is not None else learner_device(config.learner_gpus)
+        self.device = device if device is not None else learner_device(config)
         self.rank, self.world_size = rank, world_size
         self._sum_seconds = 0.0  # time spent summing gradients across learners (all-reduce), see sum_seconds
         self._real_steps: tuple[torch.Tensor, np.ndarray] | None = None  # see _share

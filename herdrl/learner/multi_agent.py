@@ -29,7 +29,7 @@ class MultiAgentLearner(Learner):
         inner = config.algo_class().learner_class
         self.config = config
         self.observation_space, self.action_space = observation_space, action_space
-        self.device = device if device is not None else learner_device(config.learner_gpus)
+        self.device = device if device is not None else learner_device(config)
         self.rank, self.world_size = rank, world_size
         self._sum_seconds = 0.0
         self.learners: dict[str, Learner] = {

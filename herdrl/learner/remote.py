@@ -14,7 +14,7 @@ import ray
 import torch
 
 from herdrl.config import AlgorithmConfig
-from herdrl.learner.learner import learner_device
+from herdrl.models.encoders import torch_device
 
 
 @ray.remote
@@ -28,7 +28,7 @@ class LearnerActor:
         importlib.import_module("herdrl.env.imports").adopt_driver_envs(env_modules, env_creators or {})
         importlib.import_module("herdrl.registry").ENCODERS.update(encoders or {})
         self.config, self.rank, self.world_size = config, rank, world_size
-        self.device = learner_device(config.num_gpus_per_learner)
+        self.device = torch_device(config.num_gpus_per_learner, "num_gpus_per_learner")
         self.learner: Any = None
 
     def rendezvous(self) -> str:

@@ -13,7 +13,7 @@ from torch import nn
 
 from herdrl.errors import ConfigError
 from herdrl.models.distributions import ActionDistribution
-from herdrl.models.encoders import LegacyNames, build_encoder, has_image, head, to_torch
+from herdrl.models.encoders import LegacyNames, build_encoder, has_image, head, module_device, to_torch
 from herdrl.obs import obs_len
 
 #: The observation leaf that says which Discrete actions are allowed (1) and ruled out (0), as PettingZoo's
@@ -165,6 +165,7 @@ class TorchPolicy:
     def __init__(self, module: ActorCritic, rng: np.random.Generator) -> None:
         self.module = module
         self.rng = rng
+        self.device = module_device(module)  # a GPU with num_gpus_per_env_runner: data crosses once each way
 
     def noise(self, steps: int, batch: int) -> np.ndarray:
         """Exploration noise for a whole fragment (see :meth:`ActionDistribution.draw_noise`)."""
@@ -175,12 +176,13 @@ class TorchPolicy:
         """Actions for a batch of stored observations (``noise``: one step of :meth:`noise`): one forward pass."""
         if explore and noise is None:
             noise = self.noise(1, obs_len(obs))[0]
-        dist_inputs = self.module.dist_inputs(to_torch(obs))
-        return self.module.act_with_noise(dist_inputs, torch.from_numpy(noise) if explore else None).numpy()
+        dist_inputs = self.module.dist_inputs(to_torch(obs, self.device))
+        noise = torch.from_numpy(noise).to(self.device) if explore else None
+        return self.module.act_with_noise(dist_inputs, noise).cpu().numpy()
 
     @torch.inference_mode()
     def act_logp(self, obs: Any, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Sampled actions and their log-probabilities under this policy (the behaviour policy V-trace needs)."""
-        dist_inputs = self.module.dist_inputs(to_torch(obs))
-        actions = self.module.act_with_noise(dist_inputs, torch.from_numpy(noise))
-        return actions.numpy(), self.module.log_prob_entropy(dist_inputs, actions)[0].numpy()
+        dist_inputs = self.module.dist_inputs(to_torch(obs, self.device))
+        actions = self.module.act_with_noise(dist_inputs, torch.from_numpy(noise).to(self.device))
+        return actions.cpu().numpy(), self.module.log_prob_entropy(dist_inputs, actions)[0].cpu().numpy()

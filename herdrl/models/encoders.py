@@ -308,6 +308,24 @@ def build_encoder(space: gym.Space, model_config: dict, mlp: bool = True) -> Enc
     return Encoder(space, model_config, mlp)
 
 
+def torch_device(num_gpus: float, key: str = "num_gpus") -> torch.device:
+    """``cuda`` when the setting ``key`` asks for GPUs and torch sees one (Ray gives an actor only its own GPUs);
+    a clear error when torch sees none; else the CPU."""
+    if num_gpus <= 0:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        from herdrl.errors import ConfigError
+
+        raise ConfigError(f"{key}={num_gpus:g} but torch sees no GPU (torch {torch.__version__}); "
+                          f"set {key}=0 or install a CUDA build of torch")
+    return torch.device("cuda")
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """Where a module's parameters live (the CPU for a module without any)."""
+    return next(iter(module.parameters()), torch.empty(0)).device
+
+
 def to_torch(obs: np.ndarray | dict[str, np.ndarray], device: torch.device | str = "cpu",
              non_blocking: bool = False) -> torch.Tensor | dict[str, torch.Tensor]:
     """A stored batch (``herdrl.obs``) as tensors on ``device``, dtypes kept (frames cross as uint8). To a GPU the

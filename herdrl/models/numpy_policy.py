@@ -14,6 +14,7 @@ import numpy as np
 from torch import nn
 
 from herdrl.models.actor_critic import ActorCritic
+from herdrl.models.encoders import module_device
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -25,9 +26,10 @@ _ACTIVATIONS = {"tanh": np.tanh, "relu": _relu, "linear": lambda x: x}
 
 def numpy_forward(encoder: nn.Module, head: nn.Linear) -> Callable[[np.ndarray], np.ndarray] | None:
     """``head(encoder(obs))`` in numpy on views of the torch weights, for an MLP on one Box or Discrete leaf with
-    a tanh, relu or linear activation; None for anything else (CNNs, Dict observations: use torch)."""
+    a tanh, relu or linear activation, on the CPU; None for anything else (CNNs, Dict observations, a runner's GPU:
+    use torch)."""
     prepare = encoder.numpy_input()
-    if prepare is None or encoder.activation not in _ACTIVATIONS:
+    if prepare is None or encoder.activation not in _ACTIVATIONS or module_device(encoder).type != "cpu":
         return None
     activation = _ACTIVATIONS[encoder.activation]
     # (W^T, b) pairs; W.T is a view, so updates to the torch weights show through.

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from herdrl.models.encoders import LegacyNames, build_encoder, head, to_torch
+from herdrl.models.encoders import LegacyNames, build_encoder, head, module_device, to_torch
 from herdrl.models.numpy_policy import numpy_forward
 from herdrl.obs import obs_len
 
@@ -54,6 +54,7 @@ class EpsilonGreedyPolicy:
         self.rng, self.epsilon = rng, 0.0
         self.action_dim = module.action_dim
         self.module = module
+        self.device = module_device(module)  # a GPU with num_gpus_per_env_runner (then no numpy twin)
         # Dueling's V(s) shifts every action's Q equally: the argmax needs only the advantages.
         self._numpy = numpy_forward(module.encoder, module.head)
 
@@ -66,7 +67,7 @@ class EpsilonGreedyPolicy:
         if self._numpy is not None:
             return self._numpy(obs).argmax(1)
         with torch.inference_mode():
-            return self.module.greedy(to_torch(obs)).numpy()
+            return self.module.greedy(to_torch(obs, self.device)).cpu().numpy()
 
     def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
         """Greedy actions, replaced by random ones with probability ``epsilon`` when exploring."""

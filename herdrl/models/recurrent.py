@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from herdrl.models.actor_critic import ActorCritic
-from herdrl.models.encoders import head, to_torch
+from herdrl.models.encoders import head, module_device, to_torch
 from herdrl.obs import obs_map
 
 
@@ -91,7 +91,8 @@ class RecurrentPolicy:
 
     def __init__(self, module: RecurrentActorCritic, rng: np.random.Generator, num_envs: int) -> None:
         self.module, self.rng = module, rng
-        self.state = module.initial_state(num_envs)
+        self.device = module_device(module)
+        self.state = module.initial_state(num_envs)  # on the module's device
 
     def noise(self, steps: int, batch: int) -> np.ndarray:
         """Exploration noise for a whole fragment."""
@@ -100,23 +101,24 @@ class RecurrentPolicy:
     @torch.inference_mode()
     def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
         """Actions for every env's observation; the state moves one step."""
-        dist_inputs, out, self.state = self.module.step_dist_inputs(to_torch(obs), self.state)
+        dist_inputs, out, self.state = self.module.step_dist_inputs(to_torch(obs, self.device), self.state)
         if explore and noise is None:
             noise = self.noise(1, len(out))[0]
-        return self.module.act_with_noise(dist_inputs, torch.from_numpy(noise) if explore else None).numpy()
+        noise = torch.from_numpy(noise).to(self.device) if explore else None
+        return self.module.act_with_noise(dist_inputs, noise).cpu().numpy()
 
     @torch.inference_mode()
     def act_logp(self, obs: Any, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Sampled actions and their log-probabilities (V-trace's behaviour policy); the state moves one step."""
-        dist_inputs, _, self.state = self.module.step_dist_inputs(to_torch(obs), self.state)
-        actions = self.module.act_with_noise(dist_inputs, torch.from_numpy(noise))
-        return actions.numpy(), self.module.log_prob_entropy(dist_inputs, actions)[0].numpy()
+        dist_inputs, _, self.state = self.module.step_dist_inputs(to_torch(obs, self.device), self.state)
+        actions = self.module.act_with_noise(dist_inputs, torch.from_numpy(noise).to(self.device))
+        return actions.cpu().numpy(), self.module.log_prob_entropy(dist_inputs, actions)[0].cpu().numpy()
 
     def zero_state(self, envs: np.ndarray) -> None:
         """A new episode begins at these envs' next step."""
         if envs.any():
-            self.state = self.state.masked_fill(torch.from_numpy(envs)[:, None, None], 0.0)
+            self.state = self.state.masked_fill(torch.from_numpy(envs).to(self.device)[:, None, None], 0.0)
 
     def get_state(self) -> np.ndarray:
         """Every env's state, ``(num_envs, 2, H)`` float32 (a copy)."""
-        return self.state.numpy().copy()
+        return self.state.cpu().numpy().copy()

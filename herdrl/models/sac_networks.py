@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from herdrl.models.encoders import LegacyNames, build_encoder, head, mlp_body, to_torch
+from herdrl.models.encoders import LegacyNames, build_encoder, head, mlp_body, module_device, to_torch
 from herdrl.models.numpy_policy import numpy_forward
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -121,8 +121,9 @@ class NumpySACPolicy:
         self.module = module
         self.action_dim = module.action_dim
         self._numpy = numpy_forward(module.pi_encoder, module.pi_head)
-        self._scale = module.action_scale.numpy()
-        self._bias = module.action_bias.numpy()
+        self.device = module_device(module)  # a GPU with num_gpus_per_env_runner (then no numpy twin)
+        self._scale = module.action_scale.cpu().numpy()
+        self._bias = module.action_bias.cpu().numpy()
 
     def noise(self, steps: int, batch: int) -> np.ndarray:
         """Standard normal noise for a whole fragment."""
@@ -131,8 +132,8 @@ class NumpySACPolicy:
     def _mean_log_std(self, obs: Any) -> tuple[np.ndarray, np.ndarray]:
         if self._numpy is None:
             with torch.inference_mode():
-                mean, log_std = self.module.mean_log_std(to_torch(obs))
-            return mean.numpy(), log_std.numpy()
+                mean, log_std = self.module.mean_log_std(to_torch(obs, self.device))
+            return mean.cpu().numpy(), log_std.cpu().numpy()
         out = self._numpy(obs)
         return out[:, : self.action_dim], np.clip(out[:, self.action_dim:], LOG_STD_MIN, LOG_STD_MAX)
 

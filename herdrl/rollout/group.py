@@ -139,6 +139,12 @@ def _herd_cause(exc: BaseException) -> HerdError | None:
 _said = {"oversubscribed": False}  # notes said once per process
 
 
+def runner_bundle(config: AlgorithmConfig) -> dict[str, float]:
+    """The resources one Ray runner reserves: ``num_cpus_per_env_runner`` CPUs and ``num_gpus_per_env_runner`` GPUs."""
+    gpus = float(config.num_gpus_per_env_runner)
+    return {"CPU": float(config.num_cpus_per_env_runner), **({"GPU": gpus} if gpus else {})}
+
+
 def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
     """A joined cluster that can never hold the runners fails now, not after a minute of waiting; a private Ray
     holds them all (it offers a CPU per runner) and oversubscribes the cores on purpose: say so once."""
@@ -151,6 +157,12 @@ def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
     if ray.util.get_current_placement_group() is not None:
         return  # inside a Tune trial: its placement group already holds the runners
     joined = config.address or os.environ.get("RAY_ADDRESS")
+    gpus, have_gpus = count * config.num_gpus_per_env_runner, ray.cluster_resources().get("GPU", 0.0)
+    if gpus > have_gpus and (not joined or os.environ.get("HERD_CLUSTER_AUTOSCALES", "0") != "1"):
+        raise ClusterError(
+            f"{count} env runners x {config.num_gpus_per_env_runner:g} GPU need {gpus:g} GPUs but the Ray cluster "
+            f"{f'at {joined} ' if joined else '(private, this machine) '}has {have_gpus:g}: set "
+            "num_gpus_per_env_runner=0 (CPU inference) or a fraction that fits, or add GPU nodes")
     if joined and os.environ.get("HERD_CLUSTER_AUTOSCALES", "0") != "1":
         have = ray.cluster_resources().get("CPU", 0.0)
         if count * cpus > have:
@@ -202,7 +214,7 @@ class RayRunnerGroup:
         # learner's): use it. Otherwise reserve our own, spread over the nodes.
         current = ray.util.get_current_placement_group()
         self._own_pg = current is None or len(current.bundle_specs) < count + 1
-        self._pg, self._first_bundle = (placement_group([{"CPU": cpus}] * count, strategy="SPREAD"), 0) \
+        self._pg, self._first_bundle = (placement_group([runner_bundle(config)] * count, strategy="SPREAD"), 0) \
             if self._own_pg else (current, 1)
         try:
             ray.get(self._pg.ready(), timeout=max(60.0, config.ray_connect_timeout_s))
@@ -242,7 +254,8 @@ class RayRunnerGroup:
         incarnation = self._incarnations[index]
         self._incarnations[index] += 1
         return self._remote_class.options(
-            num_cpus=self.config.num_cpus_per_env_runner, scheduling_strategy=strategy, max_restarts=0,
+            num_cpus=self.config.num_cpus_per_env_runner, num_gpus=self.config.num_gpus_per_env_runner,
+            scheduling_strategy=strategy, max_restarts=0,
         ).remote(self.config, index + 1, self._creators, incarnation, self._epoch, tuple(imports.IMPORTED))
 
     def sample(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None) -> list[Fragment]:

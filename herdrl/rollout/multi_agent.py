@@ -31,7 +31,7 @@ from herdrl.errors import ConfigError, EnvError
 from herdrl.models.distributions import ActionDistribution
 from herdrl.multi_agent import EpisodeInfo, PolicyMapper, policy_spaces, trained_policies
 from herdrl.obs import ObsSpec, obs_concat, obs_map
-from herdrl.rollout.runner import Fragment, load_weights
+from herdrl.rollout.runner import Fragment, load_weights, runner_module
 
 
 @dataclass
@@ -78,8 +78,7 @@ class MultiAgentEnvRunner:
         self.mapper = PolicyMapper(config.policy_mapping_fn, list(config.policies), self.envs[0].possible_agents,
                                    config.self_play)
         self.trained = set(trained_policies(config))
-        self.module = config.build_module(self.observation_space, self.action_space)
-        self.module.requires_grad_(False)
+        self.module = runner_module(config, self.observation_space, self.action_space)
         self.specs = {pid: ObsSpec(space) for pid, space in self.observation_space.items()}
         self.actions = {pid: ActionDistribution(space) for pid, space in self.action_space.items()}
         self._with_logp = bool(getattr(config, "behaviour_logp", False))

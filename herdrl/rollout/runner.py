@@ -23,6 +23,7 @@ from herdrl.env.previous import previous_inputs
 from herdrl.errors import EnvError
 from herdrl.filters import Normalizer, RunnerNormalizer, model_observation_space, split_weights
 from herdrl.models.distributions import ActionDistribution
+from herdrl.models.encoders import torch_device
 from herdrl.obs import ObsArray, ObsSpec, obs_map
 
 
@@ -64,8 +65,8 @@ class Fragment:
 
 
 def load_weights(module: torch.nn.Module, weights: dict[str, Any]) -> None:
-    """Copy the learner's weights (numpy arrays or CPU tensors) into a runner's module, in place; keys and shapes
-    must match."""
+    """Copy the learner's weights (numpy arrays or CPU tensors) into a runner's module, in place, on the CPU or
+    its GPU; keys and shapes must match."""
     own = module.state_dict()
     if own.keys() != weights.keys():
         raise ValueError(f"weights have keys {sorted(weights)}, the runner's policy {sorted(own)}")
@@ -73,7 +74,16 @@ def load_weights(module: torch.nn.Module, weights: dict[str, Any]) -> None:
         value = np.asarray(value)
         if value.shape != tuple(own[key].shape):
             raise ValueError(f"weight '{key}' has shape {value.shape}, expected {tuple(own[key].shape)}")
-        own[key].numpy()[...] = value  # read-only object-store arrays are fine: we copy out of them
+        if own[key].device.type == "cpu":
+            own[key].numpy()[...] = value  # read-only object-store arrays are fine: we copy out of them
+        else:
+            own[key].copy_(torch.tensor(value))  # a copy first: the object store's arrays are read-only
+
+
+def runner_module(config: AlgorithmConfig, observation_space: Any, action_space: Any) -> torch.nn.Module:
+    """The runner's copy of the policy, without gradients, on a GPU when ``num_gpus_per_env_runner`` asks for one."""
+    device = torch_device(config.num_gpus_per_env_runner, "num_gpus_per_env_runner")
+    return config.build_module(observation_space, action_space).requires_grad_(False).to(device)
 
 
 class EnvRunner:
@@ -95,10 +105,9 @@ class EnvRunner:
         self.obs_spec = ObsSpec(self.observation_space)  # raw observations, as the env gives them
         model_space = model_observation_space(self.observation_space, config)
         self.model_spec = ObsSpec(model_space)  # what the policy reads (filtered leaves as float32)
-        self.module = config.build_module(model_space, self.action_space)
+        self.module = runner_module(config, model_space, self.action_space)
         self.normalizer = RunnerNormalizer(self.observation_space, config, self.num_envs) \
             if Normalizer(self.observation_space, config).active else None
-        self.module.requires_grad_(False)
         self.actions = ActionDistribution(self.action_space)  # stored layout and env form of actions
         self._with_logp = bool(getattr(config, "behaviour_logp", False))
         self.weights_version = -1  # no versioned weights yet
