@@ -84,7 +84,9 @@ def _trainable(algorithm: str) -> type:
             from herdrl.rollout.group import runner_bundle
 
             resolved = config_class.from_dict(config)
-            gpus = float(resolved.learner_gpus)
+            # The driver holds the default learner, and with no runner actors the runner too.
+            gpus = float(resolved.learner_gpus) + (
+                float(resolved.num_gpus_per_env_runner) if resolved.num_env_runners == 0 else 0.0)
             driver = {"CPU": 1.0, **({"GPU": gpus} if gpus else {})}
             runners = [runner_bundle(resolved)] * resolved.num_env_runners
             learner_gpus = float(resolved.num_gpus_per_learner)

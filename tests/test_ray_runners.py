@@ -167,7 +167,8 @@ def test_runner_gpus_are_reserved_from_ray_and_missing_ones_are_one_line():
         return
     with pytest.raises(ConfigError, match="num_gpus_per_env_runner=1 but torch sees no GPU"):
         ray_config(runners=0).env_runners(num_gpus_per_env_runner=1).build()
-    with pytest.raises(ClusterError, match=r"1 env runners x 0.5 GPU need 0.5 GPUs but the Ray cluster .*has 0: "
+    with pytest.raises(ClusterError, match=r"1 env runners x 0.5 GPU and 0 learners x 0 GPU need 0.5 GPUs but the "
+                                           r"Ray cluster .*has 0: "
                                            "set num_gpus_per_env_runner=0"):
         ray_config(runners=1).env_runners(num_gpus_per_env_runner=0.5).build()
 

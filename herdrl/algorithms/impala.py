@@ -170,7 +170,9 @@ class IMPALALearner(Learner):
         for _ in range(passes):
             if batch is None or self.prepare_each_pass:
                 batch = self.prepare(fragments)
-            for index in minibatches(batch, cfg.minibatch_size, rng):
+            for i, index in enumerate(minibatches(batch, cfg.minibatch_size, rng)):
+                if i and self.prepare_each_pass:
+                    batch = self.prepare(fragments)  # the same rows, V-trace under the policy as it is now
                 stats = self.gradient_step(self.optimizer, self.loss, batch, index, cfg.grad_clip or float("inf"))
                 for key, value in stats.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
@@ -179,7 +181,7 @@ class IMPALALearner(Learner):
         return {**{key: value / steps for key, value in sums.items()}, "num_gradient_steps": steps}
 
     #: IMPALA's policy gradient has no clipping: V-trace's importance weights must follow the policy as it moves,
-    #: so each pass recomputes them (RLlib recomputes them in every loss too).
+    #: so each gradient step (each pass, or each minibatch) recomputes them (RLlib does so in every loss too).
     prepare_each_pass = True
 
     def after_batch(self, fragments: list[Fragment], passes: int) -> None:

@@ -14,7 +14,6 @@ import numpy as np
 from torch import nn
 
 from herdrl.models.actor_critic import ActorCritic
-from herdrl.models.encoders import module_device
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -29,7 +28,7 @@ def numpy_forward(encoder: nn.Module, head: nn.Linear) -> Callable[[np.ndarray],
     a tanh, relu or linear activation, on the CPU; None for anything else (CNNs, Dict observations, a runner's GPU:
     use torch)."""
     prepare = encoder.numpy_input()
-    if prepare is None or encoder.activation not in _ACTIVATIONS or module_device(encoder).type != "cpu":
+    if prepare is None or encoder.activation not in _ACTIVATIONS or head.weight.device.type != "cpu":
         return None
     activation = _ACTIVATIONS[encoder.activation]
     # (W^T, b) pairs; W.T is a view, so updates to the torch weights show through.

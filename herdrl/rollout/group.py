@@ -157,10 +157,12 @@ def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
     if ray.util.get_current_placement_group() is not None:
         return  # inside a Tune trial: its placement group already holds the runners
     joined = config.address or os.environ.get("RAY_ADDRESS")
-    gpus, have_gpus = count * config.num_gpus_per_env_runner, ray.cluster_resources().get("GPU", 0.0)
+    gpus = count * config.num_gpus_per_env_runner + config.num_learners * config.num_gpus_per_learner
+    have_gpus = ray.cluster_resources().get("GPU", 0.0)
     if gpus > have_gpus and (not joined or os.environ.get("HERD_CLUSTER_AUTOSCALES", "0") != "1"):
         raise ClusterError(
-            f"{count} env runners x {config.num_gpus_per_env_runner:g} GPU need {gpus:g} GPUs but the Ray cluster "
+            f"{count} env runners x {config.num_gpus_per_env_runner:g} GPU and {config.num_learners} learners x "
+            f"{config.num_gpus_per_learner:g} GPU need {gpus:g} GPUs but the Ray cluster "
             f"{f'at {joined} ' if joined else '(private, this machine) '}has {have_gpus:g}: set "
             "num_gpus_per_env_runner=0 (CPU inference) or a fraction that fits, or add GPU nodes")
     if joined and os.environ.get("HERD_CLUSTER_AUTOSCALES", "0") != "1":

@@ -97,6 +97,7 @@ class EnvRunner:
         self.config = config
         self.worker_index = worker_index
         self.incarnation = incarnation
+        torch_device(config.num_gpus_per_env_runner, "num_gpus_per_env_runner")  # refused before any env starts
         self.env = make_vector_env(config.env, config.env_config, config.num_envs_per_env_runner,
                                    config.gym_env_vectorize_mode, worker_index, previous_inputs(config.model))
         self.num_envs = self.env.num_envs
