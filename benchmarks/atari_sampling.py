@@ -58,7 +58,7 @@ def ceiling_and_parts(env_id: str, num_envs: int, seconds: float, gpus: float = 
     ceiling = timed(env_step, seconds)
     config = PPOConfig().environment(env_id).debugging(seed=0)
     config.validate()
-    device = torch_device(gpus)
+    device = torch_device(gpus, "--runner-gpus")
     module = config.build_module(env.single_observation_space, env.single_action_space).requires_grad_(False)
     module.to(device)
     batch = ObsSpec(env.single_observation_space).batch(obs)

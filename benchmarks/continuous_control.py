@@ -5,6 +5,10 @@
     python benchmarks/continuous_control.py throughput    # HalfCheetah-v5, 2-minute runs: PPO, SAC, TD3 vs SB3
     python benchmarks/continuous_control.py returns       # Hopper-v5, 5-minute runs: PPO and SAC vs SB3, 3 seeds
 
+The GPU rows (SAC and TD3 on HalfCheetah-v5 for 8 minutes, learner and SB3 on the GPU, in-process, no Ray):
+
+    python benchmarks/continuous_control.py throughput --algos SAC TD3 --seconds 480 --parallel 2 --threads 8 --gpus 1
+
 Both tools get the same hyperparameters, read from herdrl's example files (``examples/mujoco/*.yaml``: the
 rl-baselines3-zoo settings) and translated to SB3's names, so the files are what is measured. Each run is its own
 subprocess (``run``), timed from the start of learning (imports and env construction excluded for both); the
@@ -36,13 +40,16 @@ def example(algo: str, env: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ one run
-def run_herdrl(algo: str, env: str, seed: int, seconds: float, runners: int, normalize: bool, threads: int) -> dict:
+def run_herdrl(algo: str, env: str, seed: int, seconds: float, runners: int, normalize: bool, threads: int,
+               gpus: float = 0.0) -> dict:
     from herdrl.registry import get_config_class
 
     config = get_config_class(algo)().environment(env)
     config.update_from_dict({**example(algo, env), "seed": seed, "num_env_runners": runners})
     if threads:
         config.update_from_dict({"num_cpus_for_main_process": threads})
+    if gpus:  # the learner in the driver on the GPU; runners keep CPU inference
+        config.update_from_dict({"num_gpus": gpus})
     if algo != "PPO":  # evaluation off (SB3 runs none), and iterations short enough for the time budget
         config.update_from_dict({"evaluation_interval": None, "min_sample_timesteps_per_iteration": 1000})
     if not normalize:
@@ -57,7 +64,7 @@ def run_herdrl(algo: str, env: str, seed: int, seconds: float, runners: int, nor
     return {"steps": result["num_env_steps_sampled_lifetime"], "seconds": elapsed, "returns": returns}
 
 
-def run_sb3(algo: str, env: str, seed: int, seconds: float, normalize: bool) -> dict:
+def run_sb3(algo: str, env: str, seed: int, seconds: float, normalize: bool, gpus: float = 0.0) -> dict:
     import torch
     from stable_baselines3 import PPO, SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
@@ -69,6 +76,7 @@ def run_sb3(algo: str, env: str, seed: int, seconds: float, normalize: bool) -> 
     model_cfg = cfg.get("model", {})
     activation = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[model_cfg.get("fcnet_activation", "tanh")]
     venv = make_vec_env(env, n_envs=1, seed=seed)
+    device = "cuda" if gpus else "cpu"  # SB3's "auto" would take a GPU the herdrl run was not given
     if algo == "PPO":
         if normalize:
             venv = VecNormalize(venv, gamma=cfg["gamma"], clip_obs=10.0, clip_reward=10.0)
@@ -76,13 +84,13 @@ def run_sb3(algo: str, env: str, seed: int, seconds: float, normalize: bool) -> 
         model = PPO("MlpPolicy", venv, n_steps=cfg["train_batch_size"], batch_size=cfg["minibatch_size"],
                     n_epochs=cfg["num_epochs"], gamma=cfg["gamma"], gae_lambda=cfg["lambda"], learning_rate=cfg["lr"],
                     ent_coef=cfg["entropy_coeff"], clip_range=cfg["clip_param"], max_grad_norm=cfg["grad_clip"],
-                    vf_coef=cfg["vf_loss_coeff"], seed=seed,
+                    vf_coef=cfg["vf_loss_coeff"], seed=seed, device=device,
                     policy_kwargs=dict(log_std_init=model_cfg.get("log_std_init", 0.0), ortho_init=False,
                                        activation_fn=activation, net_arch=dict(pi=net, vf=net)))
     else:
         common = dict(learning_rate=cfg["lr"], gamma=cfg["gamma"], tau=cfg["tau"], batch_size=cfg["train_batch_size"],
                       learning_starts=cfg["num_steps_sampled_before_learning_starts"], train_freq=1, gradient_steps=1,
-                      buffer_size=cfg["replay_buffer_config"]["capacity"], seed=seed,
+                      buffer_size=cfg["replay_buffer_config"]["capacity"], seed=seed, device=device,
                       policy_kwargs=dict(net_arch=cfg["model"]["fcnet_hiddens"], activation_fn=activation))
         if algo == "TD3":
             noise = NormalActionNoise(np.zeros(venv.action_space.shape), cfg["exploration_noise"] *
@@ -106,9 +114,9 @@ def run_sb3(algo: str, env: str, seed: int, seconds: float, normalize: bool) -> 
 
 
 def spawn(tool: str, algo: str, env: str, seed: int, seconds: float, runners: int = 0,
-          normalize: bool = True, threads: int = 0) -> subprocess.Popen:
+          normalize: bool = True, threads: int = 0, gpus: float = 0.0) -> subprocess.Popen:
     cmd = [sys.executable, __file__, "run", tool, algo, env, str(seed), str(seconds), "--runners", str(runners),
-           "--threads", str(threads)]
+           "--threads", str(threads), "--gpus", str(gpus)]
     return subprocess.Popen(cmd + ([] if normalize else ["--no-normalize"]), stdout=subprocess.PIPE, text=True)
 
 
@@ -120,10 +128,10 @@ def collect(proc: subprocess.Popen) -> dict:
     return json.loads(lines[-1])
 
 
-def run_all(jobs: list[tuple], parallel: int, threads: int):
+def run_all(jobs: list[tuple], parallel: int, threads: int, gpus: float = 0.0):
     """Run (label, spawn args...) jobs, ``parallel`` at a time, in order; yield their results, labelled."""
     for i in range(0, len(jobs), parallel):
-        running = [(job[0], spawn(*job[1:], threads=threads)) for job in jobs[i:i + parallel]]
+        running = [(job[0], spawn(*job[1:], threads=threads, gpus=gpus)) for job in jobs[i:i + parallel]]
         for label, proc in running:
             yield {**label, **collect(proc)}
 
@@ -194,6 +202,7 @@ def main() -> None:
     one.add_argument("--runners", type=int, default=0)
     one.add_argument("--no-normalize", action="store_true")
     one.add_argument("--threads", type=int, default=0, help="torch threads of both tools (0: the tool's default)")
+    one.add_argument("--gpus", type=float, default=0.0, help="herdrl's num_gpus (its learner); SB3's device cuda")
     sub.add_parser("merge")
     for name, seconds in (("filter", 120.0), ("throughput", 120.0), ("returns", 300.0)):
         p = sub.add_parser(name)
@@ -204,6 +213,7 @@ def main() -> None:
         p.add_argument("--env", default="Hopper-v5", help="filter: the env (PPO example file of its name)")
         p.add_argument("--threads", type=int, default=None,
                        help="torch threads per run (default: 2 alone, 1 when runs share the 2 cores)")
+        p.add_argument("--gpus", type=float, default=0.0, help="learners (and SB3) on the GPU")
     args = parser.parse_args()
 
     if args.command == "run":
@@ -212,8 +222,9 @@ def main() -> None:
 
             torch.set_num_threads(args.threads)
         normalize = not args.no_normalize
-        result = run_herdrl(args.algo, args.env, args.seed, args.seconds, args.runners, normalize, args.threads) \
-            if args.tool == "herdrl" else run_sb3(args.algo, args.env, args.seed, args.seconds, normalize)
+        result = run_herdrl(args.algo, args.env, args.seed, args.seconds, args.runners, normalize, args.threads,
+                            args.gpus) if args.tool == "herdrl" else \
+            run_sb3(args.algo, args.env, args.seed, args.seconds, normalize, args.gpus)
         print(json.dumps(result))
         return
     if args.command == "merge":
@@ -242,7 +253,7 @@ def main() -> None:
     print(HEADER, flush=True)
     threads = args.threads if args.threads is not None else (2 if args.parallel == 1 else 1)
     print(f"torch threads per run: {threads}; runs side by side: {args.parallel}", flush=True)
-    for result in run_all(jobs, args.parallel, threads):
+    for result in run_all(jobs, args.parallel, threads, args.gpus):
         print(row(result), flush=True)
 
 

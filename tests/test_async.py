@@ -9,7 +9,11 @@ import torch
 
 import herdrl
 from herdrl import APPOConfig, IMPALAConfig
+from herdrl.algorithms.appo import APPOLearner
+from herdrl.algorithms.impala import IMPALALearner
 from herdrl.env.testing import LatencyEnv
+from herdrl.learner.group import RayLearnerGroup
+from herdrl.rollout import EnvRunner
 from herdrl.rollout.advantages import compute_gae
 from herdrl.rollout.vtrace import vtrace
 
@@ -256,6 +260,28 @@ def test_appo_minibatches_feed_every_row_of_a_pass_to_the_loss_once():
         assert np.array_equal(np.sort(np.concatenate(one_pass)), everything)
 
 
+def test_impala_computes_vtrace_under_the_policy_of_each_minibatch():
+    """IMPALA's policy gradient is unclipped, so V-trace's importance weights must be those of the policy being
+    stepped: at every minibatch the target log-probabilities the loss gets equal the module's own at that moment
+    (recomputed here from the module), not those of the policy at the start of the pass."""
+    config = IMPALAConfig().environment("CartPole-v1").training(minibatch_size=100, lr=1e-2).debugging(seed=0)
+    config.validate()
+    runner = EnvRunner(config)
+    learner = IMPALALearner(config, runner.observation_space, runner.action_space)
+    gaps: list[float] = []
+    loss = learner.loss
+
+    def checked(batch):
+        with torch.no_grad():
+            current, _ = learner.module.log_prob_entropy(learner.module.dist_inputs(batch["obs"]), batch["actions"])
+        gaps.append(float((current - batch["old_logp"]).abs().max()))
+        return loss(batch)
+
+    learner.loss = checked
+    learner.update([runner.sample()], 2, seed=1)
+    assert len(gaps) >= 6 and max(gaps) < 1e-5
+
+
 @pytest.mark.usefixtures("ray_session")
 def test_impala_on_two_learner_actors():
     """Two learners split every minibatch (3 per batch here) and stay identical."""
@@ -266,3 +292,33 @@ def test_impala_on_two_learner_actors():
     ranks = algo.learners.call("get_weights")
     assert all(np.array_equal(ranks[0][k], ranks[1][k]) for k in ranks[0])
     algo.stop()
+
+
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize(("config_class", "learner_class"), [(IMPALAConfig, IMPALALearner), (APPOConfig, APPOLearner)])
+def test_two_learners_with_minibatches_update_like_one_learner(config_class, learner_class):
+    """Two gloo learners, each on its half of every minibatch, make the update one learner makes on the whole
+    batch: 2 passes of 4 shuffled minibatches, IMPALA recomputing V-trace before each, APPO clipping against its
+    old policy. A rank that drew another minibatch order, or prepared V-trace at another time, would not."""
+    config = (config_class().environment("CartPole-v1")
+              .env_runners(num_envs_per_env_runner=5, rollout_fragment_length=40)
+              .training(train_batch_size=200, minibatch_size=50, circular_buffer_iterations_per_batch=2)
+              .learners(num_learners=2).debugging(seed=0))
+    config.validate()
+    runner = EnvRunner(config)
+    one = learner_class(config, runner.observation_space, runner.action_space)
+    group = RayLearnerGroup(config, learner_class, runner.observation_space, runner.action_space, init_seed=0)
+    for update in range(3):
+        group.load_state(one.state())  # start each comparison level: float rounding must not compound
+        fragments = [runner.sample()]
+        single, split = one.update(fragments, 2, 100 + update), group.update(fragments, 2, 100 + update)
+        assert split["num_gradient_steps"] == single["num_gradient_steps"] == 8
+        assert _max_diff(one.get_weights(), group.get_weights()) < 1e-5
+        ranks = group.call("get_weights")
+        assert _max_diff(ranks[0], ranks[1]) == 0.0
+        runner.set_weights(one.get_weights())
+    group.stop()
+
+
+def _max_diff(a, b):
+    return max(float(np.abs(np.asarray(a[k]) - np.asarray(b[k])).max()) for k in a)

@@ -350,3 +350,29 @@ def test_the_grpc_probe_fails_only_on_a_definite_wrong_answer(monkeypatch):
     check_speaks_grpc(serve("silent"), timeout_s=0.5)
     monkeypatch.setenv("RAY_USE_TLS", "1")
     check_speaks_grpc(serve("http1"), timeout_s=1.0)  # not probed: TLS speaks first
+
+
+def test_runners_the_cluster_cannot_place_in_time_are_one_line(monkeypatch):
+    """Resources that exist but stay taken (the runners' placement group never becomes ready) stop the run with one
+    line naming what was asked and what is free, GPUs too when runners ask for them."""
+    import ray
+
+    from herdrl.cluster import ClusterError
+    from herdrl.rollout import group
+
+    real_get = ray.get
+
+    def never_ready(refs, *args, timeout=None, **kwargs):  # the wait for the placement group times out
+        if timeout is not None and timeout >= 60:
+            raise ray.exceptions.GetTimeoutError("placement group not ready")
+        return real_get(refs, *args, timeout=timeout, **kwargs)
+
+    monkeypatch.setattr(ray, "get", never_ready)
+    monkeypatch.setattr(group, "_check_room", lambda *args: None)  # as if the cluster had room, all of it taken
+    with pytest.raises(ClusterError, match=r"cannot place 2 env runners x 1 CPU \(available: [\d.]+ CPU\); "
+                                           r"lower num_env_runners or num_cpus_per_env_runner$"):
+        ray_config(runners=2).build()
+    with pytest.raises(ClusterError, match=r"cannot place 2 env runners x 1 CPU \+ 0.5 GPU \(available: [\d.]+ CPU, "
+                                           r"0 GPU\); lower num_env_runners or num_cpus_per_env_runner, "
+                                           r"num_gpus_per_env_runner$"):
+        ray_config(runners=2).env_runners(num_gpus_per_env_runner=0.5).build()

@@ -221,14 +221,18 @@ class RayRunnerGroup:
         try:
             ray.get(self._pg.ready(), timeout=max(60.0, config.ray_connect_timeout_s))
         except ray.exceptions.GetTimeoutError:
+            free = ray.available_resources()  # read before disconnect(), which may shut Ray down
             if self._own_pg:
                 ray.util.remove_placement_group(self._pg)
             if self._owns_ray:
                 disconnect()
-            raise ClusterError(
-                f"the Ray cluster cannot place {count} env runners x {cpus:g} CPU "
-                f"(available: {ray.available_resources().get('CPU', 0):g} CPU); "
-                "lower num_env_runners or num_cpus_per_env_runner") from None
+            gpus = config.num_gpus_per_env_runner
+            need, have, keys = f"{cpus:g} CPU", f"{free.get('CPU', 0):g} CPU", "num_cpus_per_env_runner"
+            if gpus:
+                need, have = f"{need} + {gpus:g} GPU", f"{have}, {free.get('GPU', 0):g} GPU"
+                keys += ", num_gpus_per_env_runner"
+            raise ClusterError(f"the Ray cluster cannot place {count} env runners x {need} (available: {have}); "
+                               f"lower num_env_runners or {keys}") from None
         _quiet_worker_died_echo()
         _LIVE_GROUPS[0] += 1
         self._counted = True
