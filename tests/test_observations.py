@@ -64,6 +64,36 @@ def test_frames_are_scaled_on_the_device_and_channel_layouts_agree():
     assert torch.allclose(a(frames), c(frames.float() / 255), atol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(4, 84, 84), (84, 84, 4), (84, 84), (10, 10, 4), (2, 3, 40, 40)])
+@pytest.mark.parametrize("conv_type", ["default", "impala"])
+def test_image_encoder_equals_a_plain_nchw_network_in_values_and_gradients(shape, conv_type):
+    """The encoder runs its convolutions on channels-last memory (for speed); what it computes must be the
+    network written plainly on a contiguous NCHW float batch with the same weights: the same features, in the
+    same flattened order for the dense layers, and (stacks without max-pools) the same gradients."""
+    torch.manual_seed(0)
+    space = gym.spaces.Box(0, 255, shape, np.uint8, seed=0)
+    encoder = build_encoder(space, {**MODEL, "conv_type": conv_type})
+    leaf = encoder.leaves[0]
+    frames = torch.as_tensor(np.stack([space.sample() for _ in range(5)]))
+    # The reference layout, written out by hand, scaled as the encoder scales (x * (1/255), not x / 255).
+    nchw = frames.float() * (1 / 255)
+    if len(shape) == 2:
+        nchw = nchw[:, None]
+    elif len(shape) == 3 and shape[-1] == 4:  # HWC
+        nchw = nchw.permute(0, 3, 1, 2)
+    nchw = nchw.reshape(5, -1, *nchw.shape[-2:]).contiguous()
+    assert nchw.shape[1:] == leaf.shape
+    features = encoder(frames)
+    reference = leaf.dense(leaf.convs(nchw).view(5, -1))  # view: NCHW order, and fails on any other memory
+    assert torch.allclose(features, reference, atol=1e-4)
+    if conv_type == "impala":  # its max-pools route gradients by argmax: a last-bit change flips near-ties
+        return
+    grads = torch.autograd.grad(features.square().sum(), list(encoder.parameters()))
+    ref_grads = torch.autograd.grad(reference.square().sum(), list(encoder.parameters()))
+    for grad, ref in zip(grads, ref_grads, strict=True):  # float32 rounding, relative to each tensor's scale
+        assert (grad - ref).abs().max() <= 1e-4 * ref.abs().max()
+
+
 def test_what_is_not_an_image_and_how_integers_are_scaled():
     """Small rank-3 tensors of features stay vectors; integer leaves are scaled by their bounds only where the
     range is small (RAM bytes), never when declared up to 2**63 (a counter would reach the network as 0)."""
