@@ -6,9 +6,12 @@ lr 2.5e-4, clip 0.1, entropy 0.01, value 0.5, the Nature CNN; the same torch thr
 ``--seconds`` (after building); the figure is env (agent) steps trained per second, and the mean of the last
 100 episodes' returns at the end. Tools alternate per round.
 
-    python benchmarks/atari_training.py [--seconds 300] [--rounds 1] [--threads 2] [--gpus 0] [--tools herdrl sb3]
+    python benchmarks/atari_training.py [--seconds 300] [--rounds 1] [--threads 2] [--gpus 0]
+        [--tools herdrl sb3 herdrl-bf16]
 
 ``--gpus 1`` puts herdrl's learner (``num_gpus``) and SB3's model on the GPU (the GPU row: 8 minutes, in-process).
+The tool ``herdrl-bf16`` is herdrl with its learner's losses under bf16 autocast (``mixed_precision="bf16"``):
+faster on GPUs and on CPUs with AMX (``lscpu | grep amx_bf16``), slower on other CPUs.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import torch
 ENV = "PongNoFrameskip-v4"
 
 
-def herdrl_rate(seconds: float, seed: int, gpus: float = 0.0) -> tuple[float, float]:
+def herdrl_rate(seconds: float, seed: int, gpus: float = 0.0, bf16: bool = False) -> tuple[float, float]:
     from herdrl import PPOConfig
 
     algo = (PPOConfig().environment(ENV).resources(num_gpus=gpus)
+            .learners(mixed_precision="bf16" if bf16 else None)
             .env_runners(num_envs_per_env_runner=8, rollout_fragment_length=128)
             .training(train_batch_size=1024, minibatch_size=256, num_epochs=4, lr=2.5e-4, clip_param=0.1,
                       entropy_coeff=0.01, vf_loss_coeff=0.5, gamma=0.99, lambda_=0.95, grad_clip=0.5)
@@ -66,7 +70,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--gpus", type=float, default=0.0, help="herdrl's num_gpus; SB3's device cuda")
-    parser.add_argument("--tools", nargs="+", default=["herdrl", "sb3"], choices=["herdrl", "sb3"])
+    parser.add_argument("--tools", nargs="+", default=["herdrl", "sb3"], choices=["herdrl", "sb3", "herdrl-bf16"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch threads {args.threads}, {args.seconds:.0f} s per run, learner on "
@@ -74,15 +78,16 @@ def main() -> None:
     print("| round | tool | env steps/s | mean return (last 100 episodes) |")
     print("| --- | --- | --- | --- |")
     rates: dict[str, list[float]] = {tool: [] for tool in args.tools}
-    runs = {"herdrl": herdrl_rate, "sb3": sb3_rate}
+    runs = {"herdrl": herdrl_rate, "sb3": sb3_rate,
+            "herdrl-bf16": lambda seconds, seed, gpus: herdrl_rate(seconds, seed, gpus, bf16=True)}
     for r in range(args.rounds):
         for tool in args.tools:
             rate, ret = runs[tool](args.seconds, r, args.gpus)
             rates[tool].append(rate)
             print(f"| {r + 1} | {tool} | {rate:,.0f} | {ret:.1f} |", flush=True)
-    if len(rates) == 2:
-        ratio = np.median(rates["herdrl"]) / np.median(rates["sb3"])
-        print(f"\nherdrl / SB3 (median env steps/s): {ratio:.2f}x")
+    for tool in (t for t in rates if t != "sb3" and "sb3" in rates):
+        ratio = np.median(rates[tool]) / np.median(rates["sb3"])
+        print(f"\n{tool} / SB3 (median env steps/s): {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -95,10 +95,12 @@ class DictCue(gym.Env):
 class MovingDot(gym.Env):
     """A dot moves one pixel left or right between two 10 x 10 uint8 frames (HWC, 2 channels: before, after); the
     action says which way (reward 1 when right). Only a working image encoder can tell: every step shows a new
-    dot at a random place. 10 steps per episode: random play earns 5, a perfect policy 10."""
+    dot at a random place. 10 steps per episode: random play earns 5, a perfect policy 10. ``{"chw": True}``:
+    frames channels first, (2, 10, 10)."""
 
     def __init__(self, config=None):
-        self.observation_space = gym.spaces.Box(0, 255, (10, 10, 2), np.uint8)
+        self.chw = bool((config or {}).get("chw", False))
+        self.observation_space = gym.spaces.Box(0, 255, (2, 10, 10) if self.chw else (10, 10, 2), np.uint8)
         self.action_space = gym.spaces.Discrete(2)
 
     def _observe(self):
@@ -107,7 +109,7 @@ class MovingDot(gym.Env):
         frames = np.zeros((10, 10, 2), np.uint8)
         frames[row, col, 0] = 255
         frames[row, col + (1 if self.direction else -1), 1] = 255
-        return frames
+        return np.ascontiguousarray(frames.transpose(2, 0, 1)) if self.chw else frames
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)

@@ -2,7 +2,9 @@ import copy
 
 import pytest
 import torch
+from envs import MovingDot
 
+import herdrl
 from herdrl import ConfigError, TRPOConfig
 from herdrl.algorithms.trpo import backtracking_line_search, conjugate_gradient
 
@@ -30,12 +32,16 @@ def _action_distribution(module, obs):
     return torch.distributions.Independent(torch.distributions.Normal(mean, log_std.exp()), 1)
 
 
-@pytest.mark.parametrize("env, model", [("Pendulum-v1", {}), ("Pendulum-v1", {"free_log_std": False}),
-                                        ("CartPole-v1", {})])
-def test_the_true_kl_of_every_policy_step_stays_within_the_bound(env, model):
+@pytest.mark.parametrize("env, model, env_config", [
+    ("Pendulum-v1", {}, {}), ("Pendulum-v1", {"free_log_std": False}, {}), ("CartPole-v1", {}, {}),
+    ("moving_dot", {}, {}), ("moving_dot", {}, {"chw": True}),  # CNN policies: frames HWC and CHW
+])
+def test_the_true_kl_of_every_policy_step_stays_within_the_bound(env, model, env_config):
     """KL(old || new) on the batch, measured with torch.distributions between a copy of the policy taken before
     the step and the policy after it (TRPO's own reported KL once missed a change of the free log std)."""
-    algo = (TRPOConfig().environment(env).training(train_batch_size=512, model=model).debugging(seed=0).build())
+    herdrl.register_env("moving_dot", MovingDot)
+    algo = (TRPOConfig().environment(env, env_config=env_config).training(train_batch_size=512, model=model)
+            .debugging(seed=0).build())
     measured = []
     policy_step = algo.learner._policy_step
 

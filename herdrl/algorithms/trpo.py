@@ -100,6 +100,12 @@ def conjugate_gradient(matvec, b: torch.Tensor, iterations: int, tol: float = 1e
     return x
 
 
+def flat(grads: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Gradients as one vector, in parameter order. Not ``parameters_to_vector``: its ``view(-1)`` fails on the
+    non-contiguous gradients a convolution gives (channels-last inputs, strided kernels)."""
+    return torch.cat([g.reshape(-1) for g in grads])
+
+
 class TRPOLearner(Learner):
     """TRPO's update: a natural-gradient policy step (conjugate gradient, line search) and a value fit (Adam).
 
@@ -138,14 +144,13 @@ class TRPOLearner(Learner):
             return (torch.exp(logp - old_logp) * advantages).mean(), module.kl(old_inputs, inputs).mean()
 
         surrogate, _ = surrogate_and_kl()
-        grad = parameters_to_vector(torch.autograd.grad(surrogate, params))
+        grad = flat(torch.autograd.grad(surrogate, params))
         inputs = module.dist_inputs(obs)
-        kl_grad = parameters_to_vector(torch.autograd.grad(module.kl(old_inputs, inputs).mean(), params,
-                                                           create_graph=True))
+        kl_grad = flat(torch.autograd.grad(module.kl(old_inputs, inputs).mean(), params, create_graph=True))
 
         def fisher_vector(v: torch.Tensor) -> torch.Tensor:
             hvp = torch.autograd.grad(kl_grad @ v, params, retain_graph=True)
-            return parameters_to_vector(hvp) + cfg.cg_damping * v
+            return flat(hvp) + cfg.cg_damping * v
 
         direction = conjugate_gradient(fisher_vector, grad, cfg.cg_max_steps)
         curvature = direction @ fisher_vector(direction)

@@ -218,16 +218,18 @@ class ImageEncoder(nn.Module):
         self.out_dim = dense[-1] if dense else flat
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.float() if self.scale == 1.0 else x.float().mul_(self.scale)  # uint8 -> [0, 1], on this device
         if self.layout == "HWC":
             x = x.permute(0, 3, 1, 2)
         elif self.layout == "SHWC":
             x = x.permute(0, 1, 4, 2, 3)
-        x = x.reshape(x.shape[0], *self.shape)  # HW: one channel; SHWC/SCHW: stack x channels
-        # Channels-last memory (the same NCHW tensor, strided as NHWC): oneDNN's convolutions, forward and
-        # backward, run 1.5x (Nature) to 1.9x (IMPALA ResNet) faster on a CPU at batch 256, and cuDNN's tensor
-        # cores want NHWC too. Values and the flattened order the dense layers see are unchanged.
-        x = x.contiguous(memory_format=torch.channels_last)
+        x = x.reshape(x.shape[0], *self.shape)  # HW: one channel; SHWC/SCHW: stack x channels (still uint8)
+        # To float on this device, in channels-last memory (the same NCHW tensor, strided as NHWC; HWC frames
+        # already are): oneDNN's convolutions, forward and backward, run 1.5x (Nature) to 1.9x (IMPALA ResNet)
+        # faster on a CPU at batch 256. Results differ from contiguous NCHW only by float rounding, and flatten
+        # below reads NCHW order either way.
+        x = x.to(torch.float32, memory_format=torch.channels_last)
+        if self.scale != 1.0:  # integer frames: a new tensor, scaled in place into [0, 1]
+            x = x.mul_(self.scale)
         return self.dense(self.convs(x).flatten(1))
 
 
