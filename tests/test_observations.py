@@ -67,9 +67,10 @@ def test_frames_are_scaled_on_the_device_and_channel_layouts_agree():
 @pytest.mark.parametrize("shape", [(4, 84, 84), (84, 84, 4), (84, 84), (10, 10, 4), (2, 3, 40, 40), (2, 40, 40, 3)])
 @pytest.mark.parametrize("conv_type", ["default", "impala"])
 def test_image_encoder_equals_a_plain_nchw_network_in_values_and_gradients(shape, conv_type):
-    """The encoder runs its convolutions on channels-last memory (for speed); what it computes must be the
-    network written plainly on a contiguous NCHW float batch with the same weights: the same features, in the
-    same flattened order for the dense layers, and (stacks without max-pools) the same gradients."""
+    """The encoder trains its convolutions on channels-last memory (for speed); what it computes, training or
+    acting, must be the network written plainly on a contiguous NCHW float batch with the same weights: the same
+    features, in the same flattened order for the dense layers, and (stacks without max-pools) the same
+    gradients."""
     torch.manual_seed(0)
     space = gym.spaces.Box(0, 255, shape, np.uint8, seed=0)
     encoder = build_encoder(space, {**MODEL, "conv_type": conv_type})
@@ -88,10 +89,13 @@ def test_image_encoder_equals_a_plain_nchw_network_in_values_and_gradients(shape
     first_conv_input = []
     leaf.convs[0].register_forward_pre_hook(lambda module, args: first_conv_input.append(args[0]))
     features = encoder(frames)
-    if leaf.shape[0] > 1:  # the fast path is taken (one channel: both layouts are the same memory)
+    if leaf.shape[0] > 1:  # training takes the fast path (one channel: both layouts are the same memory)
         assert first_conv_input[0].is_contiguous(memory_format=torch.channels_last)
     reference = leaf.dense(leaf.convs(nchw).view(5, -1))  # view: NCHW order, and fails on any other memory
-    assert (features - reference).abs().max() <= 1e-5 * reference.abs().max()  # float32 rounding
+    with torch.inference_mode():  # inference (runners) keeps the frames' own layout: the same features
+        acting = encoder(frames)
+    for computed in (features, acting):
+        assert (computed - reference).abs().max() <= 1e-5 * reference.abs().max()  # float32 rounding
     if conv_type == "impala":  # its max-pools route gradients by argmax: a last-bit change flips near-ties
         return
     grads = torch.autograd.grad(features.square().sum(), list(encoder.parameters()))
