@@ -28,19 +28,21 @@ class RayStartCluster:
                     "RAY_USAGE_STATS_ENABLED": "0"}
         self.env.pop("RAY_ADDRESS", None)
         self.port = free_port()
+        self.client_port = free_port(exclude={self.port})
         self.address = f"127.0.0.2:{self.port}"
         self.temps: list[Path] = []  # the nodes' temp dirs, head first
 
     def _start(self, args: list[str], temp: str) -> None:
         self.temps.append(self.root / temp)
         subprocess.run([RAY, "start", *args, f"--temp-dir={self.root / temp}", "--num-cpus=1",
-                        f"--dashboard-agent-listen-port={free_port()}", "--object-store-memory=80000000"],
+                        f"--dashboard-agent-listen-port={free_port(exclude={self.port, self.client_port})}",
+                        "--object-store-memory=80000000"],
                        env=self.env, check=True, capture_output=True, text=True, timeout=120)
 
     def start(self, workers: int = 1) -> RayStartCluster:
         """Start the head, then the workers (each waits for the previous: `ray start` returns when up)."""
         self._start(["--head", "--node-ip-address=127.0.0.2", f"--port={self.port}", "--include-dashboard=false",
-                     f"--ray-client-server-port={free_port()}"], "h")
+                     f"--ray-client-server-port={self.client_port}"], "h")
         for i in range(workers):
             self._start([f"--address={self.address}", f"--node-ip-address=127.0.0.{3 + i}"], f"w{i}")
         return self

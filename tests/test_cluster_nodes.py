@@ -32,6 +32,18 @@ def test_free_ports_avoid_rays_worker_range() -> None:
     assert all(20000 <= p < 32000 for p in ports)
 
 
+def test_the_ports_of_one_ray_start_are_distinct(monkeypatch, tmp_path: Path) -> None:
+    """Ray refuses two components on one port (seen once in the suite: --port and --ray-client-server-port both 24031).
+    The random draws here repeat on purpose: the launcher's fixed --port, then the same port again."""
+    with pytest.raises(ClusterError, match="no free TCP port"):  # the only port in range is excluded
+        free_port(low=20001, high=20002, exclude={20001})
+    draws = iter([4031, 4031, 4031, 5000, 5000, 6000])
+    monkeypatch.setattr("herdrl.cluster.nodes.secrets.randbelow", lambda n: next(draws))
+    args = NodeSpec(tmp_path, port=24031).ray_start_args()
+    ports = [int(a.split("=")[1]) for a in args if a.split("=")[0].endswith("port")]
+    assert len(ports) == 3 and len(set(ports)) == 3, args
+
+
 def test_token_file_is_private_and_env_names_it(tmp_path: Path) -> None:
     path = write_token(tmp_path / "sub" / "ray_token")
     assert len(path.read_text()) == 64

@@ -22,7 +22,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,10 +33,14 @@ RAY_START = [sys.executable, "-m", "ray.scripts.scripts", "start"]
 AUTH_TOKEN_FILE = "ray_token"
 
 
-def free_port(host: str = "", low: int = 20000, high: int = 32000) -> int:
-    """A TCP port free on this host, outside Ray's worker port range (10002-19999) and the ephemeral range."""
+def free_port(host: str = "", low: int = 20000, high: int = 32000, exclude: Collection[int] = ()) -> int:
+    """A TCP port free on this host, outside Ray's worker port range (10002-19999) and the ephemeral range, and
+    not in ``exclude``: the ports already picked for the same ``ray start``, which a probe cannot see (they are
+    not bound yet; Ray refuses two components on one port)."""
     for _ in range(500):
         port = low + secrets.randbelow(high - low)
+        if port in exclude:
+            continue
         with socket.socket() as probe:
             try:
                 probe.bind((host, port))
@@ -93,11 +97,18 @@ class NodeSpec:
         return self.address is None
 
     def ray_start_args(self) -> list[str]:
-        """``ray start`` arguments; fixed ports are picked free on this host (others Ray picks itself)."""
-        args = [f"--temp-dir={self.temp_dir}", f"--dashboard-agent-listen-port={free_port()}"]
+        """``ray start`` arguments; fixed ports are picked free on this host and distinct (others Ray picks)."""
+        taken = {self.port} if self.port else set()
+
+        def pick() -> int:
+            port = free_port(exclude=taken)
+            taken.add(port)
+            return port
+
+        args = [f"--temp-dir={self.temp_dir}", f"--dashboard-agent-listen-port={pick()}"]
         if self.head:
-            args += ["--head", f"--port={self.port or free_port()}", "--include-dashboard=false",
-                     f"--ray-client-server-port={free_port()}"]
+            args += ["--head", f"--port={self.port or pick()}", "--include-dashboard=false",
+                     f"--ray-client-server-port={pick()}"]
         else:
             args.append(f"--address={self.address}")
         if self.node_ip_address:
