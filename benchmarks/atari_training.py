@@ -17,6 +17,7 @@ faster on GPUs and on CPUs with AMX (``lscpu | grep amx_bf16``), slower on other
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import numpy as np
@@ -78,8 +79,7 @@ def main() -> None:
     print("| round | tool | env steps/s | mean return (last 100 episodes) |")
     print("| --- | --- | --- | --- |")
     rates: dict[str, list[float]] = {tool: [] for tool in args.tools}
-    runs = {"herdrl": herdrl_rate, "sb3": sb3_rate,
-            "herdrl-bf16": lambda seconds, seed, gpus: herdrl_rate(seconds, seed, gpus, bf16=True)}
+    runs = {"herdrl": herdrl_rate, "sb3": sb3_rate, "herdrl-bf16": functools.partial(herdrl_rate, bf16=True)}
     for r in range(args.rounds):
         for tool in args.tools:
             rate, ret = runs[tool](args.seconds, r, args.gpus)

@@ -94,6 +94,8 @@ def test_image_encoder_equals_a_plain_nchw_network_in_values_and_gradients(shape
     reference = leaf.dense(leaf.convs(nchw).view(5, -1))  # view: NCHW order, and fails on any other memory
     with torch.inference_mode():  # inference (runners) keeps the frames' own layout: the same features
         acting = encoder(frames)
+    if leaf.layout in ("CHW", "SCHW"):
+        assert first_conv_input[1].is_contiguous()
     for computed in (features, acting):
         assert (computed - reference).abs().max() <= 1e-5 * reference.abs().max()  # float32 rounding
     if conv_type == "impala":  # its max-pools route gradients by argmax: a last-bit change flips near-ties

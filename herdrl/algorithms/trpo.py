@@ -101,8 +101,8 @@ def conjugate_gradient(matvec, b: torch.Tensor, iterations: int, tol: float = 1e
 
 
 def flat(grads: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """Gradients as one vector, in parameter order. Not ``parameters_to_vector``: its ``view(-1)`` fails on the
-    non-contiguous gradients a convolution gives (channels-last inputs, strided kernels)."""
+    """Gradients as one vector, in parameter order. Not ``parameters_to_vector``: its ``view(-1)`` fails on a
+    convolution's gradient when the gradient is not contiguous (channels-last inputs give channels-last ones)."""
     return torch.cat([g.reshape(-1) for g in grads])
 
 
@@ -135,18 +135,20 @@ class TRPOLearner(Learner):
         if cfg.normalize_advantages and len(advantages) > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         obs, actions, old_logp = batch["obs"], batch["actions"], batch["old_logp"]
-        with torch.no_grad():
-            old_inputs = module.dist_inputs(obs)
 
-        def surrogate_and_kl() -> tuple[torch.Tensor, torch.Tensor]:
-            inputs = module.dist_inputs(obs)
+        def surrogate_and_kl(inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
             logp, _ = module.log_prob_entropy(inputs, actions)
             return (torch.exp(logp - old_logp) * advantages).mean(), module.kl(old_inputs, inputs).mean()
 
-        surrogate, _ = surrogate_and_kl()
-        grad = flat(torch.autograd.grad(surrogate, params))
-        inputs = module.dist_inputs(obs)
-        kl_grad = flat(torch.autograd.grad(module.kl(old_inputs, inputs).mean(), params, create_graph=True))
+        with torch.no_grad():
+            old_inputs = module.dist_inputs(obs)
+            # The line search's baseline, computed as its candidates are, without gradients: a CNN encoder lays
+            # out memory differently when training (herdrl.models.encoders), which changes the last bits, and the
+            # search needs a strict improvement.
+            old_surrogate = surrogate_and_kl(old_inputs)[0].item()
+        surrogate, kl = surrogate_and_kl(module.dist_inputs(obs))  # one forward pass for both gradients
+        grad = flat(torch.autograd.grad(surrogate, params, retain_graph=True))
+        kl_grad = flat(torch.autograd.grad(kl, params, create_graph=True))
 
         def fisher_vector(v: torch.Tensor) -> torch.Tensor:
             hvp = torch.autograd.grad(kl_grad @ v, params, retain_graph=True)
@@ -156,11 +158,10 @@ class TRPOLearner(Learner):
         curvature = direction @ fisher_vector(direction)
         full_step = torch.sqrt(2 * cfg.target_kl / (curvature + 1e-12)) * direction
         old_params = parameters_to_vector(params).detach()
-        old_surrogate = surrogate.item()
 
         def evaluate(candidate: torch.Tensor) -> tuple[float, float]:
             vector_to_parameters(candidate, params)
-            new, kl = surrogate_and_kl()
+            new, kl = surrogate_and_kl(module.dist_inputs(obs))
             return new.item(), kl.item()
 
         with torch.no_grad():
