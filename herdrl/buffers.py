@@ -214,7 +214,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def state(self) -> dict[str, np.ndarray]:
         """The transitions with their priorities, oldest first."""
         slots = self._stored_slots()
-        return {**self._gather(slots), "priorities": self.tree[slots + self.tree_size],
+        return {**_flat(self._gather(slots)), "priorities": self.tree[slots + self.tree_size],
                 "max_priority": np.array(self.max_priority)}
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:

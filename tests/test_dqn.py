@@ -196,3 +196,35 @@ def test_prioritized_buffer_state_round_trip_keeps_priorities_and_order():
     smaller = ReplayBuffer(5, 2, rng)
     smaller.load_state(state)
     assert smaller.state()["rewards"].tolist() == list(range(7, 12))
+
+
+@pytest.mark.parametrize("buffer_class", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_a_dict_observation_buffer_saves_as_plain_arrays_and_loads_back(buffer_class):
+    import io
+
+    import gymnasium as gym
+
+    from herdrl.obs import ObsSpec
+
+    space = gym.spaces.Dict({"frame": gym.spaces.Box(0, 255, (3, 3), np.uint8), "speed": gym.spaces.Discrete(4)})
+    spec = ObsSpec(space)
+    n = 6
+    obs = {"frame": np.arange(n * 9, dtype=np.uint8).reshape(n, 3, 3), "speed": np.arange(n) % 4}
+    buffer = buffer_class(8, spec, np.random.default_rng(0))
+    buffer.add({"obs": obs, "next_obs": obs, "actions": np.arange(n), "rewards": np.arange(n, dtype=np.float32),
+                "discounts": np.ones(n, np.float32)})
+    saved = io.BytesIO()
+    np.savez(saved, **buffer.state())
+    saved.seek(0)
+    state = dict(np.load(saved, allow_pickle=False))  # a checkpoint's buffer is read without pickle
+    assert state["obs/frame"].dtype == np.uint8
+    copy = buffer_class(8, spec, np.random.default_rng(0))
+    copy.load_state(state)
+    assert np.array_equal(copy.obs["frame"][:n], obs["frame"]) and np.array_equal(copy.next_obs["speed"][:n],
+                                                                                   obs["speed"])
+
+
+def test_an_epsilon_schedule_out_of_order_is_refused():
+    with pytest.raises(ConfigError, match="config key 'epsilon' got env steps \\[10000, 0\\]"):
+        DQNConfig().environment("CartPole-v1").training(epsilon=[[10000, 0.05], [0, 1.0]]).validate()
+    DQNConfig().environment("CartPole-v1").training(epsilon=[[0, 1.0], [10000, 0.05]]).validate()
