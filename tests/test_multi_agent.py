@@ -302,3 +302,34 @@ def test_a_pettingzoo_module_id_must_be_a_plain_module_path():
 
     with pytest.raises(EnvError, match="names no valid module"):
         make_agent_env("mpe2.simple_spread_v3; import os")
+
+
+def test_fragments_of_two_runners_with_different_lengths_learn_together():
+    """A policy's fragment is as long as its busiest column, so two runners' fragments differ in length (tic-tac-toe
+    games vary); the learner aligns them with invalid rows in front, which leave every real row's advantage as its
+    own fragment gives it."""
+    from herdrl.learner.multi_agent import MultiAgentLearner
+    from herdrl.rollout.batch import on_policy_batch
+    from herdrl.rollout.multi_agent import pad_front
+
+    config = (PPOConfig().environment("pettingzoo/classic/tictactoe-v3").env_runners(num_envs_per_env_runner=4)
+              .training(train_batch_size=256, minibatch_size=64).multi_agent(policies={"main"}).debugging(seed=0))
+    config.validate()
+    runners = [MultiAgentEnvRunner(config, worker_index=i) for i in (1, 2)]
+    learner = MultiAgentLearner(config, runners[0].observation_space, runners[0].action_space)
+    for _ in range(5):
+        fragments = [runner.sample(config.fragment_length()) for runner in runners]
+        short, long = sorted((f.policies["main"] for f in fragments), key=lambda part: len(part.valid))
+        if len(short.valid) < len(long.valid):
+            break
+    assert len(short.valid) < len(long.valid)
+    module, device = learner.learners["main"].module, torch.device("cpu")
+    alone = on_policy_batch(module, [short], 0.99, 0.95, device)
+    padded = pad_front(short, len(long.valid))
+    assert padded.valid.sum() == short.valid.sum() and len(padded.obs["observation"]) == len(long.obs["observation"])
+    together = on_policy_batch(module, [padded, long], 0.99, 0.95, device)
+    side_by_side = np.concatenate([padded.valid, long.valid], axis=1).reshape(-1)
+    mine = np.concatenate([padded.valid, np.zeros_like(long.valid)], axis=1).reshape(-1)[side_by_side]
+    for key in ("advantages", "returns", "old_logp"):
+        torch.testing.assert_close(together[key][torch.from_numpy(mine)], alone[key])
+    assert learner.update(fragments, 0)["main/num_gradient_updates"] > 0

@@ -18,6 +18,7 @@ import torch
 from herdrl.config import AlgorithmConfig
 from herdrl.learner.learner import Learner, learner_device
 from herdrl.multi_agent import MultiAgentModule, trained_policies
+from herdrl.rollout.multi_agent import pad_front
 
 
 class MultiAgentLearner(Learner):
@@ -48,6 +49,8 @@ class MultiAgentLearner(Learner):
             parts = [f.policies[pid] for f in fragments if pid in f.policies and f.policies[pid].valid.any()]
             if not parts:
                 continue
+            length = max(len(part.valid) for part in parts)  # runners' fragments differ in length: align them
+            parts = [pad_front(part, length) for part in parts]
             for key, value in self.learners[pid].update(parts, *seed).items():
                 metrics[f"{pid}/{key}"] = value
         return metrics

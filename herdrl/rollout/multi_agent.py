@@ -19,7 +19,7 @@ learners' GAE, value bootstrapping on truncation and masking apply unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gymnasium as gym
@@ -322,6 +322,23 @@ class MultiAgentEnvRunner:
         """Close the env copies."""
         for env in self.envs:
             env.close()
+
+
+def pad_front(fragment: Fragment, length: int) -> Fragment:
+    """``fragment`` lengthened to ``length`` steps by invalid rows in front (zero observations, no rewards or ends).
+
+    A policy's fragment is as long as its busiest column, so fragments of several runners differ in length; the
+    learner concatenates them side by side. Its own columns are already right-aligned this way: GAE and V-trace
+    run backwards, so rows in front of a column's first real step never reach it.
+    """
+    pad = length - len(fragment.valid)
+    if pad <= 0:
+        return fragment
+    front = lambda a, fill=0: np.concatenate([np.full((pad, *a.shape[1:]), fill, a.dtype), a])  # noqa: E731
+    return replace(fragment, obs=obs_map(front, fragment.obs), actions=front(fragment.actions),
+                   rewards=front(fragment.rewards), terminateds=front(fragment.terminateds),
+                   truncateds=front(fragment.truncateds), valid=front(fragment.valid),
+                   logp=None if fragment.logp is None else front(fragment.logp))
 
 
 def _with_episode_breaks(rows: list[_Row]) -> list[tuple[_Row, bool]]:
