@@ -4,19 +4,25 @@ Transitions are stored as numpy rings: ``obs``, ``actions``, ``rewards`` (the n-
 ``next_obs`` and ``discounts`` (gamma**k for a k-step transition, 0 when the episode terminated inside it,
 so a truncated episode still bootstraps from its final observation). Observations keep their stored dtypes
 (``herdrl.obs``: uint8 frames stay uint8, 4x less memory than float32); a Dict/Tuple observation is one ring
-per leaf. Each transition holds its own ``obs`` and ``next_obs``: twice the frames a shared ring of
-observations would need, in exchange for transitions that never depend on their neighbours (n-step, episode
-ends, several runners' fragments interleaved in one ring).
+per leaf. Image leaves keep each distinct frame once (``herdrl.frame_store``: a 4-frame stack's transition
+costs one frame, not eight); every other leaf holds each transition's own ``obs`` and ``next_obs``, so
+transitions never depend on their neighbours (n-step, episode ends, several runners' fragments interleaved).
 """
 
 from __future__ import annotations
 
+import logging
+
 import gymnasium as gym
 import numpy as np
 
+from herdrl.frame_store import FrameStore, frame_units
 from herdrl.obs import ObsArray, ObsSpec, obs_map
 from herdrl.rollout.runner import Fragment
 
+logger = logging.getLogger(__name__)
+#: Transitions re-added per step when a saved buffer is loaded (bounds the memory of rebuilding frames).
+LOAD_CHUNK = 4096
 REPLAY_DEFAULTS = {"type": "uniform", "capacity": 100_000, "alpha": 0.6, "beta": 0.4}
 #: What one stored transition is made of.
 FIELDS = ("obs", "next_obs", "actions", "rewards", "discounts")
@@ -78,23 +84,6 @@ def fragment_transitions(fragment: Fragment, gamma: float, n_step: int = 1) -> d
     }
 
 
-def _flat(fields: dict[str, ObsArray]) -> dict[str, np.ndarray]:
-    """Fields as plain arrays: a Dict/Tuple observation's leaves under ``<field>/<leaf>``."""
-    out: dict[str, np.ndarray] = {}
-    for key, value in fields.items():
-        if isinstance(value, dict):
-            out.update({f"{key}/{leaf}": array for leaf, array in value.items()})
-        else:
-            out[key] = value
-    return out
-
-
-def _unflat(state: dict[str, np.ndarray], like: dict[str, ObsArray], rows: slice) -> dict[str, ObsArray]:
-    """Inverse of :func:`_flat`: ``rows`` of ``state``, arranged as the fields ``like`` are."""
-    return {key: {leaf: state[f"{key}/{leaf}"][rows] for leaf in value} if isinstance(value, dict)
-            else state[key][rows] for key, value in like.items()}
-
-
 class ReplayBuffer:
     """Uniform replay over the last ``capacity`` transitions."""
 
@@ -103,15 +92,45 @@ class ReplayBuffer:
         """``obs``: the observations' stored form (an int n: float32 vectors of size n); ``action_dim=None``:
         Discrete actions (int64 indices), else float32 vectors of that size."""
         self.capacity, self.rng = capacity, rng
-        spec = ObsSpec(gym.spaces.Box(-np.inf, np.inf, (obs,), np.float32)) if isinstance(obs, int) else obs
+        self.spec = ObsSpec(gym.spaces.Box(-np.inf, np.inf, (obs,), np.float32)) if isinstance(obs, int) else obs
+        self.frames = self._frame_stores()
         # np.zeros commits memory page by page as transitions arrive: a large, part-filled buffer costs what it holds.
-        self.obs: ObsArray = spec.zeros((capacity,))
-        self.next_obs: ObsArray = spec.zeros((capacity,))
+        plain = lambda: {name: np.zeros((capacity, *self.spec.shapes[name]), self.spec.dtypes[name])  # noqa: E731
+                         for name in self.spec.leaves if name not in self.frames}
+        self._plain = {"obs": plain(), "next_obs": plain()}
         self.actions = np.zeros(capacity, np.int64) if action_dim is None else np.zeros((capacity, action_dim),
                                                                                         np.float32)
         self.rewards = np.zeros(capacity, np.float32)
         self.discounts = np.zeros(capacity, np.float32)
         self.size = self.cursor = 0
+        self._warned = False
+
+    def _frame_stores(self) -> dict[str, FrameStore]:
+        """A :class:`FrameStore` per image leaf with integer pixels (frames stored once)."""
+        from herdrl.models.encoders import image_layout
+
+        stores = {}
+        for name, space in self.spec.leaves.items():
+            image = image_layout(space)
+            if image is not None and not np.issubdtype(self.spec.dtypes[name], np.floating):
+                shape = self.spec.shapes[name]
+                stores[name] = FrameStore(self.capacity, shape, self.spec.dtypes[name], frame_units(shape, image[3]))
+        return stores
+
+    @property
+    def obs(self) -> ObsArray | None:
+        """Stored observations of the leaves kept as arrays (all but image leaves, see :attr:`frames`): an array
+        for a one-leaf space, else leaf -> array; None when the only leaf is an image."""
+        return self._plain_view("obs")
+
+    @property
+    def next_obs(self) -> ObsArray | None:
+        """Like :attr:`obs`, for the next observations."""
+        return self._plain_view("next_obs")
+
+    def _plain_view(self, field: str) -> ObsArray | None:
+        arrays = self._plain[field]
+        return arrays.get("") if self.spec.single else arrays
 
     def __len__(self) -> int:
         return self.size
@@ -120,49 +139,126 @@ class ReplayBuffer:
         """Store transitions (oldest overwritten); return the slots they went to."""
         n = len(batch["rewards"])
         slots = (self.cursor + np.arange(n)) % self.capacity
-        for key in FIELDS:
-            obs_map(lambda own, new: own.__setitem__(slots, new), getattr(self, key), batch[key])
+        for key in ("actions", "rewards", "discounts"):
+            getattr(self, key)[slots] = batch[key]
+        leaf = (lambda obs, name: obs) if self.spec.single else (lambda obs, name: obs[name])  # noqa: E731
+        for field in ("obs", "next_obs"):
+            for name, array in self._plain[field].items():
+                array[slots] = leaf(batch[field], name)
+        for name, store in self.frames.items():
+            store.put(slots, leaf(batch["obs"], name), leaf(batch["next_obs"], name))
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
+        if self.frames:
+            self._drop_lost_frames()
         return slots
+
+    def _drop_lost_frames(self) -> None:
+        """Drop the oldest transitions up to the newest one whose frames the ring overwrote."""
+        stored = self._stored_slots()
+        lost = max(store.lost_before(stored) for store in self.frames.values())
+        if lost:
+            self._forget(stored[:lost])
+            self.size -= lost
+            if not self._warned:
+                self._warned = True
+                logger.info("herdrl: the replay buffer's frame ring is full before its %d transitions are: it "
+                            "holds %d (episodes or fragments this short share few frames)", self.capacity, self.size)
+
+    def _forget(self, slots: np.ndarray) -> None:
+        """Transitions at ``slots`` left the buffer early (their frames were overwritten)."""
 
     def sample(self, batch_size: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
         """(transitions, slots, importance weights) of ``batch_size`` transitions drawn uniformly."""
-        slots = self.rng.integers(0, self.size, batch_size)
+        start = 0 if self.size == self.capacity else (self.cursor - self.size) % self.capacity
+        slots = (start + self.rng.integers(0, self.size, batch_size)) % self.capacity
         return self._gather(slots), slots, np.ones(batch_size, np.float32)
 
     def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
         """Uniform replay ignores priorities."""
 
     def _gather(self, slots: np.ndarray) -> dict[str, ObsArray]:
-        return {key: obs_map(lambda own: own[slots], getattr(self, key)) for key in FIELDS}
+        out: dict[str, ObsArray] = {key: getattr(self, key)[slots] for key in ("actions", "rewards", "discounts")}
+        for field in ("obs", "next_obs"):
+            leaves = {name: array[slots] for name, array in self._plain[field].items()}
+            leaves.update({name: store.get(slots, field == "next_obs") for name, store in self.frames.items()})
+            out[field] = leaves[""] if self.spec.single else {name: leaves[name] for name in self.spec.leaves}
+        return out
 
     def _stored_slots(self) -> np.ndarray:
         """Slots holding transitions, oldest first."""
-        start = self.cursor if self.size == self.capacity else 0
-        return (start + np.arange(self.size)) % self.capacity
+        return (self.cursor - self.size + np.arange(self.size)) % self.capacity
+
+    def _key(self, field: str, name: str) -> str:
+        """A leaf's key in :meth:`state`: ``field`` for a one-leaf space, else ``field/<leaf>``."""
+        return field if self.spec.single else f"{field}/{name}"
 
     def state(self) -> dict[str, np.ndarray]:
-        """The stored transitions as plain arrays, oldest first (what a checkpoint saves); a Dict/Tuple
-        observation's leaves as ``obs/<leaf>`` and ``next_obs/<leaf>``."""
-        return _flat(self._gather(self._stored_slots()))
+        """The stored transitions as plain arrays, oldest first (what a checkpoint saves).
+
+        Leaves under ``obs`` and ``next_obs`` (``obs/<leaf>`` for Dict/Tuple observations); image leaves as
+        ``frames`` (each stored frame once) with ``obs_frames`` and ``next_obs_frames``, each transition's
+        indices into them.
+        """
+        slots = self._stored_slots()
+        out = {key: getattr(self, key)[slots] for key in ("actions", "rewards", "discounts")}
+        for field in ("obs", "next_obs"):
+            out.update({self._key(field, name): array[slots] for name, array in self._plain[field].items()})
+        for name, store in self.frames.items():
+            first = int(store.oldest[slots].min()) if len(slots) else store.written
+            out[self._key("frames", name)] = store.units[np.arange(first, store.written) % store.size]
+            out[self._key("obs_frames", name)] = store.obs_ids[slots] - first
+            out[self._key("next_obs_frames", name)] = store.next_ids[slots] - first
+        return out
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
-        """Replace the contents with :meth:`state`'s arrays (the newest ``capacity`` of them if there are more).
+        """Replace the contents with :meth:`state`'s arrays (the newest ``capacity`` of them if there are more),
+        also from a checkpoint that saved image leaves as whole observations (before frames were stored once).
 
         Raises ValueError when the arrays do not fit this buffer's shapes.
         """
         n = len(state["rewards"])
-        own = _flat({key: getattr(self, key) for key in FIELDS})
-        for key, array in own.items():
+        expected = {key: (n, *getattr(self, key).shape[1:]) for key in ("actions", "rewards", "discounts")}
+        for name in self.spec.leaves:
+            shape = (n, *self.spec.shapes[name])
+            store = self.frames.get(name)
+            if store is not None and self._key("frames", name) in state:
+                frames = state[self._key("frames", name)]
+                if frames.shape[1:] != store.unit_shape:
+                    raise ValueError(f"replay field '{self._key('frames', name)}' has frames of shape "
+                                     f"{frames.shape[1:]}, this buffer {store.unit_shape}")
+                for field in ("obs_frames", "next_obs_frames"):
+                    ids = state[self._key(field, name)]
+                    expected[self._key(field, name)] = (n, store.per_obs)
+                    if ids.size and not (0 <= ids.min() and ids.max() < len(frames)):
+                        raise ValueError(f"replay field '{self._key(field, name)}' points outside its frames")
+            else:
+                expected.update({self._key(field, name): shape for field in ("obs", "next_obs")})
+        for key, shape in expected.items():
             if key not in state:
                 raise ValueError(f"replay field '{key}' is missing")
-            if state[key].shape[1:] != array.shape[1:] or len(state[key]) != n:
+            if state[key].shape != shape:
                 raise ValueError(f"replay field '{key}' has shape {state[key].shape}, this buffer "
-                                 f"{('N', *array.shape[1:])}")
+                                 f"{('N', *shape[1:])}")
         self.size = self.cursor = 0
-        keep = slice(max(0, n - self.capacity), n)
-        self.add(_unflat(state, {key: getattr(self, key) for key in FIELDS}, keep))
+        self.frames = self._frame_stores()  # empty rings
+        for start in range(max(0, n - self.capacity), n, LOAD_CHUNK):
+            self.add(self._saved_rows(state, slice(start, min(start + LOAD_CHUNK, n))))
+
+    def _saved_rows(self, state: dict[str, np.ndarray], rows: slice) -> dict[str, ObsArray]:
+        """Rows ``rows`` of a saved state as a batch for :meth:`add` (image leaves rebuilt from their frames)."""
+        batch: dict[str, ObsArray] = {key: state[key][rows] for key in ("actions", "rewards", "discounts")}
+        for field in ("obs", "next_obs"):
+            leaves = {}
+            for name in self.spec.leaves:
+                frames = state.get(self._key("frames", name))
+                if frames is None:
+                    leaves[name] = state[self._key(field, name)][rows]
+                else:
+                    ids = state[self._key(f"{field}_frames", name)][rows]
+                    leaves[name] = frames[ids].reshape(len(ids), *self.spec.shapes[name])
+            batch[field] = leaves[""] if self.spec.single else leaves
+        return batch
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -206,7 +302,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             go_right = targets > self.tree[left]
             targets = np.where(go_right, targets - self.tree[left], targets)
             nodes = np.where(go_right, left + 1, left)
-        slots = np.minimum(nodes - self.tree_size, self.size - 1)
+        slots = nodes - self.tree_size
+        slots[self.tree[nodes] <= 0] = (self.cursor - 1) % self.capacity  # rounding past the last stored one
         probs = self.tree[slots + self.tree_size] / total
         weights = (self.size * np.maximum(probs, 1e-12)) ** -self.beta
         return self._gather(slots), slots, (weights / weights.max()).astype(np.float32)
@@ -214,7 +311,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def state(self) -> dict[str, np.ndarray]:
         """The transitions with their priorities, oldest first."""
         slots = self._stored_slots()
-        return {**_flat(self._gather(slots)), "priorities": self.tree[slots + self.tree_size],
+        return {**super().state(), "priorities": self.tree[slots + self.tree_size],
                 "max_priority": np.array(self.max_priority)}
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
@@ -224,7 +321,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         n = len(state["rewards"])
         if "priorities" in state and n:
             self.max_priority = float(state["max_priority"])
-            self._set(self._stored_slots(), state["priorities"][max(0, n - self.capacity):])
+            self._set(self._stored_slots(), state["priorities"][n - self.size:])
+
+    def _forget(self, slots: np.ndarray) -> None:
+        """Transitions that left early are never drawn again."""
+        self._set(slots, np.zeros(len(slots)))
 
     def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
         """Set priorities to |TD error| + eps."""

@@ -171,9 +171,10 @@ def test_uint8_frames_stay_uint8_from_runner_to_learner_and_replay():
     assert type(runner.policy).__name__ == "TorchPolicy"  # CNNs run in torch on runners
     buffer = ReplayBuffer(32, ObsSpec(MovingDot().observation_space), np.random.default_rng(0))
     buffer.add(fragment_transitions(fragment, 0.99))
-    assert buffer.obs.dtype == np.uint8 and buffer.next_obs.dtype == np.uint8 and buffer.obs.nbytes == 32 * 200
+    frames = buffer.frames[""]  # each distinct frame stored once, as uint8 (tests/test_frame_store.py)
+    assert frames.units.dtype == np.uint8 and frames.units.shape[1:] == (10, 10, 2)
     data, _, _ = buffer.sample(4)
-    assert data["obs"].dtype == np.uint8
+    assert data["obs"].dtype == np.uint8 and data["next_obs"].dtype == np.uint8
     algo.stop()
 
 

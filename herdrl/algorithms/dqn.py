@@ -45,8 +45,8 @@ class DQNConfig(OffPolicyConfig):
         points = self.epsilon
         if not points or not all(isinstance(p, (list, tuple)) and len(p) == 2 and 0 <= p[1] <= 1 for p in points):
             raise ConfigError(f"config key 'epsilon' got {points!r}; expected [[env_step, epsilon in [0, 1]], ...]")
-        steps = [p[0] for p in points]
-        if steps[0] < 0 or any(b <= a for a, b in zip(steps, steps[1:])):  # np.interp needs increasing steps
+        steps = [p[0] for p in points]  # np.interp needs them increasing
+        if steps[0] < 0 or any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
             raise ConfigError(f"config key 'epsilon' got env steps {steps}; they must start at >= 0 and increase")
 
     def build_module(self, observation_space: object, action_space: object) -> nn.Module:

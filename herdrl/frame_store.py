@@ -1,0 +1,129 @@
+"""Frames stored once: the image leaves of a replay buffer's observations.
+
+A transition's ``obs`` and ``next_obs`` of a 4-frame stack hold 8 frames, but consecutive transitions share all
+but one: ``next_obs`` of step t is ``obs`` of step t+1, and a stack at t+1 is the stack at t shifted by one frame.
+:class:`FrameStore` keeps each distinct frame once in a ring and each transition as indices into it, so 1M Atari
+transitions (84 x 84, 4-frame stacks) take ~8 GB instead of 56 GB.
+
+Which frames are the same is found from their contents, not from assumptions about the env: every frame of a
+batch is hashed, and frames with equal hashes are compared byte for byte before one is stored for both (a hash
+collision costs a stored frame, never a wrong one). The previous batch's frames are looked up too, so a stack
+that spans two fragments shares their frames. The unit of storage is one frame of a stack (the first axis of a
+channels-first or stacked leaf: ale-py's and Gymnasium's frame stacks), else the whole observation (HWC images,
+MinAtar): then ``obs`` and ``next_obs`` of neighbouring steps still share it.
+
+The ring holds an eighth more frames than the buffer holds transitions (long episodes need ~1.001 per
+transition); a transition whose frames were
+overwritten is dropped with the oldest (:meth:`FrameStore.lost_before`), which only happens when episodes or
+fragments are so short that transitions rarely share frames.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: Frames compared per vectorised step (bounds the temporary memory of hashing to a few MB per chunk).
+CHUNK = 512
+
+
+def frame_units(shape: tuple[int, ...], layout: str) -> int:
+    """How many stored frames one observation of ``shape`` is (its first axis for stacks and channels-first
+    images, else 1: the whole observation)."""
+    return shape[0] if layout in ("CHW", "SCHW", "SHWC") and shape[0] > 1 else 1
+
+
+def _hashes(rows: np.ndarray, multipliers: np.ndarray) -> np.ndarray:
+    """A 64-bit key per row of bytes: a multilinear hash of its 8-byte words and tail bytes (``multipliers``:
+    one random odd number per word and per tail byte)."""
+    words = rows.shape[1] // 8
+    keys = np.zeros(len(rows), np.uint64)
+    for start in range(0, len(rows), CHUNK):
+        part = rows[start:start + CHUNK]
+        if words:
+            body = np.ascontiguousarray(part[:, :words * 8]).view(np.uint64)
+            keys[start:start + CHUNK] = (body * multipliers[:words]).sum(axis=1, dtype=np.uint64)
+        tail = part[:, words * 8:].astype(np.uint64)
+        if tail.size:
+            keys[start:start + CHUNK] += (tail * multipliers[words:]).sum(axis=1, dtype=np.uint64)
+    return keys
+
+
+def _equal_rows(rows: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """Row-wise byte equality of two (n, L) uint8 arrays, in chunks."""
+    out = np.empty(len(rows), bool)
+    for start in range(0, len(rows), CHUNK):
+        out[start:start + CHUNK] = (rows[start:start + CHUNK] == others[start:start + CHUNK]).all(axis=1)
+    return out
+
+
+class FrameStore:
+    """One image leaf (observations of ``shape`` and ``dtype``) of a ``capacity``-transition replay buffer."""
+
+    def __init__(self, capacity: int, shape: tuple[int, ...], dtype: np.dtype, units_per_obs: int) -> None:
+        self.shape, self.dtype, self.per_obs = tuple(shape), np.dtype(dtype), units_per_obs
+        self.unit_shape = self.shape[1:] if units_per_obs > 1 else self.shape
+        self.unit_bytes = math.prod(self.unit_shape) * self.dtype.itemsize
+        self.size = capacity + capacity // 8 + 256  # frames the ring holds
+        words, tail = divmod(self.unit_bytes, 8)
+        self._multipliers = np.random.default_rng(0).integers(1, 2**63, words + tail, dtype=np.uint64) | np.uint64(1)
+        # np.zeros commits memory as frames arrive: a part-filled buffer costs what it holds.
+        self.units = np.zeros((self.size, *self.unit_shape), self.dtype)
+        self.written = 0  # frames stored so far: the id of the next one (frame i lives at units[i % size])
+        self.obs_ids = np.zeros((capacity, units_per_obs), np.int64)  # per transition slot
+        self.next_ids = np.zeros((capacity, units_per_obs), np.int64)
+        self.oldest = np.zeros(capacity, np.int64)  # the oldest frame id each slot's transition needs
+        self._recent_keys = np.zeros(0, np.uint64)  # the previous batch's frames: hash keys (sorted) and ids
+        self._recent_ids = np.zeros(0, np.int64)
+
+    def put(self, slots: np.ndarray, obs: np.ndarray, next_obs: np.ndarray) -> None:
+        """Store the transitions at ``slots``: (n, *shape) observations and next observations."""
+        n = len(slots)
+        rows = np.concatenate([obs.reshape(n * self.per_obs, -1), next_obs.reshape(n * self.per_obs, -1)])
+        ids = self._intern(np.ascontiguousarray(rows).view(np.uint8).reshape(len(rows), self.unit_bytes))
+        half = n * self.per_obs
+        self.obs_ids[slots] = ids[:half].reshape(n, self.per_obs)
+        self.next_ids[slots] = ids[half:].reshape(n, self.per_obs)
+        self.oldest[slots] = np.minimum(self.obs_ids[slots].min(axis=1), self.next_ids[slots].min(axis=1))
+
+    def get(self, slots: np.ndarray, next_obs: bool = False) -> np.ndarray:
+        """The (n, *shape) observations (or next observations) of the transitions at ``slots``."""
+        ids = (self.next_ids if next_obs else self.obs_ids)[slots]
+        return self.units[ids % self.size].reshape(len(slots), *self.shape)
+
+    def lost_before(self, stored: np.ndarray) -> int:
+        """How many of the ``stored`` slots (oldest first) must go because frames they need were overwritten:
+        all up to the newest such one."""
+        lost = np.flatnonzero(self.oldest[stored] < self.written - self.size)
+        return int(lost[-1]) + 1 if len(lost) else 0
+
+    def _intern(self, rows: np.ndarray) -> np.ndarray:
+        """Frame ids for ``rows`` (m frames as bytes): equal frames get one id, new ones are stored."""
+        m = len(rows)
+        keys = _hashes(rows, self._multipliers)
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        same = first[inverse.reshape(-1)]  # the first row with the same key...
+        mismatch = (same != np.arange(m))
+        mismatch[mismatch] = ~_equal_rows(rows[mismatch], rows[same[mismatch]])
+        same[mismatch] = np.flatnonzero(mismatch)  # ...unless the bytes differ: then its own
+        own = same == np.arange(m)  # rows that are their own representative
+        ids = np.full(m, -1, np.int64)
+        candidates = np.flatnonzero(own)
+        if len(self._recent_ids):  # frames of the previous batch that stay in the ring after this batch's
+            survive = self.written + len(candidates) - self.size
+            at = np.minimum(np.searchsorted(self._recent_keys, keys[candidates]), len(self._recent_keys) - 1)
+            hit = (self._recent_keys[at] == keys[candidates]) & (self._recent_ids[at] >= survive)
+            found, old = candidates[hit], self._recent_ids[at[hit]]
+            stored = self.units[old % self.size].view(np.uint8).reshape(len(found), self.unit_bytes)
+            match = _equal_rows(rows[found], stored)
+            ids[found[match]] = old[match]
+        new = np.flatnonzero(own & (ids < 0))
+        ids[new] = self.written + np.arange(len(new))
+        keep = new[-self.size:]  # a batch larger than the ring keeps its newest frames
+        self.units[ids[keep] % self.size] = rows[keep].view(self.dtype).reshape(len(keep), *self.unit_shape)
+        self.written += len(new)
+        ids = ids[same]
+        order = np.argsort(keys[own], kind="stable")
+        self._recent_keys, self._recent_ids = keys[own][order], ids[own][order]
+        return ids
