@@ -217,6 +217,8 @@ class ReplayBuffer:
 
         Raises ValueError when the arrays do not fit this buffer's shapes.
         """
+        if np.ndim(state.get("rewards")) != 1:
+            raise ValueError("replay field 'rewards' is missing or not one value per transition")
         n = len(state["rewards"])
         expected = {key: (n, *getattr(self, key).shape[1:]) for key in ("actions", "rewards", "discounts")}
         for name in self.spec.leaves:
@@ -224,14 +226,16 @@ class ReplayBuffer:
             store = self.frames.get(name)
             if store is not None and self._key("frames", name) in state:
                 frames = state[self._key("frames", name)]
-                if frames.shape[1:] != store.unit_shape:
-                    raise ValueError(f"replay field '{self._key('frames', name)}' has frames of shape "
-                                     f"{frames.shape[1:]}, this buffer {store.unit_shape}")
+                if frames.shape[1:] != store.unit_shape or frames.dtype != store.dtype:
+                    raise ValueError(f"replay field '{self._key('frames', name)}' has frames of {frames.dtype} "
+                                     f"{frames.shape[1:]}, this buffer {store.dtype} {store.unit_shape}")
                 for field in ("obs_frames", "next_obs_frames"):
-                    ids = state[self._key(field, name)]
-                    expected[self._key(field, name)] = (n, store.per_obs)
-                    if ids.size and not (0 <= ids.min() and ids.max() < len(frames)):
-                        raise ValueError(f"replay field '{self._key(field, name)}' points outside its frames")
+                    key = self._key(field, name)
+                    ids = state.get(key)
+                    expected[key] = (n, store.per_obs)
+                    if ids is not None and not (ids.dtype.kind in "iu" and (not ids.size or (
+                            0 <= ids.min() and ids.max() < len(frames)))):
+                        raise ValueError(f"replay field '{key}' is not indices into its frames")
             else:
                 expected.update({self._key(field, name): shape for field in ("obs", "next_obs")})
         for key, shape in expected.items():
@@ -242,8 +246,9 @@ class ReplayBuffer:
                                  f"{('N', *shape[1:])}")
         self.size = self.cursor = 0
         self.frames = self._frame_stores()  # empty rings
-        for start in range(max(0, n - self.capacity), n, LOAD_CHUNK):
-            self.add(self._saved_rows(state, slice(start, min(start + LOAD_CHUNK, n))))
+        chunk = max(1, min(LOAD_CHUNK, self.capacity // 8))  # a chunk's frames always fit in the rings
+        for start in range(max(0, n - self.capacity), n, chunk):
+            self.add(self._saved_rows(state, slice(start, min(start + chunk, n))))
 
     def _saved_rows(self, state: dict[str, np.ndarray], rows: slice) -> dict[str, ObsArray]:
         """Rows ``rows`` of a saved state as a batch for :meth:`add` (image leaves rebuilt from their frames)."""
@@ -275,6 +280,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.max_priority = 1.0
 
     def _set(self, slots: np.ndarray, values: np.ndarray) -> None:
+        if not len(slots):
+            return
         nodes = slots + self.tree_size
         self.tree[nodes] = values
         nodes //= 2
@@ -288,8 +295,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def add(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         """Store transitions with the highest priority seen so far (each is replayed at least once soon)."""
         slots = super().add(batch)
-        if len(slots):
-            self._set(slots, np.full(len(slots), self.max_priority ** self.alpha))
+        stored = slots[max(0, len(slots) - self.size):]  # not those dropped at once (their frames are gone)
+        self._set(stored, np.full(len(stored), self.max_priority ** self.alpha))
         return slots
 
     def sample(self, batch_size: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:

@@ -7,10 +7,11 @@ transitions (84 x 84, 4-frame stacks) take ~8 GB instead of 56 GB.
 
 Which frames are the same is found from their contents, not from assumptions about the env: every frame of a
 batch is hashed, and frames with equal hashes are compared byte for byte before one is stored for both (a hash
-collision costs a stored frame, never a wrong one). The previous batch's frames are looked up too, so a stack
-that spans two fragments shares their frames. The unit of storage is one frame of a stack (the first axis of a
-channels-first or stacked leaf: ale-py's and Gymnasium's frame stacks), else the whole observation (HWC images,
-MinAtar): then ``obs`` and ``next_obs`` of neighbouring steps still share it.
+collision costs a stored frame, never a wrong one). The last 32 batches' frames are looked up too, so a stack
+that spans two fragments shares their frames, also with several runners' fragments interleaved. The unit of
+storage is one frame of a stack (the first axis of a channels-first or stacked leaf: ale-py's and Gymnasium's
+frame stacks), else the whole observation (HWC images, MinAtar): then ``obs`` and ``next_obs`` of neighbouring
+steps still share it.
 
 The ring holds an eighth more frames than the buffer holds transitions (long episodes need ~1.001 per
 transition); a transition whose frames were
@@ -21,9 +22,13 @@ fragments are so short that transitions rarely share frames.
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
 
+#: Batches whose frames a new batch is matched against: with several runners their fragments alternate, and a
+#: fragment's first stack continues that runner's previous fragment.
+RECENT_BATCHES = 32
 #: Frames compared per vectorised step (bounds the temporary memory of hashing to a few MB per chunk).
 CHUNK = 512
 
@@ -74,18 +79,19 @@ class FrameStore:
         self.obs_ids = np.zeros((capacity, units_per_obs), np.int64)  # per transition slot
         self.next_ids = np.zeros((capacity, units_per_obs), np.int64)
         self.oldest = np.zeros(capacity, np.int64)  # the oldest frame id each slot's transition needs
-        self._recent_keys = np.zeros(0, np.uint64)  # the previous batch's frames: hash keys (sorted) and ids
+        self._recent: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=RECENT_BATCHES)  # (keys, ids)
+        self._recent_keys = np.zeros(0, np.uint64)  # those batches' frames: hash keys (sorted) and ids
         self._recent_ids = np.zeros(0, np.int64)
 
     def put(self, slots: np.ndarray, obs: np.ndarray, next_obs: np.ndarray) -> None:
         """Store the transitions at ``slots``: (n, *shape) observations and next observations."""
-        n = len(slots)
-        rows = np.concatenate([obs.reshape(n * self.per_obs, -1), next_obs.reshape(n * self.per_obs, -1)])
-        ids = self._intern(np.ascontiguousarray(rows).view(np.uint8).reshape(len(rows), self.unit_bytes))
-        half = n * self.per_obs
-        self.obs_ids[slots] = ids[:half].reshape(n, self.per_obs)
-        self.next_ids[slots] = ids[half:].reshape(n, self.per_obs)
-        self.oldest[slots] = np.minimum(self.obs_ids[slots].min(axis=1), self.next_ids[slots].min(axis=1))
+        n, k = len(slots), self.per_obs
+        pairs = np.stack([np.asarray(obs).astype(self.dtype, copy=False).reshape(n, k, -1),
+                          np.asarray(next_obs).astype(self.dtype, copy=False).reshape(n, k, -1)], axis=1)
+        # Row order is transition order: if a batch has more new frames than the ring, the newest keep theirs.
+        ids = self._intern(pairs.view(np.uint8).reshape(2 * n * k, self.unit_bytes)).reshape(n, 2, k)
+        self.obs_ids[slots], self.next_ids[slots] = ids[:, 0], ids[:, 1]
+        self.oldest[slots] = ids.reshape(n, 2 * k).min(axis=1)
 
     def get(self, slots: np.ndarray, next_obs: bool = False) -> np.ndarray:
         """The (n, *shape) observations (or next observations) of the transitions at ``slots``."""
@@ -110,7 +116,7 @@ class FrameStore:
         own = same == np.arange(m)  # rows that are their own representative
         ids = np.full(m, -1, np.int64)
         candidates = np.flatnonzero(own)
-        if len(self._recent_ids):  # frames of the previous batch that stay in the ring after this batch's
+        if len(self._recent_ids):  # frames of recent batches that stay in the ring after this batch's
             survive = self.written + len(candidates) - self.size
             at = np.minimum(np.searchsorted(self._recent_keys, keys[candidates]), len(self._recent_keys) - 1)
             hit = (self._recent_keys[at] == keys[candidates]) & (self._recent_ids[at] >= survive)
@@ -124,6 +130,9 @@ class FrameStore:
         self.units[ids[keep] % self.size] = rows[keep].view(self.dtype).reshape(len(keep), *self.unit_shape)
         self.written += len(new)
         ids = ids[same]
-        order = np.argsort(keys[own], kind="stable")
-        self._recent_keys, self._recent_ids = keys[own][order], ids[own][order]
+        self._recent.append((keys[own], ids[own]))
+        recent_keys = np.concatenate([batch_keys for batch_keys, _ in self._recent])
+        order = np.argsort(recent_keys, kind="stable")
+        self._recent_keys = recent_keys[order]
+        self._recent_ids = np.concatenate([batch_ids for _, batch_ids in self._recent])[order]
         return ids

@@ -65,17 +65,35 @@ def test_frame_stacks_come_back_exactly_while_each_frame_is_stored_once(buffer_c
     assert store.units.nbytes + store.obs_ids.nbytes + store.next_ids.nbytes < 0.25 * whole
 
 
-def test_frames_that_share_nothing_still_come_back_exactly_and_the_oldest_go_first():
-    """Every observation new (no stacking, 1-step episodes): the ring fills before the slots do, so the buffer
-    holds fewer transitions, the newest ones, each exact."""
-    def fresh(rng, steps, envs, start=None):
-        return rng.integers(0, 256, (steps + 1, envs, STACK, SIDE, SIDE), dtype=np.uint8)
+def fresh(rng, steps, envs, start=None):
+    """Frames that share nothing: every observation new."""
+    return rng.integers(0, 256, (steps + 1, envs, STACK, SIDE, SIDE), dtype=np.uint8)
 
-    buffer = ReplayBuffer(300, ObsSpec(STACKED), np.random.default_rng(1))
-    added = fill(buffer, np.random.default_rng(0), batches=20, stream=fresh)
+
+@pytest.mark.parametrize("buffer_class", [ReplayBuffer, PrioritizedReplayBuffer])
+@pytest.mark.parametrize("steps", [16, 120])  # fragments smaller than the ring, and one larger (960 transitions)
+def test_frames_that_share_nothing_still_come_back_exactly_and_the_oldest_go_first(buffer_class, steps):
+    """The ring fills before the slots do: the buffer holds fewer transitions, the newest, each exact (prioritized
+    replay never draws one whose frames are gone)."""
+    buffer = buffer_class(300, ObsSpec(STACKED), np.random.default_rng(1))
+    added = fill(buffer, np.random.default_rng(0), batches=20 if steps == 16 else 1, steps=steps, envs=8, stream=fresh)
     assert 0 < len(buffer) < 300
-    assert set(buffer.state()["actions"]) <= set(added["actions"][-len(buffer):].tolist())
+    assert set(buffer.state()["actions"]) == set(added["actions"][-len(buffer):].tolist())
     assert_replays_exactly(buffer, added)
+
+
+def test_observations_are_stored_in_the_leafs_dtype_and_damaged_indices_are_refused():
+    buffer = ReplayBuffer(50, ObsSpec(STACKED), np.random.default_rng(1))
+    obs = np.full((2, STACK, SIDE, SIDE), 3, np.int64)  # another integer dtype: cast, as the runner's are
+    buffer.add({"obs": obs, "next_obs": obs + 1, "actions": np.arange(2), "rewards": np.zeros(2, np.float32),
+                "discounts": np.ones(2, np.float32)})
+    data, _, _ = buffer.sample(4)
+    assert data["obs"].dtype == np.uint8 and (data["obs"] == 3).all() and (data["next_obs"] == 4).all()
+    state = buffer.state()
+    for damage in ({"obs_frames": state["obs_frames"].astype(np.float64)},
+                   {"next_obs_frames": -state["obs_frames"] - 1}, {"rewards": np.float32(0)}):
+        with pytest.raises(ValueError, match="replay field"):
+            ReplayBuffer(50, ObsSpec(STACKED), np.random.default_rng(1)).load_state({**state, **damage})
 
 
 def test_a_hash_collision_never_merges_different_frames(monkeypatch):
