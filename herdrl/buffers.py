@@ -256,7 +256,7 @@ class ReplayBuffer:
         for field in ("obs", "next_obs"):
             leaves = {}
             for name in self.spec.leaves:
-                frames = state.get(self._key("frames", name))
+                frames = state.get(self._key("frames", name)) if name in self.frames else None
                 if frames is None:
                     leaves[name] = state[self._key(field, name)][rows]
                 else:

@@ -13,10 +13,9 @@ storage is one frame of a stack (the first axis of a channels-first or stacked l
 frame stacks), else the whole observation (HWC images, MinAtar): then ``obs`` and ``next_obs`` of neighbouring
 steps still share it.
 
-The ring holds an eighth more frames than the buffer holds transitions (long episodes need ~1.001 per
-transition); a transition whose frames were
-overwritten is dropped with the oldest (:meth:`FrameStore.lost_before`), which only happens when episodes or
-fragments are so short that transitions rarely share frames.
+The ring holds an eighth more frames than the buffer holds transitions (Pong needs 0.965 per transition); a
+transition whose frames were overwritten is dropped with the oldest (:meth:`FrameStore.lost_before`), which
+only happens when episodes or fragments are so short that transitions rarely share frames.
 """
 
 from __future__ import annotations
@@ -118,7 +117,8 @@ class FrameStore:
         candidates = np.flatnonzero(own)
         if len(self._recent_ids):  # frames of recent batches that stay in the ring after this batch's
             survive = self.written + len(candidates) - self.size
-            at = np.minimum(np.searchsorted(self._recent_keys, keys[candidates]), len(self._recent_keys) - 1)
+            # The newest frame with each key (equal keys keep batch order): the likeliest still in the ring.
+            at = np.maximum(np.searchsorted(self._recent_keys, keys[candidates], side="right") - 1, 0)
             hit = (self._recent_keys[at] == keys[candidates]) & (self._recent_ids[at] >= survive)
             found, old = candidates[hit], self._recent_ids[at[hit]]
             stored = self.units[old % self.size].view(np.uint8).reshape(len(found), self.unit_bytes)
