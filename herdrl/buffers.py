@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from herdrl.frame_store import FrameStore, frame_units
+from herdrl.models.encoders import image_layout
 from herdrl.obs import ObsArray, ObsSpec, obs_map
 from herdrl.rollout.runner import Fragment
 
@@ -24,8 +25,8 @@ logger = logging.getLogger(__name__)
 #: Transitions re-added per step when a saved buffer is loaded (bounds the memory of rebuilding frames).
 LOAD_CHUNK = 4096
 REPLAY_DEFAULTS = {"type": "uniform", "capacity": 100_000, "alpha": 0.6, "beta": 0.4}
-#: What one stored transition is made of.
-FIELDS = ("obs", "next_obs", "actions", "rewards", "discounts")
+#: A transition's fields besides its observations, one array each.
+SCALARS = ("actions", "rewards", "discounts")
 
 
 def check_replay_config(replay_config: dict, batch_size: int) -> None:
@@ -107,8 +108,6 @@ class ReplayBuffer:
 
     def _frame_stores(self) -> dict[str, FrameStore]:
         """A :class:`FrameStore` per image leaf with integer pixels (frames stored once)."""
-        from herdrl.models.encoders import image_layout
-
         stores = {}
         for name, space in self.spec.leaves.items():
             image = image_layout(space)
@@ -139,7 +138,7 @@ class ReplayBuffer:
         """Store transitions (oldest overwritten); return the slots they went to."""
         n = len(batch["rewards"])
         slots = (self.cursor + np.arange(n)) % self.capacity
-        for key in ("actions", "rewards", "discounts"):
+        for key in SCALARS:
             getattr(self, key)[slots] = batch[key]
         leaf = (lambda obs, name: obs) if self.spec.single else (lambda obs, name: obs[name])  # noqa: E731
         for field in ("obs", "next_obs"):
@@ -155,8 +154,11 @@ class ReplayBuffer:
 
     def _drop_lost_frames(self) -> None:
         """Drop the oldest transitions up to the newest one whose frames the ring overwrote."""
+        stores = [store for store in self.frames.values() if store.may_have_lost()]
+        if not stores:
+            return
         stored = self._stored_slots()
-        lost = max(store.lost_before(stored) for store in self.frames.values())
+        lost = max(store.lost_before(stored) for store in stores)
         if lost:
             self._forget(stored[:lost])
             self.size -= lost
@@ -170,6 +172,7 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
         """(transitions, slots, importance weights) of ``batch_size`` transitions drawn uniformly."""
+        # The stored window (its start moves when transitions leave early); full, the slots themselves, as before.
         start = 0 if self.size == self.capacity else (self.cursor - self.size) % self.capacity
         slots = (start + self.rng.integers(0, self.size, batch_size)) % self.capacity
         return self._gather(slots), slots, np.ones(batch_size, np.float32)
@@ -178,7 +181,7 @@ class ReplayBuffer:
         """Uniform replay ignores priorities."""
 
     def _gather(self, slots: np.ndarray) -> dict[str, ObsArray]:
-        out: dict[str, ObsArray] = {key: getattr(self, key)[slots] for key in ("actions", "rewards", "discounts")}
+        out: dict[str, ObsArray] = {key: getattr(self, key)[slots] for key in SCALARS}
         for field in ("obs", "next_obs"):
             leaves = {name: array[slots] for name, array in self._plain[field].items()}
             leaves.update({name: store.get(slots, field == "next_obs") for name, store in self.frames.items()})
@@ -201,7 +204,7 @@ class ReplayBuffer:
         indices into them.
         """
         slots = self._stored_slots()
-        out = {key: getattr(self, key)[slots] for key in ("actions", "rewards", "discounts")}
+        out = {key: getattr(self, key)[slots] for key in SCALARS}
         for field in ("obs", "next_obs"):
             out.update({self._key(field, name): array[slots] for name, array in self._plain[field].items()})
         for name, store in self.frames.items():
@@ -220,7 +223,7 @@ class ReplayBuffer:
         if np.ndim(state.get("rewards")) != 1:
             raise ValueError("replay field 'rewards' is missing or not one value per transition")
         n = len(state["rewards"])
-        expected = {key: (n, *getattr(self, key).shape[1:]) for key in ("actions", "rewards", "discounts")}
+        expected = {key: (n, *getattr(self, key).shape[1:]) for key in SCALARS}
         for name in self.spec.leaves:
             shape = (n, *self.spec.shapes[name])
             store = self.frames.get(name)
@@ -252,7 +255,7 @@ class ReplayBuffer:
 
     def _saved_rows(self, state: dict[str, np.ndarray], rows: slice) -> dict[str, ObsArray]:
         """Rows ``rows`` of a saved state as a batch for :meth:`add` (image leaves rebuilt from their frames)."""
-        batch: dict[str, ObsArray] = {key: state[key][rows] for key in ("actions", "rewards", "discounts")}
+        batch: dict[str, ObsArray] = {key: state[key][rows] for key in SCALARS}
         for field in ("obs", "next_obs"):
             leaves = {}
             for name in self.spec.leaves:

@@ -78,6 +78,7 @@ class FrameStore:
         self.obs_ids = np.zeros((capacity, units_per_obs), np.int64)  # per transition slot
         self.next_ids = np.zeros((capacity, units_per_obs), np.int64)
         self.oldest = np.zeros(capacity, np.int64)  # the oldest frame id each slot's transition needs
+        self._floor = 0  # at most the oldest frame id any stored transition needs: overwrites below it lose none
         self._recent: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=RECENT_BATCHES)  # (keys, ids)
         self._recent_keys = np.zeros(0, np.uint64)  # those batches' frames: hash keys (sorted) and ids
         self._recent_ids = np.zeros(0, np.int64)
@@ -91,17 +92,27 @@ class FrameStore:
         ids = self._intern(pairs.view(np.uint8).reshape(2 * n * k, self.unit_bytes)).reshape(n, 2, k)
         self.obs_ids[slots], self.next_ids[slots] = ids[:, 0], ids[:, 1]
         self.oldest[slots] = ids.reshape(n, 2 * k).min(axis=1)
+        if n:
+            self._floor = min(self._floor, int(self.oldest[slots].min()))
 
     def get(self, slots: np.ndarray, next_obs: bool = False) -> np.ndarray:
         """The (n, *shape) observations (or next observations) of the transitions at ``slots``."""
         ids = (self.next_ids if next_obs else self.obs_ids)[slots]
         return self.units[ids % self.size].reshape(len(slots), *self.shape)
 
+    def may_have_lost(self) -> bool:
+        """Whether the ring may have overwritten a frame a stored transition needs (if not, :meth:`lost_before`
+        is 0 and need not scan the slots: in a steady state it scans once every ~1/8 of the capacity's frames)."""
+        return self.written - self.size > self._floor
+
     def lost_before(self, stored: np.ndarray) -> int:
         """How many of the ``stored`` slots (oldest first) must go because frames they need were overwritten:
         all up to the newest such one."""
-        lost = np.flatnonzero(self.oldest[stored] < self.written - self.size)
-        return int(lost[-1]) + 1 if len(lost) else 0
+        oldest = self.oldest[stored]
+        lost = np.flatnonzero(oldest < self.written - self.size)
+        count = int(lost[-1]) + 1 if len(lost) else 0
+        self._floor = int(oldest[count:].min()) if count < len(oldest) else self.written
+        return count
 
     def _intern(self, rows: np.ndarray) -> np.ndarray:
         """Frame ids for ``rows`` (m frames as bytes): equal frames get one id, new ones are stored."""

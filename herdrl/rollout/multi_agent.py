@@ -334,7 +334,7 @@ def pad_front(fragment: Fragment, length: int) -> Fragment:
     pad = length - len(fragment.valid)
     if pad <= 0:
         return fragment
-    front = lambda a, fill=0: np.concatenate([np.full((pad, *a.shape[1:]), fill, a.dtype), a])  # noqa: E731
+    front = lambda a: np.concatenate([np.zeros((pad, *a.shape[1:]), a.dtype), a])  # noqa: E731
     return replace(fragment, obs=obs_map(front, fragment.obs), actions=front(fragment.actions),
                    rewards=front(fragment.rewards), terminateds=front(fragment.terminateds),
                    truncateds=front(fragment.truncateds), valid=front(fragment.valid),
