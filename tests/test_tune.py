@@ -191,7 +191,7 @@ def test_a_restored_trial_does_not_repeat_its_tensorboard_curve(tmp_path):
     assert [e.step for e in events.Scalars("x")] == [100, 200, 300, 400]
 
 
-def test_a_trial_reserves_and_uses_bundles_for_its_learner_actors(tmp_path):
+def test_a_trial_reserves_and_uses_bundles_for_its_learner_actors(tmp_path, whole_ray_cluster):
     """A trial with 1 runner and 2 learner actors asks Tune for 4 bundles (driver, runner, 2 learners) and places
     its learners in them: no placement group of their own (PACK, as outside Tune) is made."""
     import ray
