@@ -13,7 +13,7 @@ storage is one frame of a stack (the first axis of a channels-first or stacked l
 frame stacks), else the whole observation (HWC images, MinAtar): then ``obs`` and ``next_obs`` of neighbouring
 steps still share it.
 
-The ring holds an eighth more frames than the buffer holds transitions (Pong needs 0.965 per transition); a
+The ring holds an eighth more frames than the buffer holds transitions (Pong needs 0.92 per transition); a
 transition whose frames were overwritten is dropped with the oldest (:meth:`FrameStore.lost_before`), which
 only happens when episodes or fragments are so short that transitions rarely share frames.
 """
