@@ -136,6 +136,8 @@ class ReplayBuffer:
 
     def add(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         """Store transitions (oldest overwritten); return the slots they went to."""
+        if len(batch["rewards"]) > self.capacity:  # only the newest would stay
+            batch = {key: obs_map(lambda a: a[-self.capacity:], value) for key, value in batch.items()}
         n = len(batch["rewards"])
         slots = (self.cursor + np.arange(n)) % self.capacity
         for key in SCALARS:
@@ -218,8 +220,13 @@ class ReplayBuffer:
         """Replace the contents with :meth:`state`'s arrays (the newest ``capacity`` of them if there are more),
         also from a checkpoint that saved image leaves as whole observations (before frames were stored once).
 
-        Raises ValueError when the arrays do not fit this buffer's shapes.
+        Raises ValueError, before changing anything, when the arrays do not fit this buffer.
         """
+        self._check_state(state)
+        self._fill(state)
+
+    def _check_state(self, state: dict[str, np.ndarray]) -> None:
+        """Raise ValueError unless ``state`` holds arrays this buffer can load (shapes, kinds, frame indices)."""
         if np.ndim(state.get("rewards")) != 1:
             raise ValueError("replay field 'rewards' is missing or not one value per transition")
         n = len(state["rewards"])
@@ -247,6 +254,17 @@ class ReplayBuffer:
             if state[key].shape != shape:
                 raise ValueError(f"replay field '{key}' has shape {state[key].shape}, this buffer "
                                  f"{('N', *shape[1:])}")
+        for key in SCALARS:  # numbers of the kind stored: integer actions for Discrete, finite floats
+            array, own = state[key], getattr(self, key)
+            if array.dtype.kind not in ("iu" if own.dtype.kind == "i" else "fiu") or (
+                    array.dtype.kind == "f" and not np.isfinite(array).all()):
+                raise ValueError(f"replay field '{key}' holds {array.dtype} values, this buffer {own.dtype}")
+        if self.actions.dtype.kind == "i" and state["actions"].size and state["actions"].min() < 0:
+            raise ValueError("replay field 'actions' holds negative action indices")
+
+    def _fill(self, state: dict[str, np.ndarray]) -> None:
+        """Load a checked ``state``."""
+        n = len(state["rewards"])
         self.size = self.cursor = 0
         self.frames = self._frame_stores()  # empty rings
         chunk = max(1, min(LOAD_CHUNK, self.capacity // 8))  # a chunk's frames always fit in the rings
@@ -304,6 +322,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def sample(self, batch_size: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
         """Draw proportionally to priority (stratified); return importance weights too."""
+        if not self.size:
+            raise ValueError("the replay buffer is empty")
         total = self.tree[1]
         targets = (np.arange(batch_size) + self.rng.random(batch_size)) * (total / batch_size)
         nodes = np.ones(batch_size, np.int64)
@@ -324,10 +344,22 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return {**super().state(), "priorities": self.tree[slots + self.tree_size],
                 "max_priority": np.array(self.max_priority)}
 
-    def load_state(self, state: dict[str, np.ndarray]) -> None:
+    def _check_state(self, state: dict[str, np.ndarray]) -> None:
+        """Also priorities, when saved: one finite, non-negative number per transition, and their maximum."""
+        super()._check_state(state)
+        if "priorities" not in state:
+            return  # a uniform buffer's state: every transition gets the top priority
+        priorities, top = state["priorities"], state.get("max_priority")
+        if not (priorities.shape == state["rewards"].shape and priorities.dtype.kind == "f"
+                and np.isfinite(priorities).all() and (priorities >= 0).all()):
+            raise ValueError("replay field 'priorities' is not one finite, non-negative number per transition")
+        if top is None or top.shape != () or top.dtype.kind != "f" or not (np.isfinite(top) and top > 0):
+            raise ValueError("replay field 'max_priority' is not one finite, positive number")
+
+    def _fill(self, state: dict[str, np.ndarray]) -> None:
         """Transitions and priorities from :meth:`state` (a uniform buffer's state gets the top priority)."""
         self.tree[:] = 0.0  # no stale leaves beyond the new contents
-        super().load_state(state)
+        super()._fill(state)
         n = len(state["rewards"])
         if "priorities" in state and n:
             self.max_priority = float(state["max_priority"])

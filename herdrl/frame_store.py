@@ -118,8 +118,10 @@ class FrameStore:
         """Frame ids for ``rows`` (m frames as bytes): equal frames get one id, new ones are stored."""
         m = len(rows)
         keys = _hashes(rows, self._multipliers)
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        same = first[inverse.reshape(-1)]  # the first row with the same key...
+        # Each key's last row stands for the others (row order is transition order: if the ring cannot hold all
+        # of a batch's new frames, those the newest transitions need are kept).
+        _, last, inverse = np.unique(keys[::-1], return_index=True, return_inverse=True)
+        same = (m - 1 - last)[inverse.reshape(-1)[::-1]]  # the last row with the same key...
         mismatch = (same != np.arange(m))
         mismatch[mismatch] = ~_equal_rows(rows[mismatch], rows[same[mismatch]])
         same[mismatch] = np.flatnonzero(mismatch)  # ...unless the bytes differ: then its own

@@ -161,3 +161,37 @@ def test_a_saved_frame_buffer_loads_back_without_pickle_and_so_does_one_saved_wh
     whole["obs"] = whole["obs"][:, :2]
     with pytest.raises(ValueError, match="replay field 'obs' has shape"):
         copy.load_state(whole)
+
+
+@pytest.mark.parametrize("buffer_class", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_a_batch_larger_than_the_buffer_keeps_its_newest_transitions_whole(buffer_class):
+    """400 transitions of 1-step episodes that all start from one observation, into 100 slots: the newest 100
+    stay, although their shared frame first appeared in the oldest."""
+    rng = np.random.default_rng(0)
+    start = rng.integers(0, 256, (STACK, SIDE, SIDE), dtype=np.uint8)
+    n = 400
+    obs = np.broadcast_to(start, (n, STACK, SIDE, SIDE))
+    new = rng.integers(0, 256, (n, 1, SIDE, SIDE), dtype=np.uint8)  # each episode's one new frame
+    next_obs = np.concatenate([np.broadcast_to(start[1:], (n, STACK - 1, SIDE, SIDE)), new], axis=1)
+    added = {"obs": np.ascontiguousarray(obs), "next_obs": next_obs, "actions": np.arange(n),
+             "rewards": np.zeros(n, np.float32), "discounts": np.zeros(n, np.float32)}
+    buffer = buffer_class(100, ObsSpec(STACKED), np.random.default_rng(1))
+    buffer.add(added)
+    assert len(buffer) == 100 and buffer.state()["actions"].tolist() == list(range(300, 400))
+    assert_replays_exactly(buffer, added)
+
+
+def test_saved_priorities_must_be_finite_non_negative_numbers_and_an_empty_buffer_is_not_sampled():
+    buffer = PrioritizedReplayBuffer(50, ObsSpec(STACKED), np.random.default_rng(1))
+    with pytest.raises(ValueError, match="empty"):
+        buffer.sample(4)
+    fill(buffer, np.random.default_rng(0), batches=1)
+    state = buffer.state()
+    for damage in ({"priorities": -state["priorities"]}, {"priorities": np.full_like(state["priorities"], np.nan)},
+                   {"max_priority": np.array([1.0, 2.0])}, {"actions": state["actions"].astype(np.float32)}):
+        copy = PrioritizedReplayBuffer(50, ObsSpec(STACKED), np.random.default_rng(1))
+        fill(copy, np.random.default_rng(5), batches=1)
+        before = copy.state()
+        with pytest.raises(ValueError, match="replay field"):
+            copy.load_state({**state, **damage})
+        assert np.array_equal(copy.state()["priorities"], before["priorities"])  # refused before any change

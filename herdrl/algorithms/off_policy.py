@@ -131,7 +131,7 @@ class OffPolicyAlgorithm(Algorithm):
             for fragment in self.sample(self.exploration(self.env_steps_lifetime + self._iter_steps)):
                 self.buffer.add(fragment_transitions(fragment, cfg.gamma, cfg.n_step))
             new_steps, sampled = self._iter_steps - sampled, self._iter_steps
-            if len(self.buffer) < min(cfg.num_steps_sampled_before_learning_starts, self.buffer.capacity):
+            if len(self.buffer) < max(1, min(cfg.num_steps_sampled_before_learning_starts, self.buffer.capacity)):
                 continue
             self._replay_debt += cfg.training_intensity * new_steps
             due = int(self._replay_debt // cfg.train_batch_size)
