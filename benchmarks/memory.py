@@ -2,6 +2,7 @@
 
     python benchmarks/memory.py --seeds 1 2 3
     python benchmarks/memory.py --env herd/Recall-v0 --target 0.95 --budget 100000 --seeds 1 2 3
+    python benchmarks/memory.py --defaults --seeds 0 1 2 3 4 --budget 500000   # the README's line, defaults
 
 ``herd/StatelessCartPole-v1`` is CartPole-v1 showing positions only (no velocities). Each run trains until the
 mean return of the last 100 training episodes reaches ``--target`` or the step budget is spent, in its own
@@ -86,8 +87,44 @@ def run_sb3(seed: int, target: float, budget: int, env: str = ENV, env_config: d
             "steps": model.num_timesteps, "return": mean}
 
 
+def run_defaults(seed: int, budget: int, config: list[str]) -> dict:
+    """The README's line as a user runs it: ``herd train ppo --env herd/StatelessCartPole-v1 --config
+    model.use_lstm=true`` (every other setting herdrl's default), to the env's threshold (475) or ``budget``."""
+    import tempfile
+    from pathlib import Path
+
+    herd = str(Path(sys.executable).parent / "herd")
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        proc = subprocess.run([herd, "train", "ppo", "--env", ENV, "--config", "model.use_lstm=true", *config,
+                               "--seed", str(seed), "--budget", str(budget), "--output", out, "--quiet",
+                               "--no-tensorboard"], capture_output=True, text=True)
+        elapsed = time.perf_counter() - start
+        rows = [json.loads(line) for trial in Path(out).glob("*/*/result.json") for line in trial.open()]
+    if not rows:
+        return {"solved": False, "seconds": elapsed, "steps": 0, "return": float("nan"), "error": proc.stderr[-300:]}
+    best = max(r["episode_return_mean"] for r in rows if r["episode_return_mean"] == r["episode_return_mean"])
+    return {"solved": proc.returncode == 0, "seconds": elapsed, "steps": rows[-1]["num_env_steps_sampled_lifetime"],
+            "return": rows[-1]["episode_return_mean"], "best": best}
+
+
+def defaults_table(seeds: list[int], budget: int, config: list[str]) -> None:
+    """One row per seed of :func:`run_defaults`, from process start (imports included)."""
+    extra = f" {' '.join(config)}" if config else ""
+    print(f"herd train ppo --env {ENV} --config model.use_lstm=true{extra} --seed S --budget {budget:,}")
+    print("| seed | solved (475) | env steps | time, s | return at the end | best 100-episode mean |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for seed in seeds:
+        r = run_defaults(seed, budget, config)
+        print(f"| {seed} | {'yes' if r['solved'] else 'no'} | {r['steps']:,} | {r['seconds']:.0f} | "
+              f"{r['return']:.0f} | {r.get('best', float('nan')):.0f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--defaults", action="store_true",
+                        help="the README's LSTM line with herdrl's defaults, to 475, one row per seed")
+    parser.add_argument("--config", nargs="*", default=[], help="with --defaults: extra KEY=VALUE overrides")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--env", default=ENV, choices=[ENV, "herd/Recall-v0"])
     parser.add_argument("--delay", type=int, help="herd/Recall-v0: blank steps between the cue and the answer")
@@ -95,6 +132,9 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=200_000)
     parser.add_argument("--run", nargs=2, metavar=("TOOL", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.defaults:
+        defaults_table(args.seeds, args.budget, args.config)
+        return
     env_config = {} if args.delay is None else {"delay": args.delay}
     if args.run:
         tool, seed = args.run[0], int(args.run[1])

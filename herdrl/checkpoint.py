@@ -25,10 +25,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import secrets
 import shutil
 import socket
 import stat
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from herdrl.errors import HerdError
+from herdrl.errors import ConfigError, HerdError
 
 #: 2: PPO/A2C ``vf_loss_coeff`` weighs the plain mean squared error (RLlib's formula; 1 weighed half of it).
 FORMAT_VERSION = 3
@@ -299,16 +301,19 @@ def read_tensors(path: Path) -> dict[str, Any]:
                               "(CVE-2025-32434); herdrl loads checkpoints with torch >= 2.6: pip install -U torch")
     file = Path(path) / TENSOR_FILE
     try:
-        with _open_regular(file) as f:
+        with _open_regular(file) as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's own advice on a refused file is not ours to print
             return torch.load(f, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint '{path}' is damaged: {TENSOR_FILE} is missing") from None
     except CheckpointError:
         raise
-    except Exception as exc:  # UnpicklingError (a pickle payload), RuntimeError (truncated zip), EOFError, ...
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"checkpoint '{path}': {TENSOR_FILE} is not a valid weights file, refusing to load "
-                              f"it ({type(exc).__name__}: {first[:160]})") from None
+    except pickle.UnpicklingError:  # the weights-only loader met something other than tensors and numbers
+        raise CheckpointError(f"checkpoint '{path}': {TENSOR_FILE} holds Python objects besides tensors (it was not "
+                              "written by herdrl, or was tampered with); refusing to load it") from None
+    except Exception:  # RuntimeError (truncated or corrupt zip), EOFError, ...
+        raise CheckpointError(f"checkpoint '{path}' is damaged: {TENSOR_FILE} is truncated or corrupt (a write cut "
+                              "short?); refusing to load it") from None
 
 
 def _in_tune_layout(path: Path) -> Path:
@@ -325,21 +330,28 @@ def list_checkpoints(trial_dir: Path) -> list[Path]:
 
 
 def newest_valid_checkpoint(trial_dir: Path) -> Path | None:
-    """The newest checkpoint in ``trial_dir`` whose files load; damaged ones are skipped."""
+    """The newest checkpoint in ``trial_dir`` whose files load; each damaged one skipped is named in a warning
+    with the reason (a run resumed or evaluated from an older checkpoint than the user expects must say so)."""
     for path in map(_in_tune_layout, reversed(list_checkpoints(trial_dir))):
         try:
             read_meta(path)
             read_tensors(path)
             return path
-        except CheckpointError:
+        except CheckpointError as exc:
+            logger.warning("herdrl: skipping %s, the newest checkpoint that loads comes before it: %s", path.name,
+                           exc)
             continue
     return None
 
 
 def prune(trial_dir: Path, keep: int, score_attr: str | None = "episode_return_mean") -> None:
-    """Delete all but the ``keep`` newest checkpoints and the best one by ``score_attr``."""
+    """Delete all but the ``keep`` newest checkpoints (``keep >= 1``: the newest is never deleted) and the best one
+    by ``score_attr`` (checkpoints whose score is missing or not finite are never the best)."""
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ConfigError(f"keep_checkpoints_num got {keep!r}; expected an int >= 1 (the newest checkpoint is "
+                          "always kept)")
     paths = list_checkpoints(trial_dir)
-    keep_set = set(paths[-keep:]) if keep > 0 else set()
+    keep_set = set(paths[-keep:])
     if score_attr:
         scored = []
         for p in paths:

@@ -4,9 +4,10 @@
     herd train -f examples/cartpole-ppo.yaml
     herd train --run PPO --name-env CartPole-v1 --num-cpus 0   # the seed trainer's flags
 
-Exit codes: 0 done (stop criterion met, or solved under the default criterion),
-2 bad input (one line on stderr; ``--debug`` shows the traceback),
-3 the default step budget ran out before the env was solved, 130 interrupted.
+Exit codes: 0 done (stop criterion met, or solved under the default criterion; also a resumed trial that was
+already done), 2 bad input (one line on stderr; ``--debug`` shows the traceback), 3 the default step budget ran out
+before the env was solved, 130 interrupted by Ctrl-C (SIGINT), 143 stopped by SIGTERM (a scheduler's time limit or
+``scancel``), each after a final checkpoint.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from typing import Any
 
 EXIT_BAD_INPUT = 2
 EXIT_NOT_SOLVED = 3
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 iteration``, ``2 iterations``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 
@@ -148,8 +155,9 @@ def _add_plot_parser(subparsers: Any) -> None:
                               description="Learning curves: runs grouped by what differs between them (algorithm, "
                                           "swept keys, folder), the mean and min-max band over each group's seeds.")
     p.add_argument("folders", nargs="+", help="result folders (an experiment, a trial, a sweep)")
-    p.add_argument("--y", "--metric", dest="metric", default="episode_return_mean",
-                   help="result column on the y axis (default episode_return_mean)")
+    p.add_argument("--y", "--metric", dest="metric", default=None,
+                   help="result column on the y axis (default: each run's algorithm's own metric, "
+                        "episode_return_mean, or evaluation/episode_return_mean for DQN, SAC, TD3)")
     p.add_argument("--x", default="steps",
                    help="x axis: steps (env steps, default), time (s), iteration, or any result column")
     p.add_argument("--out", default="curves.png", help="output .png or .svg (default curves.png)")
@@ -312,19 +320,21 @@ def _train(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every or None, keep_checkpoints_num=args.keep_checkpoints_num,
         checkpoint_score_attr=args.checkpoint_score_attr)
     result = outcome.result
-    metric = getattr(config, "stop_metric", "episode_return_mean")
+    metric = config.stop_metric
     labels = {"training_iteration": "iteration limit", "num_env_steps_sampled_lifetime": "step limit",
               "time_total_s": "time limit"}
     label = labels.get(outcome.stopped_by, outcome.stopped_by)
     if "episode_return_mean" in outcome.stopped_by:  # a reward target: the env's threshold, or the user's own
         label = "solved" if outcome.solved else "target reached"
+    if outcome.already_done:
+        label = f"already done ({label})"
     summary = (f"{label}: {metric} {format_value(result.get(metric))} "
-               f"after {result.get('num_env_steps_sampled_lifetime', 0):,} env steps, "
-               f"{result.get('training_iteration', 0)} iterations, {result.get('time_total_s', 0.0):.1f} s; "
+               f"after {plural(result.get('num_env_steps_sampled_lifetime', 0), 'env step')}, "
+               f"{plural(result.get('training_iteration', 0), 'iteration')}, {result.get('time_total_s', 0.0):.1f} s; "
                f"results in {outcome.logdir}")
     print(summary, file=sys.stderr if outcome.stopped_by == "budget" else sys.stdout)
     if outcome.stopped_by == "interrupted":
-        return EXIT_INTERRUPTED
+        return 128 + outcome.signal if outcome.signal else EXIT_INTERRUPTED
     if outcome.stopped_by == "budget" and outcome.solved is False:
         return EXIT_NOT_SOLVED
     return 0
@@ -448,7 +458,8 @@ def _tune(args: argparse.Namespace) -> int:
                 and next(iter(v)) in ("grid_search", "choice", "uniform", "loguniform")]
     best = analysis.best_result
     print(f"best trial: {analysis.best_logdir}")
-    print(f"  {metric} = {format_value(best.get(metric))} after {best.get('training_iteration')} iterations")
+    iterations = plural(best.get("training_iteration") or 0, "iteration")
+    print(f"  {metric} = {format_value(best.get(metric))} after {iterations}")
     print("  config: " + ", ".join(f"{k}={analysis.best_config.get(k)}" for k in searched))
     print(f"  checkpoint: {analysis.best_checkpoint}")
     if analysis.errors:

@@ -136,6 +136,10 @@ class AlgorithmConfig:
     stores_raw_transitions: bool = False
     #: Whether ``.multi_agent()`` runs can use it (on-policy algorithms whose learner takes fragments).
     supports_multi_agent: bool = False
+    #: The result key the algorithm is judged by: its "solved" and default stop criterion, what ``herd plot`` draws
+    #: and what keeps the best checkpoint. The training return, or for algorithms that explore while they train
+    #: (DQN, SAC, TD3) the greedy evaluation return.
+    stop_metric: str = "episode_return_mean"
 
     FIELDS: dict[str, Field] = {
         "env": Field(None, (str,), "environment", allow_none=True,
@@ -237,9 +241,14 @@ class AlgorithmConfig:
         "max_num_worker_restarts": "max_num_env_runner_restarts",
     }
 
+    #: Defaults a recurrent run (``model={"use_lstm": True}``) takes for the keys the user did not set (``model.x``
+    #: names a model key): what the algorithm's ordinary defaults are tuned for is not what an LSTM needs.
+    LSTM_DEFAULTS: dict[str, Any] = {}
+
     def __init__(self) -> None:
         values = {key: copy.deepcopy(f.default) for key, f in self.fields().items()}
         object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_explicit", set())  # keys the user set ("model.x" for model keys)
 
     # ----------------------------------------------------------------- keys
     @classmethod
@@ -277,7 +286,18 @@ class AlgorithmConfig:
         raise AttributeError(f"{type(self).__name__} has no attribute '{name}'")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        self._values[self.canonical_key(name)] = value
+        key = self.canonical_key(name)
+        self._mark_explicit(key, value)
+        self._values[key] = value
+
+    def _mark_explicit(self, key: str, value: Any) -> None:
+        self._explicit.add(key)
+        if key == "model" and isinstance(value, Mapping):
+            self._explicit.update(f"model.{k}" for k in value)
+
+    def is_explicit(self, key: str) -> bool:
+        """Whether the user set ``key`` (``model.x`` for a model key), rather than leaving it to a default."""
+        return key in self._explicit
 
     def _set(self, group: str | None, kwargs: Mapping[str, Any]) -> AlgorithmConfig:
         fields = self.fields()
@@ -286,10 +306,21 @@ class AlgorithmConfig:
             if group is not None and fields[key].group != group:
                 raise ConfigError(
                     f"'{name}' is set with .{fields[key].group}(), not .{group}()")
+            self._mark_explicit(key, value)
             if key == "model":
                 value = self._merged_model(value)
             self._values[key] = value
         return self
+
+    def _take_defaults(self, defaults: Mapping[str, Any]) -> None:
+        """Set each of ``defaults`` (``model.x``: a model key) that the user did not set explicitly."""
+        for name, value in defaults.items():
+            if self.is_explicit(name):
+                continue
+            if name.startswith("model."):
+                self._values["model"] = {**self._values["model"], name.removeprefix("model."): copy.deepcopy(value)}
+            else:
+                self._values[self.canonical_key(name)] = copy.deepcopy(value)
 
     def _merged_model(self, model: Any) -> Any:
         if not isinstance(model, Mapping):
@@ -404,6 +435,7 @@ class AlgorithmConfig:
         """An independent copy of this config."""
         clone = type(self)()
         object.__setattr__(clone, "_values", copy.deepcopy(self._values))
+        object.__setattr__(clone, "_explicit", set(self._explicit))
         return clone
 
     def __repr__(self) -> str:
@@ -414,7 +446,10 @@ class AlgorithmConfig:
 
     # ------------------------------------------------------------ validate
     def validate(self) -> None:
-        """Check every value's type and range, then the algorithm's cross-key rules."""
+        """Check every value's type and range, then the algorithm's cross-key rules. A recurrent model first takes
+        :attr:`LSTM_DEFAULTS` for the keys the user left to their defaults."""
+        if isinstance(self.model, Mapping) and self.model.get("use_lstm") is True:
+            self._take_defaults(self.LSTM_DEFAULTS)
         for key, f in self.fields().items():
             value = self._values[key]
             if key in ("env", "policy_mapping_fn") and callable(value):
@@ -535,14 +570,20 @@ class AlgorithmConfig:
         return int(self.rollout_fragment_length)
 
     def build_module(self, observation_space: Any, action_space: Any) -> Any:
-        """The network this algorithm learns (an actor-critic by default); runners build the same."""
-        from herdrl.models import ActorCritic
-
+        """The network this algorithm learns; runners build the same. Multi-agent runs (spaces: policy id ->
+        space) get one :meth:`build_policy_module` per policy. Algorithms override :meth:`build_policy_module`,
+        never this, so every algorithm's networks work in multi-agent runs alike."""
         if isinstance(observation_space, dict):  # multi-agent: policy id -> space
             from herdrl.multi_agent import MultiAgentModule
 
-            return MultiAgentModule({pid: self.build_module(space, action_space[pid])
+            return MultiAgentModule({pid: self.build_policy_module(space, action_space[pid])
                                      for pid, space in observation_space.items()})
+        return self.build_policy_module(observation_space, action_space)
+
+    def build_policy_module(self, observation_space: Any, action_space: Any) -> Any:
+        """One policy's network (an actor-critic by default, recurrent with ``use_lstm``)."""
+        from herdrl.models import ActorCritic
+
         if self.model["use_lstm"]:
             from herdrl.models.recurrent import RecurrentActorCritic
 

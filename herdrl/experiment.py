@@ -23,7 +23,7 @@ from herdrl.checkpoint import TUNE_SUBDIR
 from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold, imports
 from herdrl.errors import ConfigError, HerdError, did_you_mean
-from herdrl.logger import ConsoleReporter, Logger
+from herdrl.logger import ConsoleReporter, Logger, format_value
 from herdrl.trial_dir import TrialLock, create_trial_dir
 
 #: Env steps after which a run with no stop criterion of the user's gives up on "solved".
@@ -32,6 +32,8 @@ DEFAULT_STEP_BUDGET = 1_000_000
 #: Stop keys (a run stops when ``result[key] >= value``) and the older names that mean them.
 STOP_KEYS = ("training_iteration", "num_env_steps_sampled_lifetime", "episode_return_mean", "time_total_s",
              "evaluation/episode_return_mean")
+#: Stop keys that count up from 0 (iterations, steps, seconds): a limit must be positive.
+COUNT_STOP_KEYS = ("training_iteration", "num_env_steps_sampled_lifetime", "time_total_s")
 STOP_ALIASES = {
     "timesteps_total": "num_env_steps_sampled_lifetime",
     "num_env_steps_sampled": "num_env_steps_sampled_lifetime",
@@ -49,6 +51,8 @@ def normalize_stop(stop: Mapping[str, Any] | None) -> dict[str, float]:
             raise ConfigError(f"unknown stop key '{key}'{did_you_mean(key, STOP_KEYS)}; known: {list(STOP_KEYS)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
             raise ConfigError(f"stop key '{key}' got {value!r}; expected a number")
+        if name in COUNT_STOP_KEYS and value <= 0:
+            raise ConfigError(f"stop key '{key}' got {value!r}; expected a number > 0")
         out[name] = value
     return out
 
@@ -61,6 +65,8 @@ class Outcome:
     stopped_by: str  # a stop key, "solved", "budget" or "interrupted"
     solved: bool | None  # None when no reward threshold applies
     logdir: Path
+    signal: int | None = None  # the signal that interrupted the run (SIGINT, SIGTERM), if one did
+    already_done: bool = False  # a resumed trial whose stop criterion its checkpoint already met: nothing ran
 
 
 def trial_name(config: AlgorithmConfig) -> str:
@@ -133,10 +139,11 @@ def trial_algorithm(trial_dir: Path, params: dict[str, Any] | None = None) -> st
 
 class _GracefulStop:
     """First Ctrl-C (or SIGTERM, as Slurm sends at a time limit): finish the iteration, checkpoint, stop.
-    A second Ctrl-C aborts at once."""
+    A second Ctrl-C aborts at once. ``signum``: the first signal received."""
 
     def __init__(self, console: ConsoleReporter | None) -> None:
         self.requested = False
+        self.signum: int | None = None
         self.console = console
         self._old: dict[int, Any] = {}
 
@@ -150,9 +157,11 @@ class _GracefulStop:
         if self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.requested = True
+        self.signum = self.signum or signum
         if self.console:
-            self.console.message(f"{signal.Signals(signum).name}: stopping after this iteration with a checkpoint "
-                                 "(Ctrl-C again to abort now)")
+            again = " (Ctrl-C again to abort now)" if signum == signal.SIGINT else ""
+            self.console.message(f"{signal.Signals(signum).name}: stopping after this iteration with a "
+                                 f"checkpoint{again}")
 
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._old.items():
@@ -176,9 +185,12 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     from herdrl.checkpoint import prune
 
     config.validate()
-    metric = getattr(config, "stop_metric", "episode_return_mean")  # off-policy: greedy evaluation returns
+    metric = config.stop_metric  # off-policy: greedy evaluation returns
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every got {checkpoint_every}; expected an int >= 1 or None")
+    if isinstance(keep_checkpoints_num, bool) or not isinstance(keep_checkpoints_num, int) or keep_checkpoints_num < 1:
+        raise ConfigError(f"keep_checkpoints_num got {keep_checkpoints_num!r}; expected an int >= 1 (the newest "
+                          "checkpoint is always kept)")
     criteria = normalize_stop(stop)
     threshold = env_reward_threshold(config.env) if not callable(config.env) else None
     default_stop = not criteria
@@ -241,6 +253,17 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
 
     result: dict[str, Any] = dict(algo.last_result)
     stopped_by = "interrupted"
+    done = [k for k, v in criteria.items() if result.get(k, -math.inf) >= v] if checkpoint is not None else []
+    if done:  # a finished trial resumed (a chained job after the last one): nothing to train, success
+        if console:
+            console.message(f"already finished: {done[0]} {format_value(result.get(done[0]))} >= "
+                            f"{criteria[done[0]]:g} at its newest checkpoint; nothing to train")
+        algo.stop()
+        lock.release()
+        return Outcome(result=result, stopped_by=_stop_reason(done[0], default_stop, metric), logdir=logdir,
+                       solved=None if threshold is None else result.get(metric, -math.inf) >= threshold,
+                       already_done=True)
+    graceful = None
     try:
         with _GracefulStop(console) as graceful:
             try:
@@ -269,11 +292,17 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     solved = None
     if threshold is not None and result:
         solved = result.get(metric, -math.inf) >= threshold
-    if default_stop and stopped_by == metric:
-        stopped_by = "solved"
-    elif default_stop and stopped_by == "num_env_steps_sampled_lifetime":
-        stopped_by = "budget"
-    return Outcome(result=result, stopped_by=stopped_by, solved=solved, logdir=logdir)
+    return Outcome(result=result, stopped_by=_stop_reason(stopped_by, default_stop, metric), solved=solved,
+                   logdir=logdir, signal=graceful.signum if graceful is not None else None)
+
+
+def _stop_reason(key: str, default_stop: bool, metric: str) -> str:
+    """The stop key that held, named "solved" or "budget" when it was the default criterion's."""
+    if default_stop and key == metric:
+        return "solved"
+    if default_stop and key == "num_env_steps_sampled_lifetime":
+        return "budget"
+    return key
 
 
 # ------------------------------------------------------------------ YAML files

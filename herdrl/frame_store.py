@@ -86,14 +86,15 @@ class FrameStore:
     def put(self, slots: np.ndarray, obs: np.ndarray, next_obs: np.ndarray) -> None:
         """Store the transitions at ``slots``: (n, *shape) observations and next observations."""
         n, k = len(slots), self.per_obs
+        if n == 0:
+            return
         pairs = np.stack([np.asarray(obs).astype(self.dtype, copy=False).reshape(n, k, -1),
                           np.asarray(next_obs).astype(self.dtype, copy=False).reshape(n, k, -1)], axis=1)
         # Row order is transition order: if a batch has more new frames than the ring, the newest keep theirs.
         ids = self._intern(pairs.view(np.uint8).reshape(2 * n * k, self.unit_bytes)).reshape(n, 2, k)
         self.obs_ids[slots], self.next_ids[slots] = ids[:, 0], ids[:, 1]
         self.oldest[slots] = ids.reshape(n, 2 * k).min(axis=1)
-        if n:
-            self._floor = min(self._floor, int(self.oldest[slots].min()))
+        self._floor = min(self._floor, int(self.oldest[slots].min()))
 
     def get(self, slots: np.ndarray, next_obs: bool = False) -> np.ndarray:
         """The (n, *shape) observations (or next observations) of the transitions at ``slots``."""

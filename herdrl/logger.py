@@ -9,6 +9,7 @@ event files (``tensorboard --logdir <output>``).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -151,13 +152,7 @@ class Logger:
         write_text_atomic(json_path, "".join(line + "\n" for line in kept))
         rows = [r for r in self._read_csv() if _int(r.get("training_iteration")) <= iteration]
         if rows:
-            fields = list(rows[0].keys())
-            self._csv_fields = fields
-            self._csv = open(self._csv_path, "w", newline="")
-            writer = csv.DictWriter(self._csv, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(rows)
-            self._csv.flush()
+            self._rewrite_csv(list(rows[0].keys()), rows)
         elif self._csv_path.exists():
             self._csv_path.unlink()
 
@@ -176,15 +171,22 @@ class Logger:
         if self._csv_fields is None or new_keys:
             # First row, or a key appeared (e.g. evaluation metrics): rewrite with the wider header.
             rows = self._read_csv() if self._csv_fields is not None else []
-            self._csv_fields = (self._csv_fields or []) + new_keys
-            if self._csv is not None:
-                self._csv.close()
-            self._csv = open(self._csv_path, "w", newline="")
-            writer = csv.DictWriter(self._csv, fieldnames=self._csv_fields)
-            writer.writeheader()
-            writer.writerows(rows)
+            self._rewrite_csv((self._csv_fields or []) + new_keys, rows)
         csv.DictWriter(self._csv, fieldnames=self._csv_fields).writerow(result)
         self._csv.flush()
+
+    def _rewrite_csv(self, fields: list[str], rows: list[dict[str, Any]]) -> None:
+        """Replace progress.csv with ``rows`` under the header ``fields`` atomically (a kill at any moment leaves
+        the old file or the new one, never a truncated curve), then reopen it for appending."""
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+        if self._csv is not None:
+            self._csv.close()
+        write_text_atomic(self._csv_path, text.getvalue())
+        self._csv_fields = fields
+        self._csv = open(self._csv_path, "a", newline="")
 
     def _read_csv(self) -> list[dict[str, str]]:
         if not self._csv_path.exists():

@@ -52,14 +52,16 @@ class _Optimizer:
                 **{name: [t.clone() for t in getattr(self, name)] for name in self.buffers}}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+        """Restore the step count and state tensors of what :meth:`state_dict` returned.
+
+        The saved hyperparameters (``lr``, ``betas``, ``eps``, ``alpha``) are not used: the run's config decides
+        them (a run resumed with another ``lr``, or a PBT trial given a mutated one, trains with that value);
+        the checkpoint gives only what was learned (moments, step counts).
+        """
         for name in self.buffers:
             if len(state[name]) != len(self.params):
                 raise ValueError(f"optimizer state has {len(state[name])} tensors, expected {len(self.params)}")
-        self.steps, self.lr = int(state["steps"]), float(state["lr"])
-        for name in self.hyperparameters:
-            value = state[name]
-            setattr(self, name, tuple(value) if isinstance(value, list) else float(value))
+        self.steps = int(state["steps"])
         for name in self.buffers:
             for mine, theirs in zip(getattr(self, name), state[name], strict=True):
                 mine.copy_(theirs)

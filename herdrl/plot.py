@@ -8,6 +8,10 @@ e.g. by ASHA, the mean is over the runs still going), with the min-max spread sh
 
     herd plot results/CartPole-v1 --out curves.png                  # PPO and DQN trials: one curve each
     herd plot results/sweep --y evaluation/episode_return_mean --x time
+
+Without ``--y``, each run is drawn on the metric its algorithm is judged by (its ``stop_metric``): the training
+return for on-policy algorithms, the greedy evaluation return for DQN, SAC and TD3, whose training return includes
+their exploration; the legend says which when a plot mixes them.
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ import numpy as np
 
 from herdrl.errors import HerdError
 
+#: ``metric`` meaning "each run on the metric its algorithm is judged by" (``herd plot`` without ``--y``).
+JUDGED = "judged"
+#: Short legend names of the metrics algorithms are judged by.
+METRIC_NAMES = {"episode_return_mean": "training return", "evaluation/episode_return_mean": "greedy evaluation"}
 #: ``--x`` short names -> result columns, and every x column's axis label (with its unit).
 X_AXES = {"steps": "num_env_steps_sampled_lifetime", "time": "time_total_s", "iteration": "training_iteration"}
 AXIS_LABELS = {
@@ -35,6 +43,7 @@ AXIS_LABELS = {
     "training_iteration": "training iteration",
     "episode_return_mean": "episode return (mean of the last 100 episodes)",
     "evaluation/episode_return_mean": "greedy evaluation return (mean of its episodes)",
+    JUDGED: "return: each run on its algorithm's metric (see legend)",
     "episode_len_mean": "episode length (steps, mean of the last 100)",
     "env_steps_per_s": "env steps per second",
 }
@@ -54,6 +63,7 @@ class Run:
     x: np.ndarray
     y: np.ndarray
     params: dict[str, Any] = field(default_factory=dict)
+    metric: str = "episode_return_mean"  # the column y holds
 
 
 @dataclass
@@ -66,6 +76,7 @@ class Curve:
     low: np.ndarray
     high: np.ndarray
     runs: int
+    metric: str = "episode_return_mean"  # the column its runs show
 
 
 def _flatten(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -112,14 +123,22 @@ def _params(trial_dir: Path) -> dict[str, Any]:
 
 
 def read_runs(folder: Path, metric: str, x: str) -> list[Run]:
-    """Every progress.csv below ``folder`` that has both columns (finite values only)."""
+    """Every progress.csv below ``folder`` that has both columns (finite values only). ``metric`` :data:`JUDGED`:
+    each run's algorithm's ``stop_metric``."""
+    from herdrl.registry import judged_metric
+
     runs = []
     for path in sorted(Path(folder).rglob("progress.csv")):
+        params = _params(path.parent)
+        column = judged_metric(params.get("algorithm")) if metric == JUDGED else metric
         xs, ys = [], []
         with open(path, newline="") as f:
-            for row in csv.DictReader(f):
+            reader = csv.DictReader(f)
+            if metric == JUDGED and column not in (reader.fieldnames or ()):
+                column = "episode_return_mean"  # a run that never evaluated: its training return is all there is
+            for row in reader:
                 try:
-                    xv, yv = float(row[x]), float(row[metric])
+                    xv, yv = float(row[x]), float(row[column])
                 except (KeyError, TypeError, ValueError):
                     continue
                 if math.isfinite(xv) and math.isfinite(yv):
@@ -127,7 +146,7 @@ def read_runs(folder: Path, metric: str, x: str) -> list[Run]:
                     ys.append(yv)
         if xs:
             order = np.argsort(xs, kind="stable")  # interpolation needs increasing x (e.g. --x env_steps_per_s)
-            runs.append(Run(path, np.asarray(xs)[order], np.asarray(ys)[order], _params(path.parent)))
+            runs.append(Run(path, np.asarray(xs)[order], np.asarray(ys)[order], params, column))
     return runs
 
 
@@ -135,17 +154,23 @@ def _label(params: dict[str, Any], varying: list[str]) -> str:
     def short(value: Any) -> str:
         return f"{value:g}" if isinstance(value, float) else str(value)
 
-    return " ".join(short(params[k]) if k in ("folder", "algorithm", "env") else f"{k}={short(params.get(k))}"
-                    for k in varying if params.get(k) is not None or k not in ("folder", "algorithm", "env"))
+    named = ("folder", "algorithm", "env")
+    words = [short(params[k]) if k in named else f"{k}={short(params.get(k))}"
+             for k in varying if k != "metric" and (params.get(k) is not None or k not in named)]
+    if "metric" in varying:
+        words.append(f"[{params['metric']}]")
+    return " ".join(words)
 
 
 def _varying(runs: list[Run], keys: list[str]) -> list[str]:
     return [k for k in keys if len({repr(run.params.get(k)) for run in runs}) > 1]
 
 
-def group_curves(folders: list[str | Path], metric: str = "episode_return_mean",
+def group_curves(folders: list[str | Path], metric: str = JUDGED,
                  x: str = "num_env_steps_sampled_lifetime") -> list[Curve]:
-    """The curves :func:`plot_curves` draws: runs grouped by what differs between them, one mean each."""
+    """The curves :func:`plot_curves` draws: runs grouped by what differs between them, one mean each; with
+    ``metric`` :data:`JUDGED` (each run on its algorithm's metric), runs on different metrics never share a curve,
+    and when they differ the labels say which each curve shows."""
     runs: list[Run] = []
     for folder in folders:
         if not Path(folder).exists():
@@ -156,11 +181,17 @@ def group_curves(folders: list[str | Path], metric: str = "episode_return_mean",
             run.params["folder"] = str(experiment)
             runs.append(run)
     if not runs:
-        raise HerdError(f"no progress.csv with columns '{x}' and '{metric}' under {', '.join(map(str, folders))}")
+        what = "a return column" if metric == JUDGED else f"'{metric}'"
+        raise HerdError(f"no progress.csv with columns '{x}' and {what} under {', '.join(map(str, folders))}")
+    mixed = len({run.metric for run in runs}) > 1
+    for run in runs:
+        run.params["metric"] = METRIC_NAMES.get(run.metric, run.metric)
     # Experiments first (folder, algorithm, env), then within each the config keys its runs differ in: two
     # algorithms have different keys by design, and only a key swept within one makes its runs differ.
     outer = ["folder", "algorithm", "env"]
     outer = _varying(runs, outer) or ["algorithm"]
+    if mixed:
+        outer.append("metric")
     if "folder" in outer:  # name folders by what tells them apart: their paths below a common parent
         common = os.path.commonpath([run.params["folder"] for run in runs])
         for run in runs:
@@ -170,7 +201,8 @@ def group_curves(folders: list[str | Path], metric: str = "episode_return_mean",
         groups.setdefault(tuple(repr(run.params.get(k)) for k in outer), []).append(run)
     labelled: dict[str, list[Run]] = {}
     for experiment in groups.values():
-        keys = sorted({k for run in experiment for k in run.params} - NOT_GROUPING - {"folder", "algorithm", "env"})
+        keys = sorted({k for run in experiment for k in run.params} - NOT_GROUPING
+                      - {"folder", "algorithm", "env", "metric"})
         varying = outer + _varying(experiment, keys)
         for run in experiment:
             labelled.setdefault(_label(run.params, varying) or "runs", []).append(run)
@@ -183,18 +215,19 @@ def group_curves(folders: list[str | Path], metric: str = "episode_return_mean",
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a grid point between runs that do not overlap
             stats = np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
-        curves.append(Curve(label, grid, *stats, len(members)))
+        curves.append(Curve(label, grid, *stats, len(members), members[0].metric))
     # Natural order: lr=0.0001 before lr=0.001, num_epochs=4 before num_epochs=10.
     return sorted(curves, key=lambda c: [(0, float(t), "") if t[:1].isdigit() else (1, 0.0, t)
                                          for t in re.split(r"(\d+(?:\.\d+)?(?:e-?\d+)?)", c.label) if t])
 
 
-def plot_curves(folders: list[str | Path], metric: str = "episode_return_mean",
+def plot_curves(folders: list[str | Path], metric: str | None = None,
                 x: str = "num_env_steps_sampled_lifetime", out: str | Path = "curves.png",
                 title: str | None = None) -> Path:
     """Draw one mean curve (and min-max band) per group of runs; write PNG or SVG by ``out``'s suffix.
 
-    ``x``: a result column or ``steps``, ``time``, ``iteration``; ``metric``: any numeric result column.
+    ``x``: a result column or ``steps``, ``time``, ``iteration``; ``metric``: any numeric result column, or None
+    for each run's algorithm's own metric (the greedy evaluation return for DQN, SAC and TD3).
     """
     import matplotlib
 
@@ -205,7 +238,11 @@ def plot_curves(folders: list[str | Path], metric: str = "episode_return_mean",
     if out.suffix.lower() not in (".png", ".svg"):
         raise HerdError(f"--out '{out}': use a .png or .svg file name")
     x = X_AXES.get(x, x)
+    metric = metric or JUDGED
     curves = group_curves(folders, metric, x)
+    if metric == JUDGED:  # one metric for every curve: name it on the axis, as --y would
+        shown = {c.metric for c in curves}
+        metric = shown.pop() if len(shown) == 1 else JUDGED
     many = len(curves) > 4
     fig, ax = plt.subplots(figsize=(9 if many else 7, 4.5))
     for curve in curves:
@@ -215,7 +252,7 @@ def plot_curves(folders: list[str | Path], metric: str = "episode_return_mean",
             ax.fill_between(curve.x, curve.low, curve.high, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set_xlabel(AXIS_LABELS.get(x, x))
     ax.set_ylabel(AXIS_LABELS.get(metric, metric))
-    ax.set_title(title or f"{metric}: mean over runs, band min-max")
+    ax.set_title(title or f"{'return' if metric == JUDGED else metric}: mean over runs, band min-max")
     ax.grid(alpha=0.3)
     if many:  # beside the plot, where it hides no curve
         ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small", frameon=False)

@@ -24,8 +24,26 @@ ALGORITHMS: dict[str, str] = {
     "DDPG": "herdrl.algorithms.td3:DDPGConfig",
 }
 
+class EnvContext(dict):
+    """The ``env_config`` a registered creator receives: the dict itself, plus where it runs (RLlib's EnvContext):
+    ``worker_index`` (0 in the driver, 1.. for Ray runners) and ``vector_index`` (the copy within the runner), so
+    a creator can vary its envs per runner (``lambda cfg: MyEnv(seed=cfg.worker_index)``)."""
+
+    def __init__(self, env_config: dict, worker_index: int = 0, vector_index: int = 0) -> None:
+        super().__init__(env_config)
+        self.worker_index, self.vector_index = worker_index, vector_index
+
+
 # Names given to register_env -> creator(env_config) -> gymnasium.Env
 ENV_CREATORS: dict[str, Callable[[dict], Any]] = {}
+
+
+def judged_metric(algorithm: str | None) -> str:
+    """The result key ``algorithm`` is judged by (its config's ``stop_metric``); ``episode_return_mean`` for an
+    unknown or missing name."""
+    if not algorithm or algorithm.upper() not in ALGORITHMS:
+        return "episode_return_mean"
+    return get_config_class(algorithm).stop_metric
 
 
 def get_config_class(name: str) -> type:

@@ -19,8 +19,10 @@ which unpickles Tune's own state files in the experiment directory: only resume 
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,6 +155,30 @@ def _tensorboard_callback() -> Any:
             self._writers.clear()
 
     return HerdTensorBoard()
+
+
+def _repeat_warning_callback() -> Any:
+    """A Tune callback that warns when a trial starts with the config of an earlier one, seed included: a fixed
+    seed makes it the same run again (``choice`` over seeds with ``num_samples > 1`` draws repeats)."""
+    from ray.tune import Callback
+
+    class RepeatWarning(Callback):
+        """Warns once per repeated config."""
+
+        def __init__(self) -> None:
+            self._seen: dict[str, str] = {}
+
+        def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            config = dict(trial.config)
+            key = json.dumps(config, sort_keys=True, default=repr)
+            if key not in self._seen:
+                self._seen[key] = str(trial)
+            elif config.get("seed") is not None:
+                print(f"herd tune: warning: trial {trial} has the same config as {self._seen[key]}, seed "
+                      f"{config['seed']} included: it repeats that run (sample seeds with grid_search, not choice)",
+                      file=sys.stderr, flush=True)
+
+    return RepeatWarning()
 
 
 # ------------------------------------------------------------------ schedulers
@@ -323,7 +349,8 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
                                         mode=mode, max_concurrent_trials=max_concurrent_trials),
             run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=stop_criteria,
                                       checkpoint_config=checkpoints, verbose=verbose, callbacks=[
-                                          CSVLoggerCallback(), JsonLoggerCallback(), _tensorboard_callback()]),
+                                          CSVLoggerCallback(), JsonLoggerCallback(), _tensorboard_callback(),
+                                          _repeat_warning_callback()]),
         )
     if verbose:
         print(f"Results, checkpoints and TensorBoard files: {storage / name} (tensorboard --logdir {storage / name})")

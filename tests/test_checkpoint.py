@@ -14,7 +14,7 @@ import torch
 
 from herdrl import Algorithm, PPOConfig
 from herdrl.checkpoint import CheckpointError, list_checkpoints, newest_valid_checkpoint, prune
-from herdrl.errors import EnvError
+from herdrl.errors import ConfigError, EnvError
 from herdrl.logger import TIMING_KEYS
 from herdrl.policy import Policy
 
@@ -73,19 +73,42 @@ class Evil:
         return (os.system, (f"touch /tmp/herdrl-pwned-{os.getpid()}",))
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("writer", ["pickle", "torch.save"])
 def test_a_pickle_payload_is_refused_not_executed(tmp_path, writer):
-    path = trained(1).save(tmp_path / "ckpt")
+    import warnings
+
+    path = trained(1).save(tmp_path / "checkpoint_000001")
     marker = Path(f"/tmp/herdrl-pwned-{os.getpid()}")
     marker.unlink(missing_ok=True)
     with open(path / "learner.pt", "wb") as f:
         pickle.dump(Evil(), f) if writer == "pickle" else torch.save(Evil(), f)
-    with pytest.raises(CheckpointError, match="learner.pt is not a valid weights file, refusing to load it"):
-        Algorithm.from_checkpoint(path)
-    with pytest.raises(CheckpointError, match="refusing to load"):
-        Policy.from_checkpoint(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(CheckpointError, match="learner.pt holds Python objects besides tensors"):
+            Algorithm.from_checkpoint(path)
+        with pytest.raises(CheckpointError, match="refusing to load"):
+            Policy.from_checkpoint(path)
+    assert not [w for w in caught if "torch" in str(w.filename)]  # torch's advice is not printed
     assert not marker.exists()
+    out = subprocess.run([HERD, "evaluate", str(path), "--episodes", "1"], capture_output=True, text=True)
+    # One line in our own words: nothing pointing towards loading it anyway (weights_only=False runs its code).
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "weights_only" not in out.stderr and "refusing to load it" in out.stderr
+    assert not marker.exists()
+
+
+def test_evaluating_a_trial_whose_newest_checkpoint_is_damaged_says_which_was_skipped_and_why(tmp_path):
+    algo = trained(1)
+    algo.save(tmp_path / "checkpoint_000001")
+    algo.train()
+    newest = algo.save(tmp_path / "checkpoint_000002")
+    algo.stop()
+    data = (newest / "learner.pt").read_bytes()
+    (newest / "learner.pt").write_bytes(data[: len(data) // 2])
+    out = subprocess.run([HERD, "evaluate", str(tmp_path), "--episodes", "1"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "skipping checkpoint_000002" in out.stderr and "truncated or corrupt" in out.stderr
+    assert "checkpoint_000001" in out.stdout
 
 
 def test_damaged_and_foreign_checkpoints_give_one_clear_line(tmp_path):
@@ -96,7 +119,7 @@ def test_damaged_and_foreign_checkpoints_give_one_clear_line(tmp_path):
     truncated = algo.save(tmp_path / "truncated")
     data = (truncated / "learner.pt").read_bytes()
     (truncated / "learner.pt").write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="truncated.*learner.pt is not a valid weights file"):
+    with pytest.raises(CheckpointError, match="truncated' is damaged: learner.pt is truncated or corrupt"):
         algo.restore(truncated)
     garbled = algo.save(tmp_path / "garbled")
     (garbled / "checkpoint.json").write_text("{not json")
@@ -306,14 +329,72 @@ def test_prune_keeps_the_newest_and_the_best(tmp_path):
                                                              "checkpoint_000005"]
 
 
+def test_prune_refuses_to_keep_none_and_never_deletes_the_newest(tmp_path):
+    algo = trained(1)
+    for i, score in enumerate([float("nan"), 50.0, float("nan")], start=1):
+        algo.last_result = {"episode_return_mean": score}
+        algo.iteration = i
+        algo.save(tmp_path / f"checkpoint_{i:06d}")
+    algo.stop()
+    for keep in (0, -1):
+        with pytest.raises(ConfigError, match="keep_checkpoints_num got"):
+            prune(tmp_path, keep=keep, score_attr="")
+    assert len(list_checkpoints(tmp_path)) == 3
+    prune(tmp_path, keep=1, score_attr="")  # no score: the newest alone
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint_000003"]
+    out = subprocess.run([HERD, "train", "ppo", "--env", "CartPole-v1", "--stop-iters", "1", "--output",
+                          str(tmp_path), "--keep-checkpoints-num", "0", "--no-tensorboard"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "keep_checkpoints_num got 0" in out.stderr
+
+
+def test_a_restored_run_trains_with_the_lr_it_is_given_not_the_saved_one(tmp_path):
+    """The checkpoint gives moments and step counts; the config gives hyperparameters. With lr=1e-9 one
+    iteration leaves the weights where they were; with the saved lr (1e-3 when trained) they move ~1e-2."""
+    algo = trained(2)
+    path = algo.save(tmp_path / "checkpoint_000002")
+    algo.stop()
+    moved = {}
+    for lr in (1e-9, None):
+        resumed = Algorithm.from_checkpoint(path, **({} if lr is None else {"lr": lr}))
+        before = {k: v.copy() for k, v in resumed.get_weights().items()}
+        resumed.train()
+        moved[lr] = max(float(np.abs(v - before[k]).max()) for k, v in resumed.get_weights().items())
+        resumed.stop()
+    assert moved[1e-9] < 1e-6 and moved[None] > 1e-3, moved
+
+
+def test_saving_elsewhere_never_deletes_another_runs_replay_buffer(tmp_path):
+    from herdrl import DQNConfig
+
+    def dqn(seed):
+        algo = DQNConfig().environment("CartPole-v1").training(
+            num_steps_sampled_before_learning_starts=64, min_sample_timesteps_per_iteration=64,
+            store_buffer_in_checkpoints=True).debugging(
+            seed=seed).build()
+        algo.train()
+        return algo
+
+    one, other = dqn(0), dqn(1)
+    first = one.save(tmp_path / "checkpoint_000001")
+    theirs = other.save(tmp_path / "checkpoint_000002")  # another run, the same folder
+    assert (first / "replay_buffer.npz").exists() and (theirs / "replay_buffer.npz").exists()
+    one.train()
+    mine = one.save(tmp_path / "checkpoint_000003")  # this run's newer checkpoint replaces its own older buffer
+    assert not (first / "replay_buffer.npz").exists()
+    assert (theirs / "replay_buffer.npz").exists() and (mine / "replay_buffer.npz").exists()
+    one.stop()
+    other.stop()
+
+
 def rows(trial: Path) -> list[int]:
     with open(trial / "progress.csv") as f:
         return [int(r["training_iteration"]) for r in csv.DictReader(f)]
 
 
-def start(tmp_path: Path, *extra: str) -> subprocess.Popen:
+def start(tmp_path: Path, *extra: str, quiet: bool = True) -> subprocess.Popen:
     return subprocess.Popen([HERD, "train", "ppo", "--env", "CartPole-v1", "--seed", "0", "--checkpoint-every", "1",
-                             "--output", str(tmp_path), "--quiet", *extra],
+                             "--output", str(tmp_path), *(["--quiet"] if quiet else []), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -360,12 +441,15 @@ def test_sigkill_and_resume_lose_nothing_and_the_run_completes(tmp_path):
     assert Policy.from_checkpoint(trial).compute_single_action(np.zeros(4, np.float32)) in (0, 1)
 
 
-def test_ctrl_c_stops_after_the_iteration_with_a_final_checkpoint(tmp_path):
-    proc = start(tmp_path, "--checkpoint-every", "0", "--stop-iters", "100000")
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_stops_after_the_iteration_with_a_final_checkpoint(tmp_path, sig, code):
+    proc = start(tmp_path, "--checkpoint-every", "0", "--stop-iters", "100000", "--no-tensorboard", quiet=False)
     trial = wait_for_rows(tmp_path / "CartPole-v1", 3, proc)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
+    assert f"{sig.name}: stopping after this iteration" in out
+    assert ("Ctrl-C again" in out) == (sig == signal.SIGINT)  # a batch job's SIGTERM has no Ctrl-C to press
     last = rows(trial)[-1]
     assert newest_valid_checkpoint(trial).name == f"checkpoint_{last:06d}"
 
@@ -380,6 +464,21 @@ def test_existing_trial_without_resume_is_refused(tmp_path, capsys):
     assert "add --resume to continue it" in capsys.readouterr().err
     assert main([*args[:4], "--stop-iters", "2", *args[6:], "--resume"]) == 0
     assert rows(tmp_path / "CartPole-v1" / "t") == [1, 2]
+    capsys.readouterr()
+    # A finished trial resumed (the next job of a chain) exits at once with success, training nothing.
+    assert main([*args[:4], "--stop-iters", "2", *args[6:], "--resume"]) == 0
+    assert rows(tmp_path / "CartPole-v1" / "t") == [1, 2]
+    assert capsys.readouterr().out.startswith("already done (iteration limit):")
+
+
+@pytest.mark.parametrize("flag, value", [("--stop-iters", "-5"), ("--stop-iters", "0"), ("--stop-timesteps", "-1"),
+                                         ("--stop-time", "0")])
+def test_a_limit_that_is_not_positive_is_refused(tmp_path, capsys, flag, value):
+    from herdrl.cli import main
+
+    assert main(["train", "ppo", "--env", "CartPole-v1", flag, value, "--output", str(tmp_path)]) == 2
+    assert "expected a number > 0" in capsys.readouterr().err
+    assert not (tmp_path / "CartPole-v1").exists()
 
 
 def test_a_crafted_folder_cannot_redirect_writes_or_stall_a_loader(tmp_path):

@@ -179,3 +179,26 @@ def test_every_command_has_a_description_in_its_help():
 
     missing = [name for name, parser in walk(build_parser(), "herd") if not parser.description]
     assert missing == []
+
+
+def test_a_kill_while_progress_csv_is_rewritten_keeps_the_curve(tmp_path, monkeypatch):
+    """A new key (evaluation metrics) rewrites progress.csv under a wider header: a crash in that window leaves
+    the rows already written."""
+    import csv as csv_module
+
+    from herdrl.logger import Logger
+
+    log = Logger(tmp_path, {}, tensorboard=False)
+    for i in (1, 2):
+        log.log({"training_iteration": i, "episode_return_mean": float(i)})
+
+    def killed(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(csv_module.DictWriter, "writeheader", killed)
+    with pytest.raises(KeyboardInterrupt):
+        log.log({"training_iteration": 3, "episode_return_mean": 3.0, "evaluation/episode_return_mean": 9.0})
+    monkeypatch.undo()
+    with open(tmp_path / "progress.csv", newline="") as f:
+        assert [row["training_iteration"] for row in csv_module.DictReader(f)] == ["1", "2"]
+    log.close()

@@ -195,3 +195,30 @@ def test_saved_priorities_must_be_finite_non_negative_numbers_and_an_empty_buffe
         with pytest.raises(ValueError, match="replay field"):
             copy.load_state({**state, **damage})
         assert np.array_equal(copy.state()["priorities"], before["priorities"])  # refused before any change
+
+
+@pytest.mark.parametrize("buffer_class", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_a_batch_without_transitions_changes_nothing(buffer_class):
+    """A fragment holding only a reset step (rollout_fragment_length=1 after an episode's end) has no transition."""
+    rng = np.random.default_rng(0)
+    buffer = buffer_class(100, ObsSpec(STACKED), np.random.default_rng(1))
+    added = fill(buffer, rng, batches=2)
+    before = buffer.state()
+    empty = {"obs": added["obs"][:0], "next_obs": added["next_obs"][:0], "actions": added["actions"][:0],
+             "rewards": added["rewards"][:0], "discounts": added["discounts"][:0]}
+    assert len(buffer.add(empty)) == 0 and len(buffer) == len(added["actions"])
+    after = buffer.state()
+    assert before.keys() == after.keys() and all(np.array_equal(before[k], after[k]) for k in before)
+    assert_replays_exactly(buffer, added)
+
+
+def test_dqn_learns_from_images_with_one_step_fragments():
+    pytest.importorskip("minatar")
+    from herdrl import DQNConfig
+
+    algo = DQNConfig().environment("MinAtar/Breakout-v1").env_runners(
+        rollout_fragment_length=1, num_envs_per_env_runner=1).training(
+        num_steps_sampled_before_learning_starts=32, min_sample_timesteps_per_iteration=300).debugging(seed=0).build()
+    result = algo.train()  # Breakout episodes end within 300 steps: fragments with only a reset step come
+    algo.stop()
+    assert result["num_episodes"] > 0 and result["replay_buffer_size"] == result["num_env_steps_sampled"] == 300

@@ -333,3 +333,57 @@ def test_fragments_of_two_runners_with_different_lengths_learn_together():
     for key in ("advantages", "returns", "old_logp"):
         torch.testing.assert_close(together[key][torch.from_numpy(mine)], alone[key])
     assert learner.update(fragments, 0)["main/num_gradient_updates"] > 0
+
+
+# The multi-agent matrix: every algorithm the docs call multi-agent, on a turn-based and a parallel env.
+def documented_multi_agent_algorithms() -> list[str]:
+    """The algorithms docs/multi_agent.md lists ("Algorithms: **PPO, A2C and TRPO**")."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "multi_agent.md").read_text()
+    listed = re.search(r"Algorithms: \*\*(.+?)\*\*", text).group(1)
+    return sorted(re.split(r",\s*|\s+and\s+", listed))
+
+
+MULTI_AGENT_ALGORITHMS = documented_multi_agent_algorithms()
+MULTI_AGENT_ENVS = {  # env id -> multi_agent settings
+    "pettingzoo/classic/tictactoe-v3": {"policies": {"main"}},  # turn-based, masked moves, one shared policy
+    "relay": SEPARATE,  # parallel, agents join late and leave early, a policy each
+}
+
+
+def test_the_documented_multi_agent_algorithms_are_the_ones_that_take_a_multi_agent_config():
+    from herdrl.registry import ALGORITHMS, get_config_class
+
+    supported = sorted(name for name in ALGORITHMS if get_config_class(name).supports_multi_agent)
+    assert MULTI_AGENT_ALGORITHMS == supported
+
+
+@pytest.mark.parametrize("env", sorted(MULTI_AGENT_ENVS))
+@pytest.mark.parametrize("algo_name", MULTI_AGENT_ALGORITHMS)
+def test_every_multi_agent_algorithm_trains_turn_based_and_parallel_envs(algo_name, env):
+    from herdrl.registry import get_config_class
+
+    config = (get_config_class(algo_name)().environment(env).env_runners(num_envs_per_env_runner=4)
+              .training(train_batch_size=256).multi_agent(**MULTI_AGENT_ENVS[env]).debugging(seed=0))
+    algo = config.build()
+    before = {pid: {k: v.clone() for k, v in algo.module[pid].state_dict().items()} for pid in algo.policies}
+    result = algo.train()
+    for pid in algo.policies:  # each policy's weights moved: it learned from its own agents' rows
+        after = algo.module[pid].state_dict()
+        assert any(not torch.equal(after[k], before[pid][k]) for k in after), pid
+    assert result["num_agent_steps_sampled"] >= 100
+    algo.stop()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_trpo_trains_a_turn_based_game_on_two_ray_runners():
+    from herdrl import TRPOConfig
+
+    algo = (TRPOConfig().environment("pettingzoo/classic/tictactoe-v3").env_runners(
+        num_env_runners=2, num_envs_per_env_runner=2).training(train_batch_size=128)
+        .multi_agent(policies={"main"}).debugging(seed=0)).build()
+    results = [algo.train() for _ in range(2)]
+    assert results[-1]["num_healthy_env_runners"] == 2 and results[-1]["num_episodes_lifetime"] > 0
+    algo.stop()

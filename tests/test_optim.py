@@ -28,19 +28,29 @@ def test_matches_torch_step_for_step(ours_class, ref_class, kwargs):
         assert torch.allclose(a, b, atol=1e-6)
 
 
-def test_state_dict_round_trip_and_lr_change():
+@pytest.mark.parametrize("make", [lambda ps, lr: Adam(ps, lr=lr, betas=(0.8, 0.99), eps=1e-6),
+                                  lambda ps, lr: RMSprop(ps, lr=lr, alpha=0.9, eps=1e-6)])
+def test_state_dict_round_trip_keeps_the_hyperparameters_it_was_built_with(make):
+    """The state (moments, step count) comes from the saved optimizer; lr, betas, eps, alpha from construction
+    (the run's config): a clone built with the same values steps exactly as the original, one built with another
+    lr moves by that lr's step."""
     p = torch.nn.Parameter(torch.ones(3))
-    opt = Adam([p], lr=0.1)
+    opt = make([p], 0.1)
     p.grad = torch.ones(3)
     opt.step()
-    clone_p = torch.nn.Parameter(p.detach().clone())
-    clone = Adam([clone_p], lr=0.5)
-    clone.load_state_dict(opt.state_dict())
-    assert clone.lr == 0.1 and clone.steps == 1
-    for o, q in ((opt, p), (clone, clone_p)):
+    same_p, other_p = (torch.nn.Parameter(p.detach().clone()) for _ in range(2))
+    same, other = make([same_p], 0.1), make([other_p], 1e-9)
+    other.eps = 1.0  # a hyperparameter the saved state must not overwrite either
+    for clone in (same, other):
+        clone.load_state_dict(opt.state_dict())
+        assert clone.steps == 1
+    assert other.lr == 1e-9 and other.eps == 1.0
+    before = other_p.detach().clone()
+    for o, q in ((opt, p), (same, same_p), (other, other_p)):
         q.grad = torch.full((3,), 2.0)
         o.step()
-    assert torch.equal(p, clone_p)
+    assert torch.equal(p, same_p)
+    assert (other_p - before).abs().max() < 1e-8 < (p - before).abs().max()
 
 
 def test_building_an_algorithm_does_not_import_torch_dynamo():

@@ -93,3 +93,23 @@ def test_seeds_merge_however_given_and_defaults_never_split_a_group(tmp_path):
     fake_trial(tmp_path / "baseline", "PPO_b", full, xs, xs * 0.5)
     labels = [c.label for c in group_curves([exp, tmp_path / "baseline"])]
     assert labels == ["2024_ppo", "baseline"]
+
+
+def test_each_run_is_drawn_on_the_metric_its_algorithm_is_judged_by(tmp_path):
+    """DQN explores while it trains (its training return ends near 50 on CartPole) and is judged by greedy
+    evaluation (500): by default it is drawn on that, PPO on its training return, and the legend says which."""
+    exp = tmp_path / "CartPole-v1"
+    fake_trial(exp, "PPO_a", {"algorithm": "PPO", "seed": 1}, [0, 1000], [20.0, 480.0])
+    dqn = exp / "DQN_b"
+    dqn.mkdir()
+    (dqn / "params.json").write_text(json.dumps({"algorithm": "DQN", "seed": 1}))
+    with open(dqn / "progress.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["training_iteration", "num_env_steps_sampled_lifetime", "episode_return_mean",
+                         "evaluation/episode_return_mean"])
+        writer.writerows([[1, 0, 9.0, 10.0], [2, 500, 40.0, ""], [3, 1000, 50.0, 500.0]])
+    curves = {c.label: c for c in group_curves([exp])}
+    assert sorted(curves) == ["DQN [greedy evaluation]", "PPO [training return]"]
+    assert curves["DQN [greedy evaluation]"].mean[-1] == 500.0 and curves["PPO [training return]"].mean[-1] == 480
+    assert {c.label for c in group_curves([exp], "episode_return_mean")} == {"DQN", "PPO"}  # --y: one metric
+    assert curves["DQN [greedy evaluation]"].metric == "evaluation/episode_return_mean"

@@ -3,6 +3,7 @@
 import json
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -162,15 +163,31 @@ def test_search_space_tags():
     assert np.isfinite(space["lr"].sample())
 
 
-def test_population_based_training_runs_with_herdrl_checkpoints(tmp_path):
+def test_population_based_training_runs_with_herdrl_checkpoints_and_mutations_take_effect(tmp_path):
+    """PBT restores a donor's checkpoint into a trial with a mutated lr: the trial's optimizer must step with the
+    mutated lr, not the donor's (read from the optimizer state the trial saved at its end, not from its config)."""
+    from herdrl.checkpoint import read_tensors
+
+    mutated = 7e-4  # neither trial's own lr: only an exploited trial can have it
+
+    def explore(config):
+        return {**config, "lr": mutated}
+
     analysis = tune.run(
         "PPO", config={"env": "CartPole-v1", "train_batch_size": 256, "minibatch_size": 64,
                        "lr": tune.grid_search([1e-3, 3e-3])},
         stop={"training_iteration": 4}, storage_path=tmp_path, name="pbt", verbose=0,
-        scheduler={"type": "pbt", "perturbation_interval": 2, "hyperparam_mutations": {"lr": [1e-3, 3e-3]}},
+        scheduler={"type": "pbt", "perturbation_interval": 2, "hyperparam_mutations": {"lr": [1e-3, 3e-3]},
+                   "custom_explore_fn": explore, "synch": True},  # synch: both trials have a score at the perturbation
         checkpoint_freq=2)
     assert not analysis.errors
     assert (analysis.results_df["training_iteration"] == 4).all()
+    used = []
+    for result in analysis.result_grid:
+        final = sorted(Path(result.path).glob("checkpoint_*"))[-1] / "herd"
+        used.append((result.config["lr"], read_tensors(final)["learner"]["optimizer"]["lr"]))
+    assert any(config_lr == mutated for config_lr, _ in used), used  # one trial was exploited
+    assert all(config_lr == optimizer_lr for config_lr, optimizer_lr in used), used
 
 
 def test_a_restored_trial_does_not_repeat_its_tensorboard_curve(tmp_path):
@@ -210,3 +227,32 @@ def test_a_trial_reserves_and_uses_bundles_for_its_learner_actors(tmp_path, whol
     assert not analysis.errors and analysis.results_df["training_iteration"].tolist() == [2]
     assert max(watcher.used) == ray.cluster_resources()["CPU"] == 4  # the trial's 4 bundles
     assert own_learner_groups() == before
+
+
+def test_a_trial_repeating_an_earlier_ones_config_and_seed_is_warned_about(capsys):
+    class Trial:
+        def __init__(self, name, config):
+            self.name, self.config = name, config
+
+        def __str__(self):
+            return self.name
+
+    callback = tune._repeat_warning_callback()
+    for name, config in (("t1", {"lr": 1e-3, "seed": 1}), ("t2", {"lr": 1e-3, "seed": 2}),
+                         ("t3", {"lr": 1e-3}), ("t4", {"lr": 1e-3}),  # no seed: two random runs, not repeats
+                         ("t5", {"seed": 2, "lr": 1e-3})):
+        callback.on_trial_start(0, [], Trial(name, config))
+    err = capsys.readouterr().err
+    assert err.count("warning") == 1 and "trial t5 has the same config as t2, seed 2 included" in err
+
+
+def test_the_example_sweep_runs_distinct_trials():
+    from ray.tune.search.variant_generator import generate_variants
+
+    from herdrl.experiment import load_experiment_file
+
+    spec = load_experiment_file(Path(__file__).parent.parent / "examples" / "cartpole-ppo-sweep.yaml", sweep=True)
+    space = tune.search_space(spec["config"])
+    trials = [json.dumps(config, sort_keys=True) for _ in range(spec.get("num_samples", 1))
+              for _, config in generate_variants(space)]
+    assert len(trials) == 8 and len(set(trials)) == len(trials)

@@ -97,6 +97,7 @@ class Algorithm:
         self.module = self.learners.module
         self.device = self.learners.device
         self.last_checkpoint: Path | None = None  # written or restored; named when a learner actor fails
+        self._array_checkpoints: list[Path] = []  # checkpoints this instance wrote array files (replay) into
         #: The trained policy; a multi-agent run has one per policy id in ``policies`` (and ``policy`` is None).
         self.policies: dict[str, Policy] = {}
         if self.multi_agent:
@@ -359,10 +360,18 @@ class Algorithm:
         arrays = self.checkpoint_arrays()
         path = write_checkpoint(Path(checkpoint_dir), meta, tensors, arrays)
         self.last_checkpoint = path
-        if path.name.startswith(PREFIX):  # in a trial folder, large array files live in the newest checkpoint only
-            for older in list_checkpoints(path.parent):
-                for name in arrays if older != path else ():
+        # Large array files (replay buffers) live in this run's newest checkpoint only: dropped from the checkpoints
+        # this instance wrote before and from its own trial folder's, never from anyone else's.
+        if arrays and path.name.startswith(PREFIX):  # (a Tune trial's checkpoints keep theirs: PBT may restore any)
+            trial_dir = Path(self.logger.logdir).resolve() if self.logger is not None else None
+            ours = set(self._array_checkpoints)
+            if trial_dir is not None and path.parent.resolve() == trial_dir:
+                ours.update(p.resolve() for p in list_checkpoints(trial_dir))
+            ours.discard(path.resolve())
+            for older in ours:
+                for name in arrays:
                     (older / f"{name}.npz").unlink(missing_ok=True)
+            self._array_checkpoints = [path.resolve()]
         return path
 
     def checkpoint_arrays(self) -> dict[str, dict[str, np.ndarray]]:

@@ -49,7 +49,7 @@ class DQNConfig(OffPolicyConfig):
         if steps[0] < 0 or any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
             raise ConfigError(f"config key 'epsilon' got env steps {steps}; they must start at >= 0 and increase")
 
-    def build_module(self, observation_space: object, action_space: object) -> nn.Module:
+    def build_policy_module(self, observation_space: object, action_space: object) -> nn.Module:
         """A Q-network (dueling if asked)."""
         import gymnasium as gym
 

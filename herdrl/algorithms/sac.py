@@ -50,7 +50,7 @@ class SACConfig(OffPolicyConfig):
         if isinstance(self.target_entropy, str) and self.target_entropy != "auto":
             raise ConfigError(f"config key 'target_entropy' got {self.target_entropy!r}; expected 'auto' or a float")
 
-    def build_module(self, observation_space: object, action_space: object) -> nn.Module:
+    def build_policy_module(self, observation_space: object, action_space: object) -> nn.Module:
         """Actor and twin critics (Box actions only)."""
         from herdrl.models.sac_networks import SACModule
 

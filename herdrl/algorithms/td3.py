@@ -42,7 +42,7 @@ class TD3Config(OffPolicyConfig):
         "twin_q": Field(True, (bool,), "training", doc="two critics, the smaller target (TD3's clipped double Q)"),
     }
 
-    def build_module(self, observation_space: object, action_space: object) -> nn.Module:
+    def build_policy_module(self, observation_space: object, action_space: object) -> nn.Module:
         """Deterministic actor and critics (Box actions only)."""
         return TD3Module(observation_space, action_space, self.model, twin_q=self.twin_q,
                          exploration_noise=self.exploration_noise, algo=self.algo_name)

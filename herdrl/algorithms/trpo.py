@@ -53,7 +53,7 @@ class TRPOConfig(AlgorithmConfig):
         if self.model["vf_share_layers"]:
             raise ConfigError("model key 'vf_share_layers' must be False for TRPO (separate policy and value steps)")
 
-    def build_module(self, observation_space: Any, action_space: Any) -> Any:
+    def build_policy_module(self, observation_space: Any, action_space: Any) -> Any:
         """An actor-critic with separate encoders, images included (the value fit could not train a shared CNN)."""
         from herdrl.models import ActorCritic
 

@@ -26,9 +26,8 @@ from typing import Any
 import gymnasium as gym
 
 from herdrl.env.imports import _MODULE_NAME
-from herdrl.env.vector import EnvContext
 from herdrl.errors import EnvError
-from herdrl.registry import ENV_CREATORS
+from herdrl.registry import ENV_CREATORS, EnvContext
 
 #: Packages whose env modules may be named as an env id (``pettingzoo.classic.tictactoe_v3``).
 PETTINGZOO_PACKAGES = ("pettingzoo.", "mpe2.")

@@ -17,8 +17,9 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from herdrl.env import atari, imports
+from herdrl.env.multi_agent import is_pettingzoo_id
 from herdrl.errors import EnvError, did_you_mean
-from herdrl.registry import ENV_CREATORS
+from herdrl.registry import ENV_CREATORS, EnvContext
 
 EnvRef = str | Callable[[dict], gym.Env]
 
@@ -36,16 +37,6 @@ def _plain_gymnasium_warnings() -> None:
 
 
 _plain_gymnasium_warnings()
-
-
-class EnvContext(dict):
-    """The ``env_config`` a registered creator receives: the dict itself, plus where it runs (RLlib's EnvContext):
-    ``worker_index`` (0 in the driver, 1.. for Ray runners) and ``vector_index`` (the copy within the runner), so
-    a creator can vary its envs per runner (``lambda cfg: MyEnv(seed=cfg.worker_index)``)."""
-
-    def __init__(self, env_config: dict, worker_index: int = 0, vector_index: int = 0) -> None:
-        super().__init__(env_config)
-        self.worker_index, self.vector_index = worker_index, vector_index
 
 
 def _creator(env: EnvRef, env_config: dict, worker_index: int = 0) -> Callable[[int], gym.Env] | None:
@@ -157,8 +148,6 @@ def make_vector_env(env: EnvRef, env_config: dict | None = None, num_envs: int =
 
 def env_reward_threshold(env: EnvRef) -> float | None:
     """The env spec's ``reward_threshold`` ("solved"), or None if it has none (PettingZoo envs have none)."""
-    from herdrl.env.multi_agent import is_pettingzoo_id
-
     if callable(env) or env in ENV_CREATORS or is_pettingzoo_id(env):
         return None
     return _gym_spec(env).reward_threshold
