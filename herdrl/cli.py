@@ -385,7 +385,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     else:
         evaluator = Evaluator(env, env_config, args.episodes, previous=inputs_of(policy.observation_space))
         try:
-            returns, lengths = evaluator.run(policy, seed=args.seed, explore=args.explore)
+            returns, lengths = evaluator.run(policy, seed=args.seed, explore=args.explore,
+                                             progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
         finally:
             evaluator.close()
     stats = summarize(returns, lengths)

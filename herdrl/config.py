@@ -218,6 +218,13 @@ class AlgorithmConfig:
                            doc="{policy: [snapshot, ...]}: copy the policy into its snapshots (newest first)"),
         "self_play_interval": Field(10, (int,), "multi_agent", low=1,
                                     doc="iterations between self-play snapshots"),
+        "random_opponent_interval": Field(
+            5, (int,), "multi_agent", low=0,
+            doc="turn-based zero-sum games (their returns sum to 0): every N iterations, each trained policy plays "
+                "uniformly random legal moves and its mean result (+1 win, 0 draw, -1 loss) is reported as "
+                "score_vs_random/<policy>; 0: never"),
+        "random_opponent_games": Field(50, (int,), "multi_agent", low=1,
+                                       doc="games per score_vs_random (the policy takes each seat in turn)"),
         "evaluation_interval": Field(None, (int,), "evaluation", low=1, allow_none=True,
                                      doc="evaluate every N iterations (None: never)"),
         "evaluation_duration": Field(10, (int,), "evaluation", low=1, doc="episodes per evaluation"),
@@ -391,7 +398,9 @@ class AlgorithmConfig:
 
     def multi_agent(self, **kwargs: Any) -> AlgorithmConfig:
         """Set several agents' policies (PettingZoo envs, ``herdrl.multi_agent``): ``policies``,
-        ``policy_mapping_fn``, ``policies_to_train`` (RLlib's names), ``self_play`` and ``self_play_interval``."""
+        ``policy_mapping_fn``, ``policies_to_train`` (RLlib's names), ``self_play`` and ``self_play_interval``,
+        ``random_opponent_interval`` and ``random_opponent_games`` (turn-based zero-sum games: a score against
+        random legal moves)."""
         return self._set("multi_agent", kwargs)
 
     @property

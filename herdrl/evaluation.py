@@ -32,6 +32,24 @@ def summarize(returns: list[float], lengths: list[int], prefix: str = "") -> dic
     return {f"{prefix}{k}": v for k, v in stats.items()}
 
 
+#: Seconds between progress lines while episodes play (a Pong episode with video takes minutes).
+PROGRESS_EVERY_S = 10.0
+
+
+class _Ticker:
+    """Says whether :data:`PROGRESS_EVERY_S` have passed since it last said so."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self.last < PROGRESS_EVERY_S:
+            return False
+        self.last = now
+        return True
+
+
 class Evaluator:
     """Runs ``episodes`` evaluation episodes on its own vector env (separate from the training envs)."""
 
@@ -43,9 +61,12 @@ class Evaluator:
         self.episodes = episodes
 
     def run(self, policy: Policy, seed: int | None = None, explore: bool = False,
-            max_steps: int | None = None) -> tuple[list[float], list[int]]:
+            max_steps: int | None = None, progress: Callable[[str], None] | None = None) -> tuple[list[float],
+                                                                                                   list[int]]:
         """Play one episode per env copy, for at most ``max_steps`` steps; return the returns and lengths of the
-        episodes that finished (all of them unless ``max_steps`` cut some short)."""
+        episodes that finished (all of them unless ``max_steps`` cut some short). ``progress``: called with a line
+        every :data:`PROGRESS_EVERY_S` seconds while episodes play."""
+        ticker = _Ticker()
         obs, _ = self.env.reset(seed=seed)
         returns = np.zeros(self.episodes)
         lengths = np.zeros(self.episodes, dtype=np.int64)
@@ -62,6 +83,9 @@ class Evaluator:
             running &= ~(np.asarray(terminated) | np.asarray(truncated))
             if not running.any():
                 break
+            if progress is not None and ticker.due():
+                progress(f"{self.episodes - int(running.sum())}/{self.episodes} episodes done, "
+                         f"{int(lengths.max()):,} steps so far")
         finished = ~running
         return returns[finished].tolist(), lengths[finished].tolist()
 
@@ -79,7 +103,8 @@ def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, e
                  progress: Callable[[str], None] | None = None) -> tuple[list[float], list[int]]:
     """Play ``episodes`` episodes on one rendering env and write the frames to ``path`` (.mp4 or .gif).
 
-    ``progress``: called with a line after each episode and around the (slow, for GIFs) file writing.
+    ``progress``: called with a line after each episode, every :data:`PROGRESS_EVERY_S` seconds within one, and
+    around the (slow, for GIFs) file writing.
     """
     say = progress or (lambda line: None)
     path = Path(path)
@@ -100,6 +125,7 @@ def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, e
         raise EnvError(f"env '{env}' cannot render rgb_array frames (its render_modes: "
                        f"{(single.metadata or {}).get('render_modes', [])})")
     frames, returns, lengths = [], [], []
+    ticker = _Ticker()
     try:
         for episode in range(episodes):
             obs, _ = single.reset(seed=None if seed is None else seed + episode)
@@ -114,6 +140,8 @@ def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, e
                 obs, reward, terminated, truncated, _ = single.step(action)
                 frames.append(single.render())
                 total, length, done = total + float(reward), length + 1, terminated or truncated
+                if ticker.due():
+                    say(f"episode {episode + 1}/{episodes}: {length:,} steps so far, return {total:.1f}")
                 if len(frames) > MAX_VIDEO_FRAMES:  # frames are held in memory until written
                     raise EnvError(f"--video: more than {MAX_VIDEO_FRAMES:,} frames (episode {episode + 1} has "
                                    f"not ended after {length:,} steps); record fewer or shorter episodes")

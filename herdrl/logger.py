@@ -96,6 +96,10 @@ class ConsoleReporter:
         policies = [key for key in result if key.startswith("policy_return_mean/")]
         if policies:  # multi-agent: each policy's return, after the sum over agents
             quiet = "  " + " ".join(f"{key.split('/', 1)[1]} {result[key]:.2f}" for key in policies[:4]) + quiet
+        scores = [key for key in result if key.startswith("score_vs_random/")]
+        if scores:  # turn-based zero-sum games: the returns above say little, this says how well it plays
+            quiet = "  vs random " + " ".join(f"{key.split('/', 1)[1]} {result[key]:+.2f}" for key in scores[:4]) \
+                + quiet
         self.console.print(
             f"iter {result['training_iteration']:4d}  steps {result['num_env_steps_sampled_lifetime']:>9,}  "
             f"return {ret_text}{target}  episodes {result['num_episodes_lifetime']:>6,}  "

@@ -98,6 +98,11 @@ def _trainable(algorithm: str) -> type:
 
         def setup(self, config: dict) -> None:
             import importlib
+            import logging
+
+            # Each save logs "Checkpoint successfully created at: ..." (Ray Train, INFO), forwarded to the
+            # driver's console: after the sweep's summary, where it buries the summary.
+            logging.getLogger("ray.train").setLevel(logging.WARNING)
 
             importlib.import_module("herdrl.env.imports").adopt_driver_envs(env_modules, env_creators)
             self.algo = config_class.from_dict(config).build()
@@ -330,6 +335,8 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     where = config_class().resources(address=address or config.get("address"))
     if isinstance(config.get("node_ip_address"), str):
         where.resources(node_ip_address=config["node_ip_address"])
+    if not sys.stdout.isatty():  # a log file or CI: Ray's colour codes would stay in it as raw escapes
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     owns = connect(where)  # a private Ray sized to this machine's CPUs, or the cluster named
     trainable = _trainable(config_class.algo_name)
     try:

@@ -18,11 +18,14 @@ from herdrl.cluster.nodes import (
     free_port,
     interface_address,
     node_pids,
+    private_dir,
     process_alive,
     process_table,
     remove_node_files,
     start_node,
     stop_node,
+    stopping_marker,
+    write_node_token,
     write_token,
 )
 
@@ -53,6 +56,67 @@ def test_token_file_is_private_and_env_names_it(tmp_path: Path) -> None:
     assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == str(path.resolve())
 
 
+def test_a_token_is_never_written_through_a_file_or_link_someone_else_put_there(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    link = tmp_path / "linked_token"
+    link.symlink_to(victim)
+    write_token(link, "secret")
+    assert victim.read_text() == "precious" and not link.is_symlink() and link.read_text() == "secret"
+    open_file = tmp_path / "open_token"
+    open_file.write_text("")
+    open_file.chmod(0o666)  # created first by someone else, world-readable
+    inode = open_file.stat().st_ino
+    write_token(open_file, "secret")
+    assert stat.S_IMODE(open_file.stat().st_mode) == 0o600 and open_file.stat().st_ino != inode
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left behind
+
+
+def test_a_nodes_files_live_only_in_a_private_directory(tmp_path: Path) -> None:
+    fresh = private_dir(tmp_path / "fresh")
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o700
+    assert private_dir(fresh) == fresh  # ours, private: taken again
+    token = write_node_token(tmp_path / "node", "abc")
+    assert token.parent == tmp_path / "node" and stat.S_IMODE(token.parent.stat().st_mode) == 0o700
+    assert stopping_marker(tmp_path / "node").parent == tmp_path / "node"
+    short = Path(f"/tmp/herd-t{secrets.token_hex(3)}")  # short: Ray's socket paths under it must fit
+    shared, linked, elsewhere = Path(f"{short}s"), Path(f"{short}l"), tmp_path / "elsewhere"
+    try:
+        shared.mkdir()
+        shared.chmod(0o777)  # pre-created, open to everyone (as another user's would be to us)
+        elsewhere.mkdir(mode=0o700)
+        linked.symlink_to(elsewhere)
+        for path, why in ((shared, "open to others"), (linked, "a link")):
+            with pytest.raises(ClusterError, match=why):
+                write_node_token(path, "abc")
+            with pytest.raises(ClusterError, match=why):  # refused before `ray start` is run
+                start_node(NodeSpec(path, node_ip_address="127.0.0.2"), timeout_s=5)
+        assert not list(shared.iterdir()) and not list(elsewhere.iterdir())
+    finally:
+        shared.rmdir()
+        linked.unlink()
+
+
+def test_stop_node_skips_a_process_it_may_not_signal_and_stops_its_own(tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--temp-dir={tmp_path}"])
+    real_kill = os.kill
+
+    def kill(pid: int, sig: int) -> None:
+        if pid == 1:  # stands for another user's process matching the marker
+            raise PermissionError(1, "Operation not permitted")
+        real_kill(pid, sig)
+
+    monkeypatch.setattr("herdrl.cluster.nodes.node_pids", lambda temp_dir: [1, ours.pid])
+    monkeypatch.setattr("herdrl.cluster.nodes.os.kill", kill)
+    try:
+        assert stop_node(tmp_path, grace_s=2.0) == 2
+        assert ours.wait(timeout=5) is not None
+    finally:
+        ours.kill()
+
+
 def test_interface_address() -> None:
     assert interface_address("lo") == "127.0.0.1"
     with pytest.raises(ClusterError, match="no-such-if0"):
@@ -64,7 +128,7 @@ def test_ray_start_arguments_for_head_and_worker(tmp_path: Path) -> None:
     args = head.ray_start_args()
     assert "--head" in args and "--port=23456" in args and "--num-cpus=2" in args
     assert "--include-dashboard=false" in args and '--resources={"big": 1}' in args
-    assert f"--temp-dir={tmp_path / 'h'}" in args
+    assert f"--temp-dir={tmp_path / 'h' / 'ray'}" in args  # Ray's own temp dir, inside the node's private one
     worker = NodeSpec(tmp_path / "w", address="10.0.0.1:23456", node_ip_address="10.0.0.2").ray_start_args()
     assert "--address=10.0.0.1:23456" in worker and "--node-ip-address=10.0.0.2" in worker
     assert "--head" not in worker and not any(a.startswith("--port=") for a in worker)
@@ -116,7 +180,7 @@ def test_stopping_a_daemonised_head_also_stops_its_orphaned_client_server(tmp_pa
     import os
 
     temp = Path(f"/tmp/herd-t{secrets.token_hex(3)}")
-    token = write_token(f"{temp}.token")
+    token = write_node_token(temp)
     saved = dict(os.environ)
     os.environ.update(auth_env(token))
     try:

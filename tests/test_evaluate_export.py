@@ -39,6 +39,17 @@ def test_evaluate_records_video(checkpoint, tmp_path, capsys):
     assert "use a .mp4 or .gif" in capsys.readouterr().err
 
 
+def test_long_episodes_show_progress_while_they_play(checkpoint, tmp_path, capsys, monkeypatch):
+    """A Pong episode takes minutes: lines come every PROGRESS_EVERY_S seconds (here: every step), not only at its
+    end, with and without --video."""
+    monkeypatch.setattr("herdrl.evaluation.PROGRESS_EVERY_S", 0.0)
+    assert main(["evaluate", str(checkpoint), "--episodes", "1", "--video", str(tmp_path / "v.gif")]) == 0
+    err = capsys.readouterr().err
+    assert "episode 1/1: 100 steps so far" in err and err.index("100 steps so far") < err.index("episode 1/1: return")
+    assert main(["evaluate", str(checkpoint), "--episodes", "2"]) == 0
+    assert "0/2 episodes done, 100 steps so far" in capsys.readouterr().err
+
+
 def test_evaluate_on_an_env_that_cannot_render_is_a_clear_error(tmp_path, capsys):
     algo = PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.0}).build()
     algo.train()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,7 +94,46 @@ def test_pbs_without_submit_writes_the_script_and_says_how_to_submit(tmp_path: P
     out = capsys.readouterr().out
     scripts = list(tmp_path.glob("results/launch/herd_*/job.pbs"))
     assert len(scripts) == 1 and f"qsub {scripts[0]}" in out
-    assert "mpirun -np 2 --map-by node herd launch mpi" in scripts[0].read_text()
+    herd = str(Path(sys.executable).parent / "herd")
+    assert f"mpirun -np 2 --map-by node {herd} launch mpi" in scripts[0].read_text()
+
+
+def test_slurm_with_no_submit_writes_the_script_and_says_how_to_submit(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here: none is run
+    assert main(["launch", "slurm", "--no-submit", "--", "herd", "train", "ppo"]) == 0
+    scripts = list(tmp_path.glob("results/launch/herd_*/job.sbatch"))
+    assert len(scripts) == 1 and f"sbatch {scripts[0]}" in capsys.readouterr().out
+
+
+def test_pbs_submit_runs_qsub(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    qsub = tmp_path / "bin" / "qsub"
+    qsub.parent.mkdir()
+    qsub.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/qsub-args\necho 1234.pbs\n")
+    qsub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{qsub.parent}:{os.environ['PATH']}")
+    assert main(["launch", "pbs", "--submit", "--", "herd", "train", "ppo"]) == 0
+    assert (tmp_path / "qsub-args").read_text().strip().endswith("job.pbs")
+
+
+def test_without_setup_every_node_runs_the_launching_interpreters_herd_and_checks_it_is_there(tmp_path: Path) -> None:
+    """A bare `herd` fails on the nodes when the venv is not activated there ("command not found", found only in
+    the job's log): the scripts name the launching herd by its absolute path, and each node checks it first."""
+    herd = str(Path(sys.executable).parent / "herd")
+    job = _job(setup=[])
+    text = slurm_script(job)
+    assert f"herd={herd}" in text and '"$herd" cluster node start' in text and '"$herd" cluster wait' in text
+    assert f"{herd} train ppo --env CartPole-v1" in text  # the driver's leading herd too
+    assert f"--ntasks-per-node=1 --overlap \\\n  bash -c '[ -x {herd} ]" in text  # every node checks it
+    assert _job(setup=[], driver=["python", "train.py"]).driver_command == ["python", "train.py"]
+    assert f"{herd} launch mpi" in pbs_script(job) and f"-- {herd} train ppo" in pbs_script(job)
+    missing = _job(setup=[], herd=str(tmp_path / "nowhere" / "herd"))
+    out = subprocess.run(["bash", "-c", missing.herd_check("node7")], capture_output=True, text=True)
+    assert out.returncode == 1 and "nowhere/herd not found on node7" in out.stderr
+    assert subprocess.run(["bash", "-c", job.herd_check("node7")]).returncode == 0
+    with_setup = slurm_script(_job())  # --setup prepares the nodes' own environment: herd from their PATH
+    assert "herd=herd" in with_setup and "command -v herd" in with_setup
 
 
 def test_missing_driver_and_missing_sbatch_are_one_line_errors(tmp_path: Path, capsys, monkeypatch) -> None:

@@ -387,3 +387,41 @@ def test_trpo_trains_a_turn_based_game_on_two_ray_runners():
     results = [algo.train() for _ in range(2)]
     assert results[-1]["num_healthy_env_runners"] == 2 and results[-1]["num_episodes_lifetime"] > 0
     algo.stop()
+
+
+def test_a_zero_sum_turn_based_run_reports_its_score_against_random_legal_moves():
+    """Tic-tac-toe's summed return is 0 whatever the policy: the rows carry the policy's score against uniformly
+    random legal moves instead, checked against games played here with the public API (seats alternating)."""
+    from pettingzoo.classic import tictactoe_v3
+
+    config = (PPOConfig().environment("pettingzoo/classic/tictactoe-v3").env_runners(num_envs_per_env_runner=8)
+              .training(train_batch_size=512, minibatch_size=128).debugging(seed=0)
+              .multi_agent(policies={"main"}, random_opponent_interval=2, random_opponent_games=400))
+    algo = config.build()
+    rows = [algo.train() for _ in range(4)]
+    assert "score_vs_random/main" not in rows[0] and "score_vs_random/main" in rows[1]  # every 2nd iteration
+    reported = rows[3]["score_vs_random/main"]
+    rng = np.random.default_rng(1)
+    env = tictactoe_v3.env()
+    results = []
+    for game in range(400):
+        env.reset(seed=10_000 + game)
+        seat = env.possible_agents[game % 2]
+        for agent in env.agent_iter():
+            obs, reward, terminated, truncated, _ = env.last()
+            if terminated or truncated:
+                if agent == seat:
+                    results.append(np.sign(reward))
+                action = None
+            elif agent == seat:
+                action = algo.compute_single_action(obs, policy_id="main")
+            else:
+                action = int(rng.choice(np.flatnonzero(obs["action_mask"])))
+            env.step(action)
+    mine = float(np.mean(results))
+    assert abs(reported - mine) < 0.15, (reported, mine)  # two estimates of one number, 400 games each
+    assert mine > 0.2  # a few iterations already beat random play (a random policy scores ~0 over both seats)
+    algo.stop()
+    relay = relay_config(policies={"shared"}).multi_agent(random_opponent_interval=1).build()
+    assert not [key for key in relay.train() if key.startswith("score_vs_random")]  # not zero-sum, not turn-based
+    relay.stop()

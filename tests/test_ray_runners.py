@@ -123,6 +123,24 @@ def test_env_raising_mid_sample_restarts_its_runner(tmp_path):
     algo.stop()
 
 
+def test_a_runner_stuck_in_its_env_when_a_resumed_run_reseeds_is_replaced_not_waited_for(tmp_path):
+    """A resumed run reseeds every runner (fresh episodes): one whose env hangs in reset counts as failed after
+    sample_timeout_s and is restarted, instead of holding the driver forever."""
+    hang = tmp_path / "hang"
+    config = (PPOConfig().environment("herd/Faulty-v0", env_config={"hang_on_reset_file": str(hang)})
+              .env_runners(num_env_runners=2, num_envs_per_env_runner=1, sample_timeout_s=3)
+              .training(train_batch_size=128, minibatch_size=64).debugging(seed=0))
+    algo = config.build()
+    algo.train()
+    hang.touch()
+    started = time.monotonic()
+    algo.runners.reseed(7)
+    assert time.monotonic() - started < 30 and (tmp_path / "hang.claimed").exists()
+    assert algo.runners.num_restarts == 1
+    assert algo.train()["num_healthy_env_runners"] == 2
+    algo.stop()
+
+
 def test_without_restarts_a_failure_stops_training_with_a_clear_error(tmp_path):
     config = ray_config(restart_failed_env_runners=False)
     config.environment("herd/Faulty-v0", env_config={"fail_at_step": 20})

@@ -14,8 +14,9 @@ LSTM = {"use_lstm": True, "lstm_cell_size": 16, "max_seq_len": 4, "fcnet_hiddens
 
 def recall_ppo(lstm=True, **training):
     model = LSTM if lstm else {"fcnet_hiddens": [32]}
+    # One-hot cues need no normalisation: raw inputs keep the tests' hand-stepped modules comparable.
     return (PPOConfig().environment("herd/Recall-v0", env_config={"delay": 3})
-            .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=10)
+            .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=10, observation_filter="NoFilter")
             .training(train_batch_size=20, minibatch_size=8, model=model, **training).debugging(seed=0))
 
 
@@ -287,3 +288,31 @@ def test_the_loss_ignores_padding_and_reset_only_steps():
     assert torch.equal(loss, corrupted)
     garbage["advantages"] = batch["advantages"] + 1.0 * batch["valid"]  # a real step's change does show
     assert not torch.equal(learner.loss(garbage)[0], loss)
+
+
+def test_an_lstm_run_takes_its_own_defaults_where_the_user_set_nothing():
+    """What the README's LSTM line gets (benchmarks/memory.py --defaults measures it): lr 1e-3 and normalised
+    observations, unless the user set them; a run without the LSTM keeps PPO's defaults."""
+    from herdrl.cli import parse_overrides
+
+    def resolved(config):
+        config.validate()
+        return config.lr, config.observation_filter
+
+    lstm = {"model": {"use_lstm": True}}
+    env = "herd/StatelessCartPole-v1"
+    assert resolved(PPOConfig().environment(env).training(**lstm)) == (1e-3, "MeanStdFilter")
+    assert resolved(PPOConfig().environment(env)) == (2e-3, "NoFilter")  # no LSTM: PPO's own defaults
+    # A value the user gives wins, however it is given: builder, CLI overrides, a dict (Tune, YAML).
+    assert resolved(PPOConfig().environment(env).training(lr=5e-4, **lstm)) == (5e-4, "MeanStdFilter")
+    cli = PPOConfig.from_dict(parse_overrides(["model.use_lstm=true", "observation_filter=NoFilter"]))
+    assert resolved(cli.environment(env)) == (1e-3, "NoFilter")
+    assert resolved(PPOConfig.from_dict({"env": env, "lr": 3e-3, **lstm}))[0] == 3e-3
+    config = PPOConfig().environment(env).training(**lstm)
+    config.lr = 4e-4  # set as an attribute
+    assert resolved(config)[0] == 4e-4
+    # A checkpoint's config is the user's: it keeps what it trained with (an LSTM run of herdrl 0.2 had no filter).
+    saved = PPOConfig().environment(env).training(**lstm).to_dict()
+    saved.update(lr=2e-3, observation_filter="NoFilter")
+    assert resolved(PPOConfig.from_dict(saved)) == (2e-3, "NoFilter")
+    assert resolved(PPOConfig().environment(env).training(**lstm).copy()) == (1e-3, "MeanStdFilter")

@@ -256,3 +256,22 @@ def test_the_example_sweep_runs_distinct_trials():
     trials = [json.dumps(config, sort_keys=True) for _ in range(spec.get("num_samples", 1))
               for _, config in generate_variants(space)]
     assert len(trials) == 8 and len(set(trials)) == len(trials)
+
+
+def test_a_sweeps_console_output_is_plain_text_and_ends_with_its_summary(tmp_path):
+    """Piped into a log file: no raw colour escapes, and no "Checkpoint successfully created" lines (one per save,
+    forwarded from the trials) after the summary."""
+    import subprocess
+    import sys
+
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("name: plain\nalgorithm: PPO\nenv: CartPole-v1\nstop: {training_iteration: 2}\n"
+                     "checkpoint_freq: 1\nconfig:\n  train_batch_size: 256\n  minibatch_size: 64\n"
+                     "  lr: {grid_search: [1e-3]}\n")
+    herd = str(Path(sys.executable).parent / "herd")
+    out = subprocess.run([herd, "tune", "-f", str(sweep), "--output", str(tmp_path / "out")], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout + out.stderr
+    assert "\x1b[" not in text and "Checkpoint successfully created" not in text
+    assert out.stdout.rstrip().splitlines()[-1].startswith("  checkpoint: ")

@@ -77,7 +77,8 @@ class Algorithm:
         # The run's normalisation statistics (herdrl.filters), merged from the runners' fragments; the model reads
         # filtered leaves as float32.
         self.normalizer = Normalizer(single_space, config)
-        if config.observation_filter == "MeanStdFilter" and not self.normalizer.observations:
+        if (config.observation_filter == "MeanStdFilter" and not self.normalizer.observations
+                and config.is_explicit("observation_filter")):  # (an LSTM default has nothing to say here)
             logger.warning("herdrl: observation_filter=MeanStdFilter has nothing to filter in %s (it normalises "
                            "Box leaves that are not images)", self.observation_space)
         try:
@@ -109,6 +110,7 @@ class Algorithm:
                                  self.normalizer if self.normalizer.active else None)
         self.last_result: dict[str, Any] = {}
         self._evaluator: Any = None
+        self._scorer: Any = None  # multi-agent: plays against random legal moves (turn-based zero-sum games)
         self.iteration = 0
         self.env_steps_lifetime = 0
         self.agent_steps_lifetime = 0  # multi-agent: decisions of all agents
@@ -193,6 +195,7 @@ class Algorithm:
         interval = self.config.evaluation_interval
         if interval and self.iteration % interval == 0:
             evaluation = self.evaluate()
+        scores = self._scores_against_random()
         elapsed = time.perf_counter() - start
         self.env_steps_lifetime += self._iter_steps
         self.agent_steps_lifetime += self._iter_agent_steps
@@ -214,6 +217,7 @@ class Algorithm:
             "num_env_runner_restarts": self.runners.num_restarts,
             **learner_metrics,
             **self._multi_agent_metrics(),
+            **scores,
             "time_this_iter_s": elapsed,
             "time_total_s": self.time_total_s,
             "sample_time_s": self._iter_sample_time,
@@ -233,6 +237,29 @@ class Algorithm:
                  for key, values in sorted(self._part_returns.items()) for kind, name in [key.split("/", 1)]}
         return {**means, "num_agent_steps_sampled": self._iter_agent_steps,
                 "num_agent_steps_sampled_lifetime": self.agent_steps_lifetime}
+
+    def _scores_against_random(self) -> dict[str, float]:
+        """Turn-based zero-sum games, every ``random_opponent_interval`` iterations: each trained policy's mean result
+        against uniformly random legal moves, ``score_vs_random/<policy>`` (their summed return is 0 by
+        construction, so it is what shows learning). Played in this process on an env copy of its own."""
+        interval = self.config.random_opponent_interval
+        if not (self.multi_agent and interval and self.iteration % interval == 0 and self._returns
+                and max(abs(r) for r in self._returns) < 1e-6):  # zero-sum: every recent episode summed to 0
+            return {}
+        from herdrl.multi_agent import trained_policies
+        from herdrl.rollout.multi_agent import MultiAgentEnvRunner
+
+        if self._scorer is None:
+            config = self.config.copy()
+            config.update_from_dict({"num_envs_per_env_runner": 1, "num_gpus_per_env_runner": 0})
+            self._scorer = MultiAgentEnvRunner(config)
+        if not self._scorer.envs[0].turns or len(self._scorer.envs[0].possible_agents) < 2:
+            return {}
+        self._scorer.set_weights(self.get_weights())
+        seed = None if self.config.seed is None else self.config.seed * 1_000_033 + self.iteration
+        scores = {pid: self._scorer.score_against_random(pid, self.config.random_opponent_games, seed)
+                  for pid in trained_policies(self.config)}
+        return {f"score_vs_random/{pid}": score for pid, score in scores.items() if score is not None}
 
     def _snapshot(self) -> None:
         """Self-play: shift each policy's snapshots one older and copy the policy into the newest."""
@@ -471,6 +498,8 @@ class Algorithm:
         self.runners.stop()
         if self._evaluator is not None:
             (self._evaluator.stop if self.multi_agent else self._evaluator.close)()
+        if self._scorer is not None:
+            self._scorer.stop()
         if self.logger is not None:
             self.logger.close()
 

@@ -63,6 +63,8 @@ def add_launch_parser(subparsers: Any) -> None:
                           description="Write an sbatch script that starts Ray on every node, runs the driver on "
                                       "the first and stops Ray at the end; submit it.")
     _add_batch_options(sl, queue_flag="--partition")
+    sl.add_argument("--submit", action=argparse.BooleanOptionalAction, default=True,
+                    help="submit it with sbatch (default; --no-submit: write it and print the command)")
     sl.add_argument("--in-allocation", action="store_true",
                     help="run the script here, inside an existing salloc / srun --pty allocation")
     sl.add_argument("--wait", action="store_true", help="wait for the job to end; exit with its exit code")
@@ -75,7 +77,8 @@ def add_launch_parser(subparsers: Any) -> None:
                     help="the site's MPI launcher (default mpiexec; aprun on Cray XC such as Theta)")
     pb.add_argument("--launcher-args", default="", help="extra arguments for the launcher, e.g. '--cpu-bind none'")
     pb.add_argument("--flavor", choices=["pbs", "cobalt"], default="pbs", help="#PBS (default) or #COBALT directives")
-    pb.add_argument("--submit", action="store_true", help="run qsub on the script")
+    pb.add_argument("--submit", action=argparse.BooleanOptionalAction, default=False,
+                    help="run qsub on the script (default --no-submit: write it and print the command)")
     _driver_args(pb)
 
 
@@ -110,6 +113,8 @@ def add_cluster_parser(subparsers: Any) -> None:
     n.add_argument("--address", help="head address HOST:PORT to join")
     n.add_argument("--address-file", help="head: write its address here once it answers")
     n.add_argument("--remove-files", action="store_true", help="stop: also delete the node's temp dir and log")
+    n.add_argument("--token-stdin", action="store_true",
+                   help="start: read the cluster's auth token from stdin into the node's private temp dir")
     n.add_argument("--block", action="store_true",
                    help="stay in the foreground; stop the node when this process ends or is signalled")
     _add_node_options(n)
@@ -188,8 +193,8 @@ def _batch(args: argparse.Namespace) -> int:
         if "SLURM_JOB_ID" not in os.environ:
             raise ClusterError("--in-allocation needs a Slurm allocation (salloc / srun --pty): SLURM_JOB_ID is unset")
         return subprocess.call(["bash", str(path)])
-    if not slurm and not args.submit:
-        print(f"herd launch: submit it with: qsub {path}")
+    if not args.submit:
+        print(f"herd launch: submit it with: {'sbatch' if slurm else 'qsub'} {path}")
         return 0
     submit = ["sbatch", "--parsable", str(path)] if slurm else ["qsub", str(path)]
     try:
@@ -285,6 +290,13 @@ def _node(args: argparse.Namespace) -> int:
         raise ClusterError("give exactly one of --head or --address HOST:PORT")
     options = _node_options(args)
     spec = options.spec(temp_dir, address=args.address)
+    if args.token_stdin:
+        from herdrl.cluster.nodes import write_node_token
+
+        token = sys.stdin.read().strip()
+        if not token:
+            raise ClusterError("--token-stdin: no token on stdin")
+        write_node_token(temp_dir, token)
     if not args.block:
         address, _ = start_node(spec, timeout_s=options.join_timeout_s)
         if args.address_file:
@@ -336,7 +348,7 @@ def _wait(args: argparse.Namespace) -> int:
         ended = [pid for pid in args.watch if not process_alive(pid)]
         if ended:
             raise ClusterError(f"a Ray node's start (pid {ended[0]}) ended before the cluster was up; its error "
-                               "is above (Ray's own output: /tmp/herd-*.log on that node)")
+                               "is above (Ray's own output: herd-node.log in the node's Ray temp dir, /tmp/herd-*)")
 
     address = args.address
     if not address:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from herdrl.cluster.connect import ClusterError
-from herdrl.cluster.nodes import NodeOptions, write_token
+from herdrl.cluster.nodes import NodeOptions, node_token_path, write_token
 from herdrl.errors import did_you_mean
 
 KEYS = {"cluster_name", "head", "workers", "ssh", "setup", "workdir", "ray"}
@@ -117,7 +117,7 @@ class HostsFile:
         ``token_of`` the auth environment names that host's token file."""
         parts = ["set -e", *self.setup]
         if token_of is not None:
-            token = f"{self.temp_dir(token_of)}.token"
+            token = node_token_path(self.temp_dir(token_of))
             parts.append(f"export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={token}")
         return "\n".join([*parts, *lines])
 
@@ -223,9 +223,9 @@ def _start_host(hosts: HostsFile, index: int, token: str, address: str | None) -
     temp = hosts.temp_dir(index)
     role = "--head" + (f" --port {int(hosts.ray['port'])}" if hosts.ray.get("port") else "") if address is None \
         else f"--address {shlex.quote(address)}"
-    write_token_line = f"(umask 077 && cat > {temp}.token)"  # the token arrives on stdin, never on a command line
-    start = f"herd cluster node start {role} --temp-dir {temp} {_node_flags(hosts, host)}"
-    out = _run(hosts, host, hosts.script(write_token_line, start, token_of=index), stdin=token)
+    # The token arrives on stdin (never on a command line) and goes into the node's private temp dir.
+    start = f"herd cluster node start {role} --temp-dir {temp} --token-stdin {_node_flags(hosts, host)}"
+    out = _run(hosts, host, hosts.script(start, token_of=index), stdin=token)
     return out.strip().splitlines()[-1] if out.strip() else ""
 
 
@@ -277,13 +277,13 @@ def _driver_ip_flag(hosts: HostsFile) -> str:
 
 
 def down(hosts: HostsFile, log: Any = print) -> int:
-    """Stop every node by its own temp dir (workers first), remove their token files and the local state."""
+    """Stop every node by its own temp dir (workers first; its token is inside), and remove the local state."""
     failures = []
     for index in reversed(range(len(hosts.hosts))):
         temp = hosts.temp_dir(index)
         try:
             out = _run(hosts, hosts.hosts[index], hosts.script(
-                f"herd cluster node stop --temp-dir {temp} --remove-files", f"rm -f {temp}.token"))
+                f"herd cluster node stop --temp-dir {temp} --remove-files"))  # the token goes with the temp dir
             log(f"herd cluster down: {hosts.hosts[index].address}: {out.strip()}")
         except ClusterError as exc:
             failures.append(str(exc))

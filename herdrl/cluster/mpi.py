@@ -26,10 +26,12 @@ from herdrl.cluster.nodes import (
     NodeOptions,
     auth_env,
     exit_on_sigterm,
+    node_log,
+    node_token_path,
     start_node,
     stop_node,
     wait_for_nodes,
-    write_token,
+    write_node_token,
 )
 
 _START, _STOP, _DONE = 11, 12, 13
@@ -73,17 +75,19 @@ def _rank_zero(comm: Any, driver: list[str], options: NodeOptions) -> int:
     started = time.monotonic()
     session = secrets.token_hex(3)
     temp_dir = Path(f"/tmp/herd-{session}-r0")
-    token = write_token(f"{temp_dir}.token")
-    os.environ.update(auth_env(token))
     others = range(1, size)
     driver_proc: subprocess.Popen | None = None
     announced = False
+    token = node_token_path(temp_dir)
     try:
         try:
+            token = write_node_token(temp_dir)
+            os.environ.update(auth_env(token))
             address, _ = start_node(options.spec(temp_dir), block=True)
-        except ClusterError as exc:
+        except BaseException as exc:  # whatever stops the head, the other ranks must not wait for it
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             for rank in others:
-                comm.send({"abort": str(exc)}, dest=rank, tag=_START)
+                comm.send({"abort": why}, dest=rank, tag=_START)
             raise
         _log(f"head up at {address} after {time.monotonic() - started:.1f} s; {size - 1} rank(s) joining "
              f"(Ray files: /tmp/herd-{session}-r*)")
@@ -114,20 +118,27 @@ def _stop(temp_dir: Path, token: Path, clean: bool) -> None:
     stop_node(temp_dir, remove_files=clean)
     token.unlink(missing_ok=True)
     if not clean:
-        _log(f"Ray logs of this node kept in {temp_dir} (start-up output: {temp_dir}.log)")
+        _log(f"Ray logs of this node kept in {temp_dir} (start-up output: {node_log(temp_dir)})")
 
 
 def _other_rank(comm: Any, options: NodeOptions) -> int:
     rank = comm.Get_rank()
-    message = _poll(comm, 0, _START)
+    # Rank 0 announces the head (or an abort) within its own start-up time: never wait longer than that.
+    message = _poll(comm, 0, _START, timeout_s=options.join_timeout_s + 60)
+    if message is None:
+        _log(f"rank 0 announced no Ray head within {options.join_timeout_s + 60:g} s; giving up")
+        return 1
     if "abort" in message:
         return 0  # rank 0 reports the error and exits non-zero
     temp_dir = Path(f"/tmp/herd-{message['session']}-r{rank}")
-    token = write_token(f"{temp_dir}.token", message["token"])
-    os.environ.update(auth_env(token))
+    token = node_token_path(temp_dir)
     clean = False
     try:
+        token = write_node_token(temp_dir, message["token"])
+        os.environ.update(auth_env(token))
         start_node(options.spec(temp_dir, address=message["address"]), block=True)
+        # The driver may run for days, and the run goes on if this rank's node dies: wait for rank 0's word, which
+        # its `finally` always sends (a rank 0 killed outright ends the whole MPI job).
         clean = _poll(comm, 0, _STOP)["clean"]
         return 0
     finally:

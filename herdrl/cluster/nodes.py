@@ -18,6 +18,7 @@ import os
 import secrets
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -51,14 +52,71 @@ def free_port(host: str = "", low: int = 20000, high: int = 32000, exclude: Coll
 
 
 def write_token(path: str | Path, token: str | None = None) -> Path:
-    """Write ``token`` (default: a fresh random one) to ``path`` as Ray's auth token file, owner-only."""
+    """Write ``token`` (default: a fresh random one) to ``path`` as Ray's auth token file, owner-only.
+
+    The token goes into a new file of our own (created exclusively, mode 0600) that then replaces ``path``: a file
+    or link someone else put at ``path`` is never written through, and never keeps its own mode.
+    """
+    import tempfile
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(token or secrets.token_hex(32))
-    os.chmod(path, 0o600)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # O_EXCL, 0600
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(token or secrets.token_hex(32))
+        os.replace(tmp, path)  # replaces a link itself, never its target
+    except PermissionError as exc:
+        raise ClusterError(f"cannot write the cluster token to {path}: {exc.strerror} (a file of another user?)") \
+            from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     return path
+
+
+def private_dir(path: str | Path) -> Path:
+    """``path`` as a directory only we can enter: created with mode 0700, or, if it exists, checked to be a real
+    directory (not a link) of ours that no one else can read or write. A node's Ray files, logs, markers and its
+    token live in one: under ``/tmp`` anyone could otherwise create or link the path first and read the token
+    (and with it, run code on the cluster as us). ClusterError when it is not private."""
+    path = Path(path)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    if is_private(path):
+        return path
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise ClusterError(f"'{path}' is a link or not a directory: a node's Ray files and token go only into a "
+                           "private directory of this user's; remove it or choose another --temp-dir")
+    raise ClusterError(f"'{path}' belongs to uid {info.st_uid} (this user is {os.geteuid()}) or is open to "
+                       f"others (mode {stat.S_IMODE(info.st_mode):o}): a node's Ray files and token go only into "
+                       "a private directory of this user's; remove it or choose another --temp-dir")
+
+
+def ray_temp_dir(temp_dir: str | Path) -> Path:
+    """Ray's own temp dir of the node whose (private) dir is ``temp_dir``: inside it, as Ray makes its temp dir
+    world-writable (0777) for users who share one; within a private parent nobody else can reach it."""
+    return Path(temp_dir) / "ray"
+
+
+def is_private(path: str | Path) -> bool:
+    """Whether ``path`` is a directory :func:`private_dir` would accept (nothing is created)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(info.st_mode) and not stat.S_ISLNK(info.st_mode) and info.st_uid == os.geteuid()
+            and not info.st_mode & 0o077)
+
+
+def node_token_path(temp_dir: str | Path) -> Path:
+    """The auth token file of the node whose private dir is ``temp_dir``."""
+    return Path(temp_dir) / "herd-token"
+
+
+def write_node_token(temp_dir: str | Path, token: str | None = None) -> Path:
+    """Make ``temp_dir`` private (:func:`private_dir`) and write the node's token into it; returns its path."""
+    return write_token(node_token_path(private_dir(temp_dir)), token)
 
 
 def auth_env(token_path: str | Path) -> dict[str, str]:
@@ -105,7 +163,7 @@ class NodeSpec:
             taken.add(port)
             return port
 
-        args = [f"--temp-dir={self.temp_dir}", f"--dashboard-agent-listen-port={pick()}"]
+        args = [f"--temp-dir={ray_temp_dir(self.temp_dir)}", f"--dashboard-agent-listen-port={pick()}"]
         if self.head:
             args += ["--head", f"--port={self.port or pick()}", "--include-dashboard=false",
                      f"--ray-client-server-port={pick()}"]
@@ -188,9 +246,10 @@ def start_node(spec: NodeSpec, block: bool = False, timeout_s: float = 120.0) ->
     spec.temp_dir = Path(spec.temp_dir)
     if spec.head and not spec.node_ip_address:  # the address we announce is the one the head uses
         spec.node_ip_address = default_node_ip()
-    if len(str(spec.temp_dir)) > 60:  # Ray puts unix sockets under it; their paths are limited to 107 bytes
+    if len(str(ray_temp_dir(spec.temp_dir))) > 60:  # Ray puts unix sockets under it; paths are limited to 107 bytes
         raise ClusterError(f"Ray temp dir '{spec.temp_dir}' is too long for Ray's socket paths; use a short "
                            "path such as /tmp/herd-<job>")
+    private_dir(spec.temp_dir)  # before anything is written there: its log, its marker, Ray's sockets
     args = spec.ray_start_args()
     port = next((a.split("=", 1)[1] for a in args if a.startswith("--port=")), None)
     address = f"{spec.node_ip_address}:{port}" if spec.head else str(spec.address)
@@ -234,22 +293,21 @@ def _wait_until_started(proc: subprocess.Popen, temp_dir: Path, timeout_s: float
 
 
 def node_log(temp_dir: str | Path) -> Path:
-    """Where ``ray start``'s own output goes: next to the node's temp dir."""
-    return Path(f"{str(temp_dir).rstrip('/')}.log")
+    """Where ``ray start``'s own output goes: in the node's (private) temp dir."""
+    return Path(temp_dir) / "herd-node.log"
 
 
 def stopping_marker(temp_dir: str | Path) -> Path:
     """File :func:`stop_node` creates before stopping a node, so its foreground starter exits 0, not 1."""
-    return Path(f"{str(temp_dir).rstrip('/')}.stopping")
+    return Path(temp_dir) / "herd-stopping"
 
 
 def remove_node_files(temp_dir: str | Path) -> None:
-    """Delete a stopped node's temp dir and start-up log (kept instead when a run failed, for its logs)."""
+    """Delete a stopped node's temp dir: Ray's files, its start-up log, marker and token (kept instead when a run
+    failed, for its logs)."""
     import shutil
 
     shutil.rmtree(temp_dir, ignore_errors=True)
-    node_log(temp_dir).unlink(missing_ok=True)
-    stopping_marker(temp_dir).unlink(missing_ok=True)
 
 
 def _last_error_line(text: str) -> str:
@@ -258,16 +316,19 @@ def _last_error_line(text: str) -> str:
     return (errors or lines or ["no output"])[-1]
 
 
-def process_table() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command line) for every process we can see."""
+def process_table(own: bool = False) -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) for every process we can see (``own``: this user's only)."""
     table = {}
+    me = os.geteuid()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
+            if own and entry.stat().st_uid != me:
+                continue
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            stat = (entry / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            fields = (entry / "stat").read_text()
+            ppid = int(fields.rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
         table[int(entry.name)] = (ppid, cmd)
@@ -275,10 +336,11 @@ def process_table() -> dict[int, tuple[int, str]]:
 
 
 def node_pids(temp_dir: str | Path) -> list[int]:
-    """PIDs of the node whose temp dir is ``temp_dir``: processes naming it, and all their descendants."""
+    """PIDs of the node whose temp dir is ``temp_dir``: this user's processes naming it, and all their descendants
+    (another user's process that happens to name the same path is none of ours to stop)."""
     marker = str(temp_dir).rstrip("/") + "/"
     marker_eq = "=" + str(temp_dir).rstrip("/")
-    table = process_table()
+    table = process_table(own=True)
     me = os.getpid()
     found = {pid for pid, (_, cmd) in table.items()
              if pid != me and (marker in cmd or cmd.rstrip().endswith(marker_eq) or marker_eq + " " in cmd)}
@@ -289,10 +351,11 @@ def node_pids(temp_dir: str | Path) -> list[int]:
         grew = bool(children)
     # A head started by a `ray start` that has exited leaves its Ray Client server orphaned, naming only the
     # cluster's address: find it through the address Ray records in the head's temp dir.
-    recorded = Path(temp_dir) / "ray_current_cluster"
-    if any("gcs_server" in table[pid][1] for pid in found) and recorded.exists():
-        needle = f"--address={recorded.read_text().strip()} "
-        found |= {pid for pid, (_, cmd) in table.items() if "ray.util.client.server" in cmd and needle in cmd}
+    # (Ray's temp dir is <temp_dir>/ray for nodes herdrl starts; a node started by hand may use temp_dir itself.)
+    for recorded in (ray_temp_dir(temp_dir) / "ray_current_cluster", Path(temp_dir) / "ray_current_cluster"):
+        if any("gcs_server" in table[pid][1] for pid in found) and recorded.exists():
+            needle = f"--address={recorded.read_text().strip()} "
+            found |= {pid for pid, (_, cmd) in table.items() if "ray.util.client.server" in cmd and needle in cmd}
     return sorted(found)
 
 
@@ -304,15 +367,18 @@ def stop_node(temp_dir: str | Path, grace_s: float = 3.0, remove_files: bool = F
     which exits 0 (a deliberate stop, not a crash) and removes them itself.
     """
     pids = node_pids(temp_dir)
-    if pids:  # tells a foreground `herd cluster node start --block` that its node ends on purpose
-        stopping_marker(temp_dir).write_text("remove" if remove_files else "keep")
+    if pids and is_private(temp_dir):  # tells a foreground `herd cluster node start --block` it ends on purpose
+        with contextlib.suppress(OSError):  # gone meanwhile: the node's processes are stopped regardless
+            stopping_marker(temp_dir).write_text("remove" if remove_files else "keep")
     total = len(pids)
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
-        for pid in pids:
+        for pid in list(pids):
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
+            except PermissionError:  # a process that became another user's: skip it, stop ours
+                pids.remove(pid)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and any(process_alive(p) for p in pids):
             time.sleep(0.1)
@@ -322,14 +388,15 @@ def stop_node(temp_dir: str | Path, grace_s: float = 3.0, remove_files: bool = F
     if not _foreground_starter(temp_dir):
         if remove_files:
             remove_node_files(temp_dir)
-        stopping_marker(temp_dir).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            stopping_marker(temp_dir).unlink(missing_ok=True)
     return total
 
 
 def _foreground_starter(temp_dir: str | Path) -> bool:
     needle = f"--temp-dir {str(temp_dir).rstrip('/')} "
     return any("cluster node start" in cmd and needle in cmd + " "
-               for pid, (_, cmd) in process_table().items() if pid != os.getpid())
+               for pid, (_, cmd) in process_table(own=True).items() if pid != os.getpid())
 
 
 def process_alive(pid: int) -> bool:
@@ -397,5 +464,5 @@ def wait_for_nodes(address: str, count: int, timeout_s: float = 120.0, node_ip_a
                 check()
             if time.monotonic() >= deadline:
                 raise ClusterError(f"only {alive} of {count} Ray nodes joined {address} within {timeout_s:g} s; "
-                                   "see the nodes' logs (their --temp-dir/session_latest/logs)")
+                                   "see the nodes' logs (their --temp-dir/ray/session_latest/logs)")
             time.sleep(0.5)

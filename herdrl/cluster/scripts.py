@@ -13,6 +13,7 @@ launcher (``mpiexec``, ``aprun`` or ``mpirun``).
 from __future__ import annotations
 
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,10 @@ class BatchJob:
     job_name: str = "herd"
     setup: list[str] = field(default_factory=list)
     unset_ld_preload: bool = False
+    #: The ``herd`` the nodes run: the launching interpreter's, by absolute path (a shared file system is assumed:
+    #: the same path on every node), unless ``setup`` lines prepare the nodes' own environment (then ``herd`` as
+    #: found on their PATH).
+    herd: str = field(default_factory=lambda: str(Path(sys.executable).parent / "herd"))
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -43,6 +48,22 @@ class BatchJob:
             raise ClusterError(f"--time '{self.time}' is not a walltime: use HH:MM:SS, MM:SS or D-HH:MM:SS")
         if not self.driver:
             raise ClusterError("give the driver command after --, e.g. -- herd train ppo --env CartPole-v1")
+        if self.setup:
+            self.herd = "herd"
+
+    @property
+    def driver_command(self) -> list[str]:
+        """The driver, with a leading ``herd`` run as :attr:`herd` (other commands as given)."""
+        return [self.herd, *self.driver[1:]] if self.driver[0] == "herd" else list(self.driver)
+
+    def herd_check(self, where: str) -> str:
+        """Shell text failing with one line when :attr:`herd` is not there (``where``: the node's name)."""
+        if not self.herd.startswith("/"):
+            return f'command -v herd >/dev/null || {{ echo "herd launch: no herd on PATH on {where} after the ' \
+                   f'--setup lines" >&2; exit 1; }}'
+        quoted = shlex.quote(self.herd)
+        return (f'[ -x {quoted} ] || {{ echo "herd launch: {self.herd} not found on {where}: herdrl must be '
+                f'installed at the same path on every node (a shared file system), or give --setup" >&2; exit 1; }}')
 
     def preamble(self, token: bool = True) -> list[str]:
         """Lines every script runs first: strict mode, working dir, setup, and (``token``) the auth
@@ -85,6 +106,10 @@ launch_dir={launch_dir}
 job=${{SLURM_CLUSTER_NAME:-slurm}}-${{SLURM_JOB_ID:?run this script with sbatch, or inside an allocation}}
 mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 node_args=({node_args})
+herd={shlex.quote(job.herd)}
+# Every node runs this herd: check each has it before starting anything.
+srun --nodes=${{#nodes[@]}} --ntasks=${{#nodes[@]}} --ntasks-per-node=1 --overlap \\
+  bash -c {shlex.quote(job.herd_check("$(hostname)"))} || exit 1
 steps=()
 rc=1
 stop_ray() {{  # stop each started Ray node by PID (its own temp dir; never `ray stop`), then end the steps
@@ -93,7 +118,7 @@ stop_ray() {{  # stop each started Ray node by PID (its own temp dir; never `ray
   [ "$rc" = 0 ] && files=(--remove-files)  # after a failure Ray's logs stay in /tmp/herd-$job-* on the nodes
   for i in "${{!steps[@]}}"; do
     srun --nodes=1 --ntasks=1 --overlap -w "${{nodes[$i]}}" \\
-      herd cluster node stop --temp-dir "/tmp/herd-$job-$i" "${{files[@]}}" >/dev/null &
+      "$herd" cluster node stop --temp-dir "/tmp/herd-$job-$i" "${{files[@]}}" >/dev/null &
     stoppers+=($!)
   done
   [ ${{#stoppers[@]}} -gt 0 ] && wait "${{stoppers[@]}}"
@@ -110,21 +135,21 @@ trap stop_ray EXIT
 trap 'exit 143' TERM INT
 start_node() {{  # start_node INDEX ARGS...: a foreground Ray node on nodes[INDEX], as one job step
   srun --nodes=1 --ntasks=1 --overlap -w "${{nodes[$1]}}" \\
-    herd cluster node start --block --temp-dir "/tmp/herd-$job-$1" "${{node_args[@]}}" "${{@:2}}" &
+    "$herd" cluster node start --block --temp-dir "/tmp/herd-$job-$1" "${{node_args[@]}}" "${{@:2}}" &
   steps+=($!)
 }}
 echo "herd launch: Ray head on ${{nodes[0]}}, $((${{#nodes[@]}} - 1)) worker node(s)"
 start_node 0 --head --address-file "$launch_dir/head-$SLURM_JOB_ID"
-address=$(herd cluster wait --address-file "$launch_dir/head-$SLURM_JOB_ID" --nodes 1 --timeout {timeout} \\
+address=$("$herd" cluster wait --address-file "$launch_dir/head-$SLURM_JOB_ID" --nodes 1 --timeout {timeout} \\
   --watch "${{steps[@]}}") || exit 1
 for i in "${{!nodes[@]}}"; do
   [ "$i" -eq 0 ] || start_node "$i" --address "$address"
 done
-herd cluster wait --address "$address" --nodes ${{#nodes[@]}} --timeout {timeout} --watch "${{steps[@]}}" \\
+"$herd" cluster wait --address "$address" --nodes ${{#nodes[@]}} --timeout {timeout} --watch "${{steps[@]}}" \\
   >/dev/null || exit 1
 echo "herd launch: ${{#nodes[@]}} Ray nodes up at $address after ${{SECONDS}} s; running the driver in $PWD"
 export RAY_ADDRESS=$address
-{shlex.join(job.driver)}
+{shlex.join(job.driver_command)}
 rc=$?
 echo "herd launch: driver exited with $rc"
 exit $rc
@@ -146,13 +171,15 @@ def pbs_launch_line(job: BatchJob, launcher: str, launcher_args: str = "") -> st
     parts = [LAUNCHERS[launcher].format(n=job.nodes)]
     if launcher_args:
         parts.append(launcher_args)
-    parts += ["herd launch mpi", shlex.join(job.node_options.cli_args()), "--", shlex.join(job.driver)]
+    parts += [shlex.quote(job.herd), "launch mpi", shlex.join(job.node_options.cli_args()), "--",
+              shlex.join(job.driver_command)]
     return " ".join(parts)
 
 
 def pbs_script(job: BatchJob, launcher: str = "mpiexec", flavor: str = "pbs", launcher_args: str = "") -> str:
     """The qsub script (PBS Pro ``#PBS`` or Cobalt ``#COBALT`` directives) around the MPI bootstrap."""
     o = job.node_options
+    launch = pbs_launch_line(job, launcher, launcher_args)  # checks the launcher first
     out = shlex.quote(str(job.launch_dir / f"{flavor}.out"))
     if flavor == "pbs":
         select = f"select={job.nodes}" + (f":ncpus={o.num_cpus}" if o.num_cpus else "") + (
@@ -169,6 +196,9 @@ def pbs_script(job: BatchJob, launcher: str = "mpiexec", flavor: str = "pbs", la
     lines = ["#!/bin/bash", *header,
              f"# Written by `herd launch pbs`: one `herd launch mpi` rank per node ({launcher}); rank 0 = driver.",
              *job.preamble(token=False),
+             # Every node runs this herd: check each has it before starting anything.
+             " ".join([LAUNCHERS[launcher].format(n=job.nodes), *([launcher_args] if launcher_args else []),
+                       "bash -c", shlex.quote(job.herd_check("$(hostname)")), "|| exit 1"]),
              "echo \"herd launch: results go under $PWD\"",
-             pbs_launch_line(job, launcher, launcher_args)]
+             launch]
     return "\n".join(lines) + "\n"

@@ -61,12 +61,25 @@ class FaultyEnv(LatencyEnv):
     any restarted runners run normally — so a test sees exactly one failure.
     """
 
-    def __init__(self, fail_at_step: int = 100, fail_once_file: str | None = None, **kwargs) -> None:
+    def __init__(self, fail_at_step: int = 100, fail_once_file: str | None = None,
+                 hang_on_reset_file: str | None = None, **kwargs) -> None:
         kwargs.setdefault("step_latency_s", 0.0)
         super().__init__(**kwargs)
         self.fail_at_step = int(fail_at_step)
         self.fail_once_file = fail_once_file
+        self.hang_on_reset_file = hang_on_reset_file
         self._lifetime_steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        """Reset as LatencyEnv; with ``hang_on_reset_file``, once that file exists, the first env to reset hangs
+        for an hour (it claims ``<file>.claimed``): an env stuck where the runner cannot answer."""
+        if self.hang_on_reset_file and os.path.exists(self.hang_on_reset_file):
+            try:
+                os.close(os.open(f"{self.hang_on_reset_file}.claimed", os.O_CREAT | os.O_EXCL))
+                time.sleep(3600)
+            except FileExistsError:
+                pass
+        return super().reset(seed=seed, options=options)
 
     def step(self, action):
         """Fail on the configured step, else step as LatencyEnv."""

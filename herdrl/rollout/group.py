@@ -269,28 +269,36 @@ class RayRunnerGroup:
         import ray
 
         weights_ref = ray.put(weights)  # one copy in the object store, shared by every runner
-        calls = [(i, actor.sample_with.remote(weights_ref, exploration)) for i, actor in enumerate(self.actors)
-                 if actor is not None]
-        # Bounded wait: a runner stuck in its env, or a replacement that cannot be placed, must not hang us.
-        ready, _ = ray.wait([ref for _, ref in calls], num_returns=len(calls), timeout=self.config.sample_timeout_s)
-        ready_set = set(ready)
-        fragments, failures = [], []
-        for index, ref in calls:
-            if ref not in ready_set:
-                failures.append((index, TimeoutError(
-                    f"no fragment within sample_timeout_s={self.config.sample_timeout_s:g} s")))
-                continue
-            try:
-                fragments.append(ray.get(ref))
-            except ray.exceptions.RayError as exc:
-                failures.append((index, exc))
-        for index, exc in failures:
-            self._handle_failure(index, exc)
+        fragments, failures = self._gather(lambda actor: actor.sample_with.remote(weights_ref, exploration),
+                                           "no fragment")
         if not fragments:
             index, exc = failures[0]
             raise RunnerFailure(f"every env runner failed in this iteration (runner {index + 1}: "
                                 f"{_one_line(exc)})")
         return fragments
+
+    def _gather(self, call: Any, what: str) -> tuple[list[Any], list[tuple[int, BaseException]]]:
+        """``call(actor)`` on every healthy runner, waited for at most ``sample_timeout_s`` (a runner stuck in its
+        env, or a replacement that cannot be placed, must not hang us); failed runners are handled per config
+        (restarted, or dropped). Returns the results and the failures, as (runner index, error)."""
+        import ray
+
+        calls = [(i, call(actor)) for i, actor in enumerate(self.actors) if actor is not None]
+        ready, _ = ray.wait([ref for _, ref in calls], num_returns=len(calls), timeout=self.config.sample_timeout_s)
+        ready_set = set(ready)
+        results, failures = [], []
+        for index, ref in calls:
+            if ref not in ready_set:
+                failures.append((index, TimeoutError(
+                    f"{what} within sample_timeout_s={self.config.sample_timeout_s:g} s")))
+                continue
+            try:
+                results.append(ray.get(ref))
+            except ray.exceptions.RayError as exc:
+                failures.append((index, exc))
+        for index, exc in failures:
+            self._handle_failure(index, exc)
+        return results, failures
 
     def _handle_failure(self, index: int, exc: BaseException) -> None:
         import ray
@@ -324,10 +332,8 @@ class RayRunnerGroup:
     def reseed(self, epoch: int) -> None:
         """Fresh random streams and episodes on every runner (and its replacements) for a run resumed at
         iteration ``epoch``."""
-        import ray
-
-        self._epoch = epoch
-        ray.get([a.reseed.remote(epoch) for a in self.actors if a is not None])
+        self._epoch = epoch  # a runner restarted from here on starts in this epoch too
+        self._gather(lambda actor: actor.reseed.remote(epoch), "no answer to reseed")
 
     def call(self, method: str) -> list[Any]:
         """Call a method on every healthy runner and return the results (e.g. ``pid``, ``node``)."""

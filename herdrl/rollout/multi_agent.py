@@ -205,6 +205,42 @@ class MultiAgentEnvRunner:
             self._step(actions, result)
         return result
 
+    def score_against_random(self, policy_id: str, games: int, seed: int | None = None,
+                             max_steps: int = 10_000) -> float | None:
+        """The mean result of ``games`` games of policy ``policy_id`` (greedy) against opponents that play uniformly
+        random legal moves: +1 a win, 0 a draw, -1 a loss, by the sign of its agent's return. It takes every seat
+        whose spaces are its own in turn (first and second player alike). None if no seat fits the policy.
+
+        A zero-sum game's summed return is 0 by construction, and one shared policy's return is both sides': this
+        score is what says whether it learned to play."""
+        env = self.envs[0]
+        seats = [agent for agent in env.possible_agents if (env.observation_space(agent), env.action_space(agent))
+                 == (self.observation_space[policy_id], self.action_space[policy_id])]
+        if not seats:
+            return None
+        rng = np.random.default_rng(seed)
+        policy, space = self.policies[policy_id], self.action_space[policy_id]
+        results = []
+        for game in range(games):
+            seat = seats[game % len(seats)]
+            step = env.reset(seed=None if seed is None else seed + game)
+            total, steps = 0.0, 0
+            while True:
+                total += step.rewards.get(seat, 0.0)
+                if step.over or seat in step.ended or steps >= max_steps:
+                    break
+                actions = {}
+                for agent, raw in step.decide.items():
+                    if agent == seat:
+                        stored = policy.act(self._stored(policy_id, 0, agent, raw), False, policy.noise(1, 1)[0])
+                        actions[agent] = _item(space, self.actions[policy_id].to_env(stored), 0)
+                    else:
+                        actions[agent] = _random_legal(env.action_space(agent), raw, rng)
+                step = env.step(actions)
+                steps += 1
+            results.append(float(np.sign(total)))
+        return float(np.mean(results))
+
     def _act(self, explore: bool = True) -> list[dict[str, Any]]:
         """Every deciding agent's action, one forward pass per policy; opens a row per decision."""
         who: dict[str, list[tuple[int, str, Any]]] = {}
@@ -355,6 +391,16 @@ def _with_episode_breaks(rows: list[_Row]) -> list[tuple[_Row, bool]]:
 def _write(storage: Any, index: tuple[int, int], one: Any) -> None:
     """Write one stored observation (a batch of one) into ``storage`` at ``index``, leaf by leaf."""
     obs_map(lambda a, o: a.__setitem__(index, o[0]), storage, one)
+
+
+def _random_legal(space: gym.Space, obs: Any, rng: np.random.Generator) -> Any:
+    """A uniformly random action, among the legal ones where the observation carries an ``action_mask``."""
+    mask = obs.get("action_mask") if isinstance(obs, dict) else None
+    if isinstance(space, gym.spaces.Discrete):
+        legal = np.flatnonzero(mask) if mask is not None else np.arange(space.n)
+        return int(space.start + rng.choice(legal))
+    space.seed(int(rng.integers(2**31)))
+    return space.sample()
 
 
 def _item(space: gym.Space, batch: Any, i: int) -> Any:
