@@ -333,6 +333,8 @@ def _train(args: argparse.Namespace) -> int:
                f"{plural(result.get('training_iteration', 0), 'iteration')}, {result.get('time_total_s', 0.0):.1f} s; "
                f"results in {outcome.logdir}")
     print(summary, file=sys.stderr if outcome.stopped_by == "budget" else sys.stdout)
+    if outcome.already_done:  # a chained job after the last one: the chain ends here, successfully
+        return 0
     if outcome.stopped_by == "interrupted":
         return 128 + outcome.signal if outcome.signal else EXIT_INTERRUPTED
     if outcome.stopped_by == "budget" and outcome.solved is False:
@@ -390,7 +392,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         finally:
             evaluator.close()
     stats = summarize(returns, lengths)
-    print(f"{env}: {stats['num_episodes']} episodes ({'exploring' if args.explore else 'greedy'}) "
+    print(f"{env}: {plural(stats['num_episodes'], 'episode')} ({'exploring' if args.explore else 'greedy'}) "
           f"from {meta['path']}")
     for name, key in (("return", "episode_return"), ("length", "episode_len")):
         print(f"  {name:6s} mean {stats[key + '_mean']:10.2f}  std {stats[key + '_std']:9.2f}  "
@@ -416,7 +418,7 @@ def _evaluate_multi_agent(args: argparse.Namespace, meta: dict, env: str) -> int
         stats = algo.evaluate()
     finally:
         algo.stop()
-    print(f"{env}: {stats['evaluation/num_episodes']} episodes ({'exploring' if args.explore else 'greedy'}) "
+    print(f"{env}: {plural(stats['evaluation/num_episodes'], 'episode')} ({'exploring' if args.explore else 'greedy'}) "
           f"from {meta['path']}")
     print(f"  return mean {stats['evaluation/episode_return_mean']:10.2f} (summed over agents)  length mean "
           f"{stats['evaluation/episode_len_mean']:8.2f}")

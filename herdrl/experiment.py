@@ -188,6 +188,8 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     metric = config.stop_metric  # off-policy: greedy evaluation returns
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every got {checkpoint_every}; expected an int >= 1 or None")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise ConfigError(f"budget got {budget!r}; expected an int >= 1 (env steps)")
     if isinstance(keep_checkpoints_num, bool) or not isinstance(keep_checkpoints_num, int) or keep_checkpoints_num < 1:
         raise ConfigError(f"keep_checkpoints_num got {keep_checkpoints_num!r}; expected an int >= 1 (the newest "
                           "checkpoint is always kept)")
@@ -212,6 +214,21 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         logdir = find_resume_trial(output, experiment, trial, config.algo_name)
         lock = TrialLock(logdir)
         lock.acquire()  # a live run's trial is never resumed under it
+        try:
+            checkpoint = resume_checkpoint(logdir)  # under the lock: no run is writing a newer one
+            done = _already_done(checkpoint, criteria)
+        except BaseException:
+            lock.release()
+            raise
+        if done is not None:  # a finished trial resumed (the next job of a chain): nothing to build or train
+            lock.release()
+            key, result = done
+            if console:
+                console.message(f"already done: {key} {format_value(result.get(key))} >= {criteria[key]:g} at "
+                                f"{checkpoint.name}; nothing to train")
+            return Outcome(result=result, stopped_by=_stop_reason(key, default_stop, metric), logdir=logdir,
+                           solved=None if threshold is None else result.get(metric, -math.inf) >= threshold,
+                           already_done=True)
     try:
         algo = config.build()  # before any file is written: bad input leaves no empty trial dir
     except BaseException:
@@ -220,7 +237,6 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         raise
     try:
         if resume:
-            checkpoint = resume_checkpoint(logdir)  # under the lock: no run is writing a newer one
             algo.restore(checkpoint)
         else:
             logdir = create_trial_dir(Path(output) / experiment / (trial or trial_name(config)), exact=bool(trial))
@@ -253,16 +269,6 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
 
     result: dict[str, Any] = dict(algo.last_result)
     stopped_by = "interrupted"
-    done = [k for k, v in criteria.items() if result.get(k, -math.inf) >= v] if checkpoint is not None else []
-    if done:  # a finished trial resumed (a chained job after the last one): nothing to train, success
-        if console:
-            console.message(f"already finished: {done[0]} {format_value(result.get(done[0]))} >= "
-                            f"{criteria[done[0]]:g} at its newest checkpoint; nothing to train")
-        algo.stop()
-        lock.release()
-        return Outcome(result=result, stopped_by=_stop_reason(done[0], default_stop, metric), logdir=logdir,
-                       solved=None if threshold is None else result.get(metric, -math.inf) >= threshold,
-                       already_done=True)
     graceful = None
     try:
         with _GracefulStop(console) as graceful:
@@ -294,6 +300,15 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         solved = result.get(metric, -math.inf) >= threshold
     return Outcome(result=result, stopped_by=_stop_reason(stopped_by, default_stop, metric), solved=solved,
                    logdir=logdir, signal=graceful.signum if graceful is not None else None)
+
+
+def _already_done(checkpoint: Path, criteria: dict[str, float]) -> tuple[str, dict[str, Any]] | None:
+    """The stop key a checkpoint's last result row already meets, and that row; None if training must go on."""
+    from herdrl.checkpoint import read_meta
+
+    result = dict(read_meta(checkpoint).get("metrics", {}))
+    met = [key for key, value in criteria.items() if result.get(key, -math.inf) >= value]
+    return (met[0], result) if met else None
 
 
 def _stop_reason(key: str, default_stop: bool, metric: str) -> str:

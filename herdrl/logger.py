@@ -24,9 +24,11 @@ TIMING_KEYS = ("time_this_iter_s", "time_total_s", "sample_time_s", "learn_time_
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write text to a fresh temporary sibling (random name, never an existing file or link), fsync, then
-    rename it over ``path``."""
+    rename it over ``path``. The file gets the mode a plain ``open`` would give it (0666 less the umask), not
+    the temporary file's 0600: results stay as readable as they were."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
@@ -35,6 +37,13 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and back: Python has no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

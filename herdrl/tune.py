@@ -172,8 +172,13 @@ def _repeat_warning_callback() -> Any:
 
         def __init__(self) -> None:
             self._seen: dict[str, str] = {}
+            self._started: set[str] = set()  # a trial restarts (after a failure, a PBT exploit): not a repeat
 
         def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            trial_id = str(getattr(trial, "trial_id", trial))
+            if trial_id in self._started:
+                return
+            self._started.add(trial_id)
             config = dict(trial.config)
             key = json.dumps(config, sort_keys=True, default=repr)
             if key not in self._seen:

@@ -340,6 +340,8 @@ def test_prune_refuses_to_keep_none_and_never_deletes_the_newest(tmp_path):
         with pytest.raises(ConfigError, match="keep_checkpoints_num got"):
             prune(tmp_path, keep=keep, score_attr="")
     assert len(list_checkpoints(tmp_path)) == 3
+    prune(tmp_path, keep=1, score_attr="episode_return_mean")  # NaN scores are never the best
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint_000002", "checkpoint_000003"]
     prune(tmp_path, keep=1, score_attr="")  # no score: the newest alone
     assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint_000003"]
     out = subprocess.run([HERD, "train", "ppo", "--env", "CartPole-v1", "--stop-iters", "1", "--output",
@@ -350,7 +352,7 @@ def test_prune_refuses_to_keep_none_and_never_deletes_the_newest(tmp_path):
 
 def test_a_restored_run_trains_with_the_lr_it_is_given_not_the_saved_one(tmp_path):
     """The checkpoint gives moments and step counts; the config gives hyperparameters. With lr=1e-9 one
-    iteration leaves the weights where they were; with the saved lr (1e-3 when trained) they move ~1e-2."""
+    iteration leaves the weights where they were; with the lr it was trained with (PPO's 2e-3) they move ~1e-2."""
     algo = trained(2)
     path = algo.save(tmp_path / "checkpoint_000002")
     algo.stop()
@@ -469,6 +471,13 @@ def test_existing_trial_without_resume_is_refused(tmp_path, capsys):
     assert main([*args[:4], "--stop-iters", "2", *args[6:], "--resume"]) == 0
     assert rows(tmp_path / "CartPole-v1" / "t") == [1, 2]
     assert capsys.readouterr().out.startswith("already done (iteration limit):")
+    # The default criterion too: a budget spent unsolved exits 3 once; its resume ends the chain with success.
+    budget = ["train", "ppo", "--env", "CartPole-v1", "--budget", "2048", "--quiet", "--output", str(tmp_path),
+              "--trial", "b"]
+    assert main(budget) == 3
+    before = rows(tmp_path / "CartPole-v1" / "b")
+    assert main([*budget, "--resume"]) == 0
+    assert rows(tmp_path / "CartPole-v1" / "b") == before
 
 
 @pytest.mark.parametrize("flag, value", [("--stop-iters", "-5"), ("--stop-iters", "0"), ("--stop-timesteps", "-1"),

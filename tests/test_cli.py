@@ -202,3 +202,10 @@ def test_a_kill_while_progress_csv_is_rewritten_keeps_the_curve(tmp_path, monkey
     with open(tmp_path / "progress.csv", newline="") as f:
         assert [row["training_iteration"] for row in csv_module.DictReader(f)] == ["1", "2"]
     log.close()
+    # A resume drops the rows after its checkpoint by rewriting the file: a crash there keeps it whole too.
+    monkeypatch.setattr(csv_module.DictWriter, "writeheader", killed)
+    with pytest.raises(KeyboardInterrupt):
+        Logger(tmp_path, {}, tensorboard=False, resume_after=(1, 100))
+    monkeypatch.undo()
+    with open(tmp_path / "progress.csv", newline="") as f:
+        assert [row["training_iteration"] for row in csv_module.DictReader(f)] == ["1", "2"]

@@ -124,3 +124,62 @@ def test_generated_pbs_script_runs_under_real_mpirun(tmp_path: Path) -> None:
     results = list(out.glob("CartPole-v1/*/result.json"))
     assert len(results) == 1 and json.loads((results[0].parent / "params.json").read_text())["num_learners"] == 2
     assert not processes_matching(f"/tmp/herd-{_session(done.stderr)}-")
+
+
+class FakeComm:
+    """What the launcher uses of an MPI communicator, in one process: messages sent, none ever received."""
+
+    def __init__(self, size: int, rank: int = 0) -> None:
+        self.size, self.rank, self.sent = size, rank, []
+
+    def Get_size(self) -> int:  # noqa: N802 - mpi4py's names
+        return self.size
+
+    def Get_rank(self) -> int:  # noqa: N802
+        return self.rank
+
+    def send(self, message, dest: int, tag: int) -> None:
+        self.sent.append((dest, tag, message))
+
+    def irecv(self, source: int, tag: int):
+        class Request:
+            def test(self):
+                return False, None
+
+            def Cancel(self):  # noqa: N802
+                pass
+
+        return Request()
+
+
+def test_rank_zero_failing_with_any_error_before_the_head_is_up_tells_every_rank_to_abort(monkeypatch) -> None:
+    """Other ranks wait for rank 0's word: a failure other than ClusterError (here a RuntimeError) must reach them
+    as an abort too, or they poll forever."""
+    from herdrl.cluster import mpi
+    from herdrl.cluster.nodes import NodeOptions
+
+    def broken_start(*args, **kwargs):
+        raise RuntimeError("raylet binary missing")
+
+    session = f"t{os.getpid():x}"[-6:]
+    monkeypatch.setattr(mpi.secrets, "token_hex", lambda n: session)
+    monkeypatch.setattr(mpi, "start_node", broken_start)
+    monkeypatch.setattr(mpi, "stop_node", lambda *args, **kwargs: 0)
+    comm = FakeComm(size=3)
+    try:
+        with pytest.raises(RuntimeError):
+            mpi._rank_zero(comm, ["herd", "train"], NodeOptions())
+    finally:
+        shutil.rmtree(f"/tmp/herd-{session}-r0", ignore_errors=True)
+    assert [(dest, message) for dest, _, message in comm.sent] == [(1, {"abort": "raylet binary missing"}),
+                                                                   (2, {"abort": "raylet binary missing"})]
+
+
+def test_a_rank_gives_up_when_rank_zero_never_announces_the_head(monkeypatch) -> None:
+    from herdrl.cluster import mpi
+    from herdrl.cluster.nodes import NodeOptions
+
+    monkeypatch.setattr(mpi.time, "sleep", lambda s: None)
+    clock = iter(range(0, 10_000, 30))  # each poll: 30 s later
+    monkeypatch.setattr(mpi.time, "monotonic", lambda: next(clock))
+    assert mpi._other_rank(FakeComm(size=2, rank=1), NodeOptions(join_timeout_s=120)) == 1

@@ -125,15 +125,15 @@ def test_without_setup_every_node_runs_the_launching_interpreters_herd_and_check
     text = slurm_script(job)
     assert f"herd={herd}" in text and '"$herd" cluster node start' in text and '"$herd" cluster wait' in text
     assert f"{herd} train ppo --env CartPole-v1" in text  # the driver's leading herd too
-    assert f"--ntasks-per-node=1 --overlap \\\n  bash -c '[ -x {herd} ]" in text  # every node checks it
+    assert f"--ntasks-per-node=1 --overlap \\\n  bash -c '{herd} --version" in text  # every node runs it once
     assert _job(setup=[], driver=["python", "train.py"]).driver_command == ["python", "train.py"]
     assert f"{herd} launch mpi" in pbs_script(job) and f"-- {herd} train ppo" in pbs_script(job)
     missing = _job(setup=[], herd=str(tmp_path / "nowhere" / "herd"))
     out = subprocess.run(["bash", "-c", missing.herd_check("node7")], capture_output=True, text=True)
-    assert out.returncode == 1 and "nowhere/herd not found on node7" in out.stderr
+    assert out.returncode == 1 and "nowhere/herd does not run on node7" in out.stderr
     assert subprocess.run(["bash", "-c", job.herd_check("node7")]).returncode == 0
     with_setup = slurm_script(_job())  # --setup prepares the nodes' own environment: herd from their PATH
-    assert "herd=herd" in with_setup and "command -v herd" in with_setup
+    assert "herd=herd" in with_setup and "herd --version" in with_setup
 
 
 def test_missing_driver_and_missing_sbatch_are_one_line_errors(tmp_path: Path, capsys, monkeypatch) -> None:

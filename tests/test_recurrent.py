@@ -291,7 +291,7 @@ def test_the_loss_ignores_padding_and_reset_only_steps():
 
 
 def test_an_lstm_run_takes_its_own_defaults_where_the_user_set_nothing():
-    """What the README's LSTM line gets (benchmarks/memory.py --defaults measures it): lr 1e-3 and normalised
+    """What the README's LSTM line gets (benchmarks/memory.py --defaults measures it): lr 7e-4 and normalised
     observations, unless the user set them; a run without the LSTM keeps PPO's defaults."""
     from herdrl.cli import parse_overrides
 
@@ -301,12 +301,12 @@ def test_an_lstm_run_takes_its_own_defaults_where_the_user_set_nothing():
 
     lstm = {"model": {"use_lstm": True}}
     env = "herd/StatelessCartPole-v1"
-    assert resolved(PPOConfig().environment(env).training(**lstm)) == (1e-3, "MeanStdFilter")
+    assert resolved(PPOConfig().environment(env).training(**lstm)) == (7e-4, "MeanStdFilter")
     assert resolved(PPOConfig().environment(env)) == (2e-3, "NoFilter")  # no LSTM: PPO's own defaults
     # A value the user gives wins, however it is given: builder, CLI overrides, a dict (Tune, YAML).
     assert resolved(PPOConfig().environment(env).training(lr=5e-4, **lstm)) == (5e-4, "MeanStdFilter")
     cli = PPOConfig.from_dict(parse_overrides(["model.use_lstm=true", "observation_filter=NoFilter"]))
-    assert resolved(cli.environment(env)) == (1e-3, "NoFilter")
+    assert resolved(cli.environment(env)) == (7e-4, "NoFilter")
     assert resolved(PPOConfig.from_dict({"env": env, "lr": 3e-3, **lstm}))[0] == 3e-3
     config = PPOConfig().environment(env).training(**lstm)
     config.lr = 4e-4  # set as an attribute
@@ -315,4 +315,4 @@ def test_an_lstm_run_takes_its_own_defaults_where_the_user_set_nothing():
     saved = PPOConfig().environment(env).training(**lstm).to_dict()
     saved.update(lr=2e-3, observation_filter="NoFilter")
     assert resolved(PPOConfig.from_dict(saved)) == (2e-3, "NoFilter")
-    assert resolved(PPOConfig().environment(env).training(**lstm).copy()) == (1e-3, "MeanStdFilter")
+    assert resolved(PPOConfig().environment(env).training(**lstm).copy()) == (7e-4, "MeanStdFilter")

@@ -195,7 +195,9 @@ class Algorithm:
         interval = self.config.evaluation_interval
         if interval and self.iteration % interval == 0:
             evaluation = self.evaluate()
+        scores_start = time.perf_counter()
         scores = self._scores_against_random()
+        scores_time = time.perf_counter() - scores_start
         elapsed = time.perf_counter() - start
         self.env_steps_lifetime += self._iter_steps
         self.agent_steps_lifetime += self._iter_agent_steps
@@ -221,7 +223,7 @@ class Algorithm:
             "time_this_iter_s": elapsed,
             "time_total_s": self.time_total_s,
             "sample_time_s": self._iter_sample_time,
-            "learn_time_s": elapsed - self._iter_sample_time - evaluation.get("evaluation/time_s", 0.0),
+            "learn_time_s": elapsed - self._iter_sample_time - evaluation.get("evaluation/time_s", 0.0) - scores_time,
             **evaluation,
         }
         self.last_result = result
@@ -243,8 +245,12 @@ class Algorithm:
         against uniformly random legal moves, ``score_vs_random/<policy>`` (their summed return is 0 by
         construction, so it is what shows learning). Played in this process on an env copy of its own."""
         interval = self.config.random_opponent_interval
-        if not (self.multi_agent and interval and self.iteration % interval == 0 and self._returns
-                and max(abs(r) for r in self._returns) < 1e-6):  # zero-sum: every recent episode summed to 0
+        if not (self.multi_agent and interval and self.iteration % interval == 0 and self._returns):
+            return {}
+        agents = [value for key, values in self._part_returns.items() if key.startswith("agent/") for value in values]
+        # Zero-sum: every recent episode summed to 0 while its players' own returns did not (a sparse cooperative
+        # game whose agents have earned nothing yet is not one).
+        if max(abs(r) for r in self._returns) > 1e-6 or not any(abs(value) > 1e-6 for value in agents):
             return {}
         from herdrl.multi_agent import trained_policies
         from herdrl.rollout.multi_agent import MultiAgentEnvRunner

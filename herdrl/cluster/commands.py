@@ -177,12 +177,17 @@ def _batch(args: argparse.Namespace) -> int:
 
     job = _batch_job(args)
     slurm = args.launch_kind == "slurm"
+    if slurm and args.wait and (not args.submit or args.dry_run):
+        raise ClusterError("--wait waits for a submitted job: drop --no-submit/--dry-run, or --wait")
     text = scripts.slurm_script(job) if slurm else scripts.pbs_script(job, args.launcher, args.flavor,
                                                                         args.launcher_args)
     if args.dry_run:
         print(text, end="")
         return 0
-    job.launch_dir.mkdir(parents=True, exist_ok=True)
+    from herdrl.cluster.nodes import private_dir
+
+    job.launch_dir.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(job.launch_dir)  # it holds the cluster's token until the job starts, maybe hours later
     path = job.launch_dir / ("job.sbatch" if slurm else "job.pbs")
     path.write_text(text)
     if slurm:
@@ -266,9 +271,9 @@ def cluster(args: argparse.Namespace) -> int:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    from herdrl.logger import write_text_atomic
+
+    write_text_atomic(path, text)  # a fresh file of ours renamed over it: no link or planted file written through
 
 
 def _node(args: argparse.Namespace) -> int:
@@ -348,7 +353,7 @@ def _wait(args: argparse.Namespace) -> int:
         ended = [pid for pid in args.watch if not process_alive(pid)]
         if ended:
             raise ClusterError(f"a Ray node's start (pid {ended[0]}) ended before the cluster was up; its error "
-                               "is above (Ray's own output: herd-node.log in the node's Ray temp dir, /tmp/herd-*)")
+                               "is above (Ray's own output: herd-node.log in the node's private dir, /tmp/herd-*)")
 
     address = args.address
     if not address:

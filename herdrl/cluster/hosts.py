@@ -24,6 +24,7 @@ import ipaddress
 import json
 import os
 import re
+import secrets
 import shlex
 import subprocess
 import sys
@@ -76,6 +77,9 @@ class HostsFile:
     workdir: str = "."
     ray: dict[str, Any] = field(default_factory=dict)
     source: str = "hosts.yaml"  #: the file it was read from (for the commands we print)
+    #: A random tag of the running cluster (kept in its state.json), in its nodes' temp dir names: a path no one
+    #: can guess is a path no one can create first.
+    session: str = ""
 
     @property
     def hosts(self) -> list[Host]:
@@ -83,8 +87,8 @@ class HostsFile:
         return [self.head, *self.workers]
 
     def temp_dir(self, index: int) -> str:
-        """Ray temp dir of host ``index`` (0 = head) on that host: short, for Ray's socket paths."""
-        return f"/tmp/herd-{self.name}-{index}"
+        """Private dir of host ``index``'s node (0 = head) on that host: short, for Ray's socket paths."""
+        return f"/tmp/herd-{self.name}-{self.session}-{index}" if self.session else f"/tmp/herd-{self.name}-{index}"
 
     def node_ip(self, host: Host) -> str | None:
         """The address a node announces: the host's address from the file when that is an IP literal
@@ -190,8 +194,13 @@ def state_dir(hosts: HostsFile) -> Path:
 
 
 def _state(hosts: HostsFile) -> dict[str, Any] | None:
+    """The running cluster's state (address, session tag), or None; sets ``hosts.session`` from it."""
     path = state_dir(hosts) / "state.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    state = json.loads(path.read_text())
+    hosts.session = str(state.get("session", ""))
+    return state
 
 
 def _run(hosts: HostsFile, host: Host, remote: str, stdin: str | None = None, timeout: float = 300) -> str:
@@ -236,6 +245,7 @@ def up(hosts: HostsFile, log: Any = print) -> dict[str, Any]:
         raise ClusterError(f"cluster '{hosts.name}' is already up at {state['address']} (per {state_dir(hosts)}); "
                            "run `herd cluster down` first")
     started = time.monotonic()
+    hosts.session = secrets.token_hex(3)
     token_path = write_token(state_dir(hosts) / "ray_token")
     token = token_path.read_text()
     log(f"herd cluster up: starting the head on {hosts.head.address}")
@@ -246,7 +256,8 @@ def up(hosts: HostsFile, log: Any = print) -> dict[str, Any]:
         raise
     if not re.fullmatch(r"\S+:\d+", address):
         raise ClusterError(f"the head on {hosts.head.address} did not report its address (got '{address}')")
-    state = {"address": address, "hosts": [h.address for h in hosts.hosts], "started": time.time()}
+    state = {"address": address, "hosts": [h.address for h in hosts.hosts], "started": time.time(),
+             "session": hosts.session}
     (state_dir(hosts) / "state.json").write_text(json.dumps(state))
     log(f"herd cluster up: head up at {address} after {time.monotonic() - started:.1f} s; "
         f"starting {len(hosts.workers)} worker(s)")
@@ -278,6 +289,7 @@ def _driver_ip_flag(hosts: HostsFile) -> str:
 
 def down(hosts: HostsFile, log: Any = print) -> int:
     """Stop every node by its own temp dir (workers first; its token is inside), and remove the local state."""
+    _state(hosts)  # the running cluster's session tag names its nodes' temp dirs
     failures = []
     for index in reversed(range(len(hosts.hosts))):
         temp = hosts.temp_dir(index)

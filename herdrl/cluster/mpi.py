@@ -77,13 +77,13 @@ def _rank_zero(comm: Any, driver: list[str], options: NodeOptions) -> int:
     temp_dir = Path(f"/tmp/herd-{session}-r0")
     others = range(1, size)
     driver_proc: subprocess.Popen | None = None
-    announced = False
+    announced: list[int] = []  # ranks told the head's address: each must be told to stop
     token = node_token_path(temp_dir)
     try:
         try:
             token = write_node_token(temp_dir)
             os.environ.update(auth_env(token))
-            address, _ = start_node(options.spec(temp_dir), block=True)
+            address, _ = start_node(options.spec(temp_dir), block=True, timeout_s=options.join_timeout_s)
         except BaseException as exc:  # whatever stops the head, the other ranks must not wait for it
             why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             for rank in others:
@@ -93,7 +93,7 @@ def _rank_zero(comm: Any, driver: list[str], options: NodeOptions) -> int:
              f"(Ray files: /tmp/herd-{session}-r*)")
         for rank in others:
             comm.send({"address": address, "token": token.read_text(), "session": session}, dest=rank, tag=_START)
-        announced = True
+            announced.append(rank)
         wait_for_nodes(address, size, options.join_timeout_s)
         _log(f"all {size} Ray nodes joined after {time.monotonic() - started:.1f} s; running {' '.join(driver)}")
         driver_proc = subprocess.Popen(driver, env={**os.environ, "RAY_ADDRESS": address})
@@ -103,13 +103,18 @@ def _rank_zero(comm: Any, driver: list[str], options: NodeOptions) -> int:
     finally:
         if driver_proc is not None and driver_proc.poll() is None:
             driver_proc.terminate()
-            driver_proc.wait()
+            try:
+                driver_proc.wait(timeout=30)  # its own SIGTERM handling checkpoints; a hung driver is killed
+            except subprocess.TimeoutExpired:
+                driver_proc.kill()
+                driver_proc.wait()
         clean = driver_proc is not None and driver_proc.returncode == 0
-        for rank in others if announced else ():
+        for rank in announced:
             comm.send({"clean": clean}, dest=rank, tag=_STOP)
         _stop(temp_dir, token, clean)  # meanwhile the other ranks stop theirs
-        for rank in others if announced else ():
-            if _poll(comm, rank, _DONE, timeout_s=30.0) is None:
+        deadline = time.monotonic() + 30.0  # one bound for all ranks' confirmations
+        for rank in announced:
+            if _poll(comm, rank, _DONE, timeout_s=max(0.0, deadline - time.monotonic())) is None:
                 _log(f"rank {rank} did not confirm its Ray node stopped within 30 s")
 
 
@@ -123,10 +128,12 @@ def _stop(temp_dir: Path, token: Path, clean: bool) -> None:
 
 def _other_rank(comm: Any, options: NodeOptions) -> int:
     rank = comm.Get_rank()
-    # Rank 0 announces the head (or an abort) within its own start-up time: never wait longer than that.
-    message = _poll(comm, 0, _START, timeout_s=options.join_timeout_s + 60)
+    # Rank 0 announces the head (or an abort) within its own start-up time (the node's start, then its port, each
+    # bounded by join_timeout_s): never wait longer than that.
+    bound = 2 * options.join_timeout_s + 60
+    message = _poll(comm, 0, _START, timeout_s=bound)
     if message is None:
-        _log(f"rank 0 announced no Ray head within {options.join_timeout_s + 60:g} s; giving up")
+        _log(f"rank 0 announced no Ray head within {bound:g} s; giving up")
         return 1
     if "abort" in message:
         return 0  # rank 0 reports the error and exits non-zero
@@ -136,7 +143,7 @@ def _other_rank(comm: Any, options: NodeOptions) -> int:
     try:
         token = write_node_token(temp_dir, message["token"])
         os.environ.update(auth_env(token))
-        start_node(options.spec(temp_dir, address=message["address"]), block=True)
+        start_node(options.spec(temp_dir, address=message["address"]), block=True, timeout_s=options.join_timeout_s)
         # The driver may run for days, and the run goes on if this rank's node dies: wait for rank 0's word, which
         # its `finally` always sends (a rank 0 killed outright ends the whole MPI job).
         clean = _poll(comm, 0, _STOP)["clean"]

@@ -60,17 +60,19 @@ def write_token(path: str | Path, token: str | None = None) -> Path:
     import tempfile
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # O_EXCL, 0600
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # O_EXCL, 0600
         with os.fdopen(fd, "w") as out:
             out.write(token or secrets.token_hex(32))
         os.replace(tmp, path)  # replaces a link itself, never its target
-    except PermissionError as exc:
-        raise ClusterError(f"cannot write the cluster token to {path}: {exc.strerror} (a file of another user?)") \
-            from None
+    except OSError as exc:
+        raise ClusterError(f"cannot write the cluster token to {path}: {exc.strerror} (a file of another user, or "
+                           "a directory?)") from None
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
     return path
 
 
@@ -80,6 +82,7 @@ def private_dir(path: str | Path) -> Path:
     token live in one: under ``/tmp`` anyone could otherwise create or link the path first and read the token
     (and with it, run code on the cluster as us). ClusterError when it is not private."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
     if is_private(path):
@@ -379,6 +382,7 @@ def stop_node(temp_dir: str | Path, grace_s: float = 3.0, remove_files: bool = F
                 pass
             except PermissionError:  # a process that became another user's: skip it, stop ours
                 pids.remove(pid)
+                total -= 1
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and any(process_alive(p) for p in pids):
             time.sleep(0.1)

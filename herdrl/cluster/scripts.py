@@ -21,6 +21,21 @@ from herdrl.cluster.connect import ClusterError
 from herdrl.cluster.nodes import AUTH_TOKEN_FILE, NodeOptions
 
 
+def launching_herd() -> str:
+    """The ``herd`` this launch runs as, by absolute path: the running ``herd`` command itself, else the one beside
+    this interpreter (a venv's), else the one on ``PATH``; plain ``herd`` when none is found."""
+    import os
+    import shutil
+
+    running = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    candidates = [running] if running is not None and running.name == "herd" else []
+    candidates.append(Path(sys.executable).parent / "herd")
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return os.path.abspath(candidate)
+    return shutil.which("herd") or "herd"
+
+
 @dataclass
 class BatchJob:
     """Everything a batch script needs: resources, the site's setup lines, and the driver command."""
@@ -39,7 +54,7 @@ class BatchJob:
     #: The ``herd`` the nodes run: the launching interpreter's, by absolute path (a shared file system is assumed:
     #: the same path on every node), unless ``setup`` lines prepare the nodes' own environment (then ``herd`` as
     #: found on their PATH).
-    herd: str = field(default_factory=lambda: str(Path(sys.executable).parent / "herd"))
+    herd: str = field(default_factory=lambda: launching_herd())
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -57,13 +72,15 @@ class BatchJob:
         return [self.herd, *self.driver[1:]] if self.driver[0] == "herd" else list(self.driver)
 
     def herd_check(self, where: str) -> str:
-        """Shell text failing with one line when :attr:`herd` is not there (``where``: the node's name)."""
+        """Shell text failing with one line unless :attr:`herd` runs (``where``: the node's name): its interpreter
+        and herdrl must be there too, not only the script."""
         if not self.herd.startswith("/"):
-            return f'command -v herd >/dev/null || {{ echo "herd launch: no herd on PATH on {where} after the ' \
-                   f'--setup lines" >&2; exit 1; }}'
+            return (f'herd --version >/dev/null 2>&1 || {{ echo "herd launch: no working herd on PATH on {where} '
+                    f'after the --setup lines" >&2; exit 1; }}')
         quoted = shlex.quote(self.herd)
-        return (f'[ -x {quoted} ] || {{ echo "herd launch: {self.herd} not found on {where}: herdrl must be '
-                f'installed at the same path on every node (a shared file system), or give --setup" >&2; exit 1; }}')
+        return (f'{quoted} --version >/dev/null 2>&1 || {{ echo "herd launch: {self.herd} does not run on {where}: '
+                f'herdrl must be installed at the same path on every node (a shared file system), or give --setup" '
+                f'>&2; exit 1; }}')
 
     def preamble(self, token: bool = True) -> list[str]:
         """Lines every script runs first: strict mode, working dir, setup, and (``token``) the auth
@@ -104,6 +121,7 @@ def slurm_script(job: BatchJob) -> str:
 {chr(10).join(job.preamble())}
 launch_dir={launch_dir}
 job=${{SLURM_CLUSTER_NAME:-slurm}}-${{SLURM_JOB_ID:?run this script with sbatch, or inside an allocation}}
+job=$job-$(od -An -N3 -tx1 /dev/urandom | tr -d ' \\n')  # nodes' dirs /tmp/herd-$job-N: no one can create them first
 mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 node_args=({node_args})
 herd={shlex.quote(job.herd)}

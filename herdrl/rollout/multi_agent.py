@@ -19,6 +19,7 @@ learners' GAE, value bootstrapping on truncation and masking apply unchanged.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -206,10 +207,11 @@ class MultiAgentEnvRunner:
         return result
 
     def score_against_random(self, policy_id: str, games: int, seed: int | None = None,
-                             max_steps: int = 10_000) -> float | None:
+                             max_steps: int = 10_000, max_seconds: float = 30.0) -> float | None:
         """The mean result of ``games`` games of policy ``policy_id`` (greedy) against opponents that play uniformly
         random legal moves: +1 a win, 0 a draw, -1 a loss, by the sign of its agent's return. It takes every seat
-        whose spaces are its own in turn (first and second player alike). None if no seat fits the policy.
+        whose spaces are its own in turn (first and second player alike). None if no seat fits the policy. Games
+        stop after ``max_seconds`` (long games: chess): the score is over those played.
 
         A zero-sum game's summed return is 0 by construction, and one shared policy's return is both sides': this
         score is what says whether it learned to play."""
@@ -221,7 +223,10 @@ class MultiAgentEnvRunner:
         rng = np.random.default_rng(seed)
         policy, space = self.policies[policy_id], self.action_space[policy_id]
         results = []
+        deadline = time.monotonic() + max_seconds
         for game in range(games):
+            if results and time.monotonic() > deadline:
+                break
             seat = seats[game % len(seats)]
             step = env.reset(seed=None if seed is None else seed + game)
             total, steps = 0.0, 0
