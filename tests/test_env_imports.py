@@ -55,7 +55,7 @@ def test_module_env_id_trains_and_its_checkpoint_needs_the_flag_to_load(user_dir
     assert json.loads((trial / "params.json").read_text())["imports"] == ["regenvs"]
     one_line_error(herd(user_dir, "evaluate", str(trial), "--episodes", "1"), "--import regenvs")
     out = herd(user_dir, "evaluate", str(trial), "--episodes", "1", "--import", "regenvs")
-    assert out.returncode == 0 and "regenvs:Corridor-v0: 1 episodes" in out.stdout, out.stderr[-2000:]
+    assert out.returncode == 0 and "regenvs:Corridor-v0: 1 episode " in out.stdout, out.stderr[-2000:]
 
 
 def test_import_flag_registers_envs_for_ray_runners_resume_and_evaluate(user_dir):
@@ -86,7 +86,7 @@ def test_register_env_name_from_a_yaml_imports_list(user_dir):
     trial = only_trial(user_dir)
     one_line_error(herd(user_dir, "evaluate", str(trial), "--episodes", "1"), "env 'corridor'", "--import regenvs")
     out = herd(user_dir, "evaluate", str(trial), "--episodes", "1", "--import", "regenvs")
-    assert out.returncode == 0 and "corridor: 1 episodes" in out.stdout, out.stderr[-2000:]
+    assert out.returncode == 0 and "corridor: 1 episode " in out.stdout, out.stderr[-2000:]
     out = herd(user_dir, "export", str(trial), "--format", "torch-export", "--out", "p.pt2", "--import", "regenvs")
     assert out.returncode == 0 and (user_dir / "p.pt2").exists(), out.stderr[-2000:]
 

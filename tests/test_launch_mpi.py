@@ -166,10 +166,13 @@ def test_rank_zero_failing_with_any_error_before_the_head_is_up_tells_every_rank
     monkeypatch.setattr(mpi, "start_node", broken_start)
     monkeypatch.setattr(mpi, "stop_node", lambda *args, **kwargs: 0)
     comm = FakeComm(size=3)
+    saved = dict(os.environ)  # rank 0 exports the cluster's auth settings: never into other tests' processes
     try:
         with pytest.raises(RuntimeError):
             mpi._rank_zero(comm, ["herd", "train"], NodeOptions())
     finally:
+        os.environ.clear()
+        os.environ.update(saved)
         shutil.rmtree(f"/tmp/herd-{session}-r0", ignore_errors=True)
     assert [(dest, message) for dest, _, message in comm.sent] == [(1, {"abort": "raylet binary missing"}),
                                                                    (2, {"abort": "raylet binary missing"})]

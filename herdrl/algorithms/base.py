@@ -197,7 +197,7 @@ class Algorithm:
             evaluation = self.evaluate()
         scores_start = time.perf_counter()
         scores = self._scores_against_random()
-        scores_time = time.perf_counter() - scores_start
+        scores_time = time.perf_counter() - scores_start if scores else 0.0
         elapsed = time.perf_counter() - start
         self.env_steps_lifetime += self._iter_steps
         self.agent_steps_lifetime += self._iter_agent_steps
