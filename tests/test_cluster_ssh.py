@@ -92,7 +92,9 @@ def test_up_status_train_sync_down(ssh_hosts: SshHosts, tmp_path: Path) -> None:
         assert synced.returncode == 0, synced.stderr
         assert (here / "runs" / "extra.txt").read_text() == "late file"
         assert len(list((here / "runs").glob("CartPole-v1/*/result.json"))) == 2, "sync brought the detached run"
-        assert processes_matching(f"/tmp/herd-{name}-1"), "the worker node runs until down"
+        session = json.loads((home / "clusters" / name / "state.json").read_text())["session"]
+        assert len(session) == 6, "node dirs carry a random tag: no one can create them first"
+        assert processes_matching(f"/tmp/herd-{name}-{session}-1/"), "the worker node runs until down"
     finally:
         down = _herd(["cluster", "down", str(hosts_file)], here, home)
     assert down.returncode == 0, down.stdout + down.stderr
