@@ -415,7 +415,7 @@ def _evaluate_multi_agent(args: argparse.Namespace, meta: dict, env: str) -> int
                                      evaluation_config={"explore": args.explore},
                                      **({} if args.seed is None else {"seed": args.seed}))
     try:
-        stats = algo.evaluate()
+        stats = algo.evaluate(progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     finally:
         algo.stop()
     print(f"{env}: {plural(stats['evaluation/num_episodes'], 'episode')} ({'exploring' if args.explore else 'greedy'}) "

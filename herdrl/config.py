@@ -252,6 +252,12 @@ class AlgorithmConfig:
     #: names a model key): what the algorithm's ordinary defaults are tuned for is not what an LSTM needs.
     LSTM_DEFAULTS: dict[str, Any] = {}
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "build_module" in cls.__dict__:  # it would skip the per-policy networks of multi-agent runs
+            raise TypeError(f"{cls.__name__} overrides build_module: override build_policy_module (one policy's "
+                            "network) instead; build_module builds one per policy in multi-agent runs")
+
     def __init__(self) -> None:
         values = {key: copy.deepcopy(f.default) for key, f in self.fields().items()}
         object.__setattr__(self, "_values", values)

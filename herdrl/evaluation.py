@@ -36,7 +36,7 @@ def summarize(returns: list[float], lengths: list[int], prefix: str = "") -> dic
 PROGRESS_EVERY_S = 10.0
 
 
-class _Ticker:
+class Ticker:
     """Says whether :data:`PROGRESS_EVERY_S` have passed since it last said so."""
 
     def __init__(self) -> None:
@@ -66,7 +66,7 @@ class Evaluator:
         """Play one episode per env copy, for at most ``max_steps`` steps; return the returns and lengths of the
         episodes that finished (all of them unless ``max_steps`` cut some short). ``progress``: called with a line
         every :data:`PROGRESS_EVERY_S` seconds while episodes play."""
-        ticker = _Ticker()
+        ticker = Ticker()
         obs, _ = self.env.reset(seed=seed)
         returns = np.zeros(self.episodes)
         lengths = np.zeros(self.episodes, dtype=np.int64)
@@ -125,7 +125,7 @@ def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, e
         raise EnvError(f"env '{env}' cannot render rgb_array frames (its render_modes: "
                        f"{(single.metadata or {}).get('render_modes', [])})")
     frames, returns, lengths = [], [], []
-    ticker = _Ticker()
+    ticker = Ticker()
     try:
         for episode in range(episodes):
             obs, _ = single.reset(seed=None if seed is None else seed + episode)

@@ -193,7 +193,7 @@ def test_multi_agent_training_on_two_ray_runners():
     algo.stop()
 
 
-def test_one_policy_of_a_run_exports_with_its_mask_and_the_cli_evaluates_every_policy(tmp_path, capsys):
+def test_one_policy_of_a_run_exports_with_its_mask_and_the_cli_evaluates_every_policy(tmp_path, capsys, monkeypatch):
     from herdrl.cli import main
     from herdrl.export import export_policy
 
@@ -210,9 +210,12 @@ def test_one_policy_of_a_run_exports_with_its_mask_and_the_cli_evaluates_every_p
     inputs = {"action_mask": masks, "observation": boards}
     actions = program(*[inputs[name] for name in names])
     assert actions.tolist() == list(range(9))
+    monkeypatch.setattr("herdrl.evaluation.PROGRESS_EVERY_S", 0.0)  # a line every step: long games show progress
     assert main(["evaluate", str(path), "--episodes", "4", "--seed", "1"]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "4 episodes (greedy)" in out and "agent_return_mean/player_1" in out and "policy_return_mean/main" in out
+    assert "0/4 episodes done, 1 env step\n" in captured.err
 
 
 @pytest.mark.usefixtures("ray_session")
@@ -351,6 +354,14 @@ MULTI_AGENT_ENVS = {  # env id -> multi_agent settings
     "pettingzoo/classic/tictactoe-v3": {"policies": {"main"}},  # turn-based, masked moves, one shared policy
     "relay": SEPARATE,  # parallel, agents join late and leave early, a policy each
 }
+
+
+def test_an_algorithm_overriding_build_module_is_refused_where_it_is_defined():
+    """Overriding build_module (not build_policy_module) is how TRPO lost multi-agent runs: a TypeError at once."""
+    from herdrl.config import AlgorithmConfig
+
+    with pytest.raises(TypeError, match="override build_policy_module"):
+        type("MyConfig", (AlgorithmConfig,), {"build_module": lambda self, obs, act: None})
 
 
 def test_the_documented_multi_agent_algorithms_are_the_ones_that_take_a_multi_agent_config():

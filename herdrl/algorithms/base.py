@@ -282,15 +282,16 @@ class Algorithm:
             raise ConfigError(f"policy_id {policy_id!r} is not a policy of this run; policies: {sorted(self.policies)}")
         return self.policies[policy_id]
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, progress: Any = None) -> dict[str, float]:
         """Play ``evaluation_duration`` episodes on separate env copies with the current policy (greedy unless
-        ``evaluation_config={"explore": True}``); return ``evaluation/...`` metrics."""
+        ``evaluation_config={"explore": True}``); return ``evaluation/...`` metrics. ``progress``: called with a
+        line every few seconds while episodes play (``herd evaluate``)."""
         from herdrl.evaluation import Evaluator, summarize
 
         start = time.perf_counter()
         cfg = self.config
         if self.multi_agent:
-            return {**self._evaluate_multi_agent(), "evaluation/time_s": time.perf_counter() - start}
+            return {**self._evaluate_multi_agent(progress), "evaluation/time_s": time.perf_counter() - start}
         if self._evaluator is None:
             env_config = {**cfg.env_config, **cfg.evaluation_config.get("env_config", {})}
             self._evaluator = Evaluator(cfg.env, env_config, cfg.evaluation_duration, cfg.gym_env_vectorize_mode,
@@ -298,11 +299,11 @@ class Algorithm:
         seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self.iteration
         returns, lengths = self._evaluator.run(self.policy, seed=seed,
                                                explore=bool(cfg.evaluation_config.get("explore", False)),
-                                               max_steps=cfg.evaluation_config.get("max_steps"))
+                                               max_steps=cfg.evaluation_config.get("max_steps"), progress=progress)
         return {**summarize(returns, lengths, "evaluation/"), "evaluation/time_s": time.perf_counter() - start,
                 "evaluation/num_episodes_cut": cfg.evaluation_duration - len(returns)}
 
-    def _evaluate_multi_agent(self) -> dict[str, float]:
+    def _evaluate_multi_agent(self, progress: Any = None) -> dict[str, float]:
         """The policies greedy (unless ``explore``) on an evaluation env copy, separate from the training ones: the
         returns summed over agents, and per agent and policy."""
         from herdrl.evaluation import summarize
@@ -317,7 +318,7 @@ class Algorithm:
         self._evaluator.set_weights(self.get_weights())
         seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self.iteration
         played = self._evaluator.play(cfg.evaluation_duration, bool(cfg.evaluation_config.get("explore", False)),
-                                      seed, cfg.evaluation_config.get("max_steps"))
+                                      seed, cfg.evaluation_config.get("max_steps"), progress)
         parts = {f"evaluation/{kind}_return_mean/{name}": float(np.mean(values))
                  for kind, returns in (("agent", played.agent_returns), ("policy", played.policy_returns))
                  for name, values in sorted(returns.items())}

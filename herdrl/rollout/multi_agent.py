@@ -20,6 +20,7 @@ learners' GAE, value bootstrapping on truncation and masking apply unchanged.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -192,18 +193,25 @@ class MultiAgentEnvRunner:
                 self._begin(k, None)
 
     def play(self, episodes: int, explore: bool = False, seed: int | None = None,
-             max_steps: int | None = None) -> MultiAgentFragment:
+             max_steps: int | None = None, progress: Callable[[str], None] | None = None) -> MultiAgentFragment:
         """Play ``episodes`` whole episodes from fresh resets (greedy unless ``explore``), for at most ``max_steps``
         env steps (default 1M: a bound even for an env that never ends), and return their returns; nothing is
         kept for learning. Evaluation uses a runner of its own, with one env copy, so that short episodes are not
-        favoured over long ones."""
+        favoured over long ones. ``progress``: called with a line every ``herdrl.evaluation.PROGRESS_EVERY_S``."""
+        from herdrl.evaluation import Ticker
+
         for k in range(self.num_envs):
             self._begin(k, None if seed is None else seed + k)
         result = MultiAgentFragment({}, env_steps=0, agent_steps=0)
+        ticker = Ticker()
         while len(result.episode_returns) < episodes and result.env_steps < (max_steps or 1_000_000):
             actions = self._act(explore)
             self._lanes.clear()  # nothing to learn from
             self._step(actions, result)
+            if progress is not None and ticker.due():
+                steps = result.env_steps
+                progress(f"{len(result.episode_returns)}/{episodes} episodes done, {steps:,} env "
+                         f"step{'' if steps == 1 else 's'}")
         return result
 
     def score_against_random(self, policy_id: str, games: int, seed: int | None = None,
