@@ -140,8 +140,6 @@ class ReplayBuffer:
             batch = {key: obs_map(lambda a: a[-self.capacity:], value) for key, value in batch.items()}
         n = len(batch["rewards"])
         slots = (self.cursor + np.arange(n)) % self.capacity
-        if n == 0:  # a fragment holding only a reset step has no transition
-            return slots
         for key in SCALARS:
             getattr(self, key)[slots] = batch[key]
         leaf = (lambda obs, name: obs) if self.spec.single else (lambda obs, name: obs[name])  # noqa: E731

@@ -21,8 +21,7 @@ from typing import Any
 
 EXIT_BAD_INPUT = 2
 EXIT_NOT_SOLVED = 3
-EXIT_INTERRUPTED = 130  # 128 + SIGINT
-EXIT_TERMINATED = 143  # 128 + SIGTERM
+EXIT_INTERRUPTED = 130  # 128 + SIGINT (a signal's own code, 128 + its number, where one stopped the run)
 
 
 def plural(count: int, noun: str) -> str:

@@ -248,8 +248,8 @@ class AlgorithmConfig:
         "max_num_worker_restarts": "max_num_env_runner_restarts",
     }
 
-    #: Defaults a recurrent run (``model={"use_lstm": True}``) takes for the keys the user did not set (``model.x``
-    #: names a model key): what the algorithm's ordinary defaults are tuned for is not what an LSTM needs.
+    #: Defaults a recurrent run (``model={"use_lstm": True}``) takes for the keys the user did not set: what the
+    #: algorithm's ordinary defaults are tuned for is not what an LSTM needs.
     LSTM_DEFAULTS: dict[str, Any] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -261,7 +261,7 @@ class AlgorithmConfig:
     def __init__(self) -> None:
         values = {key: copy.deepcopy(f.default) for key, f in self.fields().items()}
         object.__setattr__(self, "_values", values)
-        object.__setattr__(self, "_explicit", set())  # keys the user set ("model.x" for model keys)
+        object.__setattr__(self, "_explicit", set())  # keys the user set
 
     # ----------------------------------------------------------------- keys
     @classmethod
@@ -300,16 +300,11 @@ class AlgorithmConfig:
 
     def __setattr__(self, name: str, value: Any) -> None:
         key = self.canonical_key(name)
-        self._mark_explicit(key, value)
+        self._explicit.add(key)
         self._values[key] = value
 
-    def _mark_explicit(self, key: str, value: Any) -> None:
-        self._explicit.add(key)
-        if key == "model" and isinstance(value, Mapping):
-            self._explicit.update(f"model.{k}" for k in value)
-
     def is_explicit(self, key: str) -> bool:
-        """Whether the user set ``key`` (``model.x`` for a model key), rather than leaving it to a default."""
+        """Whether the user set ``key``, rather than leaving it to a default."""
         return key in self._explicit
 
     def _set(self, group: str | None, kwargs: Mapping[str, Any]) -> AlgorithmConfig:
@@ -319,21 +314,17 @@ class AlgorithmConfig:
             if group is not None and fields[key].group != group:
                 raise ConfigError(
                     f"'{name}' is set with .{fields[key].group}(), not .{group}()")
-            self._mark_explicit(key, value)
+            self._explicit.add(key)
             if key == "model":
                 value = self._merged_model(value)
             self._values[key] = value
         return self
 
     def _take_defaults(self, defaults: Mapping[str, Any]) -> None:
-        """Set each of ``defaults`` (``model.x``: a model key) that the user did not set explicitly."""
-        for name, value in defaults.items():
-            if self.is_explicit(name):
-                continue
-            if name.startswith("model."):
-                self._values["model"] = {**self._values["model"], name.removeprefix("model."): copy.deepcopy(value)}
-            else:
-                self._values[self.canonical_key(name)] = copy.deepcopy(value)
+        """Set each of ``defaults`` that the user did not set explicitly."""
+        for key, value in defaults.items():
+            if not self.is_explicit(key):
+                self._values[key] = copy.deepcopy(value)
 
     def _merged_model(self, model: Any) -> Any:
         if not isinstance(model, Mapping):

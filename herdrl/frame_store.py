@@ -86,7 +86,7 @@ class FrameStore:
     def put(self, slots: np.ndarray, obs: np.ndarray, next_obs: np.ndarray) -> None:
         """Store the transitions at ``slots``: (n, *shape) observations and next observations."""
         n, k = len(slots), self.per_obs
-        if n == 0:
+        if n == 0:  # a fragment holding only a reset step has no transition
             return
         pairs = np.stack([np.asarray(obs).astype(self.dtype, copy=False).reshape(n, k, -1),
                           np.asarray(next_obs).astype(self.dtype, copy=False).reshape(n, k, -1)], axis=1)

@@ -22,13 +22,13 @@ TIMING_KEYS = ("time_this_iter_s", "time_total_s", "sample_time_s", "learn_time_
                "evaluation/time_s")
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
     """Write text to a fresh temporary sibling (random name, never an existing file or link), fsync, then
-    rename it over ``path``. The file gets the mode a plain ``open`` would give it (0666 less the umask), not
-    the temporary file's 0600: results stay as readable as they were."""
+    rename it over ``path`` (a link there is replaced, never written through). The file gets ``mode``, by default
+    the one a plain ``open`` would give it (0666 less the umask): results stay as readable as they were."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, 0o666 & ~_umask() if mode is None else mode)
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

@@ -110,7 +110,6 @@ class Algorithm:
                                  self.normalizer if self.normalizer.active else None)
         self.last_result: dict[str, Any] = {}
         self._evaluator: Any = None
-        self._scorer: Any = None  # multi-agent: plays against random legal moves (turn-based zero-sum games)
         self.iteration = 0
         self.env_steps_lifetime = 0
         self.agent_steps_lifetime = 0  # multi-agent: decisions of all agents
@@ -243,7 +242,7 @@ class Algorithm:
     def _scores_against_random(self) -> dict[str, float]:
         """Turn-based zero-sum games, every ``random_opponent_interval`` iterations: each trained policy's mean result
         against uniformly random legal moves, ``score_vs_random/<policy>`` (their summed return is 0 by
-        construction, so it is what shows learning). Played in this process on an env copy of its own."""
+        construction, so it is what shows learning). Played in this process on the evaluation env copy."""
         interval = self.config.random_opponent_interval
         if not (self.multi_agent and interval and self.iteration % interval == 0 and self._returns):
             return {}
@@ -253,17 +252,12 @@ class Algorithm:
         if max(abs(r) for r in self._returns) > 1e-6 or not any(abs(value) > 1e-6 for value in agents):
             return {}
         from herdrl.multi_agent import trained_policies
-        from herdrl.rollout.multi_agent import MultiAgentEnvRunner
 
-        if self._scorer is None:
-            config = self.config.copy()
-            config.update_from_dict({"num_envs_per_env_runner": 1, "num_gpus_per_env_runner": 0})
-            self._scorer = MultiAgentEnvRunner(config)
-        if not self._scorer.envs[0].turns or len(self._scorer.envs[0].possible_agents) < 2:
+        player = self._multi_agent_player()
+        if not player.envs[0].turns or len(player.envs[0].possible_agents) < 2:
             return {}
-        self._scorer.set_weights(self.get_weights())
         seed = None if self.config.seed is None else self.config.seed * 1_000_033 + self.iteration
-        scores = {pid: self._scorer.score_against_random(pid, self.config.random_opponent_games, seed)
+        scores = {pid: player.score_against_random(pid, self.config.random_opponent_games, seed)
                   for pid in trained_policies(self.config)}
         return {f"score_vs_random/{pid}": score for pid, score in scores.items() if score is not None}
 
@@ -307,6 +301,21 @@ class Algorithm:
         """The policies greedy (unless ``explore``) on an evaluation env copy, separate from the training ones: the
         returns summed over agents, and per agent and policy."""
         from herdrl.evaluation import summarize
+
+        cfg = self.config
+        seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self.iteration
+        explore = bool(cfg.evaluation_config.get("explore", False))
+        played = self._multi_agent_player().play(cfg.evaluation_duration, explore, seed,
+                                                 cfg.evaluation_config.get("max_steps"), progress)
+        parts = {f"evaluation/{kind}_return_mean/{name}": float(np.mean(values))
+                 for kind, returns in (("agent", played.agent_returns), ("policy", played.policy_returns))
+                 for name, values in sorted(returns.items())}
+        return {**summarize(played.episode_returns, played.episode_lengths, "evaluation/"), **parts,
+                "evaluation/num_episodes_cut": cfg.evaluation_duration - len(played.episode_returns)}
+
+    def _multi_agent_player(self) -> Any:
+        """The driver's multi-agent runner for evaluation and scores (one env copy, evaluation's env_config, on the
+        CPU), made on first use, with the current weights."""
         from herdrl.rollout.multi_agent import MultiAgentEnvRunner
 
         cfg = self.config
@@ -316,14 +325,7 @@ class Algorithm:
                 **cfg.env_config, **cfg.evaluation_config.get("env_config", {})}})
             self._evaluator = MultiAgentEnvRunner(eval_config)
         self._evaluator.set_weights(self.get_weights())
-        seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self.iteration
-        played = self._evaluator.play(cfg.evaluation_duration, bool(cfg.evaluation_config.get("explore", False)),
-                                      seed, cfg.evaluation_config.get("max_steps"), progress)
-        parts = {f"evaluation/{kind}_return_mean/{name}": float(np.mean(values))
-                 for kind, returns in (("agent", played.agent_returns), ("policy", played.policy_returns))
-                 for name, values in sorted(returns.items())}
-        return {**summarize(played.episode_returns, played.episode_lengths, "evaluation/"), **parts,
-                "evaluation/num_episodes_cut": cfg.evaluation_duration - len(played.episode_returns)}
+        return self._evaluator
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """The learner module's weights as numpy arrays (copies: safe to ship while learning goes on)."""
@@ -505,8 +507,6 @@ class Algorithm:
         self.runners.stop()
         if self._evaluator is not None:
             (self._evaluator.stop if self.multi_agent else self._evaluator.close)()
-        if self._scorer is not None:
-            self._scorer.stop()
         if self.logger is not None:
             self.logger.close()
 

@@ -270,12 +270,6 @@ def cluster(args: argparse.Namespace) -> int:
     raise ClusterError(f"unknown cluster action {args.cluster_kind}")
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    from herdrl.logger import write_text_atomic
-
-    write_text_atomic(path, text)  # a fresh file of ours renamed over it: no link or planted file written through
-
-
 def _node(args: argparse.Namespace) -> int:
     from herdrl.cluster.nodes import (
         exit_on_sigterm,
@@ -285,6 +279,7 @@ def _node(args: argparse.Namespace) -> int:
         stop_node,
         stopping_marker,
     )
+    from herdrl.logger import write_text_atomic
 
     temp_dir = Path(args.temp_dir)
     if args.action == "stop":
@@ -305,7 +300,7 @@ def _node(args: argparse.Namespace) -> int:
     if not args.block:
         address, _ = start_node(spec, timeout_s=options.join_timeout_s)
         if args.address_file:
-            _write_atomic(Path(args.address_file), address)
+            write_text_atomic(Path(args.address_file), address)
         print(address)
         return 0
     # Foreground node: whatever ends this process (driver done, scancel, Ctrl-C) stops the node by PID.
@@ -313,7 +308,7 @@ def _node(args: argparse.Namespace) -> int:
     try:
         address, proc = start_node(spec, block=True, timeout_s=options.join_timeout_s)
         if args.address_file:
-            _write_atomic(Path(args.address_file), address)
+            write_text_atomic(Path(args.address_file), address)
         print(address, flush=True)
         rc = proc.wait() if proc is not None else 0
     finally:

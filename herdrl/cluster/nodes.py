@@ -54,25 +54,18 @@ def free_port(host: str = "", low: int = 20000, high: int = 32000, exclude: Coll
 def write_token(path: str | Path, token: str | None = None) -> Path:
     """Write ``token`` (default: a fresh random one) to ``path`` as Ray's auth token file, owner-only.
 
-    The token goes into a new file of our own (created exclusively, mode 0600) that then replaces ``path``: a file
-    or link someone else put at ``path`` is never written through, and never keeps its own mode.
+    The token goes into a new file of our own (mode 0600) that then replaces ``path``: a file or link someone else
+    put at ``path`` is never written through, and never keeps its own mode.
     """
-    import tempfile
+    from herdrl.logger import write_text_atomic
 
     path = Path(path)
-    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # O_EXCL, 0600
-        with os.fdopen(fd, "w") as out:
-            out.write(token or secrets.token_hex(32))
-        os.replace(tmp, path)  # replaces a link itself, never its target
+        write_text_atomic(path, token or secrets.token_hex(32), mode=0o600)
     except OSError as exc:
         raise ClusterError(f"cannot write the cluster token to {path}: {exc.strerror} (a file of another user, or "
                            "a directory?)") from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
     return path
 
 

@@ -12,7 +12,9 @@ launcher (``mpiexec``, ``aprun`` or ``mpirun``).
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +26,6 @@ from herdrl.cluster.nodes import AUTH_TOKEN_FILE, NodeOptions
 def launching_herd() -> str:
     """The ``herd`` this launch runs as, by absolute path: the running ``herd`` command itself, else the one beside
     this interpreter (a venv's), else the one on ``PATH``; plain ``herd`` when none is found."""
-    import os
-    import shutil
-
     running = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
     candidates = [running] if running is not None and running.name == "herd" else []
     candidates.append(Path(sys.executable).parent / "herd")
