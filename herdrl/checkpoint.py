@@ -326,7 +326,7 @@ def list_checkpoints(trial_dir: Path) -> list[Path]:
     """``checkpoint_*`` directories in a trial, oldest first (after repairing a crashed replacement)."""
     if Path(trial_dir).is_dir():
         recover(Path(trial_dir))
-    return sorted(p for p in Path(trial_dir).glob(f"{PREFIX}*") if p.is_dir())
+    return sorted(p for p in Path(trial_dir).glob(f"{PREFIX}*") if p.is_dir() and not p.is_symlink())
 
 
 def newest_valid_checkpoint(trial_dir: Path) -> Path | None:

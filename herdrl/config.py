@@ -320,11 +320,13 @@ class AlgorithmConfig:
             self._values[key] = value
         return self
 
-    def _take_defaults(self, defaults: Mapping[str, Any]) -> None:
-        """Set each of ``defaults`` that the user did not set explicitly."""
+    def _take_defaults(self, defaults: Mapping[str, Any], active: bool) -> None:
+        """Each key of ``defaults`` that the user did not set explicitly takes its value there (``active``) or its
+        field's own default (turned off again)."""
+        fields = self.fields()
         for key, value in defaults.items():
             if not self.is_explicit(key):
-                self._values[key] = copy.deepcopy(value)
+                self._values[key] = copy.deepcopy(value if active else fields[key].default)
 
     def _merged_model(self, model: Any) -> Any:
         if not isinstance(model, Mapping):
@@ -454,8 +456,8 @@ class AlgorithmConfig:
     def validate(self) -> None:
         """Check every value's type and range, then the algorithm's cross-key rules. A recurrent model first takes
         :attr:`LSTM_DEFAULTS` for the keys the user left to their defaults."""
-        if isinstance(self.model, Mapping) and self.model.get("use_lstm") is True:
-            self._take_defaults(self.LSTM_DEFAULTS)
+        if self.LSTM_DEFAULTS and isinstance(self.model, Mapping) and not self.is_multi_agent:
+            self._take_defaults(self.LSTM_DEFAULTS, self.model.get("use_lstm") is True)
         for key, f in self.fields().items():
             value = self._values[key]
             if key in ("env", "policy_mapping_fn") and callable(value):

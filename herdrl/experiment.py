@@ -303,11 +303,25 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
 
 
 def _already_done(checkpoint: Path, criteria: dict[str, float]) -> tuple[str, dict[str, Any]] | None:
-    """The stop key a checkpoint's last result row already meets, and that row; None if training must go on."""
-    from herdrl.checkpoint import read_meta
+    """The stop key a checkpoint's last result row already meets, and that row; None if training must go on. The
+    counts come from its counters (what a restore continues from); a value that is not a finite number is a
+    damaged checkpoint, never "done"."""
+    from herdrl.checkpoint import CheckpointError, read_meta
 
-    result = dict(read_meta(checkpoint).get("metrics", {}))
-    met = [key for key, value in criteria.items() if result.get(key, -math.inf) >= value]
+    meta = read_meta(checkpoint)
+    metrics, counters = meta.get("metrics", {}), meta.get("counters", {})
+    if not isinstance(metrics, dict) or not isinstance(counters, dict):
+        raise CheckpointError(f"checkpoint '{meta['path']}' is damaged: its metrics or counters are not a mapping")
+    result = {**metrics, **{key: counters[key] for key in COUNT_STOP_KEYS if key in counters}}
+    met = []
+    for key, limit in criteria.items():
+        value = result.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise CheckpointError(f"checkpoint '{meta['path']}' is damaged: its {key} is {value!r}, not a number")
+        if value >= limit:
+            met.append(key)
     return (met[0], result) if met else None
 
 

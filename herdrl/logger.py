@@ -39,11 +39,19 @@ def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
         raise
 
 
-def _umask() -> int:
-    """The process's umask (read by setting it and back: Python has no getter)."""
+def _read_umask() -> int:
+    """The process's umask (read by setting it and back: Python has no getter), once at import, before any thread
+    could create a file while it is briefly changed."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+_UMASK = _read_umask()
+
+
+def _umask() -> int:
+    return _UMASK
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

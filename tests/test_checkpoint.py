@@ -480,6 +480,29 @@ def test_existing_trial_without_resume_is_refused(tmp_path, capsys):
     assert rows(tmp_path / "CartPole-v1" / "b") == before
 
 
+def test_a_crafted_result_row_in_a_checkpoint_neither_ends_a_resume_nor_crashes_it(tmp_path, capsys):
+    """Whether a resumed trial is done is read before anything is built: from the counters it restores, checked."""
+    from herdrl.cli import main
+
+    args = ["train", "ppo", "--env", "CartPole-v1", "--stop-iters", "2", "--quiet", "--output", str(tmp_path),
+            "--trial", "t", "--no-tensorboard"]
+    assert main([*args[:4], "--stop-iters", "1", *args[6:]]) == 0
+    path = list_checkpoints(tmp_path / "CartPole-v1" / "t")[-1]
+    meta = json.loads((path / "checkpoint.json").read_text())
+    (path / "checkpoint.json").write_text(json.dumps({**meta, "metrics": {**meta["metrics"],
+                                                                           "training_iteration": 1e300}}))
+    assert main([*args, "--resume"]) == 0  # not "already done": it trains its second iteration
+    assert rows(tmp_path / "CartPole-v1" / "t") == [1, 2]
+    path = list_checkpoints(tmp_path / "CartPole-v1" / "t")[-1]
+    meta = json.loads((path / "checkpoint.json").read_text())
+    for counters in ("x", {**meta["counters"], "training_iteration": "9"}):
+        (path / "checkpoint.json").write_text(json.dumps({**meta, "counters": counters}))
+        capsys.readouterr()
+        assert main([*args[:4], "--stop-iters", "5", *args[6:], "--resume"]) == 2
+        err = capsys.readouterr().err
+        assert "is damaged" in err and len(err.strip().splitlines()) == 1, err
+
+
 @pytest.mark.parametrize("flag, value", [("--stop-iters", "-5"), ("--stop-iters", "0"), ("--stop-timesteps", "-1"),
                                          ("--stop-time", "0")])
 def test_a_limit_that_is_not_positive_is_refused(tmp_path, capsys, flag, value):

@@ -179,3 +179,15 @@ def test_detach_needs_a_cluster(capsys) -> None:
 def test_shipped_hosts_example_parses() -> None:
     hosts = load_hosts(Path(__file__).parent.parent / "examples" / "cluster" / "hosts.yaml")
     assert hosts.name == "lab" and len(hosts.workers) == 2 and hosts.ray["num_cpus"] == 8
+
+
+def test_a_damaged_session_tag_never_reaches_a_shell_line(tmp_path: Path, monkeypatch) -> None:
+    from herdrl.cluster import hosts
+    from herdrl.cluster.connect import ClusterError
+
+    monkeypatch.setenv("HERD_HOME", str(tmp_path))
+    spec = hosts.HostsFile(name="c", head=hosts.Host("127.0.0.2"))
+    (tmp_path / "clusters" / "c").mkdir(parents=True)
+    (tmp_path / "clusters" / "c" / "state.json").write_text(json.dumps({"address": "x:1", "session": "a;rm -rf ~"}))
+    with pytest.raises(ClusterError, match="damaged session tag"):
+        hosts.down(spec)

@@ -316,3 +316,9 @@ def test_an_lstm_run_takes_its_own_defaults_where_the_user_set_nothing():
     saved.update(lr=2e-3, observation_filter="NoFilter")
     assert resolved(PPOConfig.from_dict(saved)) == (2e-3, "NoFilter")
     assert resolved(PPOConfig().environment(env).training(**lstm).copy()) == (7e-4, "MeanStdFilter")
+    config = PPOConfig().environment(env).training(**lstm)
+    resolved(config)
+    assert resolved(config.training(model={"use_lstm": False})) == (2e-3, "NoFilter")  # off again: PPO's own
+    with pytest.raises(ConfigError) as refused:  # multi-agent runs have no LSTM yet: said as such
+        PPOConfig().environment("pettingzoo/classic/tictactoe-v3").training(**lstm).validate()
+    assert "observation_filter" not in str(refused.value)

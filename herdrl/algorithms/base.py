@@ -256,6 +256,7 @@ class Algorithm:
         player = self._multi_agent_player()
         if not player.envs[0].turns or len(player.envs[0].possible_agents) < 2:
             return {}
+        player.set_weights(self.get_weights())
         seed = None if self.config.seed is None else self.config.seed * 1_000_033 + self.iteration
         scores = {pid: player.score_against_random(pid, self.config.random_opponent_games, seed)
                   for pid in trained_policies(self.config)}
@@ -305,8 +306,10 @@ class Algorithm:
         cfg = self.config
         seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self.iteration
         explore = bool(cfg.evaluation_config.get("explore", False))
-        played = self._multi_agent_player().play(cfg.evaluation_duration, explore, seed,
-                                                 cfg.evaluation_config.get("max_steps"), progress)
+        player = self._multi_agent_player()
+        player.set_weights(self.get_weights())
+        played = player.play(cfg.evaluation_duration, explore, seed, cfg.evaluation_config.get("max_steps"),
+                             progress)
         parts = {f"evaluation/{kind}_return_mean/{name}": float(np.mean(values))
                  for kind, returns in (("agent", played.agent_returns), ("policy", played.policy_returns))
                  for name, values in sorted(returns.items())}
@@ -315,7 +318,7 @@ class Algorithm:
 
     def _multi_agent_player(self) -> Any:
         """The driver's multi-agent runner for evaluation and scores (one env copy, evaluation's env_config, on the
-        CPU), made on first use, with the current weights."""
+        CPU), made on first use; callers load the weights they play with."""
         from herdrl.rollout.multi_agent import MultiAgentEnvRunner
 
         cfg = self.config
@@ -324,7 +327,6 @@ class Algorithm:
             eval_config.update_from_dict({"num_envs_per_env_runner": 1, "num_gpus_per_env_runner": 0, "env_config": {
                 **cfg.env_config, **cfg.evaluation_config.get("env_config", {})}})
             self._evaluator = MultiAgentEnvRunner(eval_config)
-        self._evaluator.set_weights(self.get_weights())
         return self._evaluator
 
     def get_weights(self) -> dict[str, np.ndarray]:

@@ -199,7 +199,10 @@ def _state(hosts: HostsFile) -> dict[str, Any] | None:
     if not path.exists():
         return None
     state = json.loads(path.read_text())
-    hosts.session = str(state.get("session", ""))
+    session = str(state.get("session", ""))
+    if not re.fullmatch(r"[0-9a-f]{6}|", session):  # it becomes part of a path in remote shell lines
+        raise ClusterError(f"{path}: damaged session tag {session!r}; remove the file and stop the nodes by hand")
+    hosts.session = session
     return state
 
 

@@ -77,7 +77,7 @@ class BatchJob:
             return (f'herd --version >/dev/null 2>&1 || {{ echo "herd launch: no working herd on PATH on {where} '
                     f'after the --setup lines" >&2; exit 1; }}')
         quoted = shlex.quote(self.herd)
-        return (f'{quoted} --version >/dev/null 2>&1 || {{ echo "herd launch: {self.herd} does not run on {where}: '
+        return (f'{quoted} --version >/dev/null 2>&1 || {{ echo "herd launch: "{quoted}" does not run on {where}: '
                 f'herdrl must be installed at the same path on every node (a shared file system), or give --setup" '
                 f'>&2; exit 1; }}')
 

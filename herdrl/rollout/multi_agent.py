@@ -224,8 +224,13 @@ class MultiAgentEnvRunner:
         A zero-sum game's summed return is 0 by construction, and one shared policy's return is both sides': this
         score is what says whether it learned to play."""
         env = self.envs[0]
-        seats = [agent for agent in env.possible_agents if (env.observation_space(agent), env.action_space(agent))
-                 == (self.observation_space[policy_id], self.action_space[policy_id])]
+        fits = [agent for agent in env.possible_agents if (env.observation_space(agent), env.action_space(agent))
+                == (self.observation_space[policy_id], self.action_space[policy_id])]
+        # The seats the run's mapping gives this policy (a policy per player plays its own side only; a shared or
+        # self-play one, every side), probed over a few episodes; else every seat that fits.
+        probes = [EpisodeInfo(f"score.{i}", 0, 0, i) for i in range(8)]
+        mapped = [agent for agent in fits if any(self.mapper(agent, probe) == policy_id for probe in probes)]
+        seats = mapped or fits
         if not seats:
             return None
         rng = np.random.default_rng(seed)
@@ -245,7 +250,7 @@ class MultiAgentEnvRunner:
                 actions = {}
                 for agent, raw in step.decide.items():
                     if agent == seat:
-                        stored = policy.act(self._stored(policy_id, 0, agent, raw), False, policy.noise(1, 1)[0])
+                        stored = policy.act(self._stored(policy_id, 0, agent, raw), False)  # greedy: no noise
                         actions[agent] = _item(space, self.actions[policy_id].to_env(stored), 0)
                     else:
                         actions[agent] = _random_legal(env.action_space(agent), raw, rng)
