@@ -142,7 +142,7 @@ def run_throughput(runners: int) -> dict:
     algo.runners.sample(weights)  # warm-up: actors started, envs made
     start, steps = time.perf_counter(), 0
     while time.perf_counter() - start < 20:
-        steps += sum(f.env_steps for f in algo.runners.sample(weights))
+        steps += sum(item.info.env_steps for item in algo.runners.sample(weights))
     rate = steps / (time.perf_counter() - start)
     algo.stop()
     return {"env_steps_per_s": rate}

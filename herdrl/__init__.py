@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from herdrl.errors import AlgorithmNotFound, ConfigError, EnvError, HerdError
 from herdrl.registry import register_encoder, register_env
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 # Heavy names (torch) load on first use, so `herd --help` and `import herdrl` stay fast.
 _LAZY = {

@@ -91,7 +91,8 @@ def _add_train_parser(subparsers: Any) -> None:
 
 
 def _add_bench_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("bench", help="measure scaling", description="Benchmarks of your own setup.")
+    p = subparsers.add_parser("bench", help="measure scaling and data paths",
+                              description="Benchmarks of your own setup.")
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND", required=True)
     s = kinds.add_parser("scaling", help="sampling speedup with more env runners",
                          description="Env steps/s and iteration time for several runner counts.")
@@ -108,6 +109,28 @@ def _add_bench_parser(subparsers: Any) -> None:
     s.add_argument("--address", help="measure on this Ray cluster (HOST:PORT or auto)")
     s.add_argument("--node-ip-address", help="this driver's own address when joining a cluster")
     s.add_argument("--out", default="results/bench", help="folder for scaling.csv and scaling.png")
+    i = kinds.add_parser("ingest", help="fragments one learner absorbs, by each data path",
+                         description="Synthetic producers (no env, no torch) feed one learner: fragments, MB and env "
+                                     "steps absorbed per second, and the driver's and learner's CPU per fragment, "
+                                     "for each data path (driver, via-driver, reference, aggregators).")
+    i.add_argument("--shape", default="atari", help="fragment shape: cartpole, mujoco, atari (4-frame stacks) or "
+                                                    "atari-packed (as runners ship them) (default atari)")
+    i.add_argument("--producers", default="1,4,16", help="comma-separated producer counts (default 1,4,16)")
+    i.add_argument("--modes", default="driver,via-driver,reference,aggregators",
+                   help="comma-separated paths to measure (default: all four)")
+    i.add_argument("--envs", type=int, default=8, help="envs per fragment (default 8)")
+    i.add_argument("--steps", type=int, default=128, help="steps per fragment (default 128)")
+    i.add_argument("--batch", type=int, default=8, help="fragments per learner update (default 8)")
+    i.add_argument("--aggregators", type=int, default=2, help="aggregator actors for the aggregators path "
+                                                               "(default 2)")
+    i.add_argument("--rate", type=float, default=0.0, help="fragments/s each producer offers (default 0: as fast "
+                                                            "as it can)")
+    i.add_argument("--seconds", type=float, default=10.0, help="measured seconds per row (default 10)")
+    i.add_argument("--placement", choices=("same-node", "cross-node"), default="same-node",
+                   help="producers on the learner's node, or on the other nodes (default same-node)")
+    i.add_argument("--address", help="measure on this Ray cluster (HOST:PORT or auto)")
+    i.add_argument("--node-ip-address", help="this driver's own address when joining a cluster")
+    i.add_argument("--out", default="results/bench", help="folder for ingest.csv and ingest.png")
 
 
 def _add_evaluate_parser(subparsers: Any) -> None:
@@ -348,6 +371,8 @@ def _bench(args: argparse.Namespace) -> int:
     from herdrl.errors import ConfigError
     from herdrl.registry import get_config_class
 
+    if args.bench_kind == "ingest":
+        return _bench_ingest(args)
     try:
         counts = [int(x) for x in args.runners.split(",") if x.strip()]
     except ValueError:
@@ -361,6 +386,28 @@ def _bench(args: argparse.Namespace) -> int:
     if args.node_ip_address:
         config.resources(node_ip_address=args.node_ip_address)
     run_scaling(config, counts, args.iters, Path(args.out), include_local=not args.no_local)
+    return 0
+
+
+def _bench_ingest(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from herdrl.bench_ingest import run_ingest
+    from herdrl.errors import ConfigError
+
+    try:
+        counts = [int(x) for x in args.producers.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--producers expects comma-separated integers, got '{args.producers}'") from None
+    for flag, value in (("--envs", args.envs), ("--steps", args.steps), ("--batch", args.batch),
+                        ("--aggregators", args.aggregators)):
+        if value < 1:
+            raise ConfigError(f"{flag} must be >= 1, got {value}")
+    if args.seconds <= 0 or args.rate < 0:
+        raise ConfigError("--seconds must be > 0 and --rate >= 0")
+    run_ingest(args.address, args.node_ip_address, [m.strip() for m in args.modes.split(",") if m.strip()], counts,
+               args.shape, Path(args.out), steps=args.steps, envs=args.envs, batch=args.batch,
+               seconds=args.seconds, rate=args.rate, aggregators=args.aggregators, placement=args.placement)
     return 0
 
 

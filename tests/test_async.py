@@ -15,6 +15,7 @@ from herdrl.env.testing import LatencyEnv
 from herdrl.learner.group import RayLearnerGroup
 from herdrl.rollout import EnvRunner
 from herdrl.rollout.advantages import compute_gae
+from herdrl.rollout.transport import resolve
 from herdrl.rollout.vtrace import vtrace
 
 
@@ -114,12 +115,13 @@ def test_async_sampling_keeps_requests_in_flight_bounds_the_queue_and_reports_la
                       circular_buffer_iterations_per_batch=1, num_updates_per_iteration=9)
             .debugging(seed=0).build())
     seen, record = [], algo.record
-    algo.record = lambda fragments: (seen.extend((f.worker_index, f.weights_version, algo.num_updates)
-                                                 for f in fragments), record(fragments))[-1]
+    algo.record = lambda sampled: (seen.extend((s.info.worker_index, s.info.weights_version, algo.num_updates)
+                                               for s in sampled), record(sampled))[-1]
     lags, update = [], algo.learners.update  # the lag of every fragment learned on, computed here
 
     def recording_update(batch, *args):
-        lags.extend(algo.num_updates - f.weights_version for f in batch)
+        fragments, _ = resolve(batch)  # the fragments themselves (a copy): the versions they were sampled with
+        lags.extend(algo.num_updates - f.weights_version for f in fragments)
         return update(batch, *args)
 
     algo.learners.update = recording_update

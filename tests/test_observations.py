@@ -224,7 +224,9 @@ def test_frames_cross_rays_object_store_as_uint8():
     herdrl.register_env("moving_dot", MovingDot)
     algo = PPOConfig().environment("moving_dot").env_runners(num_env_runners=1, num_envs_per_env_runner=2) \
         .training(train_batch_size=40, minibatch_size=20).build()
-    (fragment,) = algo.sample()
+    from herdrl.rollout.transport import resolve
+
+    (fragment,), _ = resolve([item.data for item in algo.sample()])
     assert fragment.obs.dtype == np.uint8 and fragment.obs.shape[2:] == (10, 10, 2)
     assert algo.train()["num_env_steps_sampled"] > 0
     algo.stop()

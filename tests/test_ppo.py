@@ -101,7 +101,7 @@ def _hand_made_batch(algo):
 
     from herdrl.rollout.batch import on_policy_batch
 
-    batch = on_policy_batch(algo.module, algo.sample(), 0.99, 0.95, algo.device)
+    batch = on_policy_batch(algo.module, [item.data for item in algo.sample()], 0.99, 0.95, algo.device)
     with torch.no_grad():
         for p in algo.module.parameters():
             p.add_(0.05 * torch.randn_like(p))

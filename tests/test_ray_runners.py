@@ -15,8 +15,14 @@ from envs import Countdown, TextObsEnv
 import herdrl
 from herdrl import EnvError, PPOConfig
 from herdrl.rollout.group import RunnerFailure
+from herdrl.rollout.transport import resolve
 
 pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def fetched(sampled):
+    """The fragments behind a runner group's references."""
+    return resolve([item.data for item in sampled])[0]
 
 
 def ray_config(runners=2, envs=4, batch=256, **fault):
@@ -86,10 +92,10 @@ def test_a_replacement_that_cannot_start_is_an_error_not_a_restart_loop(tmp_path
 def test_a_restarted_runner_does_not_replay_its_predecessors_episodes():
     algo = ray_config().build()
     weights = algo.get_weights()
-    first = algo.runners.sample(weights)
+    first = fetched(algo.runners.sample(weights))
     os.kill(algo.runners.call("pid")[0], signal.SIGKILL)
     algo.runners.sample(weights)  # runner 1 fails here and is restarted
-    again = algo.runners.sample(weights)  # the replacement's first fragment, from its first reset
+    again = fetched(algo.runners.sample(weights))  # the replacement's first fragment, from its first reset
     algo.stop()
     assert len(again) == 2 and again[0].obs.shape == first[0].obs.shape
     assert not np.allclose(again[0].obs[0], first[0].obs[0])  # other resets (the same seed would replay them)

@@ -18,7 +18,7 @@ def test_td3_learns_pendulum_from_greedy_evaluation():
 def test_actor_and_targets_move_every_policy_delay_critic_steps_only():
     algo = TD3Config().environment("Pendulum-v1").training(policy_delay=3, **SMALL).debugging(seed=0).build()
     learner = algo.learner
-    fragment = algo.sample()[0]
+    fragment = algo.sample()[0].data
     from herdrl.buffers import fragment_transitions
 
     algo.buffer.add(fragment_transitions(fragment, 0.99))

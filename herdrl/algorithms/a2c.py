@@ -109,6 +109,6 @@ class A2C(Algorithm):
         updates = max(1, cfg.train_batch_size // (cfg.total_envs * cfg.fragment_length()))
         sums: dict[str, float] = {}
         for _ in range(updates):
-            for key, value in self.learners.update(self.sample()).items():
+            for key, value in self.update_on(self.sample()).items():
                 sums[key] = sums.get(key, 0.0) + value
         return {**{k: v / updates for k, v in sums.items()}, "num_gradient_updates": updates}

@@ -41,8 +41,8 @@ from herdrl.learner.group import LearnerFailure, make_learner_group
 from herdrl.models.encoders import encoding_differs
 from herdrl.obs import ObsSpec
 from herdrl.policy import Policy
-from herdrl.rollout import Fragment
 from herdrl.rollout.group import make_runner_group
+from herdrl.rollout.transport import FragmentInput, FragmentsLost, Sampled
 
 logger = logging.getLogger("herdrl")
 
@@ -121,6 +121,7 @@ class Algorithm:
         self._part_returns: dict[str, deque[float]] = {}
         self._iter_agent_steps = 0
         self._iter_steps = self._iter_episodes = 0
+        self._iter_fragments_lost = self._iter_fragment_bytes = 0
         self._iter_sample_time = 0.0
         if config.self_play:  # snapshots begin as copies of the policy they follow, not as random networks
             self.learners.apply("copy_policy", [(source, copy) for source, copies in config.self_play.items()
@@ -146,23 +147,39 @@ class Algorithm:
         the same on every learner, and restored with checkpoints."""
         return int(self.rng.integers(2**63))
 
-    def sample(self, exploration: dict[str, Any] | None = None) -> list[Fragment]:
-        """Send the current weights (and ``exploration`` settings) to the runners; collect a fragment from each."""
+    def sample(self, exploration: dict[str, Any] | None = None) -> list[Sampled]:
+        """Send the current weights (and ``exploration`` settings) to the runners; collect a fragment from each (as
+        a reference, from Ray runners: ``herdrl.rollout.transport``), and record it."""
         start = time.perf_counter()
-        fragments = self.runners.sample(self.runner_weights(), exploration)
-        self.record(fragments)
+        sampled = self.runners.sample(self.runner_weights(), exploration, self.iteration)
+        self.record(sampled)
         self._iter_sample_time += time.perf_counter() - start
-        return fragments
+        return sampled
+
+    def update_on(self, sampled: list[Sampled], *args: Any) -> Any:
+        """``learners.update(fragments, *args)``; fragments lost with their node before a learner read them are
+        dropped and as many sampled again (the update then happens once, on the full batch)."""
+        while True:
+            result = self.learners.update(FragmentInput(item.data for item in sampled), *args)
+            if not isinstance(result, FragmentsLost):
+                return result
+            lost = set(result.indices)
+            self._iter_fragments_lost += len(lost)
+            logger.warning("herdrl: %d fragment%s lost with %s node before the learner read %s; sampling again",
+                           len(lost), "" if len(lost) == 1 else "s", "its" if len(lost) == 1 else "their",
+                           "it" if len(lost) == 1 else "them")
+            sampled = [item for i, item in enumerate(sampled) if i not in lost] + self.sample()[:len(lost)]
 
     def runner_weights(self) -> dict[str, Any]:
         """What runners sample with: the weights, and the merged normalisation statistics if any."""
         weights = self.get_weights()
         return {**weights, **self.normalizer.to_weights()} if self.normalizer.active else weights
 
-    def record(self, fragments: list[Fragment]) -> None:
+    def record(self, sampled: list[Sampled]) -> None:
         """Count the fragments' env steps and finished episodes in this iteration's result, and merge their
-        normalisation statistics into the run's."""
-        for fragment in fragments:
+        normalisation statistics into the run's (from their infos: the arrays may be elsewhere)."""
+        for fragment in (item.info for item in sampled):
+            self._iter_fragment_bytes += fragment.nbytes
             if fragment.filter_delta is not None:
                 self.normalizer.merge(fragment.filter_delta)
             self._iter_steps += fragment.env_steps
@@ -180,6 +197,7 @@ class Algorithm:
         """Run one iteration; return its result row (a flat dict) and pass it to the logger."""
         start = time.perf_counter()
         self._iter_steps = self._iter_episodes = self._iter_agent_steps = 0
+        self._iter_fragments_lost = self._iter_fragment_bytes = 0
         self._iter_sample_time = 0.0
         try:
             learner_metrics = self.training_step()
@@ -216,6 +234,9 @@ class Algorithm:
             "num_episodes": self._iter_episodes,
             "num_healthy_env_runners": self.runners.num_healthy,
             "num_env_runner_restarts": self.runners.num_restarts,
+            "num_fragments_lost": self._iter_fragments_lost,
+            **({"fragment_bytes_per_env_step": self._iter_fragment_bytes / self._iter_steps}
+               if self._iter_fragment_bytes and self._iter_steps else {}),
             **learner_metrics,
             **self._multi_agent_metrics(),
             **scores,

@@ -31,6 +31,7 @@ from herdrl.rollout import Fragment
 from herdrl.rollout.async_sampling import AsyncSampler, LocalSampler
 from herdrl.rollout.batch import forward_flat, from_sequences, minibatches, sequence_batch, sequence_logp, to_sequences
 from herdrl.rollout.group import RayRunnerGroup
+from herdrl.rollout.transport import FragmentInput, FragmentsLost, Sampled
 from herdrl.rollout.vtrace import vtrace
 
 
@@ -216,7 +217,7 @@ class IMPALA(Algorithm):
         self.sampler: AsyncSampler | LocalSampler = (
             AsyncSampler(self.runners, cfg.max_requests_in_flight_per_env_runner)
             if isinstance(self.runners, RayRunnerGroup) else LocalSampler(self.runners))
-        self.queue: deque[Fragment] = deque()
+        self.queue: deque[Sampled] = deque()  # fragments' infos, and the fragments or references to them
         self.num_updates = 0  # the learner's version: fragments carry the version that sampled them
         self.num_env_steps_trained_lifetime = 0
         self.num_broadcasts = 0
@@ -249,10 +250,17 @@ class IMPALA(Algorithm):
             max_queue = max(max_queue, len(self.queue))
             while len(self.queue) >= per_batch:
                 batch = [self.queue.popleft() for _ in range(per_batch)]
-                lags += [self.num_updates - f.weights_version for f in batch]
                 learning = time.perf_counter()
                 passes = cfg.circular_buffer_iterations_per_batch
-                metrics = self.learners.update(batch, passes, self.update_seed())
+                metrics = self.learners.update(FragmentInput(item.data for item in batch), passes,
+                                               self.update_seed())
+                if isinstance(metrics, FragmentsLost):  # lost with their node: the rest wait for new ones
+                    self._iter_fragments_lost += len(metrics.indices)
+                    self.queue.extendleft(reversed([item for i, item in enumerate(batch)
+                                                    if i not in set(metrics.indices)]))
+                    learn_time += time.perf_counter() - learning
+                    continue
+                lags += [self.num_updates - item.info.weights_version for item in batch]
                 gradient_steps += int(metrics.pop("num_gradient_steps"))
                 for key, value in metrics.items():
                     sums[key] = sums.get(key, 0.0) + value * passes
@@ -261,7 +269,7 @@ class IMPALA(Algorithm):
                 if self.num_updates // cfg.broadcast_interval > before // cfg.broadcast_interval:
                     self._broadcast()  # an interval's worth of updates passed
                 learn_time += time.perf_counter() - learning
-                steps = sum(f.env_steps for f in batch)
+                steps = sum(item.info.env_steps for item in batch)
                 trained += steps * cfg.circular_buffer_iterations_per_batch
         self.num_env_steps_trained_lifetime += trained
         elapsed = time.perf_counter() - start
@@ -271,6 +279,7 @@ class IMPALA(Algorithm):
                 "policy_lag_mean": float(np.mean(lags)) if lags else 0.0, "policy_lag_max": max(lags, default=0),
                 "learner_busy_fraction": learn_time / elapsed if elapsed > 0 else 0.0,
                 "queue_depth": len(self.queue), "queue_depth_max": max_queue,
+                "queue_bytes": sum(item.info.nbytes for item in self.queue),
                 "num_requests_in_flight": self.sampler.num_in_flight,
                 "num_fragments_dropped": self.sampler.num_dropped - dropped,
                 "num_weight_broadcasts": self.num_broadcasts - broadcasts}

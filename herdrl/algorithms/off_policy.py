@@ -23,6 +23,7 @@ from herdrl.checkpoint import CheckpointError, read_arrays
 from herdrl.config import AlgorithmConfig, Field, shared_field
 from herdrl.learner import Learner
 from herdrl.models.encoders import to_torch
+from herdrl.rollout.transport import resolve
 
 logger = logging.getLogger("herdrl")
 
@@ -128,7 +129,11 @@ class OffPolicyAlgorithm(Algorithm):
         cfg = self.config
         sampled, updates, sums = 0, 0, {}
         while sampled < cfg.min_sample_timesteps_per_iteration:
-            for fragment in self.sample(self.exploration(self.env_steps_lifetime + self._iter_steps)):
+            # The replay buffer lives here, so its fragments are fetched here (a lost one is only lost data).
+            fragments, lost = resolve([item.data for item in self.sample(self.exploration(
+                self.env_steps_lifetime + self._iter_steps))])
+            self._iter_fragments_lost += len(lost)
+            for fragment in fragments:
                 self.buffer.add(fragment_transitions(fragment, cfg.gamma, cfg.n_step))
             new_steps, sampled = self._iter_steps - sampled, self._iter_steps
             if len(self.buffer) < max(1, min(cfg.num_steps_sampled_before_learning_starts, self.buffer.capacity)):

@@ -139,4 +139,4 @@ class PPO(Algorithm):
 
     def training_step(self) -> dict[str, float]:
         """Sample one train batch, then run ``num_epochs`` passes of minibatch updates over it."""
-        return self.learners.update(self.sample(), self.update_seed())
+        return self.update_on(self.sample(), self.update_seed())

@@ -195,4 +195,4 @@ class TRPO(Algorithm):
 
     def training_step(self) -> dict[str, float]:
         """One natural-gradient policy step and one value fit on a fresh batch."""
-        return self.learners.update(self.sample(), self.update_seed())
+        return self.update_on(self.sample(), self.update_seed())

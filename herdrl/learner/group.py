@@ -22,6 +22,7 @@ import torch
 from herdrl.config import AlgorithmConfig
 from herdrl.errors import HerdError
 from herdrl.learner.learner import Learner
+from herdrl.rollout.transport import FragmentInput, FragmentsLost, resolve
 
 
 class LearnerFailure(HerdError):
@@ -38,7 +39,14 @@ class LocalLearnerGroup:
         self.device = self.learner.device
 
     def update(self, *args: Any) -> Any:
-        """The learner's ``update(*args)``."""
+        """The learner's ``update(*args)``; a :class:`FragmentInput` argument is fetched here first (its fragments
+        lost with their node: :class:`FragmentsLost`, and no update)."""
+        args = list(args)
+        for i, arg in enumerate(args):
+            if isinstance(arg, FragmentInput):
+                args[i], lost = resolve(arg)
+                if lost:
+                    return FragmentsLost(lost)
         return self.learner.update(*args)
 
     def apply(self, method: str, *args: Any) -> None:
@@ -142,12 +150,18 @@ class RayLearnerGroup:
 
     def update(self, *args: Any) -> Any:
         """Every learner's ``update(*args)`` on one shared copy of the data; their results merged (metrics averaged
-        over learners; per-row arrays, such as TD errors, joined in rank order, i.e. in row order)."""
+        over learners; per-row arrays, such as TD errors, joined in rank order, i.e. in row order). Fragments sampled
+        by Ray runners (a :class:`FragmentInput` of references) go as references: each learner fetches them from
+        the object store itself, so they never pass through this process; if any was lost with its node, no learner
+        updates and :class:`FragmentsLost` names them."""
         import ray
 
-        # Data goes into the object store once for all learners; small arguments (a seed, a count) go by value.
-        refs = [a if isinstance(a, (int, float)) else ray.put(a) for a in args]
+        # Data goes into the object store once for all learners; small arguments (a seed, a count) go by value, and
+        # a list of references as it is (Ray keeps the objects alive for the learners that borrow them).
+        refs = [a if isinstance(a, (int, float)) or _all_refs(a) else ray.put(a) for a in args]
         results = self._get([actor.call.remote("update", *refs) for actor in self.actors], "update")
+        if isinstance(results[0], FragmentsLost):
+            return results[0]  # (the learners agreed on it: none updated)
         self._dirty = True
         if isinstance(results[0], tuple):  # (metrics, rows): off-policy learners
             metrics, rows = zip(*results, strict=True)
@@ -211,6 +225,13 @@ class RayLearnerGroup:
         if getattr(self, "_owns_ray", False):
             self._owns_ray = False
             disconnect()
+
+
+def _all_refs(arg: Any) -> bool:
+    """A :class:`FragmentInput` of object references only (fragments of Ray runners)."""
+    import ray
+
+    return isinstance(arg, FragmentInput) and all(isinstance(item, ray.ObjectRef) for item in arg)
 
 
 def _mean_metrics(results: tuple[dict[str, float], ...] | list[dict[str, float]]) -> dict[str, float]:

@@ -15,6 +15,7 @@ import torch
 
 from herdrl.config import AlgorithmConfig
 from herdrl.models.encoders import torch_device
+from herdrl.rollout.transport import FragmentInput, FragmentsLost, resolve
 
 
 @ray.remote
@@ -59,11 +60,35 @@ class LearnerActor:
 
     def call(self, method: str, *args: Any) -> Any:
         """``learner.method(*args)`` (object refs in ``args`` arrive resolved): ``update``, ``get_weights``,
-        ``state``, ``load_state``."""
+        ``state``, ``load_state``. A :class:`FragmentInput` argument is fetched here, from the runners' nodes; if
+        any of its fragments was lost (on any rank: the ranks agree), no rank updates and the result is
+        :class:`FragmentsLost`."""
+        args = list(args)
+        for i, arg in enumerate(args):
+            if isinstance(arg, FragmentInput):
+                args[i], lost = resolve(arg)
+                lost = self._agree(lost, len(arg))
+                if lost:
+                    return FragmentsLost(lost)
         return getattr(self.learner, method)(*args)
+
+    def _agree(self, lost: list[int], count: int) -> list[int]:
+        """The fragments lost on any rank (every rank must skip the same update, or its peers would wait for it in
+        their next all-reduce)."""
+        if self.world_size == 1:
+            return lost
+        distributed = importlib.import_module("torch.distributed")
+        flags = torch.zeros(count, device=self.device)
+        flags[lost] = 1.0
+        distributed.all_reduce(flags, op=distributed.ReduceOp.MAX)
+        return [int(i) for i in torch.nonzero(flags).flatten().tolist()]
 
     def pid(self) -> int:
         """This actor's process id (tests kill it)."""
         import os
 
         return os.getpid()
+
+    def node_ip(self) -> str:
+        """The address of the node this learner runs on."""
+        return ray.util.get_node_ip_address()

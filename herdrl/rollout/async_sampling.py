@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from herdrl.rollout.group import LocalRunnerGroup, RayRunnerGroup, RunnerFailure, _one_line
-from herdrl.rollout.runner import Fragment
+from herdrl.rollout.transport import Sampled, info_of
 
 
 class LocalSampler:
@@ -35,9 +35,12 @@ class LocalSampler:
         """Sample with these weights from now on."""
         self.runner.set_weights(weights, version)
 
-    def fetch(self, room: int) -> list[Fragment]:
+    def fetch(self, room: int) -> list[Sampled]:
         """One fragment (none when there is no room)."""
-        return [self.runner.sample()] if room > 0 else []
+        if room <= 0:
+            return []
+        fragment = self.runner.sample()
+        return [Sampled(info_of(fragment), fragment)]
 
     def forget_in_flight(self) -> None:
         """Nothing is in flight in-process."""
@@ -49,7 +52,8 @@ class AsyncSampler:
     def __init__(self, group: RayRunnerGroup, max_in_flight: int) -> None:
         self.group = group
         self.max_in_flight = max_in_flight
-        self._calls: dict[Any, tuple[int, Any]] = {}  # ref -> (runner index, actor)
+        # info reference -> (runner index, actor, fragment reference): only infos are fetched here
+        self._calls: dict[Any, tuple[int, Any, Any]] = {}
         self._weights_ref: Any = None
         self._version = 0  # stamped on fragments: the learner's update count (policy lag)
         self._broadcast = 0  # which broadcast: never repeats, so runners reload exactly when it changes
@@ -76,11 +80,11 @@ class AsyncSampler:
         self.num_dropped += len(self._calls)
         self._calls.clear()
 
-    def fetch(self, room: int) -> list[Fragment]:
+    def fetch(self, room: int) -> list[Sampled]:
         """Top the calls up (at most ``room`` more fragments in flight), wait for the first to finish, and return
         every fragment that is ready. A runner that failed or went silent for ``sample_timeout_s`` is handled as
         in synchronous sampling (restarted, or dropped if the config says so); only its in-flight fragments are
-        lost."""
+        lost. The fragments themselves stay in the object store (``herdrl.rollout.transport``)."""
         import ray
 
         self._top_up(room)
@@ -93,9 +97,9 @@ class AsyncSampler:
         for ref in ready:
             if ref not in self._calls:
                 continue  # a call of a runner that failed earlier in this loop: already counted as dropped
-            index, actor = self._calls.pop(ref)
+            index, actor, data = self._calls.pop(ref)
             try:
-                fragments.append(ray.get(ref))
+                fragments.append(Sampled(ray.get(ref), data))
                 self._heard[index] = (actor, time.monotonic())
             except ray.exceptions.RayError as exc:
                 self._runner_failed(index, actor, exc)
@@ -106,7 +110,7 @@ class AsyncSampler:
         """Spend ``room`` on new calls, each to the runner holding the fewest (the longest-waiting first), so a
         buffer smaller than runners x requests still keeps every runner busy."""
         counts = [0] * len(self.group.actors)
-        for index, _ in self._calls.values():
+        for index, *_ in self._calls.values():
             counts[index] += 1
         while room > 0:
             open_runners = [i for i, actor in enumerate(self.group.actors)
@@ -118,8 +122,9 @@ class AsyncSampler:
             if self._heard.get(index, (None,))[0] is not actor:  # first call: a replacement gets the start-up grace
                 replaced = index in self._heard and self._timeout() != float("inf")
                 self._heard[index] = (actor, time.monotonic() + (self._grace() - self._timeout() if replaced else 0.0))
-            ref = actor.sample_with.remote(self._weights_ref, None, self._version, self._broadcast)
-            self._calls[ref] = (index, actor)
+            ref, data = actor.sample_with.options(num_returns=2).remote(self._weights_ref, None, self._version,
+                                                                         self._broadcast)
+            self._calls[ref] = (index, actor, data)
             self._last_call[index] = time.monotonic()
             counts[index] += 1
             room -= 1
@@ -133,7 +138,7 @@ class AsyncSampler:
 
     def _silent(self) -> list[tuple[int, Any]]:
         """Runners with calls in flight that have not delivered within their time."""
-        now, busy = time.monotonic(), {index: actor for index, actor in self._calls.values()}
+        now, busy = time.monotonic(), {index: actor for index, actor, _ in self._calls.values()}
         return [(index, actor) for index, actor in busy.items()
                 if now - self._heard.get(index, (actor, now))[1] >= self._timeout()]
 
@@ -142,7 +147,7 @@ class AsyncSampler:
             return None
         now = time.monotonic()
         deadlines = [self._heard.get(index, (actor, now))[1] + self._timeout() - now
-                     for index, actor in self._calls.values()]
+                     for index, actor, _ in self._calls.values()]
         return max(0.0, min(deadlines))
 
     def _fail_silent(self) -> None:
@@ -154,7 +159,7 @@ class AsyncSampler:
         if self.group.actors[index] is not actor:
             self.num_dropped += 1  # an earlier call of the same failed runner: already replaced
             return
-        lost = [ref for ref, (i, a) in self._calls.items() if i == index and a is actor]
+        lost = [ref for ref, (i, a, _) in self._calls.items() if i == index and a is actor]
         for ref in lost:
             del self._calls[ref]
         self.num_dropped += 1 + len(lost)

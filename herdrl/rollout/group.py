@@ -19,7 +19,8 @@ from herdrl.config import AlgorithmConfig
 from herdrl.env import imports
 from herdrl.errors import HerdError
 from herdrl.rollout.multi_agent import MultiAgentEnvRunner
-from herdrl.rollout.runner import EnvRunner, Fragment
+from herdrl.rollout.runner import EnvRunner
+from herdrl.rollout.transport import Sampled, info_of
 
 logger = logging.getLogger("herdrl")
 
@@ -39,11 +40,14 @@ class LocalRunnerGroup:
         self.observation_space: gym.Space = self.runner.observation_space
         self.action_space: gym.Space = self.runner.action_space
 
-    def sample(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None) -> list[Fragment]:
-        """One fragment from the local runner, sampled with ``weights`` (and ``exploration`` settings)."""
-        self.runner.set_weights(weights)
+    def sample(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None,
+               version: int | None = None) -> list[Sampled]:
+        """One fragment from the local runner, sampled with ``weights`` (stamped ``version``) and ``exploration``
+        settings."""
+        self.runner.set_weights(weights, version)
         self.runner.set_exploration(exploration)
-        return [self.runner.sample()]
+        fragment = self.runner.sample()
+        return [Sampled(info_of(fragment), fragment)]
 
     def reseed(self, epoch: int) -> None:
         """Fresh random streams and episodes for a run resumed at iteration ``epoch``."""
@@ -264,23 +268,33 @@ class RayRunnerGroup:
             scheduling_strategy=strategy, max_restarts=0,
         ).remote(self.config, index + 1, self._creators, incarnation, self._epoch, tuple(imports.IMPORTED))
 
-    def sample(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None) -> list[Fragment]:
-        """One fragment from every healthy runner, in parallel; failed runners are handled per config."""
+    def sample(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None,
+               version: int | None = None) -> list[Sampled]:
+        """One fragment from every healthy runner, in parallel; failed runners are handled per config. Only the
+        fragments' infos come to this process: the fragments stay in the object store as references
+        (``herdrl.rollout.transport``)."""
         import ray
 
         weights_ref = ray.put(weights)  # one copy in the object store, shared by every runner
-        fragments, failures = self._gather(lambda actor: actor.sample_with.remote(weights_ref, exploration),
-                                           "no fragment")
-        if not fragments:
+        data: dict[Any, Any] = {}
+
+        def call(actor: Any) -> Any:
+            info_ref, data_ref = actor.sample_with.options(num_returns=2).remote(weights_ref, exploration, version)
+            data[info_ref] = data_ref
+            return info_ref
+
+        results, failures = self._gather(call, "no fragment")
+        if not results:
             index, exc = failures[0]
             raise RunnerFailure(f"every env runner failed in this iteration (runner {index + 1}: "
                                 f"{_one_line(exc)})")
-        return fragments
+        return [Sampled(info, data[ref]) for ref, info in results]
 
     def _gather(self, call: Any, what: str) -> tuple[list[Any], list[tuple[int, BaseException]]]:
         """``call(actor)`` on every healthy runner, waited for at most ``sample_timeout_s`` (a runner stuck in its
         env, or a replacement that cannot be placed, must not hang us); failed runners are handled per config
-        (restarted, or dropped). Returns the results and the failures, as (runner index, error)."""
+        (restarted, or dropped). Returns the results, as (reference, value), and the failures, as (runner index,
+        error)."""
         import ray
 
         calls = [(i, call(actor)) for i, actor in enumerate(self.actors) if actor is not None]
@@ -293,7 +307,7 @@ class RayRunnerGroup:
                     f"{what} within sample_timeout_s={self.config.sample_timeout_s:g} s")))
                 continue
             try:
-                results.append(ray.get(ref))
+                results.append((ref, ray.get(ref)))
             except ray.exceptions.RayError as exc:
                 failures.append((index, exc))
         for index, exc in failures:

@@ -13,7 +13,8 @@ import torch
 
 from herdrl.config import AlgorithmConfig
 from herdrl.rollout.multi_agent import MultiAgentEnvRunner
-from herdrl.rollout.runner import EnvRunner, Fragment
+from herdrl.rollout.runner import EnvRunner
+from herdrl.rollout.transport import FragmentInfo, info_of, nbytes, pack
 
 
 class _Remote:
@@ -41,15 +42,17 @@ class _Remote:
         return self.observation_space, self.action_space
 
     def sample_with(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None,
-                    version: int | None = None, broadcast: int | None = None) -> Fragment:
+                    version: int | None = None, broadcast: int | None = None) -> tuple[FragmentInfo, Any]:
         """Load ``weights`` (and exploration settings), then sample one fragment (one call: a dead actor
-        fails once). Asynchronous sampling: ``version`` is stamped on the fragment, and the weights are copied
-        into the policy only when ``broadcast`` (a count that never repeats) changed."""
+        fails once); ``version`` is stamped on it. The weights are copied into the policy only when ``broadcast``
+        (a count that never repeats) changed. Returns its info and the fragment, frames packed
+        (``herdrl.rollout.transport``): called with ``num_returns=2``, two objects the driver can fetch apart."""
         if broadcast is None or broadcast != self._loaded_broadcast:
             self.set_weights(weights, version)
             self._loaded_broadcast = broadcast
         self.set_exploration(exploration)
-        return self.sample()
+        fragment = pack(self.sample())
+        return info_of(fragment, nbytes(fragment)), fragment
 
     def pid(self) -> int:
         """This actor's process id (tests kill it to check fault tolerance)."""

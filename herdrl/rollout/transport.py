@@ -1,0 +1,186 @@
+"""How fragments travel from Ray runners to whoever learns on them.
+
+A runner returns two objects per fragment (one Ray call, ``num_returns=2``): a small :class:`FragmentInfo` (counts,
+finished episodes, normalisation statistics, weight version, bytes: all the driver reports) and the fragment
+itself. The driver waits on the infos only; the fragments stay in the object store as references, handed as a
+list to whoever learns: learner actors fetch them from the runners' nodes themselves, so with ``num_learners >= 1``
+no array ever passes through the driver. A learner in the driver (the default) fetches them once, as before.
+
+Stacked image observations (Atari's 4-frame stacks) repeat three of every four frames from the step before;
+:func:`pack` ships each distinct frame once plus indices, found by comparing the frames (never assumed: a stack
+that is not a shift of the one before, e.g. after a reset, is shipped whole), and :func:`unpack` rebuilds exactly
+the arrays the env returned. Packing happens on the runner, unpacking wherever the fragment is fetched.
+
+A fragment whose node died before it was fetched is lost (``ray.exceptions.ObjectLostError``): :func:`resolve`
+reports which, and the algorithm drops them and samples again (:meth:`Algorithm.update_on`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from herdrl.errors import HerdError
+
+#: Image leaves whose first axis is a stack of this many frames are packed (a single frame has no repeats; a first
+#: axis longer than 16 is an image's height, not a stack).
+MIN_STACK, MAX_STACK = 2, 16
+#: A leaf is shipped as packed only if packing saves at least this share of its bytes (an RGB channels-first image
+#: is never a shift of the one before: it is sent as it is, having cost one comparison).
+MIN_SAVING = 0.2
+
+
+@dataclass
+class FragmentInfo:
+    """What the driver knows of a fragment: what it reports, never the arrays."""
+
+    env_steps: int
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+    weights_version: int = -1
+    worker_index: int = 0
+    filter_delta: dict[str, np.ndarray] | None = None
+    nbytes: int = 0  # as shipped (packed)
+    agent_steps: int = 0  # multi-agent runs: decisions of all agents
+    agent_returns: dict[str, list[float]] = field(default_factory=dict)
+    policy_returns: dict[str, list[float]] = field(default_factory=dict)
+
+
+def info_of(fragment: Any, nbytes: int = 0) -> FragmentInfo:
+    """The :class:`FragmentInfo` of a single- or multi-agent fragment."""
+    multi = hasattr(fragment, "policies")
+    return FragmentInfo(
+        env_steps=fragment.env_steps, episode_returns=list(fragment.episode_returns),
+        episode_lengths=list(fragment.episode_lengths), weights_version=fragment.weights_version,
+        worker_index=fragment.worker_index, filter_delta=fragment.filter_delta, nbytes=nbytes,
+        agent_steps=fragment.agent_steps if multi else 0,
+        agent_returns=dict(fragment.agent_returns) if multi else {},
+        policy_returns=dict(fragment.policy_returns) if multi else {})
+
+
+@dataclass
+class Sampled:
+    """One sampled fragment as the driver holds it: its info, and the fragment or (from a Ray runner) a reference
+    to it."""
+
+    info: FragmentInfo
+    data: Any
+
+
+class FragmentInput(list):
+    """The fragments a learner's update reads, as a list of fragments or of references to them (the first
+    argument of on-policy and asynchronous updates); learner groups resolve it where the learner runs."""
+
+
+@dataclass
+class FragmentsLost:
+    """An update that did not happen: the fragments at ``indices`` of its input were lost with their node."""
+
+    indices: list[int]
+
+
+class FragmentLostError(HerdError):
+    """Fragments were lost before a learner could read them (their node died)."""
+
+
+@dataclass
+class PackedFrames:
+    """A ``(T+1, B, K, *frame)`` stack leaf as each distinct frame once: ``frames[index]`` rebuilds it."""
+
+    frames: np.ndarray  # (F, *frame)
+    index: np.ndarray  # (T+1, B, K) int32
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)  # (named, so a test can see where packed frames are deserialised)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes as shipped."""
+        return self.frames.nbytes + self.index.nbytes
+
+    def unpack(self) -> np.ndarray:
+        """The leaf as the env returned it."""
+        return self.frames[self.index]
+
+
+def pack_leaf(leaf: np.ndarray) -> np.ndarray | PackedFrames:
+    """A ``(T+1, B, K, *frame)`` leaf with each frame kept once where a stack is the previous step's shifted by one
+    frame (checked byte for byte), or the leaf itself where that saves too little."""
+    if leaf.ndim < 4 or not MIN_STACK <= leaf.shape[2] <= MAX_STACK or leaf.dtype != np.uint8:
+        return leaf
+    steps, envs, depth = leaf.shape[:3]
+    # shifted[t, b]: the stack at t+1 is the stack at t minus its oldest frame plus one new frame
+    shifted = np.empty((steps - 1, envs), bool)
+    for t in range(steps - 1):  # one step at a time bounds the comparison's temporary to one step's frames
+        shifted[t] = (leaf[t + 1, :, :-1] == leaf[t, :, 1:]).reshape(envs, -1).all(axis=1)
+    new_frames = envs * depth + int((~shifted).sum()) * (depth - 1) + shifted.size
+    if new_frames > (1 - MIN_SAVING) * steps * envs * depth:
+        return leaf
+    index = np.empty((steps, envs, depth), np.int32)
+    index[0] = np.arange(envs * depth, dtype=np.int32).reshape(envs, depth)
+    parts, count = [leaf[0].reshape(-1, *leaf.shape[3:])], envs * depth
+    for t in range(1, steps):
+        same, whole = shifted[t - 1], ~shifted[t - 1]
+        n_same, n_whole = int(same.sum()), int(whole.sum())
+        index[t, same, :-1] = index[t - 1, same, 1:]
+        index[t, same, -1] = np.arange(count, count + n_same, dtype=np.int32)
+        count += n_same
+        index[t, whole] = np.arange(count, count + n_whole * depth, dtype=np.int32).reshape(n_whole, depth)
+        count += n_whole * depth
+        # Stored in index order: this step's new frames of the shifted stacks, then the whole stacks.
+        parts += [leaf[t, same, -1], leaf[t, whole].reshape(-1, *leaf.shape[3:])]
+    return PackedFrames(np.concatenate(parts), index)
+
+
+def _map_arrays(fragment: Any, fn: Any) -> None:
+    """Apply ``fn`` to every observation leaf of a fragment (each policy's, in a multi-agent one), in place."""
+    for part in fragment.policies.values() if hasattr(fragment, "policies") else [fragment]:
+        part.obs = {k: fn(v) for k, v in part.obs.items()} if isinstance(part.obs, dict) else fn(part.obs)
+
+
+def pack(fragment: Any) -> Any:
+    """The fragment with its stacked frame leaves packed (in place; returned for convenience)."""
+    _map_arrays(fragment, pack_leaf)
+    return fragment
+
+
+def unpack(fragment: Any) -> Any:
+    """Inverse of :func:`pack` (in place; a fragment from the object store is read-only but its fields are not)."""
+    _map_arrays(fragment, lambda leaf: leaf.unpack() if isinstance(leaf, PackedFrames) else leaf)
+    return fragment
+
+
+def nbytes(fragment: Any) -> int:
+    """Bytes of a fragment's arrays (packed frames as shipped)."""
+    total = 0
+    for part in fragment.policies.values() if hasattr(fragment, "policies") else [fragment]:
+        for f in fields(part):
+            value = getattr(part, f.name)
+            for leaf in value.values() if isinstance(value, dict) else [value]:
+                if isinstance(leaf, (np.ndarray, PackedFrames)):
+                    total += leaf.nbytes
+    return total
+
+
+def resolve(items: list[Any]) -> tuple[list[Any], list[int]]:
+    """The fragments of a :class:`FragmentInput` (fetching references, unpacking frames) and the indices of those
+    that were lost with their node."""
+    refs = [i for i, item in enumerate(items) if not hasattr(item, "valid") and not hasattr(item, "policies")]
+    if not refs:
+        return [unpack(item) for item in items], []
+    import ray
+
+    fetched: dict[int, Any] = {}
+    lost: list[int] = []
+    try:
+        fetched = dict(zip(refs, ray.get([items[i] for i in refs]), strict=True))
+    except ray.exceptions.ObjectLostError:  # which ones: one at a time (rare: a node died)
+        for i in refs:
+            try:
+                fetched[i] = ray.get(items[i])
+            except ray.exceptions.ObjectLostError:
+                lost.append(i)
+    fragments = [unpack(fetched[i] if i in fetched else item) for i, item in enumerate(items) if i not in lost]
+    return fragments, lost

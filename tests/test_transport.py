@@ -1,0 +1,158 @@
+"""How fragments travel: by reference to learner actors, stacked frames once each, lost ones sampled again."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from envs import MovingDot
+
+import herdrl
+from herdrl import PPOConfig
+from herdrl.rollout import EnvRunner
+from herdrl.rollout.runner import Fragment
+from herdrl.rollout.transport import PackedFrames, nbytes, pack, pack_leaf, resolve
+
+
+def _stacked_dots(config=None):
+    return gym.wrappers.FrameStackObservation(MovingDot(config), 4, padding_type="zero")
+
+
+def _dict_of_stacks_and_images(config=None):
+    """A Dict observation: a 4-frame stack leaf and a channels-first image leaf (never a shift of the last)."""
+    env = MovingDot({"chw": True})
+
+    class Both(gym.ObservationWrapper):
+        def __init__(self, env):
+            super().__init__(gym.wrappers.FrameStackObservation(env, 4, padding_type="zero"))
+            self.observation_space = gym.spaces.Dict({"stack": self.env.observation_space,
+                                                      "image": env.observation_space})
+
+        def observation(self, obs):
+            return {"stack": obs, "image": obs[-1]}
+
+    return Both(env)
+
+
+def test_packed_fragments_rebuild_exactly_the_stacks_the_env_returned():
+    """Episodes of 10 steps in 30-step fragments: stacks shifted step to step, zero-padded ones after each reset.
+    Packing keeps about one frame per step, and unpacking gives back the very arrays the runner recorded."""
+    herdrl.register_env("stacked_dots", _stacked_dots)
+    config = PPOConfig().environment("stacked_dots").env_runners(num_envs_per_env_runner=3,
+                                                                 rollout_fragment_length=30)
+    config.validate()
+    runner = EnvRunner(config)
+    for _ in range(2):  # the second fragment begins mid-episode
+        fragment = runner.sample()
+        recorded = fragment.obs.copy()
+        size = nbytes(fragment)
+        pack(fragment)
+        assert isinstance(fragment.obs, PackedFrames)
+        assert nbytes(fragment) < 0.4 * size
+        (rebuilt,), lost = resolve([fragment])
+        assert lost == [] and rebuilt.obs.dtype == np.uint8 and np.array_equal(rebuilt.obs, recorded)
+    runner.stop()
+
+    herdrl.register_env("dots_dict", _dict_of_stacks_and_images)
+    config = PPOConfig().environment("dots_dict").env_runners(num_envs_per_env_runner=2, rollout_fragment_length=25)
+    config.validate()
+    runner = EnvRunner(config)
+    fragment = runner.sample()
+    recorded = {key: value.copy() for key, value in fragment.obs.items()}
+    pack(fragment)
+    assert isinstance(fragment.obs["stack"], PackedFrames)
+    assert isinstance(fragment.obs["image"], np.ndarray)  # a channels-first image is not a stack: sent as it is
+    (rebuilt,), _ = resolve([fragment])
+    assert all(np.array_equal(rebuilt.obs[key], recorded[key]) for key in recorded)
+    runner.stop()
+
+
+def test_packing_trusts_no_pattern_only_equal_frames():
+    """Stacks that shift, restart, or only look like a shift (all but one frame equal) in random order: every one
+    comes back byte for byte."""
+    rng = np.random.default_rng(0)
+    for case in range(200):
+        steps, envs, depth = int(rng.integers(2, 12)), int(rng.integers(1, 4)), int(rng.integers(2, 5))
+        leaf = np.empty((steps, envs, depth, 3, 2), np.uint8)
+        leaf[0] = rng.integers(0, 3, leaf[0].shape)
+        for t in range(1, steps):
+            for b in range(envs):
+                kind = rng.integers(3)
+                if kind == 0:  # a new episode
+                    leaf[t, b] = rng.integers(0, 3, leaf[t, b].shape)
+                else:  # a shift by one frame, and sometimes an older frame changed (not a shift after all)
+                    leaf[t, b, :-1], leaf[t, b, -1] = leaf[t - 1, b, 1:], rng.integers(0, 3, (3, 2))
+                    if kind == 2 and depth > 2:
+                        leaf[t, b, 0, 0, 0] ^= 1
+        packed = pack_leaf(leaf)
+        rebuilt = packed.unpack() if isinstance(packed, PackedFrames) else packed
+        assert rebuilt.shape == leaf.shape and np.array_equal(rebuilt, leaf), case
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_fragments_reach_learner_actors_without_entering_the_driver(monkeypatch):
+    """With a learner actor, no fragment (nor packed frames) is ever deserialised in this process; with the
+    learner here, every one is. Both runs learn."""
+    herdrl.register_env("stacked_dots", _stacked_dots)
+    opened = []
+    original = Fragment.__setstate__
+    monkeypatch.setattr(Fragment, "__setstate__", lambda self, state: (opened.append(1), original(self, state))[1])
+    monkeypatch.setattr(PackedFrames, "__setstate__", lambda self, state: (opened.append(2),
+                                                                           self.__dict__.update(state)))
+
+    def config(learners):
+        return (PPOConfig().environment("stacked_dots")
+                .env_runners(num_env_runners=2, num_envs_per_env_runner=2, rollout_fragment_length=20)
+                .training(train_batch_size=80, minibatch_size=40, num_epochs=1).learners(num_learners=learners)
+                .debugging(seed=0))
+
+    algo = config(1).build()
+    before = algo.get_weights()
+    for _ in range(2):
+        result = algo.train()
+    moved = max(float(np.abs(algo.get_weights()[k] - before[k]).max()) for k in before)
+    algo.stop()
+    assert opened == [] and moved > 0 and result["num_env_steps_sampled"] > 60  # 80, less reset-only steps
+    # A 4-frame stack is 800 bytes; packed, a step ships ~1 new frame (more after the resets of 10-step episodes)
+    assert 0 < result["fragment_bytes_per_env_step"] < 0.55 * 4 * 10 * 10 * 2
+
+    algo = config(0).build()
+    algo.train()
+    algo.stop()
+    assert opened.count(1) == 2 and opened.count(2) == 2  # in the driver: two fragments, each with packed frames
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_fragment_lost_before_the_learner_reads_it_is_sampled_again(caplog, monkeypatch):
+    """A fragment whose object is gone when the learner in the driver fetches it (Ray raises ObjectLostError, as
+    when its node died: tests/test_multinode.py kills a real node under two learner actors) is dropped, replaced
+    by a new one, and training goes on."""
+    import ray
+
+    algo = (PPOConfig().environment("CartPole-v1")
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=2, rollout_fragment_length=25)
+            .training(train_batch_size=100, minibatch_size=50, num_epochs=1).debugging(seed=0).build())
+    sample, calls, gone = algo.runners.sample, [], []
+    real_get = ray.get
+
+    def get(refs, *args, **kwargs):
+        if any(ref in gone for ref in (refs if isinstance(refs, list) else [refs])):
+            raise ray.exceptions.ObjectLostError(gone[0].hex(), "", "")
+        return real_get(refs, *args, **kwargs)
+
+    def losing_sample(*args):
+        sampled = sample(*args)
+        calls.append(sum(item.info.env_steps for item in sampled))
+        if len(calls) == 1:
+            gone.append(sampled[0].data)
+        return sampled
+
+    monkeypatch.setattr(ray, "get", get)
+    algo.runners.sample = losing_sample
+    before = algo.get_weights()
+    with caplog.at_level("WARNING", logger="herdrl"):
+        result = algo.train()
+    assert result["num_fragments_lost"] == 1 and len(calls) == 2  # one more round of sampling
+    assert result["num_env_steps_sampled"] == sum(calls)  # what was sampled, the lost fragment's steps too
+    assert any("1 fragment lost" in r.getMessage() for r in caplog.records)
+    assert max(float(np.abs(algo.get_weights()[k] - before[k]).max()) for k in before) > 0
+    assert algo.train()["num_fragments_lost"] == 0
+    algo.stop()
