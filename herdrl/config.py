@@ -181,6 +181,10 @@ class AlgorithmConfig:
         "mixed_precision": Field(None, (str,), "learners", choices=("bf16",), allow_none=True,
                                  doc="bf16: losses computed under torch.autocast in bfloat16 (weights, gradients "
                                      "and optimizer state stay float32; no loss scaling needed)"),
+        "num_aggregator_actors_per_learner": Field(
+            0, (int,), "learners", low=0,
+            doc="actors on each learner's node that fetch its fragments (unpacking frames) and hand it one object "
+                "per actor (RLlib's name); 0: learners fetch fragments themselves"),
         "learner_timeout_s": Field(600.0, (float,), "learners", low=0, low_open=True,
                                    doc="a learner call (an update, a collective) that takes longer has failed"),
         "num_cpus_for_main_process": Field(
@@ -366,7 +370,8 @@ class AlgorithmConfig:
     def learners(self, **kwargs: Any) -> AlgorithmConfig:
         """Set where learning runs: ``num_learners`` (0: in the driver; N: N data-parallel learner actors, which
         split every minibatch and all-reduce gradients), ``num_cpus_per_learner``, ``num_gpus_per_learner``
-        (fractions allowed), ``mixed_precision`` (``"bf16"``), ``learner_timeout_s``."""
+        (fractions allowed), ``num_aggregator_actors_per_learner``, ``mixed_precision`` (``"bf16"``),
+        ``learner_timeout_s``."""
         return self._set("learners", kwargs)
 
     def fault_tolerance(self, **kwargs: Any) -> AlgorithmConfig:
@@ -487,6 +492,10 @@ class AlgorithmConfig:
         if self.num_learners > 1 and not self.data_parallel:
             raise ConfigError(f"{self.algo_name} learns on one learner (num_learners 0 or 1), got num_learners="
                               f"{self.num_learners}")
+        if self.num_aggregator_actors_per_learner and self.num_learners == 0:
+            raise ConfigError(f"num_aggregator_actors_per_learner={self.num_aggregator_actors_per_learner} needs "
+                              "learner actors (num_learners >= 1): the learner in the driver fetches its fragments "
+                              "itself")
         if self.num_learners > 0 and self.num_gpus > 0:
             raise ConfigError(f"num_gpus={self.num_gpus:g} is the GPU of the learner in the driver, and with "
                               f"num_learners={self.num_learners} the learners are actors: set num_gpus_per_learner "

@@ -156,3 +156,35 @@ def test_a_fragment_lost_before_the_learner_reads_it_is_sampled_again(caplog, mo
     assert max(float(np.abs(algo.get_weights()[k] - before[k]).max()) for k in before) > 0
     assert algo.train()["num_fragments_lost"] == 0
     algo.stop()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_learning_with_aggregator_actors_equals_learning_without():
+    """Same seed, same fragments (3 runners' stacked frames, cut 2 + 1 between two aggregators on the learner's
+    node): the learner ends with exactly the weights of a learner that fetched the fragments itself."""
+    import ray
+
+    herdrl.register_env("stacked_dots", _stacked_dots)
+
+    def run(aggregators):
+        algo = (PPOConfig().environment("stacked_dots")
+                .env_runners(num_env_runners=3, num_envs_per_env_runner=2, rollout_fragment_length=20)
+                .training(train_batch_size=120, minibatch_size=40, num_epochs=2)
+                .learners(num_learners=1, num_aggregator_actors_per_learner=aggregators).debugging(seed=0).build())
+        for _ in range(2):
+            algo.train()
+        nodes = [ray.get(a.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
+                 for a in algo.learners.aggregators[0]] if aggregators else []
+        weights = algo.get_weights()
+        algo.stop()
+        return weights, nodes
+
+    direct, _ = run(0)
+    aggregated, nodes = run(2)
+    assert len(nodes) == 2 and set(nodes) == {ray.get_runtime_context().get_node_id()}
+    assert all(np.array_equal(direct[k], aggregated[k]) for k in direct)
+
+
+def test_aggregator_actors_need_learner_actors():
+    with pytest.raises(herdrl.ConfigError, match="needs learner actors"):
+        PPOConfig().environment("CartPole-v1").learners(num_aggregator_actors_per_learner=1).validate()

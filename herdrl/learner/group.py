@@ -22,7 +22,7 @@ import torch
 from herdrl.config import AlgorithmConfig
 from herdrl.errors import HerdError
 from herdrl.learner.learner import Learner
-from herdrl.rollout.transport import FragmentInput, FragmentsLost, resolve
+from herdrl.rollout.transport import AggregatedInput, FragmentInput, FragmentsLost, resolve, shares
 
 
 class LearnerFailure(HerdError):
@@ -118,8 +118,22 @@ class RayLearnerGroup:
         init_method = self._get([self.actors[0].rendezvous.remote()], "start")[0]
         self._get([a.start.remote(init_method, learner_class, observation_space, action_space, init_seed,
                                   config.learner_timeout_s) for a in self.actors], "start")
+        self.aggregators = self._start_aggregators(config.num_aggregator_actors_per_learner)
         self._dirty = True
         self.sync()
+
+    def _start_aggregators(self, per_learner: int) -> list[list[Any]]:
+        """``per_learner`` aggregator actors on each learner's node (no CPU reserved: they share the learner's)."""
+        if not per_learner:
+            return []
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from herdrl.learner.remote import FragmentAggregator
+
+        nodes = self._get([actor.node_id.remote() for actor in self.actors], "start")
+        return [[FragmentAggregator.options(num_cpus=0, max_restarts=0, scheduling_strategy=(
+            NodeAffinitySchedulingStrategy(node, soft=False))).remote() for _ in range(per_learner)]
+            for node in nodes]
 
     def _get(self, refs: list[Any], what: str) -> list[Any]:
         """Results of one call per learner, in rank order; the first learner to fail (or a call past the timeout)
@@ -159,7 +173,8 @@ class RayLearnerGroup:
         # Data goes into the object store once for all learners; small arguments (a seed, a count) go by value, and
         # a list of references as it is (Ray keeps the objects alive for the learners that borrow them).
         refs = [a if isinstance(a, (int, float)) or _all_refs(a) else ray.put(a) for a in args]
-        results = self._get([actor.call.remote("update", *refs) for actor in self.actors], "update")
+        results = self._get([actor.call.remote("update", *self._aggregated(refs, rank))
+                             for rank, actor in enumerate(self.actors)], "update")
         if isinstance(results[0], FragmentsLost):
             return results[0]  # (the learners agreed on it: none updated)
         self._dirty = True
@@ -167,6 +182,22 @@ class RayLearnerGroup:
             metrics, rows = zip(*results, strict=True)
             return _mean_metrics(metrics), np.concatenate(rows)
         return _mean_metrics(results)
+
+    def _aggregated(self, args: list[Any], rank: int) -> list[Any]:
+        """``args`` for learner ``rank``: with aggregators, its fragment references in consecutive shares, each
+        fetched by one of its aggregators (the learner gets their results, in order)."""
+        if not self.aggregators:
+            return args
+        mine = self.aggregators[rank]
+        out = []
+        for arg in args:
+            if _all_refs(arg):
+                parts = shares(list(arg), len(mine))
+                arg = AggregatedInput([aggregator.gather.remote(part) for aggregator, part in zip(mine, parts,
+                                                                                                   strict=False)],
+                                      [len(part) for part in parts])
+            out.append(arg)
+        return out
 
     def apply(self, method: str, *args: Any) -> None:
         """Every learner's ``method(*args)``, a change of their state outside updates (self-play snapshots)."""
@@ -210,12 +241,12 @@ class RayLearnerGroup:
 
         from herdrl.cluster import disconnect
 
-        for actor in self.actors:
+        for actor in [*self.actors, *(a for mine in getattr(self, "aggregators", []) for a in mine)]:
             try:
                 ray.kill(actor, no_restart=True)
             except Exception:
                 pass
-        self.actors = []
+        self.actors, self.aggregators = [], []
         if getattr(self, "_own_pg", False):
             try:
                 ray.util.remove_placement_group(self._pg)

@@ -15,7 +15,7 @@ import torch
 
 from herdrl.config import AlgorithmConfig
 from herdrl.models.encoders import torch_device
-from herdrl.rollout.transport import FragmentInput, FragmentsLost, resolve
+from herdrl.rollout.transport import AggregatedInput, FragmentInput, FragmentsLost, resolve, resolve_aggregated
 
 
 @ray.remote
@@ -66,8 +66,9 @@ class LearnerActor:
         args = list(args)
         for i, arg in enumerate(args):
             if isinstance(arg, FragmentInput):
-                args[i], lost = resolve(arg)
-                lost = self._agree(lost, len(arg))
+                aggregated = isinstance(arg, AggregatedInput)
+                args[i], lost = resolve_aggregated(arg) if aggregated else resolve(arg)
+                lost = self._agree(lost, sum(arg.sizes) if aggregated else len(arg))
                 if lost:
                     return FragmentsLost(lost)
         return getattr(self.learner, method)(*args)
@@ -92,3 +93,18 @@ class LearnerActor:
     def node_ip(self) -> str:
         """The address of the node this learner runs on."""
         return ray.util.get_node_ip_address()
+
+    def node_id(self) -> str:
+        """The Ray id of the node this learner runs on (its aggregators are placed there)."""
+        return ray.get_runtime_context().get_node_id()
+
+
+@ray.remote
+class FragmentAggregator:
+    """Beside a learner, on its node: fetches a share of the learner's fragments from the runners' nodes and
+    unpacks their frames, so the learner reads one object per aggregator from its own node's store and spends no
+    time on fetches (``num_aggregator_actors_per_learner``)."""
+
+    def gather(self, refs: list[Any]) -> tuple[list[Any], list[int]]:
+        """The fragments behind ``refs`` (frames unpacked) and the indices of those lost with their node."""
+        return resolve(list(refs))

@@ -74,6 +74,39 @@ class FragmentInput(list):
     argument of on-policy and asynchronous updates); learner groups resolve it where the learner runs."""
 
 
+class AggregatedInput(FragmentInput):
+    """A :class:`FragmentInput` fetched by aggregator actors: references to their results, ``(fragments, lost
+    indices)`` for consecutive shares of the fragments, ``sizes[i]`` fragments in share ``i``."""
+
+    def __init__(self, refs: list[Any], sizes: list[int]) -> None:
+        super().__init__(refs)
+        self.sizes = sizes
+
+
+def shares(items: list[Any], count: int) -> list[list[Any]]:
+    """``items`` cut into ``count`` consecutive shares, as even as can be (order kept, so the learner's batch is
+    the same whoever fetched it); empty shares left out."""
+    size, extra = divmod(len(items), count)
+    bounds = [0]
+    for i in range(count):
+        bounds.append(bounds[-1] + size + (i < extra))
+    return [items[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+
+def resolve_aggregated(arg: AggregatedInput) -> tuple[list[Any], list[int]]:
+    """The fragments of an :class:`AggregatedInput`, in order, and the indices of lost ones in the whole input."""
+    import ray
+
+    fragments: list[Any] = []
+    lost: list[int] = []
+    offset = 0
+    for (part, part_lost), size in zip(ray.get(list(arg)), arg.sizes, strict=True):
+        fragments += part
+        lost += [offset + i for i in part_lost]
+        offset += size
+    return fragments, lost
+
+
 @dataclass
 class FragmentsLost:
     """An update that did not happen: the fragments at ``indices`` of its input were lost with their node."""
