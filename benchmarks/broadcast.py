@@ -2,7 +2,7 @@
 reference (each node's object store fetches the weights once; its runners read them from shared memory). Measures,
 at 1/8/32/64 receivers on fake nodes (loopback addresses, token auth: benchmarks/ingest.py's), the driver's CPU
 and the wall time until every receiver has copied the weights in, for a CartPole MLP and a Nature-CNN-sized
-weights dict. Receivers are numpy-only actors (no env, no torch: ~70 MB each, so 64 fit on this machine).
+weights dict. Receivers are numpy-only actors (no env, no torch: ~90 MB each, so 64 fit on this machine).
 
     python benchmarks/broadcast.py                       # 4 nodes, 1,8,32,64 receivers, 20 versions each
     python benchmarks/broadcast.py --receivers 1,8 --versions 50

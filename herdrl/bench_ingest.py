@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from herdrl.errors import ConfigError
+from herdrl.rollout.transport import shares
 
 MODES = ("driver", "via-driver", "reference", "aggregators")
 
@@ -43,7 +44,8 @@ SHAPES: dict[str, dict[str, Any]] = {
     "cartpole": {"obs": ((4,), np.float32), "actions": ((), np.int64)},
     "mujoco": {"obs": ((17,), np.float32), "actions": ((6,), np.float32)},
     "atari": {"obs": ((4, 84, 84), np.uint8), "actions": ((), np.int64)},
-    # Frame stacks as runners ship them (herdrl.rollout.transport): ~one new 84x84 frame per step plus 4 indices.
+    # Frame stacks as runners ship them (herdrl.rollout.transport): one new 84x84 frame per step (and 3 more per env
+    # to start from) plus 4 indices; the learner rebuilds the stacks, as herdrl's does.
     "atari-packed": {"frames": ((84, 84), np.uint8), "index": ((4,), np.int32), "actions": ((), np.int64)},
 }
 
@@ -56,6 +58,10 @@ class _Producer:
         rng = np.random.default_rng(0)
         self.fragment = {key: (rng.integers(0, 255, shape).astype(dtype) if np.dtype(dtype).kind in "iu"
                                else rng.standard_normal(shape).astype(dtype)) for key, (shape, dtype) in arrays.items()}
+        if "index" in self.fragment:  # env b's stack at step t: its frames t..t+3 (each frame shared by 4 stacks)
+            rows, width, depth = self.fragment["index"].shape
+            start = np.arange(width)[None, :, None] * (rows + depth - 1)
+            self.fragment["index"] = (start + np.arange(rows)[:, None, None] + np.arange(depth)).astype(np.int32)
         self.env_steps = steps * envs
         self.nbytes = sum(a.nbytes for a in self.fragment.values())
         self.last = 0.0
@@ -75,8 +81,18 @@ class _Producer:
         return sorted({name.split(".")[0] for name in sys.modules})
 
 
+def _unpacked(part: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A fragment with packed frame stacks rebuilt (``frames[index]``, as ``herdrl.rollout.transport`` does)."""
+    if "frames" not in part:
+        return part
+    rest = {key: value for key, value in part.items() if key not in ("frames", "index")}
+    return {"obs": part["frames"][part["index"]], **rest}
+
+
 def _concatenate(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Fragments side by side along their env axis (axis 1), key by key: the first thing a learner does."""
+    """Fragments (stacks rebuilt) side by side along their env axis (axis 1), key by key: the first thing a
+    learner does."""
+    parts = [_unpacked(part) for part in parts]
     return {key: np.concatenate([part[key] for part in parts], axis=1) for key in parts[0]}
 
 
@@ -132,8 +148,10 @@ def fragment_arrays(shape: str, steps: int, envs: int) -> dict[str, tuple[tuple[
     """The arrays of one synthetic fragment of ``shape`` (time-major, ``(T, B, ...)``), as (shape, dtype) pairs."""
     if shape not in SHAPES:
         raise ConfigError(f"--shape must be one of {', '.join(SHAPES)}, not '{shape}'")
-    arrays = {key: ((steps + (key in ("obs", "frames")), envs, *leaf), np.dtype(dtype).str)
-              for key, (leaf, dtype) in SHAPES[shape].items()}
+    arrays = {key: ((steps + 1, envs, *leaf), np.dtype(dtype).str) for key, (leaf, dtype) in SHAPES[shape].items()}
+    arrays["actions"] = ((steps, envs, *SHAPES[shape]["actions"][0]), arrays["actions"][1])
+    if "frames" in arrays:  # all envs' frames in one array: steps + 4 per env
+        arrays["frames"] = (((steps + 4) * envs, 84, 84), arrays["frames"][1])
     arrays.update({key: ((steps, envs), dtype) for key, dtype in
                    (("rewards", "<f4"), ("logp", "<f4"), ("terminateds", "|b1"), ("truncateds", "|b1"),
                     ("valid", "|b1"))})
@@ -185,10 +203,9 @@ def measure(mode: str, producers: int, shape: str, *, steps: int, envs: int, bat
             ray.get(learner.consume.remote(ray.put(ray.get(refs))))
         elif mode == "reference":
             ray.get(learner.consume.remote(refs))
-        else:
-            shares = [refs[i::len(gatherers)] for i in range(len(gatherers))]
-            ray.get(learner.consume.remote([g.gather.remote(share) for g, share in zip(gatherers, shares,
-                                                                                         strict=True)]))
+        else:  # consecutive shares, as herdrl's aggregators take them
+            ray.get(learner.consume.remote([g.gather.remote(share) for g, share in zip(
+                gatherers, shares(refs, len(gatherers)), strict=False)]))
 
     try:
         ray.get([a.modules.remote() for a in actors] + [learner.cpu_seconds.remote()])  # all up before timing

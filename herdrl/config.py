@@ -496,6 +496,10 @@ class AlgorithmConfig:
             raise ConfigError(f"num_aggregator_actors_per_learner={self.num_aggregator_actors_per_learner} needs "
                               "learner actors (num_learners >= 1): the learner in the driver fetches its fragments "
                               "itself")
+        if self.num_aggregator_actors_per_learner and self.stores_raw_transitions:
+            raise ConfigError(f"{self.algo_name} learns from a replay buffer in the driver, which sends its learners "
+                              "replayed batches, not fragments: num_aggregator_actors_per_learner has nothing to "
+                              "fetch (set it to 0)")
         if self.num_learners > 0 and self.num_gpus > 0:
             raise ConfigError(f"num_gpus={self.num_gpus:g} is the GPU of the learner in the driver, and with "
                               f"num_learners={self.num_learners} the learners are actors: set num_gpus_per_learner "

@@ -64,7 +64,8 @@ def main() -> None:
             "ranks_equal": ranks_equal, "first_steps": first["num_env_steps_sampled"],
             "bytes_per_step": first["fragment_bytes_per_env_step"], "lost": second["num_fragments_lost"],
             "healthy": second["num_healthy_env_runners"], "calls": calls, "seconds": seconds,
-            "third_steps": third["num_env_steps_sampled"], "third_lost": third["num_fragments_lost"]}), flush=True)
+            "third_steps": third["num_env_steps_sampled"], "third_lost": third["num_fragments_lost"],
+            "third_healthy": third["num_healthy_env_runners"]}), flush=True)
     finally:
         cluster.stop()
 

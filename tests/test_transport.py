@@ -9,7 +9,16 @@ import herdrl
 from herdrl import PPOConfig
 from herdrl.rollout import EnvRunner
 from herdrl.rollout.runner import Fragment
-from herdrl.rollout.transport import PackedFrames, nbytes, pack, pack_leaf, resolve
+from herdrl.rollout.transport import (
+    FragmentInput,
+    FragmentLostError,
+    FragmentsLost,
+    PackedFrames,
+    nbytes,
+    pack,
+    pack_leaf,
+    resolve,
+)
 
 
 def _stacked_dots(config=None):
@@ -69,6 +78,7 @@ def test_packing_trusts_no_pattern_only_equal_frames():
     """Stacks that shift, restart, or only look like a shift (all but one frame equal) in random order: every one
     comes back byte for byte."""
     rng = np.random.default_rng(0)
+    packed_cases = 0
     for case in range(200):
         steps, envs, depth = int(rng.integers(2, 12)), int(rng.integers(1, 4)), int(rng.integers(2, 5))
         leaf = np.empty((steps, envs, depth, 3, 2), np.uint8)
@@ -83,8 +93,10 @@ def test_packing_trusts_no_pattern_only_equal_frames():
                     if kind == 2 and depth > 2:
                         leaf[t, b, 0, 0, 0] ^= 1
         packed = pack_leaf(leaf)
+        packed_cases += isinstance(packed, PackedFrames)
         rebuilt = packed.unpack() if isinstance(packed, PackedFrames) else packed
         assert rebuilt.shape == leaf.shape and np.array_equal(rebuilt, leaf), case
+    assert packed_cases > 80  # most cases share frames and are packed (124 of 200 with this seed)
 
 
 @pytest.mark.usefixtures("ray_session")
@@ -92,11 +104,11 @@ def test_fragments_reach_learner_actors_without_entering_the_driver(monkeypatch)
     """With a learner actor, no fragment (nor packed frames) is ever deserialised in this process; with the
     learner here, every one is. Both runs learn."""
     herdrl.register_env("stacked_dots", _stacked_dots)
-    opened = []
-    original = Fragment.__setstate__
-    monkeypatch.setattr(Fragment, "__setstate__", lambda self, state: (opened.append(1), original(self, state))[1])
+    opened = []  # pickle calls __setstate__ when a class has one: here, only in this process
+    monkeypatch.setattr(Fragment, "__setstate__", lambda self, state: (opened.append(1), self.__dict__.update(state)),
+                        raising=False)
     monkeypatch.setattr(PackedFrames, "__setstate__", lambda self, state: (opened.append(2),
-                                                                           self.__dict__.update(state)))
+                                                                           self.__dict__.update(state)), raising=False)
 
     def config(learners):
         return (PPOConfig().environment("stacked_dots")
@@ -140,21 +152,27 @@ def test_a_fragment_lost_before_the_learner_reads_it_is_sampled_again(caplog, mo
 
     def losing_sample(*args):
         sampled = sample(*args)
-        calls.append(sum(item.info.env_steps for item in sampled))
-        if len(calls) == 1:
-            gone.append(sampled[0].data)
+        calls.append(sampled)
+        if len(calls) == 1 or len(calls) > 3:  # the first fragment; later (a node dying every time) all of them
+            gone.extend(item.data for item in sampled[:None if len(calls) > 3 else 1])
         return sampled
 
+    update, inputs = algo.learners.update, []
+    algo.learners.update = lambda fragments, *args: (inputs.append(list(fragments)), update(fragments, *args))[1]
     monkeypatch.setattr(ray, "get", get)
     algo.runners.sample = losing_sample
     before = algo.get_weights()
     with caplog.at_level("WARNING", logger="herdrl"):
         result = algo.train()
-    assert result["num_fragments_lost"] == 1 and len(calls) == 2  # one more round of sampling
-    assert result["num_env_steps_sampled"] == sum(calls)  # what was sampled, the lost fragment's steps too
+    assert result["num_fragments_lost"] == 1 and [len(c) for c in calls] == [2, 1]  # one runner samples again
+    # The update that happened: the surviving fragment and the new one, not the lost one
+    assert inputs == [[s.data for s in calls[0]], [calls[0][1].data, calls[1][0].data]]
+    assert result["num_env_steps_sampled"] == sum(s.info.env_steps for c in calls for s in c)  # lost ones too
     assert any("1 fragment lost" in r.getMessage() for r in caplog.records)
     assert max(float(np.abs(algo.get_weights()[k] - before[k]).max()) for k in before) > 0
-    assert algo.train()["num_fragments_lost"] == 0
+    assert algo.train()["num_fragments_lost"] == 0  # (the third sampling call)
+    with pytest.raises(FragmentLostError, match="4 rounds of sampling in a row"):
+        algo.train()  # every fragment lost, round after round: one line, not an endless loop
     algo.stop()
 
 
@@ -188,3 +206,86 @@ def test_learning_with_aggregator_actors_equals_learning_without():
 def test_aggregator_actors_need_learner_actors():
     with pytest.raises(herdrl.ConfigError, match="needs learner actors"):
         PPOConfig().environment("CartPole-v1").learners(num_aggregator_actors_per_learner=1).validate()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_learner_ranks_skip_an_update_together_when_only_one_lost_a_fragment():
+    """Rank 1 alone fails to fetch fragment 0 (as if its fetch had met a dead node): both ranks skip the update, so
+    neither waits in an all-reduce the other never joins, and their weights stay equal and unchanged."""
+    import ray
+
+    from herdrl.algorithms.ppo import PPOLearner
+    from herdrl.learner.group import RayLearnerGroup
+
+    config = (PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=2, rollout_fragment_length=25)
+              .training(train_batch_size=100, minibatch_size=50, num_epochs=1).learners(num_learners=2,
+                                                                                        learner_timeout_s=60)
+              .debugging(seed=0))
+    config.validate()
+    runner = EnvRunner(config)
+    group = RayLearnerGroup(config, PPOLearner, runner.observation_space, runner.action_space, init_seed=0)
+
+    def lose_fragment_0_here(actor):  # (its class came by value, methods wrapped by Ray: patch what `call` reads)
+        names = type(actor).call.__wrapped__.__globals__
+        real = names["resolve"]
+        names["resolve"] = lambda items: (real(items)[0][1:], [0])
+
+    ray.get(group.actors[1].__ray_call__.remote(lose_fragment_0_here))
+    before = group.call("get_weights")
+    result = group.update(FragmentInput(ray.put(runner.sample()) for _ in range(2)), 0)
+    after = group.call("get_weights")
+    group.stop()
+    runner.stop()
+    assert isinstance(result, FragmentsLost) and result.indices == [0]
+    assert all(np.array_equal(before[rank][k], after[rank][k]) for rank in (0, 1) for k in before[0])
+
+
+@pytest.mark.usefixtures("ray_session")
+@pytest.mark.parametrize("algorithm", ["APPO", "DQN"])
+def test_asynchronous_and_replay_algorithms_go_on_past_a_lost_fragment(algorithm, monkeypatch):
+    """APPO puts the batch's surviving fragments back in its queue; DQN (replay in the driver) loses that data.
+    Both count it and keep training."""
+    import ray
+
+    gone, real_get = [], ray.get
+
+    def get(refs, *args, **kwargs):
+        if any(ref in gone for ref in (refs if isinstance(refs, list) else [refs])):
+            raise ray.exceptions.ObjectLostError(gone[0].hex(), "", "")
+        return real_get(refs, *args, **kwargs)
+
+    config = (herdrl.registry.get_config_class(algorithm)().environment("CartPole-v1")
+              .env_runners(num_env_runners=2, num_envs_per_env_runner=1, rollout_fragment_length=20)
+              .debugging(seed=0))
+    if algorithm == "APPO":
+        config.training(train_batch_size=40, minibatch_size=40, num_updates_per_iteration=3)
+        fetch = config.build()
+        algo, take = fetch, fetch.sampler.fetch
+        fetch.sampler.fetch = lambda room: (lambda got: (gone.append(got[0].data) if got and not gone else None,
+                                                         got)[1])(take(room))
+    else:
+        config.training(num_steps_sampled_before_learning_starts=40, min_sample_timesteps_per_iteration=80)
+        algo = config.build()
+        sample = algo.runners.sample
+        algo.runners.sample = lambda *a: (lambda got: (gone.append(got[0].data) if not gone else None, got)[1])(
+            sample(*a))
+    monkeypatch.setattr(ray, "get", get)
+    result = algo.train()
+    algo.stop()
+    assert result["num_fragments_lost"] == 1 and result["num_gradient_updates"] >= 1
+
+
+def test_herd_bench_ingest_measures_every_path_and_writes_table_csv_and_plot(tmp_path, capsys, ray_session):
+    from herdrl.cli import main
+
+    code = main(["bench", "ingest", "--shape", "atari-packed", "--envs", "2", "--steps", "16", "--producers", "2",
+                 "--batch", "2", "--seconds", "1", "--out", str(tmp_path)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "producers import torch: no" in out
+    rows = (tmp_path / "ingest.csv").read_text().splitlines()
+    assert rows[0].startswith("mode,") and [row.split(",")[0] for row in rows[1:]] == [
+        "driver", "via-driver", "reference", "aggregators"]
+    assert all(float(dict(zip(rows[0].split(","), row.split(","), strict=True))["fragments_per_s"]) > 0
+               for row in rows[1:])
+    assert (tmp_path / "ingest.png").stat().st_size > 1000

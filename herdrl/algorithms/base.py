@@ -42,12 +42,14 @@ from herdrl.models.encoders import encoding_differs
 from herdrl.obs import ObsSpec
 from herdrl.policy import Policy
 from herdrl.rollout.group import make_runner_group
-from herdrl.rollout.transport import FragmentInput, FragmentsLost, Sampled
+from herdrl.rollout.transport import FragmentInput, FragmentLostError, FragmentsLost, Sampled
 
 logger = logging.getLogger("herdrl")
 
 #: Episodes the running ``episode_return_mean`` averages over (DESIGN.md, Definitions).
 EPISODE_WINDOW = 100
+#: Updates an iteration tries while its fragments keep being lost (a node dying each time) before it fails.
+RESAMPLE_ROUNDS = 4
 
 
 class Algorithm:
@@ -147,19 +149,22 @@ class Algorithm:
         the same on every learner, and restored with checkpoints."""
         return int(self.rng.integers(2**63))
 
-    def sample(self, exploration: dict[str, Any] | None = None) -> list[Sampled]:
+    def sample(self, exploration: dict[str, Any] | None = None, count: int | None = None) -> list[Sampled]:
         """Send the current weights (and ``exploration`` settings) to the runners; collect a fragment from each (as
-        a reference, from Ray runners: ``herdrl.rollout.transport``), and record it."""
+        a reference, from Ray runners: ``herdrl.rollout.transport``), or from ``count`` of them, and record it."""
         start = time.perf_counter()
-        sampled = self.runners.sample(self.runner_weights(), exploration, self.iteration)
+        sampled = self.runners.sample(self.runner_weights(), exploration, self.iteration, count)
         self.record(sampled)
         self._iter_sample_time += time.perf_counter() - start
         return sampled
 
     def update_on(self, sampled: list[Sampled], *args: Any) -> Any:
         """``learners.update(fragments, *args)``; fragments lost with their node before a learner read them are
-        dropped and as many sampled again (the update then happens once, on the full batch)."""
-        while True:
+        dropped and as many sampled again, one from each of as many runners (the update then happens once, on a
+        full batch). The lost fragments' env steps stay counted as sampled (they were). Fragments lost in
+        :data:`RESAMPLE_ROUNDS` rounds in a row end the iteration with :class:`FragmentLostError`."""
+        size = len(sampled)
+        for _ in range(RESAMPLE_ROUNDS):
             result = self.learners.update(FragmentInput(item.data for item in sampled), *args)
             if not isinstance(result, FragmentsLost):
                 return result
@@ -168,7 +173,13 @@ class Algorithm:
             logger.warning("herdrl: %d fragment%s lost with %s node before the learner read %s; sampling again",
                            len(lost), "" if len(lost) == 1 else "s", "its" if len(lost) == 1 else "their",
                            "it" if len(lost) == 1 else "them")
-            sampled = [item for i, item in enumerate(sampled) if i not in lost] + self.sample()[:len(lost)]
+            sampled = [item for i, item in enumerate(sampled) if i not in lost]
+            for _ in range(RESAMPLE_ROUNDS):  # the runners asked may fail too (the same node): ask the next ones
+                sampled += self.sample(count=size - len(sampled))
+                if len(sampled) >= size:
+                    break
+        raise FragmentLostError(f"fragments were lost before the learner read them in {RESAMPLE_ROUNDS} rounds of "
+                                "sampling in a row: nodes keep dying (see the runner lines above)")
 
     def runner_weights(self) -> dict[str, Any]:
         """What runners sample with: the weights, and the merged normalisation statistics if any."""

@@ -255,9 +255,9 @@ class IMPALA(Algorithm):
                 metrics = self.learners.update(FragmentInput(item.data for item in batch), passes,
                                                self.update_seed())
                 if isinstance(metrics, FragmentsLost):  # lost with their node: the rest wait for new ones
-                    self._iter_fragments_lost += len(metrics.indices)
-                    self.queue.extendleft(reversed([item for i, item in enumerate(batch)
-                                                    if i not in set(metrics.indices)]))
+                    lost = set(metrics.indices)
+                    self._iter_fragments_lost += len(lost)
+                    self.queue.extendleft(reversed([item for i, item in enumerate(batch) if i not in lost]))
                     learn_time += time.perf_counter() - learning
                     continue
                 lags += [self.num_updates - item.info.weights_version for item in batch]

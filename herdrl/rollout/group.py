@@ -41,9 +41,9 @@ class LocalRunnerGroup:
         self.action_space: gym.Space = self.runner.action_space
 
     def sample(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None,
-               version: int | None = None) -> list[Sampled]:
+               version: int | None = None, count: int | None = None) -> list[Sampled]:
         """One fragment from the local runner, sampled with ``weights`` (stamped ``version``) and ``exploration``
-        settings."""
+        settings (``count``: ignored, there is one runner)."""
         self.runner.set_weights(weights, version)
         self.runner.set_exploration(exploration)
         fragment = self.runner.sample()
@@ -242,6 +242,7 @@ class RayRunnerGroup:
         self._counted = True
         self._incarnations = [0] * count  # runners started per index so far, restarts included
         self._epoch = 0
+        self._turn = 0  # where the next partial round of sampling (a few fragments to replace lost ones) begins
         self.actors: list[Any] = [self._start(i) for i in range(count)]
         self.num_restarts = 0
         try:
@@ -269,10 +270,10 @@ class RayRunnerGroup:
         ).remote(self.config, index + 1, self._creators, incarnation, self._epoch, tuple(imports.IMPORTED))
 
     def sample(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None,
-               version: int | None = None) -> list[Sampled]:
-        """One fragment from every healthy runner, in parallel; failed runners are handled per config. Only the
-        fragments' infos come to this process: the fragments stay in the object store as references
-        (``herdrl.rollout.transport``)."""
+               version: int | None = None, count: int | None = None) -> list[Sampled]:
+        """One fragment from every healthy runner (or from ``count`` of them, taken in turn: fewer come back when
+        some of those fail), in parallel; failed runners are handled per config. Only the fragments' infos come to
+        this process: the fragments stay in the object store as references (``herdrl.rollout.transport``)."""
         import ray
 
         weights_ref = ray.put(weights)  # one copy in the object store, shared by every runner
@@ -283,21 +284,28 @@ class RayRunnerGroup:
             data[info_ref] = data_ref
             return info_ref
 
-        results, failures = self._gather(call, "no fragment")
-        if not results:
+        healthy = [i for i, actor in enumerate(self.actors) if actor is not None]
+        if count is not None and count < len(healthy):  # the next ones in turn, so no runner is always the one
+            first = self._turn % len(healthy)
+            healthy = (healthy[first:] + healthy[:first])[:count]
+            self._turn += count
+        results, failures = self._gather(call, "no fragment", healthy)
+        if not results and count is None:
             index, exc = failures[0]
             raise RunnerFailure(f"every env runner failed in this iteration (runner {index + 1}: "
                                 f"{_one_line(exc)})")
         return [Sampled(info, data[ref]) for ref, info in results]
 
-    def _gather(self, call: Any, what: str) -> tuple[list[Any], list[tuple[int, BaseException]]]:
-        """``call(actor)`` on every healthy runner, waited for at most ``sample_timeout_s`` (a runner stuck in its
-        env, or a replacement that cannot be placed, must not hang us); failed runners are handled per config
-        (restarted, or dropped). Returns the results, as (reference, value), and the failures, as (runner index,
-        error)."""
+    def _gather(self, call: Any, what: str,
+                indices: list[int] | None = None) -> tuple[list[Any], list[tuple[int, BaseException]]]:
+        """``call(actor)`` on every healthy runner (or those at ``indices``), waited for at most
+        ``sample_timeout_s`` (a runner stuck in its env, or a replacement that cannot be placed, must not hang us);
+        failed runners are handled per config (restarted, or dropped). Returns the results, as (reference, value),
+        and the failures, as (runner index, error)."""
         import ray
 
-        calls = [(i, call(actor)) for i, actor in enumerate(self.actors) if actor is not None]
+        calls = [(i, call(actor)) for i, actor in enumerate(self.actors)
+                 if actor is not None and (indices is None or i in indices)]
         ready, _ = ray.wait([ref for _, ref in calls], num_returns=len(calls), timeout=self.config.sample_timeout_s)
         ready_set = set(ready)
         results, failures = [], []

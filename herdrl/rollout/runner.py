@@ -63,9 +63,6 @@ class Fragment:
         """Real env steps in this fragment (reset-only steps excluded)."""
         return int(self.valid.sum())
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)  # (named, so a test can see in which process fragments are deserialised)
-
 
 def load_weights(module: torch.nn.Module, weights: dict[str, Any]) -> None:
     """Copy the learner's weights (numpy arrays or CPU tensors) into a runner's module, in place, on the CPU or

@@ -48,13 +48,13 @@ class FragmentInfo:
     policy_returns: dict[str, list[float]] = field(default_factory=dict)
 
 
-def info_of(fragment: Any, nbytes: int = 0) -> FragmentInfo:
-    """The :class:`FragmentInfo` of a single- or multi-agent fragment."""
+def info_of(fragment: Any, size: int = 0) -> FragmentInfo:
+    """The :class:`FragmentInfo` of a single- or multi-agent fragment (``size``: its bytes as shipped)."""
     multi = hasattr(fragment, "policies")
     return FragmentInfo(
         env_steps=fragment.env_steps, episode_returns=list(fragment.episode_returns),
         episode_lengths=list(fragment.episode_lengths), weights_version=fragment.weights_version,
-        worker_index=fragment.worker_index, filter_delta=fragment.filter_delta, nbytes=nbytes,
+        worker_index=fragment.worker_index, filter_delta=fragment.filter_delta, nbytes=size,
         agent_steps=fragment.agent_steps if multi else 0,
         agent_returns=dict(fragment.agent_returns) if multi else {},
         policy_returns=dict(fragment.policy_returns) if multi else {})
@@ -115,7 +115,7 @@ class FragmentsLost:
 
 
 class FragmentLostError(HerdError):
-    """Fragments were lost before a learner could read them (their node died)."""
+    """Fragments kept being lost before a learner could read them (their nodes kept dying)."""
 
 
 @dataclass
@@ -124,9 +124,6 @@ class PackedFrames:
 
     frames: np.ndarray  # (F, *frame)
     index: np.ndarray  # (T+1, B, K) int32
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)  # (named, so a test can see where packed frames are deserialised)
 
     @property
     def nbytes(self) -> int:
@@ -141,7 +138,8 @@ class PackedFrames:
 def pack_leaf(leaf: np.ndarray) -> np.ndarray | PackedFrames:
     """A ``(T+1, B, K, *frame)`` leaf with each frame kept once where a stack is the previous step's shifted by one
     frame (checked byte for byte), or the leaf itself where that saves too little."""
-    if leaf.ndim < 4 or not MIN_STACK <= leaf.shape[2] <= MAX_STACK or leaf.dtype != np.uint8:
+    if leaf.ndim < 4 or not MIN_STACK <= leaf.shape[2] <= MAX_STACK or leaf.dtype != np.uint8 \
+            or leaf.shape[0] < 2 or leaf.shape[1] == 0:
         return leaf
     steps, envs, depth = leaf.shape[:3]
     # shifted[t, b]: the stack at t+1 is the stack at t minus its oldest frame plus one new frame
