@@ -104,6 +104,18 @@ class FakeNodes:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def timed(algo, iters: int) -> tuple[list[dict], float, float]:
+    """One warm-up iteration, then ``iters`` measured: their results, wall seconds and machine-wide busy CPU
+    seconds; the algorithm is stopped after."""
+    try:
+        algo.train()
+        start, cpu = time.perf_counter(), busy_cpu_seconds()
+        results = [algo.train() for _ in range(iters)]
+        return results, time.perf_counter() - start, busy_cpu_seconds() - cpu
+    finally:
+        algo.stop()
+
+
 def measure_herdrl(runners: int, latency: float, iters: int, address: str) -> tuple[int, float, float, float]:
     """(env steps, wall s, sampling s, machine-wide busy CPU s) over ``iters`` iterations after one warm-up."""
     from herdrl import PPOConfig
@@ -112,13 +124,7 @@ def measure_herdrl(runners: int, latency: float, iters: int, address: str) -> tu
             .env_runners(num_env_runners=runners, num_envs_per_env_runner=1, rollout_fragment_length=100)
             .training(train_batch_size=100 * runners, minibatch_size=min(128, 100 * runners), num_epochs=1)
             .resources(address=address, node_ip_address="127.0.0.2").build())
-    try:
-        algo.train()
-        start, cpu = time.perf_counter(), busy_cpu_seconds()
-        results = [algo.train() for _ in range(iters)]
-        wall, cpu = time.perf_counter() - start, busy_cpu_seconds() - cpu
-    finally:
-        algo.stop()
+    results, wall, cpu = timed(algo, iters)
     return (sum(r["num_env_steps_sampled"] for r in results), wall, sum(r["sample_time_s"] for r in results), cpu)
 
 
@@ -135,12 +141,8 @@ def measure_rllib(runners: int, latency: float, iters: int, address: str) -> tup
             .training(train_batch_size_per_learner=100 * runners, minibatch_size=min(128, 100 * runners),
                       num_epochs=1).build_algo())
     try:
-        algo.train()
-        start, cpu = time.perf_counter(), busy_cpu_seconds()
-        results = [algo.train() for _ in range(iters)]
-        wall, cpu = time.perf_counter() - start, busy_cpu_seconds() - cpu
+        results, wall, cpu = timed(algo, iters)
     finally:
-        algo.stop()
         ray.shutdown()
     steps = sum(r["env_runners"]["num_env_steps_sampled"] for r in results)
     sampling = sum(r["timers"]["env_runner_sampling_timer"] for r in results)
