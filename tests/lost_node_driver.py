@@ -67,6 +67,9 @@ def main() -> None:
             "third_steps": third["num_env_steps_sampled"], "third_lost": third["num_fragments_lost"],
             "third_healthy": third["num_healthy_env_runners"]}), flush=True)
     finally:
+        import ray
+
+        ray.shutdown()  # first: a driver connected to a head that stops is ended by Ray before it stops the rest
         cluster.stop()
 
 

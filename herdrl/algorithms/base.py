@@ -164,7 +164,7 @@ class Algorithm:
         full batch). The lost fragments' env steps stay counted as sampled (they were). Fragments lost in
         :data:`RESAMPLE_ROUNDS` rounds in a row end the iteration with :class:`FragmentLostError`."""
         size = len(sampled)
-        for _ in range(RESAMPLE_ROUNDS):
+        for round_ in range(1, RESAMPLE_ROUNDS + 1):
             result = self.learners.update(FragmentInput(item.data for item in sampled), *args)
             if not isinstance(result, FragmentsLost):
                 return result
@@ -174,10 +174,15 @@ class Algorithm:
                            len(lost), "" if len(lost) == 1 else "s", "its" if len(lost) == 1 else "their",
                            "it" if len(lost) == 1 else "them")
             sampled = [item for i, item in enumerate(sampled) if i not in lost]
+            if round_ == RESAMPLE_ROUNDS:
+                break
             for _ in range(RESAMPLE_ROUNDS):  # the runners asked may fail too (the same node): ask the next ones
                 sampled += self.sample(count=size - len(sampled))
                 if len(sampled) >= size:
                     break
+            else:
+                raise FragmentLostError(f"{size - len(sampled)} of the {size} fragments of this update were lost and "
+                                        "could not be sampled again: the runners asked kept failing")
         raise FragmentLostError(f"fragments were lost before the learner read them in {RESAMPLE_ROUNDS} rounds of "
                                 "sampling in a row: nodes keep dying (see the runner lines above)")
 

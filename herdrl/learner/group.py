@@ -166,7 +166,7 @@ class RayLearnerGroup:
         """Every learner's ``update(*args)`` on one shared copy of the data; their results merged (metrics averaged
         over learners; per-row arrays, such as TD errors, joined in rank order, i.e. in row order). Fragments sampled
         by Ray runners (a :class:`FragmentInput` of references) go as references: each learner fetches them from
-        the object store itself, so they never pass through this process; if any was lost with its node, no learner
+        the object store itself, and this process never deserialises them; if any was lost with its node, no learner
         updates and :class:`FragmentsLost` names them."""
         import ray
 

@@ -242,7 +242,7 @@ class RayRunnerGroup:
         self._counted = True
         self._incarnations = [0] * count  # runners started per index so far, restarts included
         self._epoch = 0
-        self._turn = 0  # where the next partial round of sampling (a few fragments to replace lost ones) begins
+        self._turn = 0  # the runner index the next partial round of sampling (replacing lost fragments) begins at
         self.actors: list[Any] = [self._start(i) for i in range(count)]
         self.num_restarts = 0
         try:
@@ -286,9 +286,8 @@ class RayRunnerGroup:
 
         healthy = [i for i, actor in enumerate(self.actors) if actor is not None]
         if count is not None and count < len(healthy):  # the next ones in turn, so no runner is always the one
-            first = self._turn % len(healthy)
-            healthy = (healthy[first:] + healthy[:first])[:count]
-            self._turn += count
+            healthy = sorted(healthy, key=lambda i: (i < self._turn, i))[:count]
+            self._turn = (healthy[-1] + 1) % len(self.actors)
         results, failures = self._gather(call, "no fragment", healthy)
         if not results and count is None:
             index, exc = failures[0]
@@ -304,8 +303,8 @@ class RayRunnerGroup:
         and the failures, as (runner index, error)."""
         import ray
 
-        calls = [(i, call(actor)) for i, actor in enumerate(self.actors)
-                 if actor is not None and (indices is None or i in indices)]
+        chosen = set(range(len(self.actors)) if indices is None else indices)
+        calls = [(i, call(actor)) for i, actor in enumerate(self.actors) if actor is not None and i in chosen]
         ready, _ = ray.wait([ref for _, ref in calls], num_returns=len(calls), timeout=self.config.sample_timeout_s)
         ready_set = set(ready)
         results, failures = [], []

@@ -4,7 +4,8 @@ A runner returns two objects per fragment (one Ray call, ``num_returns=2``): a s
 finished episodes, normalisation statistics, weight version, bytes: all the driver reports) and the fragment
 itself. The driver waits on the infos only; the fragments stay in the object store as references, handed as a
 list to whoever learns: learner actors fetch them from the runners' nodes themselves, so with ``num_learners >= 1``
-no array ever passes through the driver. A learner in the driver (the default) fetches them once, as before.
+the driver never deserialises an array (fragments under Ray's 100 KiB inline limit travel through its memory as
+bytes). A learner in the driver (the default) fetches them once, as before.
 
 Stacked image observations (Atari's 4-frame stacks) repeat three of every four frames from the step before;
 :func:`pack` ships each distinct frame once plus indices, found by comparing the frames (never assumed: a stack
