@@ -6,8 +6,9 @@
 
 Exit codes: 0 done (stop criterion met, or solved under the default criterion; also a resumed trial that was
 already done), 2 bad input (one line on stderr; ``--debug`` shows the traceback), 3 the default step budget ran out
-before the env was solved, 130 interrupted by Ctrl-C (SIGINT), 143 stopped by SIGTERM (a scheduler's time limit or
-``scancel``), each after a final checkpoint.
+before the env was solved, 75 stopped for the job's walltime (SIGUSR1, as ``herd launch slurm --time`` asks Slurm to
+send before it, or the time in ``HERD_STOP_AT``): resume me, 130 interrupted by Ctrl-C (SIGINT), 143 stopped by
+SIGTERM (preemption, ``scancel``, a scheduler's time limit), each after a final checkpoint.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 EXIT_BAD_INPUT = 2
 EXIT_NOT_SOLVED = 3
+EXIT_REQUEUE = 75  # herdrl.errors.EXIT_REQUEUE: stopped for the job's walltime, checkpointed: resume me
 EXIT_INTERRUPTED = 130  # 128 + SIGINT (a signal's own code, 128 + its number, where one stopped the run)
 
 
@@ -358,6 +361,8 @@ def _train(args: argparse.Namespace) -> int:
     if outcome.already_done:  # a chained job after the last one: the chain ends here, successfully
         return 0
     if outcome.stopped_by == "interrupted":
+        if outcome.signal == signal.SIGUSR1:
+            return EXIT_REQUEUE
         return 128 + outcome.signal if outcome.signal else EXIT_INTERRUPTED
     if outcome.stopped_by == "budget" and outcome.solved is False:
         return EXIT_NOT_SOLVED

@@ -205,6 +205,18 @@ class AlgorithmConfig:
         "ignore_env_runner_failures": Field(False, (bool,), "fault_tolerance",
                                             doc="without restarts: go on with the runners left"),
         "max_num_env_runner_restarts": Field(1000, (int,), "fault_tolerance", low=0),
+        "keep_train_batch_size": Field(
+            True, (bool,), "fault_tolerance",
+            doc="while runners are missing (lost, or waiting for room on the cluster), the others sample more "
+                "fragments so each train batch keeps its size; False: train on the smaller batch"),
+        "restart_failed_learners": Field(True, (bool,), "fault_tolerance",
+                                         doc="a learner actor (or aggregator) that dies: restart the whole learner "
+                                             "group from the newest kept learner state and go on"),
+        "max_num_learner_restarts": Field(10, (int,), "fault_tolerance", low=0),
+        "learner_state_interval": Field(
+            10, (int,), "fault_tolerance", low=0,
+            doc="updates between copies of the learner state kept (in the object store) for a learner restart: "
+                "a restart loses at most this many updates; 0: only the state at start or restore"),
         "framework": Field("torch", (str,), "framework", choices=("torch",)),
         "lr": Field(5e-5, (float,), "training", low=0, low_open=True),
         "gamma": Field(0.99, (float,), "training", low=0, high=1),
@@ -375,8 +387,10 @@ class AlgorithmConfig:
         return self._set("learners", kwargs)
 
     def fault_tolerance(self, **kwargs: Any) -> AlgorithmConfig:
-        """Set what happens when a runner fails: ``restart_failed_env_runners`` (default True),
-        ``ignore_env_runner_failures`` (default False), ``max_num_env_runner_restarts``."""
+        """Set what happens when a runner or learner fails: ``restart_failed_env_runners`` (default True),
+        ``ignore_env_runner_failures`` (default False), ``max_num_env_runner_restarts``, ``keep_train_batch_size``
+        (default True), ``restart_failed_learners`` (default True), ``max_num_learner_restarts``,
+        ``learner_state_interval`` (default 10)."""
         return self._set("fault_tolerance", kwargs)
 
     def training(self, **kwargs: Any) -> AlgorithmConfig:

@@ -10,6 +10,10 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+#: The exit code of a ``herd train`` stopped for its job's walltime (SIGUSR1, or the time in ``HERD_STOP_AT``) after
+#: a checkpoint: "resume me" (EX_TEMPFAIL). A job chain submits its next job on it.
+EXIT_REQUEUE = 75
+
 
 class HerdError(Exception):
     """Base class of herdrl's user-facing errors (one line, names the fix)."""

@@ -28,6 +28,8 @@ from herdrl.trial_dir import TrialLock, create_trial_dir
 
 #: Env steps after which a run with no stop criterion of the user's gives up on "solved".
 DEFAULT_STEP_BUDGET = 1_000_000
+#: The environment variable naming when a run must stop with a checkpoint (see :func:`_stop_at`).
+STOP_AT_ENV = "HERD_STOP_AT"
 
 #: Stop keys (a run stops when ``result[key] >= value``) and the older names that mean them.
 STOP_KEYS = ("training_iteration", "num_env_steps_sampled_lifetime", "episode_return_mean", "time_total_s",
@@ -138,8 +140,9 @@ def trial_algorithm(trial_dir: Path, params: dict[str, Any] | None = None) -> st
 
 
 class _GracefulStop:
-    """First Ctrl-C (or SIGTERM, as Slurm sends at a time limit): finish the iteration, checkpoint, stop.
-    A second Ctrl-C aborts at once. ``signum``: the first signal received."""
+    """First Ctrl-C (or SIGTERM, as a scheduler sends at preemption or cancellation, or SIGUSR1, as a Slurm job
+    launched with ``--time`` gets before its walltime): finish the iteration, checkpoint, stop. A second Ctrl-C
+    aborts at once. ``signum``: the first signal received."""
 
     def __init__(self, console: ConsoleReporter | None) -> None:
         self.requested = False
@@ -149,9 +152,16 @@ class _GracefulStop:
 
     def __enter__(self) -> _GracefulStop:
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
+
+    def walltime(self, why: str) -> None:
+        """Stop as SIGUSR1 does (the walltime is near), for ``why``."""
+        if not self.requested:
+            self.requested, self.signum = True, signal.SIGUSR1
+            if self.console:
+                self.console.message(f"{why}: stopping with a checkpoint")
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested and signum == signal.SIGINT:
@@ -160,7 +170,8 @@ class _GracefulStop:
         self.signum = self.signum or signum
         if self.console:
             again = " (Ctrl-C again to abort now)" if signum == signal.SIGINT else ""
-            self.console.message(f"{signal.Signals(signum).name}: stopping after this iteration with a "
+            why = " (the job's walltime is near)" if signum == signal.SIGUSR1 else ""
+            self.console.message(f"{signal.Signals(signum).name}{why}: stopping after this iteration with a "
                                  f"checkpoint{again}")
 
     def __exit__(self, *exc: Any) -> None:
@@ -185,6 +196,7 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     from herdrl.checkpoint import prune
 
     config.validate()
+    stop_at = _stop_at()
     metric = config.stop_metric  # off-policy: greedy evaluation returns
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every got {checkpoint_every}; expected an int >= 1 or None")
@@ -275,6 +287,8 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
             try:
                 while True:
                     result = algo.train()
+                    if stop_at is not None and time.time() + result.get("time_this_iter_s", 0.0) >= stop_at:
+                        graceful.walltime(f"{STOP_AT_ENV}: no time left for another iteration")
                     if checkpoint_every and algo.iteration % checkpoint_every == 0:
                         save()
                     met = [k for k, v in criteria.items() if result.get(k, -math.inf) >= v]
@@ -300,6 +314,22 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         solved = result.get(metric, -math.inf) >= threshold
     return Outcome(result=result, stopped_by=_stop_reason(stopped_by, default_stop, metric), solved=solved,
                    logdir=logdir, signal=graceful.signum if graceful is not None else None)
+
+
+def _stop_at() -> float | None:
+    """The time (seconds since the epoch) in ``HERD_STOP_AT`` by which a run stops with a checkpoint, as at SIGUSR1:
+    a batch system's walltime less a lead, for schedulers that send no signal before it (PBS)."""
+    text = os.environ.get(STOP_AT_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{STOP_AT_ENV}={text!r} is not a time: give seconds since the epoch, e.g. "
+                          "$(( $(date +%s) + 3600 ))") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"{STOP_AT_ENV}={text!r} is not a time: give seconds since the epoch")
+    return value
 
 
 def _already_done(checkpoint: Path, criteria: dict[str, float]) -> tuple[str, dict[str, Any]] | None:

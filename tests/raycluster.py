@@ -49,9 +49,16 @@ class RayStartCluster:
         self._start(["--head", "--node-ip-address=127.0.0.2", f"--port={self.port}", "--include-dashboard=false",
                      f"--ray-client-server-port={self.client_port}"], "h", head_cpus,
                     health if fast_health_checks else None)
-        for i in range(workers):
-            self._start([f"--address={self.address}", f"--node-ip-address=127.0.0.{3 + i}"], f"w{i}", worker_cpus)
+        for _ in range(workers):
+            self.add_worker(worker_cpus)
         return self
+
+    def add_worker(self, cpus: int = 1) -> str:
+        """Start one more worker node, on the next loopback address; returns that address."""
+        index = len(self.temps) - 1
+        ip = f"127.0.0.{3 + index}"
+        self._start([f"--address={self.address}", f"--node-ip-address={ip}"], f"w{index}", cpus)
+        return ip
 
     def pids(self) -> list[int]:
         """Processes of this cluster: each node's (herdrl's lookup through its temp dir), and any process naming

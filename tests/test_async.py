@@ -234,6 +234,7 @@ def test_a_hung_runner_is_replaced_while_the_others_go_on(tmp_path):
         result = algo.train()  # runner 1 keeps the learner fed while runner 2 hangs
         iterations += 1
     assert (tmp_path / "hung").exists() and result["num_env_runner_restarts"] == 1 and iterations >= 2
+    algo.runners.settle(60)  # the replacement joins once its process has started
     result = algo.train()
     assert result["num_healthy_env_runners"] == 2 and result["num_fragments_dropped"] == 0
     algo.stop()

@@ -443,17 +443,40 @@ def test_sigkill_and_resume_lose_nothing_and_the_run_completes(tmp_path):
     assert Policy.from_checkpoint(trial).compute_single_action(np.zeros(4, np.float32)) in (0, 1)
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_ctrl_c_or_sigterm_stops_after_the_iteration_with_a_final_checkpoint(tmp_path, sig, code):
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGUSR1, 75)])
+def test_ctrl_c_sigterm_or_the_walltime_signal_stops_after_the_iteration_with_a_final_checkpoint(tmp_path, sig, code):
     proc = start(tmp_path, "--checkpoint-every", "0", "--stop-iters", "100000", "--no-tensorboard", quiet=False)
     trial = wait_for_rows(tmp_path / "CartPole-v1", 3, proc)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
-    assert f"{sig.name}: stopping after this iteration" in out
+    why = " (the job's walltime is near)" if sig == signal.SIGUSR1 else ""
+    assert f"{sig.name}{why}: stopping after this iteration" in out
     assert ("Ctrl-C again" in out) == (sig == signal.SIGINT)  # a batch job's SIGTERM has no Ctrl-C to press
     last = rows(trial)[-1]
     assert newest_valid_checkpoint(trial).name == f"checkpoint_{last:06d}"
+
+
+def test_herd_stop_at_stops_with_a_checkpoint_and_exit_75_and_the_resume_goes_on(tmp_path, capsys, monkeypatch):
+    """HERD_STOP_AT (a walltime less a lead, for schedulers that send no signal): the run stops once the next
+    iteration would not end by then, checkpointed, exit 75 ("resume me"); a resume without it goes on."""
+    import time
+
+    from herdrl.cli import main
+
+    args = ["train", "ppo", "--env", "CartPole-v1", "--stop-iters", "3", "--output", str(tmp_path), "--trial", "t",
+            "--config", "train_batch_size=256", "minibatch_size=64", "--checkpoint-every", "100"]
+    monkeypatch.setenv("HERD_STOP_AT", "not a time")
+    assert main(args) == 2
+    assert "HERD_STOP_AT='not a time' is not a time" in capsys.readouterr().err
+    monkeypatch.setenv("HERD_STOP_AT", str(time.time()))  # already past: one iteration, then stop
+    assert main(args) == 75
+    assert "HERD_STOP_AT: no time left for another iteration: stopping with a checkpoint" in capsys.readouterr().out
+    assert rows(tmp_path / "CartPole-v1" / "t") == [1]
+    assert newest_valid_checkpoint(tmp_path / "CartPole-v1" / "t").name == "checkpoint_000001"
+    monkeypatch.delenv("HERD_STOP_AT")
+    assert main([*args, "--resume"]) == 0
+    assert rows(tmp_path / "CartPole-v1" / "t") == [1, 2, 3]
 
 
 def test_existing_trial_without_resume_is_refused(tmp_path, capsys):

@@ -131,3 +131,47 @@ def test_a_node_that_cannot_start_fails_the_job_at_once(slurm: SlurmCluster, tmp
     assert "never runs" not in log
     assert time.monotonic() - started < 120
     _nothing_left(slurm, job_id)
+
+
+def test_the_walltime_signal_checkpoints_and_the_next_job_of_the_chain_resumes(slurm: SlurmCluster,
+                                                                               tmp_path: Path) -> None:
+    """With --time, Slurm signals the batch shell before the walltime (sent early here, by hand: `scancel --signal=USR1
+    --batch`); the driver finishes its iteration, checkpoints and exits 75; the job submits the next one of the chain
+    (--max-jobs), which resumes the same trial to its stop criterion: iterations contiguous, the env-step counter
+    never going back, one results folder."""
+    out = tmp_path / "results"
+    done = _launch(slurm, tmp_path, ["--nodes", "1", *NODE_ARGS, "--time", "00:10:00", "--max-jobs", "3",
+                                     "--signal-lead", "120", "--output", str(out), "--",
+                                     "herd", "train", "ppo", "--env", "herd/Latency-v0", "--config",
+                                     "train_batch_size=400", "minibatch_size=200", "--stop-iters", "8",
+                                     "--checkpoint-every", "100", "--output", str(out)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    first = _job_id(done.stdout)
+    script = next(out.glob("launch/*/job.sbatch")).read_text()
+    assert "#SBATCH --signal=B:USR1@120" in script and "#SBATCH --time=00:10:00" in script
+    deadline = time.monotonic() + 180
+    while not list(out.glob("herd_Latency-v0/*/result.json")) or len(
+            next(out.glob("herd_Latency-v0/*/result.json")).read_text().splitlines()) < 2:
+        assert time.monotonic() < deadline, "the first job did not train"
+        time.sleep(0.2)
+    env = subprocess_env(SLURM_CONF=str(slurm.conf))
+    subprocess.run(["scancel", "--signal=USR1", "--batch", first], env=env, check=True)
+    info = slurm.wait_job(first)
+    log = _job_output(out, first)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", log
+    assert "the walltime is near" in log and "driver exited with 75" in log, log
+    second = re.search(r"submitted job (\d+), 2 of at most 3", log)
+    assert second, log
+    info = slurm.wait_job(second.group(1))
+    log2 = _job_output(out, second.group(1))
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", log2
+    assert "resuming from checkpoint_" in log2 and "driver exited with 0" in log2 and "submitted job" not in log2
+    (result,) = out.glob("herd_Latency-v0/*/result.json")
+    rows = [json.loads(line) for line in result.read_text().splitlines()]
+    assert [r["training_iteration"] for r in rows] == list(range(1, 9))
+    steps = [r["num_env_steps_sampled_lifetime"] for r in rows]
+    assert steps == sorted(steps) and len(set(steps)) == 8
+    stopped_at = int(re.search(r"resuming from checkpoint_0*(\d+)", log2).group(1))
+    assert 2 <= stopped_at < 8  # the first job stopped early, on the signal
+    _nothing_left(slurm, first)
+    _nothing_left(slurm, second.group(1))

@@ -5,6 +5,7 @@ import signal
 
 import numpy as np
 import pytest
+import ray
 import torch
 
 from herdrl import A2CConfig, Algorithm, ConfigError, DQNConfig, PPOConfig, SACConfig, TRPOConfig
@@ -81,14 +82,32 @@ def test_ppo_on_two_learners_solves_cartpole_and_resumes_on_one(tmp_path):
     resumed.stop()
 
 
-def test_a_killed_learner_is_one_line_and_the_run_resumes_from_its_checkpoint(tmp_path):
+def test_a_killed_learner_restarts_from_the_last_checkpoint_and_past_the_budget_is_one_line(tmp_path):
+    """Without a kept state (as if it died with rank 0's node) the group restarts from the last checkpoint's learner
+    state (compared with the weights read at save time), saying how many updates that loses; past
+    max_num_learner_restarts the run ends with one line naming the checkpoint, and resumes from it."""
     algo = (PPOConfig().environment("CartPole-v1").training(train_batch_size=512).learners(num_learners=2)
-            .debugging(seed=0).build())
+            .fault_tolerance(max_num_learner_restarts=1).debugging(seed=0).build())
     algo.train()
     path = algo.save(tmp_path / "before")
+    saved = algo.get_weights()
+    algo.train()
+    algo.learners._kept = []
+    restart, restored = algo.learners._restart, []
+
+    def restart_and_read(*args):
+        restart(*args)
+        restored.append(ray.get(algo.learners.actors[1].call.remote("get_weights")))
+
+    algo.learners._restart = restart_and_read
     os.kill(algo.learners.call("pid")[1], signal.SIGKILL)
-    with pytest.raises(LearnerFailure, match=r"learner 1 failed during update \(.*\); the run cannot go on without "
-                                             r"it: resume from the last checkpoint .*\(last checkpoint: .*before\)"):
+    row = algo.train()
+    assert row["num_learner_restarts"] == 1 and row["num_learner_updates_lost"] == 1
+    assert _max_diff(restored[0], saved) == 0.0 and _max_diff(algo.get_weights(), saved) > 0  # and it learned on
+    os.kill(algo.learners.call("pid")[0], signal.SIGKILL)
+    with pytest.raises(LearnerFailure, match=r"learner 0 failed \(.*\) during its update, and the restart budget is "
+                                             r"spent \(max_num_learner_restarts=1\): resume from the last checkpoint "
+                                             r".*\(last checkpoint: .*before\)"):
         algo.train()
     algo.stop()
     resumed = Algorithm.from_checkpoint(path, num_learners=2)

@@ -43,6 +43,7 @@ from herdrl.obs import ObsSpec
 from herdrl.policy import Policy
 from herdrl.rollout.group import make_runner_group
 from herdrl.rollout.transport import FragmentInput, FragmentLostError, FragmentsLost, Sampled
+from herdrl.survival import nodes_lost
 
 logger = logging.getLogger("herdrl")
 
@@ -97,6 +98,8 @@ class Algorithm:
             self.runners.stop()
             raise
         self.learner: Learner | None = self.learners.learner  # in the driver: the learner; None with actors
+        if hasattr(self.learners, "checkpoint_state"):  # learner actors: a restart's last resort
+            self.learners.checkpoint_state = self._checkpoint_learner_state
         self.module = self.learners.module
         self.device = self.learners.device
         self.last_checkpoint: Path | None = None  # written or restored; named when a learner actor fails
@@ -123,8 +126,10 @@ class Algorithm:
         self._part_returns: dict[str, deque[float]] = {}
         self._iter_agent_steps = 0
         self._iter_steps = self._iter_episodes = 0
-        self._iter_fragments_lost = self._iter_fragment_bytes = 0
+        self._iter_fragments_lost = self._iter_fragment_bytes = self._iter_extra_fragments = 0
         self._iter_sample_time = 0.0
+        self._degraded_said: tuple[int, int] | None = None
+        self._nodes_lost_before = nodes_lost()
         if config.self_play:  # snapshots begin as copies of the policy they follow, not as random networks
             self.learners.apply("copy_policy", [(source, copy) for source, copies in config.self_play.items()
                                                 for copy in copies])
@@ -153,10 +158,34 @@ class Algorithm:
         """Send the current weights (and ``exploration`` settings) to the runners; collect a fragment from each (as
         a reference, from Ray runners: ``herdrl.rollout.transport``), or from ``count`` of them, and record it."""
         start = time.perf_counter()
-        sampled = self.runners.sample(self.runner_weights(), exploration, self.iteration, count)
+        weights = self.runner_weights()
+        sampled = self.runners.sample(weights, exploration, self.iteration, count)
+        want = len(self.runners.actors) if count is None and hasattr(self.runners, "actors") else len(sampled)
+        if len(sampled) < want and self.config.keep_train_batch_size:
+            self._say_degraded(want - len(sampled))
+            for _ in range(want):  # the runners in service sample the missing fragments, taken in turn
+                extra = self.runners.sample(weights, exploration, self.iteration, want - len(sampled))
+                self._iter_extra_fragments += len(extra)
+                sampled += extra
+                if len(sampled) >= want:
+                    break
         self.record(sampled)
         self._iter_sample_time += time.perf_counter() - start
         return sampled
+
+    def _say_degraded(self, missing: int) -> None:
+        """One console line each time the number of runners in service changes while some are missing."""
+        runners = self.runners
+        state = (runners.num_healthy, runners.num_waiting)
+        if state == self._degraded_said:
+            return
+        self._degraded_said = state
+        where = (" (inside a Tune trial, whose placement group is fixed: until Ray places them again in it)"
+                 if runners.in_fixed_group else "")
+        logger.warning("herdrl: %d of %d env runners in service, %d starting or waiting for room on the cluster%s; "
+                       "the others sample %d more fragment%s per iteration so the train batch keeps its size",
+                       runners.num_healthy, len(runners.actors), runners.num_waiting, where, missing,
+                       "" if missing == 1 else "s")
 
     def update_on(self, sampled: list[Sampled], *args: Any) -> Any:
         """``learners.update(fragments, *args)``; fragments lost with their node before a learner read them are
@@ -213,7 +242,7 @@ class Algorithm:
         """Run one iteration; return its result row (a flat dict) and pass it to the logger."""
         start = time.perf_counter()
         self._iter_steps = self._iter_episodes = self._iter_agent_steps = 0
-        self._iter_fragments_lost = self._iter_fragment_bytes = 0
+        self._iter_fragments_lost = self._iter_fragment_bytes = self._iter_extra_fragments = 0
         self._iter_sample_time = 0.0
         try:
             learner_metrics = self.training_step()
@@ -251,6 +280,11 @@ class Algorithm:
             "num_healthy_env_runners": self.runners.num_healthy,
             "num_env_runner_restarts": self.runners.num_restarts,
             "num_fragments_lost": self._iter_fragments_lost,
+            "num_env_runners_waiting": self.runners.num_waiting,
+            "num_extra_fragments": self._iter_extra_fragments,
+            "num_nodes_lost": nodes_lost() - self._nodes_lost_before,
+            "num_learner_restarts": self.learners.num_restarts,
+            "num_learner_updates_lost": self.learners.num_updates_lost,
             **({"fragment_bytes_per_env_step": self._iter_fragment_bytes / self._iter_steps}
                if self._iter_fragment_bytes and self._iter_steps else {}),
             **learner_metrics,
@@ -389,6 +423,16 @@ class Algorithm:
                 "action_space": space_to_json(self.action_space)}
 
     # --------------------------------------------------------- checkpoints
+    def _checkpoint_learner_state(self) -> dict[str, Any] | None:
+        """The learner state of the newest checkpoint written or restored, if it can be read."""
+        if self.last_checkpoint is None:
+            return None
+        try:
+            return read_tensors(self.last_checkpoint)["learner"]
+        except (CheckpointError, OSError, KeyError) as exc:
+            logger.warning("herdrl: cannot read the learner state of %s: %s", self.last_checkpoint, exc)
+            return None
+
     def learner_state(self) -> dict[str, Any]:
         """Tensors of the learner (module, optimizers, target networks); off-policy algorithms add their
         replay debt."""

@@ -68,6 +68,12 @@ def add_launch_parser(subparsers: Any) -> None:
     sl.add_argument("--in-allocation", action="store_true",
                     help="run the script here, inside an existing salloc / srun --pty allocation")
     sl.add_argument("--wait", action="store_true", help="wait for the job to end; exit with its exit code")
+    sl.add_argument("--max-jobs", type=int, default=1, metavar="N",
+                    help="chain up to N jobs: a `herd train` driver stopped by the walltime signal checkpoints, and "
+                         "the job submits the next one, which resumes the trial (needs --time; default 1: no chain)")
+    sl.add_argument("--signal-lead", type=int, default=None, metavar="SECONDS",
+                    help="with --time: Slurm signals the driver this long before the walltime, to finish its "
+                         "iteration and checkpoint (default 300)")
     _driver_args(sl)
 
     pb = kinds.add_parser("pbs", help="write (and with --submit, qsub) a PBS or Cobalt script",
@@ -167,7 +173,9 @@ def _batch_job(args: argparse.Namespace) -> Any:
     launch_dir = (Path(args.output) / "launch" / f"{args.job_name}_{stamp}").resolve()
     return BatchJob(driver=_driver(args), launch_dir=launch_dir, workdir=Path.cwd(), nodes=args.nodes,
                     node_options=_node_options(args), time=args.time, partition=args.queue, account=args.account,
-                    job_name=args.job_name, setup=list(args.setup), unset_ld_preload=args.unset_ld_preload)
+                    job_name=args.job_name, setup=list(args.setup), unset_ld_preload=args.unset_ld_preload,
+                    max_jobs=getattr(args, "max_jobs", 1),
+                    **({"signal_lead_s": args.signal_lead} if getattr(args, "signal_lead", None) else {}))
 
 
 def _batch(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from herdrl.cluster.connect import ClusterError, wait_for_port
+from herdrl.survival import health_check_env
 
 RAY_START = [sys.executable, "-m", "ray.scripts.scripts", "start"]
 AUTH_TOKEN_FILE = "ray_token"
@@ -249,9 +250,11 @@ def start_node(spec: NodeSpec, block: bool = False, timeout_s: float = 120.0) ->
     args = spec.ray_start_args()
     port = next((a.split("=", 1)[1] for a in args if a.startswith("--port=")), None)
     address = f"{spec.node_ip_address}:{port}" if spec.head else str(spec.address)
+    # A dead node noticed in seconds, not ~20 s (read by the head's GCS; a value set in the environment wins).
+    env = {**os.environ, **health_check_env()}
     if not block:
         try:
-            done = subprocess.run([*RAY_START, *args], capture_output=True, text=True, timeout=timeout_s)
+            done = subprocess.run([*RAY_START, *args], capture_output=True, text=True, timeout=timeout_s, env=env)
         except subprocess.TimeoutExpired as exc:
             stop_node(spec.temp_dir)
             raise ClusterError(f"`ray start` did not finish within {timeout_s:g} s (is the head at "
@@ -261,7 +264,7 @@ def start_node(spec: NodeSpec, block: bool = False, timeout_s: float = 120.0) ->
         return address, None
     log_path = node_log(spec.temp_dir)
     with open(log_path, "ab") as log:  # Ray's start-up banner stays out of the job's output
-        proc = subprocess.Popen([*RAY_START, *args, "--block"], stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([*RAY_START, *args, "--block"], stdout=log, stderr=subprocess.STDOUT, env=env)
     _wait_until_started(proc, spec.temp_dir, timeout_s)
     if spec.head:
         wait_for_port(address, timeout_s)

@@ -4,7 +4,10 @@ Slurm: the script starts the head on the job's first node (one ``srun`` step tha
 foreground), waits until the head answers, starts one worker step per other node, waits until every node
 has joined (``herd cluster wait`` polls, bounded: no fixed sleeps), runs the driver with ``RAY_ADDRESS``
 set, and on exit — driver done, failed, or the job cancelled — ends the steps; each step stops its own Ray
-node by PID (``herd cluster node`` never calls ``ray stop``).
+node by PID (``herd cluster node`` never calls ``ray stop``). With ``--time``, Slurm signals the script
+``signal_lead_s`` before the walltime; the script passes it to the driver, which checkpoints and exits with
+:data:`~herdrl.errors.EXIT_REQUEUE`; with ``--max-jobs N`` the job then submits the next one of the chain, which
+resumes the trial.
 
 PBS / Cobalt: the script hands the nodes to the MPI bootstrap (``herd launch mpi``) with the site's
 launcher (``mpiexec``, ``aprun`` or ``mpirun``).
@@ -21,6 +24,11 @@ from pathlib import Path
 
 from herdrl.cluster.connect import ClusterError
 from herdrl.cluster.nodes import AUTH_TOKEN_FILE, NodeOptions
+from herdrl.errors import EXIT_REQUEUE
+
+#: Default seconds between Slurm's walltime signal and the walltime: the driver's iteration in progress plus a
+#: checkpoint (writing a replay buffer of several GB takes tens of seconds: docs/hpc.md has the measurement).
+DEFAULT_SIGNAL_LEAD_S = 300
 
 
 def launching_herd() -> str:
@@ -50,6 +58,11 @@ class BatchJob:
     job_name: str = "herd"
     setup: list[str] = field(default_factory=list)
     unset_ld_preload: bool = False
+    #: Jobs in a chain: a driver stopped by the walltime signal exits with EXIT_REQUEUE and the job submits the next
+    #: one (``--dependency=afterany``), which resumes the trial; 1: no chain.
+    max_jobs: int = 1
+    #: Seconds before the walltime Slurm sends SIGUSR1 (``--signal=B:USR1@LEAD``): one iteration and a checkpoint.
+    signal_lead_s: int = DEFAULT_SIGNAL_LEAD_S
     #: The ``herd`` the nodes run: the launching interpreter's, by absolute path (a shared file system is assumed:
     #: the same path on every node), unless ``setup`` lines prepare the nodes' own environment (then ``herd`` as
     #: found on their PATH).
@@ -62,6 +75,18 @@ class BatchJob:
             raise ClusterError(f"--time '{self.time}' is not a walltime: use HH:MM:SS, MM:SS or D-HH:MM:SS")
         if not self.driver:
             raise ClusterError("give the driver command after --, e.g. -- herd train ppo --env CartPole-v1")
+        if self.max_jobs < 1:
+            raise ClusterError(f"--max-jobs must be at least 1, got {self.max_jobs}")
+        if self.signal_lead_s < 1:
+            raise ClusterError(f"--signal-lead must be at least 1 second, got {self.signal_lead_s}")
+        if self.max_jobs > 1:
+            if self.time is None:
+                raise ClusterError("--max-jobs chains jobs at their walltime: give --time too")
+            if self.driver[:2] != ["herd", "train"]:
+                raise ClusterError("--max-jobs chains `herd train` drivers (each next job resumes the trial): "
+                                   f"the driver here is `{shlex.join(self.driver[:2])}`")
+            if not any(arg == "--trial" or arg.startswith("--trial=") for arg in self.driver):
+                self.driver = [*self.driver, "--trial", self.launch_dir.name]  # every job resumes this one trial
         if self.setup:
             self.herd = "herd"
 
@@ -94,6 +119,55 @@ class BatchJob:
         return lines
 
 
+def _chain_lines(job: BatchJob) -> str:
+    """The end of a Slurm script: run the driver in the background (so the job's signals reach it while the shell
+    waits), and when it stopped for the walltime, submit the next job of the chain."""
+    launch_dir = shlex.quote(str(job.launch_dir))
+    return f"""\
+chain_index=${{HERD_CHAIN_INDEX:-1}}
+max_jobs={job.max_jobs}
+resume=()
+if [ "$max_jobs" -gt 1 ] && {{ [ "$chain_index" -gt 1 ] || [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; }}; then
+  resume=(--resume)  # a later job of the chain, or this job requeued by Slurm: continue the trial
+fi
+driver_pid=
+forward() {{  # forward SIGNAL CODE: the driver checkpoints after its iteration and exits; without one, exit CODE
+  if [ -n "$driver_pid" ] && kill -0 "$driver_pid" 2>/dev/null; then kill -"$1" "$driver_pid"; else exit "$2"; fi
+}}
+walltime() {{
+  echo "herd launch: the walltime is near (SIGUSR1): the driver checkpoints after this iteration"
+  forward USR1 {EXIT_REQUEUE}
+}}
+trap walltime USR1
+trap 'forward TERM 143' TERM
+trap 'forward INT 130' INT
+{shlex.join(job.driver_command)} "${{resume[@]}}" &
+driver_pid=$!
+while :; do  # `wait` returns early when a trap runs: wait again until the driver has exited
+  wait "$driver_pid"
+  rc=$?
+  kill -0 "$driver_pid" 2>/dev/null || break
+done
+driver_pid=
+echo "herd launch: driver exited with $rc"
+if [ "$rc" = {EXIT_REQUEUE} ]; then
+  if [ "$chain_index" -lt "$max_jobs" ]; then
+    if next=$(unset RAY_ADDRESS; sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" \\
+        --export=ALL,HERD_CHAIN_INDEX=$((chain_index + 1)) {launch_dir}/job.sbatch); then
+      echo "herd launch: submitted job ${{next%%;*}}, $((chain_index + 1)) of at most $max_jobs:" \\
+        "it resumes the trial once this job ends"
+      rc=0
+    else
+      echo "herd launch: could not submit the next job; resume by hand with --resume" >&2
+    fi
+  else
+    echo "herd launch: --max-jobs $max_jobs reached and training is not done: launch again with --resume" >&2
+  fi
+fi
+exit $rc
+"""
+
+
 def _valid_time(text: str) -> bool:
     days, _, clock = text.rpartition("-")
     parts = clock.split(":")
@@ -110,6 +184,7 @@ def slurm_script(job: BatchJob) -> str:
     header = ["#!/bin/bash", *_directives("#SBATCH", [
         ("--job-name=", job.job_name), ("--nodes=", job.nodes), ("--ntasks-per-node=", 1),
         ("--cpus-per-task=", o.num_cpus), ("--gpus-per-node=", o.num_gpus), ("--time=", job.time),
+        ("--signal=", f"B:USR1@{job.signal_lead_s}" if job.time else None),
         ("--partition=", job.partition), ("--account=", job.account),
         ("--output=", shlex.quote(str(job.launch_dir / "slurm-%j.out")))])]
     launch_dir = shlex.quote(str(job.launch_dir))
@@ -150,6 +225,7 @@ steps_alive() {{
 }}
 trap stop_ray EXIT
 trap 'exit 143' TERM INT
+trap 'exit {EXIT_REQUEUE}' USR1  # the walltime signal before the driver started: nothing to checkpoint yet
 start_node() {{  # start_node INDEX ARGS...: a foreground Ray node on nodes[INDEX], as one job step
   srun --nodes=1 --ntasks=1 --overlap -w "${{nodes[$1]}}" \\
     "$herd" cluster node start --block --temp-dir "/tmp/herd-$job-$1" "${{node_args[@]}}" "${{@:2}}" &
@@ -166,11 +242,7 @@ done
   >/dev/null || exit 1
 echo "herd launch: ${{#nodes[@]}} Ray nodes up at $address after ${{SECONDS}} s; running the driver in $PWD"
 export RAY_ADDRESS=$address
-{shlex.join(job.driver_command)}
-rc=$?
-echo "herd launch: driver exited with $rc"
-exit $rc
-"""
+""" + _chain_lines(job)
     return "\n".join(header) + "\n" + body
 
 

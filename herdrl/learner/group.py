@@ -6,13 +6,18 @@ with the algorithm (the policy, evaluation and checkpoints read it directly).
 process group (gloo on CPU, NCCL on GPU). Every update goes to all of them as one object-store reference; each
 learns on its share of every minibatch and they all-reduce gradients, so their weights stay identical; the
 driver keeps a CPU copy of the module (for the policy, evaluation and runner weights), refreshed from rank 0.
-A learner that dies ends the run with one line naming it and the checkpoint to resume from: no retry, since the
-survivors' optimizer state moved on without it.
+
+A learner (or aggregator) that dies takes the whole group with it: the ranks' optimizer states must match, so all
+are restarted together and load the newest learner state kept — rank 0's state, asked for every
+``learner_state_interval`` updates and left in the object store (this process never fetches it), else the last
+checkpoint's — and the call that failed is made again. The updates since that state are lost, and said so.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -24,13 +29,26 @@ from herdrl.errors import HerdError
 from herdrl.learner.learner import Learner
 from herdrl.rollout.transport import AggregatedInput, FragmentInput, FragmentsLost, resolve, shares
 
+logger = logging.getLogger("herdrl")
+
 
 class LearnerFailure(HerdError):
-    """A learner actor died or timed out."""
+    """A learner actor died or timed out, and the group could not be restarted."""
+
+
+class _LearnerDied(Exception):
+    """A learner call failed (its actor died or timed out): the group is restarted, or :class:`LearnerFailure`."""
+
+    def __init__(self, rank: int, reason: str, timed_out: bool = False) -> None:
+        super().__init__(f"learner {rank} {reason}")
+        self.rank, self.reason, self.timed_out = rank, reason, timed_out
 
 
 class LocalLearnerGroup:
     """The learner in the driver: calls go straight to it."""
+
+    num_restarts = 0
+    num_updates_lost = 0
 
     def __init__(self, config: AlgorithmConfig, learner_class: type[Learner], observation_space: gym.Space,
                  action_space: gym.Space) -> None:
@@ -79,12 +97,10 @@ class RayLearnerGroup:
                  action_space: gym.Space, init_seed: int) -> None:
         import ray
         from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from herdrl.cluster import ClusterError, connect, shipping
-        from herdrl.env import imports
-        from herdrl.learner.remote import LearnerActor
         from herdrl.registry import ENCODERS, ENV_CREATORS
+        from herdrl.rollout.group import _LIVE_GROUPS, _quiet_worker_died_echo
 
         self.config = config
         count, cpus, gpus = config.num_learners, config.num_cpus_per_learner, config.num_gpus_per_learner
@@ -93,6 +109,14 @@ class RayLearnerGroup:
         self.module: torch.nn.Module = config.build_module(observation_space, action_space)
         self.module.requires_grad_(False)
         self.device = torch.device("cpu")
+        self._spec = (learner_class, observation_space, action_space, init_seed)
+        #: Restarts of the whole group so far, and the updates they lost (those after the state restarted from).
+        self.num_restarts = self.num_updates_lost = 0
+        #: Set by the algorithm: the learner state of its last checkpoint, or None (a restart's last resort).
+        self.checkpoint_state: Callable[[], dict[str, Any] | None] | None = None
+        self._updates = 0  # updates in the learners' state (rolled back by a restart)
+        self._checkpoint_updates = 0  # ... when the last checkpoint was written
+        self._kept: list[tuple[Any, int]] = []  # (reference to rank 0's state, its updates), newest first
         bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
         # Inside a Tune trial: the trial's placement group holds the learners' bundles after the runners'.
         current = ray.util.get_current_placement_group()
@@ -101,6 +125,7 @@ class RayLearnerGroup:
         self._pg, self._first_bundle = (placement_group([bundle] * count, strategy="PACK"), 0) if self._own_pg \
             else (current, first)
         self.actors: list[Any] = []
+        self.aggregators: list[list[Any]] = []
         try:
             ray.get(self._pg.ready(), timeout=max(60.0, config.ray_connect_timeout_s))
         except ray.exceptions.GetTimeoutError:
@@ -110,19 +135,40 @@ class RayLearnerGroup:
                                + (f" x {gpus:g} GPU" if gpus else "") + f" (available: {free.get('CPU', 0):g} "
                                f"CPU, {free.get('GPU', 0):g} GPU); lower num_learners or their resources") from None
         shipping.ship_by_value([*ENV_CREATORS.values(), *ENCODERS.values()])  # user code travels with the actors
-        self.actors = [LearnerActor.options(
-            num_cpus=cpus, num_gpus=gpus, max_restarts=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
-                self._pg, placement_group_bundle_index=self._first_bundle + rank),
-        ).remote(config, rank, count, tuple(imports.IMPORTED), dict(ENV_CREATORS), dict(ENCODERS))
-            for rank in range(count)]
-        init_method = self._get([self.actors[0].rendezvous.remote()], "start")[0]
-        self._get([a.start.remote(init_method, learner_class, observation_space, action_space, init_seed,
-                                  config.learner_timeout_s) for a in self.actors], "start")
-        self.aggregators = self._start_aggregators(config.num_aggregator_actors_per_learner)
+        _quiet_worker_died_echo()
+        _LIVE_GROUPS[0] += 1
+        self._counted = True
+        try:
+            self._start_actors(config.learner_timeout_s)
+        except _LearnerDied as died:
+            self.stop()
+            raise LearnerFailure(f"{died} while starting") from None
         self._dirty = True
         self.sync()
+        self._keep()  # a restart before the first kept update goes back to the start
 
-    def _start_aggregators(self, per_learner: int) -> list[list[Any]]:
+    def _start_actors(self, timeout_s: float) -> None:
+        """Start every rank (joined in one process group, built from the same seed) and their aggregators."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from herdrl.env import imports
+        from herdrl.learner.remote import LearnerActor
+        from herdrl.registry import ENCODERS, ENV_CREATORS
+
+        cfg, count = self.config, self.config.num_learners
+        learner_class, observation_space, action_space, init_seed = self._spec
+        self.actors = [LearnerActor.options(
+            num_cpus=cfg.num_cpus_per_learner, num_gpus=cfg.num_gpus_per_learner, max_restarts=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                self._pg, placement_group_bundle_index=self._first_bundle + rank),
+        ).remote(cfg, rank, count, tuple(imports.IMPORTED), dict(ENV_CREATORS), dict(ENCODERS))
+            for rank in range(count)]
+        init_method = self._get([self.actors[0].rendezvous.remote()], "start", timeout_s)[0]
+        self._get([a.start.remote(init_method, learner_class, observation_space, action_space, init_seed,
+                                  cfg.learner_timeout_s) for a in self.actors], "start", timeout_s)
+        self.aggregators = self._start_aggregators(cfg.num_aggregator_actors_per_learner, timeout_s)
+
+    def _start_aggregators(self, per_learner: int, timeout_s: float) -> list[list[Any]]:
         """``per_learner`` aggregator actors on each learner's node (no CPU reserved: they share the learner's)."""
         if not per_learner:
             return []
@@ -130,54 +176,116 @@ class RayLearnerGroup:
 
         from herdrl.learner.remote import FragmentAggregator
 
-        nodes = self._get([actor.node_id.remote() for actor in self.actors], "start")
+        nodes = self._get([actor.node_id.remote() for actor in self.actors], "start", timeout_s)
         return [[FragmentAggregator.options(num_cpus=0, max_restarts=0, scheduling_strategy=(
             NodeAffinitySchedulingStrategy(node, soft=False))).remote() for _ in range(per_learner)]
             for node in nodes]
 
-    def _get(self, refs: list[Any], what: str) -> list[Any]:
-        """Results of one call per learner, in rank order; the first learner to fail (or a call past the timeout)
-        stops the group and raises :class:`LearnerFailure` at once, without waiting on its peers (which would
-        block in their next all-reduce)."""
+    def _get(self, refs: list[Any], what: str, timeout_s: float | None = None) -> list[Any]:
+        """Results of one call per learner, in rank order. The first learner to fail (or a call past the timeout)
+        raises :class:`_LearnerDied` at once, without waiting on its peers (which would block in their next
+        all-reduce); an error of herdrl's own inside a learner (a bad config) stops the group and is raised."""
         import ray
 
         from herdrl.rollout.group import _herd_cause, _one_line
 
-        pending, timeout = list(refs), self.config.learner_timeout_s
+        pending, timeout = list(refs), timeout_s or self.config.learner_timeout_s
         while pending:
             ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
             if not ready:
-                self.stop()
-                raise LearnerFailure(f"a learner did not finish its {what} within learner_timeout_s={timeout:g} s; "
-                                     "resume from the last checkpoint (herd train --resume)")
+                raise _LearnerDied(refs.index(pending[0]), f"did not finish its {what} within {timeout:g} s "
+                                   "(learner_timeout_s)", timed_out=True)
             try:
                 ray.get(ready[0])
             except ray.exceptions.RayError as exc:
-                rank = refs.index(ready[0])
-                self.stop()
                 cause = _herd_cause(exc)
                 if cause is not None:
+                    self.stop()
                     raise cause from None
-                raise LearnerFailure(f"learner {rank} failed during {what} ({_one_line(exc)}); the run cannot go on "
-                                     "without it: resume from the last checkpoint (herd train --resume)") from exc
+                raise _LearnerDied(refs.index(ready[0]), f"failed ({_one_line(exc)})") from exc
         return ray.get(refs)
+
+    def _call(self, what: str, calls: Callable[[], list[Any]]) -> list[Any]:
+        """``calls()`` (one call per learner, or rank 0's only), made again on a restarted group if a learner
+        dies (:meth:`_restart`)."""
+        while True:
+            try:
+                return self._get(calls(), what)
+            except _LearnerDied as died:
+                self._restart(died, what)
+
+    def _restart(self, died: _LearnerDied, what: str) -> None:
+        """Kill every rank and aggregator, start them again and load the newest learner state that can be had:
+        kept ones (newest first), then the last checkpoint's. :class:`LearnerFailure` when restarts are off or
+        spent, or when no rank can be started with any of them."""
+        import ray
+
+        from herdrl.survival import node_changes
+
+        cfg = self.config
+        self._kill_actors()
+        node_changes()
+        if not cfg.restart_failed_learners or self.num_restarts >= cfg.max_num_learner_restarts:
+            why = ("restart_failed_learners is off" if not cfg.restart_failed_learners else
+                   f"the restart budget is spent (max_num_learner_restarts={cfg.max_num_learner_restarts})")
+            self.stop()
+            raise LearnerFailure(f"{died} during its {what}, and {why}: resume from the last checkpoint "
+                                 "(herd train --resume)")
+        self.num_restarts += 1
+        candidates = [(ref, updates, f"the state kept after update {updates}") for ref, updates in self._kept]
+        saved = self.checkpoint_state() if self.checkpoint_state is not None else None
+        if saved is not None:
+            candidates.append((ray.put(saved), self._checkpoint_updates, "the last checkpoint"))
+        # Placing the new ranks is bounded: their node may be gone with no room left.
+        timeout = max(60.0, cfg.ray_connect_timeout_s)
+        failures = []
+        for state, updates, source in candidates:
+            try:
+                self._start_actors(timeout)
+                self._get([actor.call.remote("load_state", state) for actor in self.actors], "restore", timeout)
+            except _LearnerDied as again:
+                failures.append(f"from {source}: {again}")
+                self._kill_actors()
+                continue
+            lost = self._updates - updates
+            self.num_updates_lost += lost
+            self._updates = updates
+            self._kept = [(ref, n) for ref, n in self._kept if n <= updates]
+            self._dirty = True
+            logger.warning("herdrl: %s during its %s; the learner group was restarted (%d of at most %d restarts) "
+                           "from %s: %d update%s lost", died, what, self.num_restarts, cfg.max_num_learner_restarts,
+                           source, lost, "" if lost == 1 else "s")
+            return
+        self.stop()
+        raise LearnerFailure(f"{died} during its {what}, and the learner group could not be restarted ("
+                             f"{'; '.join(failures) or 'no learner state kept'}): resume from the last checkpoint "
+                             "(herd train --resume)")
+
+    def _keep(self) -> None:
+        """Ask rank 0 for its state and keep the reference (the state stays in the object store, on rank 0's node:
+        it outlives the rank's process, not its node); the newest two are kept."""
+        self._kept = [(self.actors[0].call.remote("state"), self._updates), *self._kept][:2]
 
     def update(self, *args: Any) -> Any:
         """Every learner's ``update(*args)`` on one shared copy of the data; their results merged (metrics averaged
         over learners; per-row arrays, such as TD errors, joined in rank order, i.e. in row order). Fragments sampled
         by Ray runners (a :class:`FragmentInput` of references) go as references: each learner fetches them from
         the object store itself, and this process never deserialises them; if any was lost with its node, no learner
-        updates and :class:`FragmentsLost` names them."""
+        updates and :class:`FragmentsLost` names them. A learner that dies: the group restarts and updates again."""
         import ray
 
         # Data goes into the object store once for all learners; small arguments (a seed, a count) go by value, and
         # a list of references as it is (Ray keeps the objects alive for the learners that borrow them).
         refs = [a if isinstance(a, (int, float)) or _all_refs(a) else ray.put(a) for a in args]
-        results = self._get([actor.call.remote("update", *self._aggregated(refs, rank))
-                             for rank, actor in enumerate(self.actors)], "update")
+        results = self._call("update", lambda: [actor.call.remote("update", *self._aggregated(refs, rank))
+                                                for rank, actor in enumerate(self.actors)])
         if isinstance(results[0], FragmentsLost):
             return results[0]  # (the learners agreed on it: none updated)
         self._dirty = True
+        self._updates += 1
+        interval = self.config.learner_state_interval
+        if interval and self._updates % interval == 0:
+            self._keep()
         if isinstance(results[0], tuple):  # (metrics, rows): off-policy learners
             metrics, rows = zip(*results, strict=True)
             return _mean_metrics(metrics), np.concatenate(rows)
@@ -201,13 +309,14 @@ class RayLearnerGroup:
 
     def apply(self, method: str, *args: Any) -> None:
         """Every learner's ``method(*args)``, a change of their state outside updates (self-play snapshots)."""
-        self._get([actor.call.remote(method, *args) for actor in self.actors], method)
+        self._call(method, lambda: [actor.call.remote(method, *args) for actor in self.actors])
         self._dirty = True
+        self._keep()  # a restart must not undo it
 
     def sync(self) -> None:
         """Load rank 0's weights into the driver's copy if an update happened since."""
         if self._dirty:
-            weights = self._get([self.actors[0].call.remote("get_weights")], "weight transfer")[0]
+            weights = self._call("weight transfer", lambda: [self.actors[0].call.remote("get_weights")])[0]
             # torch.tensor copies: the arrays Ray hands back are read-only
             self.module.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
             self._dirty = False
@@ -218,35 +327,49 @@ class RayLearnerGroup:
         return {k: v.detach().numpy().copy() for k, v in self.module.state_dict().items()}
 
     def state(self) -> dict[str, Any]:
-        """Rank 0's learner state (every rank holds the same)."""
-        return self._get([self.actors[0].call.remote("state")], "checkpoint")[0]
+        """Rank 0's learner state (every rank holds the same), for a checkpoint."""
+        state = self._call("checkpoint", lambda: [self.actors[0].call.remote("state")])[0]
+        self._checkpoint_updates = self._updates
+        return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Load ``state`` into every learner."""
         import ray
 
         ref = ray.put(state)
-        self._get([actor.call.remote("load_state", ref) for actor in self.actors], "restore")
+        self._call("restore", lambda: [actor.call.remote("load_state", ref) for actor in self.actors])
         self._dirty = True
         self.sync()
+        self._kept = []
+        self._keep()
 
     def call(self, method: str) -> list[Any]:
         """A method of every learner (``get_weights``) or of its actor (``pid``), in rank order."""
-        calls = [actor.pid.remote() if method == "pid" else actor.call.remote(method) for actor in self.actors]
-        return self._get(calls, method)
+        return self._call(method, lambda: [actor.pid.remote() if method == "pid" else actor.call.remote(method)
+                                           for actor in self.actors])
+
+    def _kill_actors(self) -> None:
+        import ray
+
+        for actor in [*self.actors, *(a for mine in self.aggregators for a in mine)]:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass
+        self.actors, self.aggregators = [], []
 
     def stop(self) -> None:
         """Kill the actors and free their placement group (and leave a Ray this group started)."""
         import ray
 
         from herdrl.cluster import disconnect
+        from herdrl.rollout.group import _LIVE_GROUPS
 
-        for actor in [*self.actors, *(a for mine in getattr(self, "aggregators", []) for a in mine)]:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:
-                pass
-        self.actors, self.aggregators = [], []
+        self._kill_actors()
+        self._kept = []
+        if getattr(self, "_counted", False):
+            _LIVE_GROUPS[0] -= 1
+            self._counted = False
         if getattr(self, "_own_pg", False):
             try:
                 ray.util.remove_placement_group(self._pg)

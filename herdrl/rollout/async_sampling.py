@@ -87,6 +87,9 @@ class AsyncSampler:
         lost. The fragments themselves stay in the object store (``herdrl.rollout.transport``)."""
         import ray
 
+        self.group.admit()
+        if room > 0 and not self._calls:
+            self.group.wait_for_runner()  # none in service: the replacements must be placed first
         self._top_up(room)
         if not self._calls:
             return []
@@ -164,5 +167,5 @@ class AsyncSampler:
             del self._calls[ref]
         self.num_dropped += 1 + len(lost)
         self.group._handle_failure(index, exc)
-        if self.group.num_healthy == 0:
+        if self.group.num_healthy == 0 and not self.group.waiting:
             raise RunnerFailure(f"every env runner has failed (last: runner {index + 1}: {_one_line(exc)})")

@@ -5,12 +5,17 @@
 by a placement group (strategy SPREAD, so it nests inside a Tune trial's group). Each iteration the
 learner's weights go out once as one object-store reference shared by every runner; runners sample in
 parallel; a failed runner is replaced (or dropped) and the iteration goes on with the others' fragments.
+
+A replacement is not called until Ray has placed it: when its node died and the survivors have no room, its
+placement-group bundle waits for capacity (a node rejoining or joining) and the run goes on with the runners it has
+(:attr:`RayRunnerGroup.num_waiting`); it joins the next sampling round after it starts.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -21,6 +26,7 @@ from herdrl.errors import HerdError
 from herdrl.rollout.multi_agent import MultiAgentEnvRunner
 from herdrl.rollout.runner import EnvRunner
 from herdrl.rollout.transport import Sampled, info_of
+from herdrl.survival import forget_nodes, node_changes
 
 logger = logging.getLogger("herdrl")
 
@@ -34,6 +40,8 @@ class LocalRunnerGroup:
 
     num_restarts = 0
     num_healthy = 0  # remote runners: none
+    num_waiting = 0
+    in_fixed_group = False
 
     def __init__(self, config: AlgorithmConfig) -> None:
         self.runner = MultiAgentEnvRunner(config) if config.is_multi_agent else EnvRunner(config, worker_index=0)
@@ -81,17 +89,24 @@ def _one_line(exc: BaseException) -> str:
     return line if len(line) <= 200 else line[:197] + "..."
 
 
-#: Runner groups alive in this process (a list, so the wrapper reads the live value).
+#: Runner and learner groups alive in this process (a list, so the wrapper reads the live value).
 _LIVE_GROUPS = [0]
+_STORE_DUMP = re.compile(r"^\s*(Plasma Store Usage:|Eviction Stats:|- (objects|bytes) [a-z ]+: \d+|\(global lru\) .*)?"
+                         r"\s*(\[repeated \d+x across cluster\].*)?$")
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+_dumps_said: set[Any] = set()  # processes whose object-store dump was announced already
 
 
 def _quiet_worker_died_echo() -> None:
-    """Send the raylet's "A worker died or was killed ..." text (~600 characters of ids, echoed by Ray's
-    driver for every dead actor) to the debug log: the runner group says what happened in one line.
+    """Keep Ray's multi-line dumps out of the console while a group is alive: the raylet's "A worker died or was
+    killed ..." text (~600 characters of ids, echoed by Ray's driver for every dead actor: the group says what
+    happened in one line) and the object-store statistics (~25 lines, repeated) an actor's Ray prints while it
+    fetches objects lost with their node (one line per process says where they went; these at any time once a group
+    has run) go to the debug log.
 
-    Ray's driver prints it from a thread that looks ``print_to_stdstream`` up in its module on each message,
+    Ray's driver prints them from a thread that looks ``print_to_stdstream`` up in its module on each message,
     so wrapping that function is enough; if a Ray version lacks it, its text is simply printed as before. Only
-    while a runner group is alive (:data:`_LIVE_GROUPS`): a user's own actors dying at other times keep Ray's text.
+    while a group is alive (:data:`_LIVE_GROUPS`): a user's own actors at other times keep Ray's text.
     """
     try:
         from ray._private import worker as ray_worker
@@ -112,6 +127,29 @@ def _quiet_worker_died_echo() -> None:
 
     print_to_stdstream.herd_quiet = True  # type: ignore[attr-defined]
     ray_worker.print_to_stdstream = print_to_stdstream
+    # Workers' own output is printed by print_worker_logs (looked up in the module per batch, after Ray's dedup).
+    original_logs = getattr(ray_worker, "print_worker_logs", None)
+    if original_logs is None:
+        return
+
+    def print_worker_logs(data: dict, *args: Any, **kwargs: Any) -> Any:
+        lines = [str(line) for line in data.get("lines", ())] if isinstance(data, dict) else []
+        # (also after the groups stopped: Ray's dedup prints its "[repeated Nx]" summary of them at shutdown)
+        dump = [bool(_STORE_DUMP.match(_COLOUR.sub("", line))) for line in lines]
+        if any(is_dump and _COLOUR.sub("", line).strip() for is_dump, line in zip(dump, lines, strict=True)):
+            kept = [line for is_dump, line in zip(dump, lines, strict=True) if not is_dump]
+            logger.debug("herdrl: from %s: %s", data.get("pid"), " | ".join(lines))
+            if data.get("pid") not in _dumps_said:
+                _dumps_said.add(data.get("pid"))
+                logger.warning("herdrl: Ray's object-store statistics from %s (pid %s), printed while it fetches "
+                               "objects lost with their node, went to the debug log", data.get("actor_name") or
+                               "a worker", data.get("pid"))
+            if not kept:
+                return None
+            data = {**data, "lines": kept}
+        return original_logs(data, *args, **kwargs)
+
+    ray_worker.print_worker_logs = print_worker_logs
 
 
 def _herd_cause(exc: BaseException) -> HerdError | None:
@@ -238,12 +276,16 @@ class RayRunnerGroup:
             raise ClusterError(f"the Ray cluster cannot place {count} env runners x {need} (available: {have}); "
                                f"lower num_env_runners or {keys}") from None
         _quiet_worker_died_echo()
+        forget_nodes()
+        node_changes()  # takes note of the nodes alive now
         _LIVE_GROUPS[0] += 1
         self._counted = True
         self._incarnations = [0] * count  # runners started per index so far, restarts included
         self._epoch = 0
         self._turn = 0  # the runner index the next partial round of sampling (replacing lost fragments) begins at
         self.actors: list[Any] = [self._start(i) for i in range(count)]
+        #: Replacements Ray has not started yet (no room on the cluster): runner index -> (actor, its ready call).
+        self.waiting: dict[int, tuple[Any, Any]] = {}
         self.num_restarts = 0
         try:
             start_timeout = None if config.sample_timeout_s is None else max(120.0, config.sample_timeout_s)
@@ -257,6 +299,43 @@ class RayRunnerGroup:
     def num_healthy(self) -> int:
         """Runners currently in service."""
         return sum(actor is not None for actor in self.actors)
+
+    @property
+    def num_waiting(self) -> int:
+        """Replacement runners waiting for Ray to place them (their node died and the others have no room)."""
+        return len(self.waiting)
+
+    @property
+    def in_fixed_group(self) -> bool:
+        """Whether the runners live in a Tune trial's placement group (fixed: no room can be added to it)."""
+        return not self._own_pg
+
+    def admit(self) -> list[int]:
+        """Put the replacements Ray has started into service (without waiting); returns their indices."""
+        import ray
+
+        if not self.waiting:
+            return []
+        refs = [ref for _, ref in self.waiting.values()]
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+        admitted = []
+        for index, (actor, ref) in list(self.waiting.items()):
+            if ref not in ready:
+                continue
+            del self.waiting[index]
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as exc:  # it died before it started: handled as any failure
+                self.actors[index] = actor
+                self._handle_failure(index, exc)
+                continue
+            self.actors[index] = actor
+            admitted.append(index)
+            logger.warning("herdrl: env runner %d is back in service (%d of %d)", index + 1, self.num_healthy,
+                           len(self.actors))
+        if admitted:
+            node_changes()
+        return admitted
 
     def _start(self, index: int) -> Any:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -276,6 +355,9 @@ class RayRunnerGroup:
         this process: the fragments stay in the object store as references (``herdrl.rollout.transport``)."""
         import ray
 
+        self.admit()
+        if self.num_healthy == 0:
+            self.wait_for_runner()
         weights_ref = ray.put(weights)  # one copy in the object store, shared by every runner
         data: dict[Any, Any] = {}
 
@@ -289,11 +371,38 @@ class RayRunnerGroup:
             healthy = sorted(healthy, key=lambda i: (i < self._turn, i))[:count]
             self._turn = (healthy[-1] + 1) % len(self.actors)
         results, failures = self._gather(call, "no fragment", healthy)
-        if not results and count is None:
+        if not results and count is None and failures and not self.waiting:
             index, exc = failures[0]
             raise RunnerFailure(f"every env runner failed in this iteration (runner {index + 1}: "
                                 f"{_one_line(exc)})")
         return [Sampled(info, data[ref]) for ref, info in results]
+
+    def settle(self, timeout_s: float) -> None:
+        """Wait at most ``timeout_s`` for every replacement to start (or fail), then put those started into service."""
+        import ray
+
+        refs = [ref for _, ref in self.waiting.values()]
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        self.admit()
+
+    def wait_for_runner(self) -> None:
+        """With no runner in service, wait (at most ``sample_timeout_s``) until Ray places one of the replacements;
+        :class:`RunnerFailure` when none can be."""
+        import ray
+
+        if self.num_healthy or not self.waiting:
+            return
+        timeout = self.config.sample_timeout_s
+        logger.warning("herdrl: no env runner in service: waiting %sfor Ray to place one of the %d replacements (the "
+                       "cluster has no room for them now)", "" if timeout is None else f"up to {timeout:g} s ",
+                       len(self.waiting))
+        ray.wait([ref for _, ref in self.waiting.values()], num_returns=1, timeout=timeout)
+        if not self.admit() and not self.num_healthy:
+            free = ray.available_resources().get("CPU", 0.0)
+            raise RunnerFailure(f"no env runner could be placed within sample_timeout_s={timeout} s (the cluster "
+                                f"has {free:g} CPUs free; each runner needs {self.config.num_cpus_per_env_runner:g}): "
+                                "add nodes, or lower num_env_runners or num_cpus_per_env_runner")
 
     def _gather(self, call: Any, what: str,
                 indices: list[int] | None = None) -> tuple[list[Any], list[tuple[int, BaseException]]]:
@@ -334,14 +443,17 @@ class RayRunnerGroup:
         except Exception:  # already dead
             pass
         self.actors[index] = None
+        node_changes()  # a runner failing is often the first sign of its node's death: say so once
         if cfg.restart_failed_env_runners:
             if self.num_restarts >= cfg.max_num_env_runner_restarts:
                 raise RunnerFailure(f"env runner {index + 1} failed ({reason}) and the restart budget is spent "
                                     f"(max_num_env_runner_restarts={cfg.max_num_env_runner_restarts})")
-            self.actors[index] = self._start(index)
+            # Not called until Ray has placed it (admit()): with no room left it waits, and the run goes on.
+            actor = self._start(index)
+            self.waiting[index] = (actor, actor.pid.remote())
             self.num_restarts += 1
-            logger.warning("herdrl: env runner %d failed (%s); restarted, %d restart%s so far", index + 1, reason,
-                           self.num_restarts, "" if self.num_restarts == 1 else "s")
+            logger.warning("herdrl: env runner %d failed (%s); restarting it, %d restart%s so far", index + 1,
+                           reason, self.num_restarts, "" if self.num_restarts == 1 else "s")
             return
         if not cfg.ignore_env_runner_failures:
             raise RunnerFailure(f"env runner {index + 1} failed: {reason}; to go on without it, set "
@@ -371,7 +483,8 @@ class RayRunnerGroup:
         if getattr(self, "_counted", False):
             _LIVE_GROUPS[0] -= 1
             self._counted = False
-        for actor in self.actors if hasattr(self, "actors") else []:
+        waiting = [actor for actor, _ in getattr(self, "waiting", {}).values()]
+        for actor in [*getattr(self, "actors", []), *waiting]:
             if actor is not None:
                 try:
                     ray.kill(actor, no_restart=True)
