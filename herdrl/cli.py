@@ -285,7 +285,9 @@ def _train(args: argparse.Namespace) -> int:
     from herdrl.checkpoint import checkpoint_config, read_meta
     from herdrl.env.imports import import_envs
     from herdrl.errors import ConfigError
-    from herdrl.experiment import find_resume_point, load_experiment_file, run_experiment
+    from herdrl.experiment import catch_walltime_signal, find_resume_point, load_experiment_file, run_experiment
+
+    catch_walltime_signal()  # a batch job's walltime signal during start-up (Ray, runners) must not end us
     from herdrl.logger import format_value
     from herdrl.registry import get_config_class
 

@@ -215,8 +215,8 @@ class AlgorithmConfig:
         "max_num_learner_restarts": Field(10, (int,), "fault_tolerance", low=0),
         "learner_state_interval": Field(
             10, (int,), "fault_tolerance", low=0,
-            doc="updates between copies of the learner state kept (in the object store) for a learner restart: "
-                "a restart loses at most this many updates; 0: only the state at start or restore"),
+            doc="iterations between copies of the learner state kept (in the object store) for a learner restart: "
+                "a restart loses at most their updates; 0: only the state at start or restore"),
         "framework": Field("torch", (str,), "framework", choices=("torch",)),
         "lr": Field(5e-5, (float,), "training", low=0, low_open=True),
         "gamma": Field(0.99, (float,), "training", low=0, high=1),

@@ -13,6 +13,9 @@ from collections.abc import Iterable
 #: The exit code of a ``herd train`` stopped for its job's walltime (SIGUSR1, or the time in ``HERD_STOP_AT``) after
 #: a checkpoint: "resume me" (EX_TEMPFAIL). A job chain submits its next job on it.
 EXIT_REQUEUE = 75
+#: The environment variable naming when ``herd train`` stops with a checkpoint and :data:`EXIT_REQUEUE` (seconds
+#: since the epoch): a walltime less a lead, for schedulers that send no signal before it (PBS).
+STOP_AT_ENV = "HERD_STOP_AT"
 
 
 class HerdError(Exception):

@@ -22,14 +22,12 @@ from typing import Any
 from herdrl.checkpoint import TUNE_SUBDIR
 from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold, imports
-from herdrl.errors import ConfigError, HerdError, did_you_mean
+from herdrl.errors import STOP_AT_ENV, ConfigError, HerdError, did_you_mean
 from herdrl.logger import ConsoleReporter, Logger, format_value
 from herdrl.trial_dir import TrialLock, create_trial_dir
 
 #: Env steps after which a run with no stop criterion of the user's gives up on "solved".
 DEFAULT_STEP_BUDGET = 1_000_000
-#: The environment variable naming when a run must stop with a checkpoint (see :func:`_stop_at`).
-STOP_AT_ENV = "HERD_STOP_AT"
 
 #: Stop keys (a run stops when ``result[key] >= value``) and the older names that mean them.
 STOP_KEYS = ("training_iteration", "num_env_steps_sampled_lifetime", "episode_return_mean", "time_total_s",
@@ -139,6 +137,17 @@ def trial_algorithm(trial_dir: Path, params: dict[str, Any] | None = None) -> st
     return name if name in ALGORITHMS else None
 
 
+_EARLY_WALLTIME: list[int] = []  # SIGUSR1 received before a run's loop began (catch_walltime_signal)
+
+
+def catch_walltime_signal() -> None:
+    """From now on SIGUSR1 (a batch job's walltime is near) is remembered until a run's loop takes over, instead of
+    ending the process (its default action) while the run starts: the run then stops after its first iteration,
+    with a checkpoint."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR1, lambda signum, frame: _EARLY_WALLTIME.append(signum))
+
+
 class _GracefulStop:
     """First Ctrl-C (or SIGTERM, as a scheduler sends at preemption or cancellation, or SIGUSR1, as a Slurm job
     launched with ``--time`` gets before its walltime): finish the iteration, checkpoint, stop. A second Ctrl-C
@@ -154,6 +163,9 @@ class _GracefulStop:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
                 self._old[sig] = signal.signal(sig, self._handle)
+        if _EARLY_WALLTIME:
+            _EARLY_WALLTIME.clear()
+            self.walltime("SIGUSR1 while the run started (the job's walltime is near)")
         return self
 
     def walltime(self, why: str) -> None:

@@ -14,9 +14,10 @@ import os
 logger = logging.getLogger("herdrl")
 
 #: The health-check settings of the clusters herdrl starts (read by the head's GCS): a dead node is noticed in about
-#: 3 s instead of about 20 s. Any of them set in the environment wins.
-HEALTH_CHECK_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
-                    "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
+#: 5 s instead of about 20 s, while a raylet busy for a few seconds (a loaded node) is not declared dead. Any of them
+#: set in the environment wins.
+HEALTH_CHECK_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "2000",
+                    "RAY_health_check_failure_threshold": "5", "RAY_health_check_initial_delay_ms": "2000"}
 
 _seen: dict[str, str] = {}  # node id -> address, alive when last looked
 _counts = {"lost": 0}

@@ -103,26 +103,45 @@ def test_training_survives_a_worker_node_whose_raylet_is_killed(tmp_path: Path) 
     assert not processes_matching(f"/tmp/herd-{_session(text)}-")
 
 
-def test_generated_pbs_script_runs_under_real_mpirun(tmp_path: Path) -> None:
+def test_generated_pbs_script_runs_under_real_mpirun_and_chains_jobs_at_its_walltime(tmp_path: Path) -> None:
     """`herd launch pbs --launcher mpirun` writes a script whose launch line trains on 2 ranks here, with a runner
-    and two learner actors."""
+    and two learner actors. With --time and --max-jobs the driver stops by itself before the walltime (PBS sends
+    no signal: HERD_STOP_AT, here already due after the first iteration), checkpoints, exits 75, and the job
+    submits the next one (a stub qsub records how); that next job resumes the trial and ends it."""
     require("mpi")
     out = tmp_path / "results"
     written = subprocess.run(
         ["herd", "launch", "pbs", "--nodes", "2", "--launcher", "mpirun", "--object-store-memory", "80000000",
-         "--launcher-args", " ".join(MPIRUN[1:]), "--output", str(out), "--",
+         "--launcher-args", " ".join(MPIRUN[1:]), "--output", str(out), "--time", "00:10:00", "--signal-lead", "599",
+         "--max-jobs", "3", "--",
          "herd", "train", "ppo", "--env", "CartPole-v1", "--num-env-runners", "1", "--num-learners", "2",
          "--config", "num_cpus_per_learner=0.5", "--stop-iters", "2", "--output", str(out)],
         cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=60)
     assert written.returncode == 0, written.stderr
     script = next(out.glob("launch/herd_*/job.pbs"))
     assert "mpirun -np 2 --map-by node --allow-run-as-root" in script.read_text()
-    done = subprocess.run(["bash", str(script)], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True,
-                          timeout=240)
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "qsub").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/qsub.log\necho 78.server\n')
+    (stub / "qsub").chmod(0o755)
+    env = subprocess_env(PBS_JOBID="77.server")
+    env["PATH"] = f"{stub}:{env['PATH']}"
+    done = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert "all 2 Ray nodes joined" in done.stderr and re.search(r"iter\s+2\s", done.stdout)
+    assert "all 2 Ray nodes joined" in done.stderr and re.search(r"iter\s+1\s", done.stdout)
+    assert "HERD_STOP_AT: no time left for another iteration" in done.stdout and "driver exited with 75" in done.stdout
+    assert (tmp_path / "qsub.log").read_text().split() == ["-W", "depend=afterany:77.server", "-v",
+                                                            "HERD_CHAIN_INDEX=2", str(script)]
+    assert not processes_matching(f"/tmp/herd-{_session(done.stderr)}-")
+    # the next job, as PBS would start it: it resumes the trial and meets the stop criterion, submitting nothing
+    done = subprocess.run(["bash", str(script)], cwd=tmp_path, env={**env, "HERD_CHAIN_INDEX": "2"},
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "resuming from checkpoint_000001" in done.stdout and "driver exited with 0" in done.stdout
+    assert len((tmp_path / "qsub.log").read_text().splitlines()) == 1
     results = list(out.glob("CartPole-v1/*/result.json"))
     assert len(results) == 1 and json.loads((results[0].parent / "params.json").read_text())["num_learners"] == 2
+    assert [json.loads(line)["training_iteration"] for line in results[0].read_text().splitlines()] == [1, 2]
     assert not processes_matching(f"/tmp/herd-{_session(done.stderr)}-")
 
 

@@ -144,3 +144,18 @@ def test_missing_driver_and_missing_sbatch_are_one_line_errors(tmp_path: Path, c
     assert main(["launch", "slurm", "--", "herd", "train", "ppo"]) == 2
     err = capsys.readouterr().err
     assert "sbatch not found" in err and err.count("\n") == 1
+
+
+def test_the_walltime_signal_lead_fits_the_walltime() -> None:
+    """The lead defaults to 300 s, or a quarter of a shorter walltime; one not shorter than the walltime is refused
+    (the driver would stop before it trained), and --max-jobs needs --time and a herd train driver."""
+    assert "#SBATCH --signal=B:USR1@300\n" in slurm_script(_job(time="01:30:00"))
+    assert "#SBATCH --signal=B:USR1@150\n" in slurm_script(_job(time="10:00"))
+    assert "#SBATCH --signal=B:USR1@60\n" in slurm_script(_job(time="00:05:00", signal_lead_s=60))
+    assert "--signal" not in slurm_script(_job(time=None))
+    with pytest.raises(ClusterError, match="--signal-lead 300 s is not shorter than the walltime --time 00:05:00"):
+        _job(time="00:05:00", signal_lead_s=300)
+    with pytest.raises(ClusterError, match="--max-jobs chains jobs at their walltime: give --time too"):
+        _job(time=None, max_jobs=2)
+    chained = slurm_script(_job(max_jobs=3))
+    assert "--trial cartpole_2026-01-01_00-00-00" in chained and "max_jobs=3" in chained

@@ -143,7 +143,7 @@ def test_the_walltime_signal_checkpoints_and_the_next_job_of_the_chain_resumes(s
     done = _launch(slurm, tmp_path, ["--nodes", "1", *NODE_ARGS, "--time", "00:10:00", "--max-jobs", "3",
                                      "--signal-lead", "120", "--output", str(out), "--",
                                      "herd", "train", "ppo", "--env", "herd/Latency-v0", "--config",
-                                     "train_batch_size=400", "minibatch_size=200", "--stop-iters", "8",
+                                     "train_batch_size=400", "minibatch_size=200", "--stop-iters", "12",
                                      "--checkpoint-every", "100", "--output", str(out)])
     assert done.returncode == 0, done.stdout + done.stderr
     first = _job_id(done.stdout)
@@ -168,10 +168,10 @@ def test_the_walltime_signal_checkpoints_and_the_next_job_of_the_chain_resumes(s
     assert "resuming from checkpoint_" in log2 and "driver exited with 0" in log2 and "submitted job" not in log2
     (result,) = out.glob("herd_Latency-v0/*/result.json")
     rows = [json.loads(line) for line in result.read_text().splitlines()]
-    assert [r["training_iteration"] for r in rows] == list(range(1, 9))
+    assert [r["training_iteration"] for r in rows] == list(range(1, 13))
     steps = [r["num_env_steps_sampled_lifetime"] for r in rows]
-    assert steps == sorted(steps) and len(set(steps)) == 8
+    assert steps == sorted(steps) and len(set(steps)) == 12
     stopped_at = int(re.search(r"resuming from checkpoint_0*(\d+)", log2).group(1))
-    assert 2 <= stopped_at < 8  # the first job stopped early, on the signal
+    assert 2 <= stopped_at < 12  # the first job stopped early, on the signal
     _nothing_left(slurm, first)
     _nothing_left(slurm, second.group(1))

@@ -82,17 +82,17 @@ def test_ppo_on_two_learners_solves_cartpole_and_resumes_on_one(tmp_path):
     resumed.stop()
 
 
-def test_a_killed_learner_restarts_from_the_last_checkpoint_and_past_the_budget_is_one_line(tmp_path):
-    """Without a kept state (as if it died with rank 0's node) the group restarts from the last checkpoint's learner
-    state (compared with the weights read at save time), saying how many updates that loses; past
-    max_num_learner_restarts the run ends with one line naming the checkpoint, and resumes from it."""
+def test_a_killed_learner_restarts_from_a_newer_checkpoint_and_past_the_budget_is_one_line(tmp_path):
+    """With learner_state_interval=0 only the state at start is kept: a checkpoint written since is newer, and the
+    group restarts from it (compared with the weights read at save time), saying how many updates that loses. An
+    error of the learner's own code is one line, no restart; past max_num_learner_restarts the run ends with one
+    line naming the checkpoint, and resumes from it."""
     algo = (PPOConfig().environment("CartPole-v1").training(train_batch_size=512).learners(num_learners=2)
-            .fault_tolerance(max_num_learner_restarts=1).debugging(seed=0).build())
+            .fault_tolerance(max_num_learner_restarts=1, learner_state_interval=0).debugging(seed=0).build())
     algo.train()
     path = algo.save(tmp_path / "before")
     saved = algo.get_weights()
     algo.train()
-    algo.learners._kept = []
     restart, restored = algo.learners._restart, []
 
     def restart_and_read(*args):
@@ -112,6 +112,9 @@ def test_a_killed_learner_restarts_from_the_last_checkpoint_and_past_the_budget_
     algo.stop()
     resumed = Algorithm.from_checkpoint(path, num_learners=2)
     assert resumed.train()["training_iteration"] == 2
+    with pytest.raises(LearnerFailure, match=r"learner 0 failed during its no_such_method \(AttributeError: "):
+        resumed.learners.call("no_such_method")  # the learner's own error: no restart would cure it
+    assert resumed.learners.num_restarts == 0
     resumed.stop()
 
 

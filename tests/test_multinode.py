@@ -47,7 +47,8 @@ def test_a_run_survives_a_lost_node_without_room_a_joining_node_and_a_killed_lea
     # (an env step is not counted where a runner's vector env resets after an episode: a few per iteration)
     assert result["third_lost"] == 0 and result["third_steps"] > 150 and result["third_extra"] == 4
     assert result["third_healthy"] == 4 and result["third_waiting"] == 4
-    assert result["seconds"] < 10 and result["third_seconds"] < 10  # nothing waits on the dead node
+    # nothing waits on the dead node (measured: under 1 s each once Ray noticed; bounded loosely for a loaded CI)
+    assert result["seconds"] < 30 and result["third_seconds"] < 30
     assert result["bytes_per_step"] > 8000  # 2000 float32 per observation: fragments over Ray's inline limit
     # capacity returns: the replacements start on the new node, one iteration after another, none lost
     back = result["back_rows"]

@@ -69,6 +69,15 @@ def test_killed_runner_is_replaced_and_training_goes_on(caplog, capfd):
     assert "worker died or was killed" not in capfd.readouterr().out.lower()
 
 
+def test_without_keep_train_batch_size_a_lost_runners_fragment_is_not_sampled_by_the_others():
+    algo = ray_config(keep_train_batch_size=False).build()
+    algo.train()
+    os.kill(algo.runners.call("pid")[0], signal.SIGKILL)
+    during = algo.train()
+    assert during["num_extra_fragments"] == 0 and 0 < during["num_env_steps_sampled"] <= 128  # one runner's
+    algo.stop()
+
+
 def test_a_replacement_that_cannot_start_is_an_error_not_a_restart_loop(tmp_path):
     """A runner whose env can no longer be built (here: a marker file appears) fails the same way on every
     restart: the first failed start stops training with its reason, instead of up to 1000 restarts."""

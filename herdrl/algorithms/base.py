@@ -161,7 +161,9 @@ class Algorithm:
         weights = self.runner_weights()
         sampled = self.runners.sample(weights, exploration, self.iteration, count)
         want = len(self.runners.actors) if count is None and hasattr(self.runners, "actors") else len(sampled)
-        if len(sampled) < want and self.config.keep_train_batch_size:
+        if len(sampled) >= want:
+            self._degraded_said = None  # every runner delivered: a later shortfall is said again
+        elif self.config.keep_train_batch_size:
             self._say_degraded(want - len(sampled))
             for _ in range(want):  # the runners in service sample the missing fragments, taken in turn
                 extra = self.runners.sample(weights, exploration, self.iteration, want - len(sampled))
@@ -253,6 +255,7 @@ class Algorithm:
         if self.config.self_play and self.iteration % self.config.self_play_interval == 0:
             self._snapshot()
         self.learners.sync()  # learner actors: the driver's module (policy, evaluation) takes their weights
+        self.learners.end_iteration(self.iteration)
         evaluation = {}
         interval = self.config.evaluation_interval
         if interval and self.iteration % interval == 0:
@@ -479,6 +482,7 @@ class Algorithm:
         arrays = self.checkpoint_arrays()
         path = write_checkpoint(Path(checkpoint_dir), meta, tensors, arrays)
         self.last_checkpoint = path
+        self.learners.checkpoint_written()
         # Large array files (replay buffers) live in this run's newest checkpoint only: dropped from the checkpoints
         # this instance wrote before and from its own trial folder's, never from anyone else's.
         if arrays and path.name.startswith(PREFIX):  # (a Tune trial's checkpoints keep theirs: PBT may restore any)

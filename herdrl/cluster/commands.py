@@ -68,12 +68,7 @@ def add_launch_parser(subparsers: Any) -> None:
     sl.add_argument("--in-allocation", action="store_true",
                     help="run the script here, inside an existing salloc / srun --pty allocation")
     sl.add_argument("--wait", action="store_true", help="wait for the job to end; exit with its exit code")
-    sl.add_argument("--max-jobs", type=int, default=1, metavar="N",
-                    help="chain up to N jobs: a `herd train` driver stopped by the walltime signal checkpoints, and "
-                         "the job submits the next one, which resumes the trial (needs --time; default 1: no chain)")
-    sl.add_argument("--signal-lead", type=int, default=None, metavar="SECONDS",
-                    help="with --time: Slurm signals the driver this long before the walltime, to finish its "
-                         "iteration and checkpoint (default 300)")
+    _add_chain_options(sl, "Slurm signals the driver")
     _driver_args(sl)
 
     pb = kinds.add_parser("pbs", help="write (and with --submit, qsub) a PBS or Cobalt script",
@@ -85,7 +80,18 @@ def add_launch_parser(subparsers: Any) -> None:
     pb.add_argument("--flavor", choices=["pbs", "cobalt"], default="pbs", help="#PBS (default) or #COBALT directives")
     pb.add_argument("--submit", action=argparse.BooleanOptionalAction, default=False,
                     help="run qsub on the script (default --no-submit: write it and print the command)")
+    _add_chain_options(pb, "the driver stops by itself (HERD_STOP_AT)")
     _driver_args(pb)
+
+
+def _add_chain_options(p: argparse.ArgumentParser, how: str) -> None:
+    p.add_argument("--max-jobs", type=int, default=1, metavar="N",
+                   help="chain up to N jobs: a `herd train` driver stopped before the walltime checkpoints, and the "
+                        "job submits the next one, which resumes the trial (needs --time; default 1: no chain; PBS "
+                        "Pro and Slurm)")
+    p.add_argument("--signal-lead", type=int, default=None, metavar="SECONDS",
+                   help=f"with --time: {how} this long before the walltime, to finish its iteration and checkpoint "
+                        "(default 300, or a quarter of a walltime under 20 minutes)")
 
 
 def _add_batch_options(p: argparse.ArgumentParser, queue_flag: str) -> None:
@@ -174,8 +180,7 @@ def _batch_job(args: argparse.Namespace) -> Any:
     return BatchJob(driver=_driver(args), launch_dir=launch_dir, workdir=Path.cwd(), nodes=args.nodes,
                     node_options=_node_options(args), time=args.time, partition=args.queue, account=args.account,
                     job_name=args.job_name, setup=list(args.setup), unset_ld_preload=args.unset_ld_preload,
-                    max_jobs=getattr(args, "max_jobs", 1),
-                    **({"signal_lead_s": args.signal_lead} if getattr(args, "signal_lead", None) else {}))
+                    max_jobs=getattr(args, "max_jobs", 1), signal_lead_s=getattr(args, "signal_lead", None))
 
 
 def _batch(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from herdrl.cluster.connect import ClusterError
 from herdrl.cluster.nodes import AUTH_TOKEN_FILE, NodeOptions
-from herdrl.errors import EXIT_REQUEUE
+from herdrl.errors import EXIT_REQUEUE, STOP_AT_ENV
 
 #: Default seconds between Slurm's walltime signal and the walltime: the driver's iteration in progress plus a
 #: checkpoint (writing a replay buffer of several GB takes tens of seconds: docs/hpc.md has the measurement).
@@ -62,7 +62,8 @@ class BatchJob:
     #: one (``--dependency=afterany``), which resumes the trial; 1: no chain.
     max_jobs: int = 1
     #: Seconds before the walltime Slurm sends SIGUSR1 (``--signal=B:USR1@LEAD``): one iteration and a checkpoint.
-    signal_lead_s: int = DEFAULT_SIGNAL_LEAD_S
+    #: None: :data:`DEFAULT_SIGNAL_LEAD_S`, or a quarter of a shorter walltime (see :attr:`lead_s`).
+    signal_lead_s: int | None = None
     #: The ``herd`` the nodes run: the launching interpreter's, by absolute path (a shared file system is assumed:
     #: the same path on every node), unless ``setup`` lines prepare the nodes' own environment (then ``herd`` as
     #: found on their PATH).
@@ -77,8 +78,11 @@ class BatchJob:
             raise ClusterError("give the driver command after --, e.g. -- herd train ppo --env CartPole-v1")
         if self.max_jobs < 1:
             raise ClusterError(f"--max-jobs must be at least 1, got {self.max_jobs}")
-        if self.signal_lead_s < 1:
+        if self.signal_lead_s is not None and self.signal_lead_s < 1:
             raise ClusterError(f"--signal-lead must be at least 1 second, got {self.signal_lead_s}")
+        if self.signal_lead_s is not None and self.time is not None and self.signal_lead_s >= walltime_s(self.time):
+            raise ClusterError(f"--signal-lead {self.signal_lead_s} s is not shorter than the walltime --time "
+                               f"{self.time}: the driver would be stopped before it trained")
         if self.max_jobs > 1:
             if self.time is None:
                 raise ClusterError("--max-jobs chains jobs at their walltime: give --time too")
@@ -89,6 +93,16 @@ class BatchJob:
                 self.driver = [*self.driver, "--trial", self.launch_dir.name]  # every job resumes this one trial
         if self.setup:
             self.herd = "herd"
+
+    @property
+    def lead_s(self) -> int:
+        """Seconds between the walltime signal and the walltime: ``signal_lead_s``, else the default or a quarter of
+        a walltime shorter than four times it."""
+        if self.signal_lead_s is not None:
+            return self.signal_lead_s
+        if self.time is None:
+            return DEFAULT_SIGNAL_LEAD_S
+        return max(1, min(DEFAULT_SIGNAL_LEAD_S, walltime_s(self.time) // 4))
 
     @property
     def driver_command(self) -> list[str]:
@@ -141,12 +155,18 @@ walltime() {{
 trap walltime USR1
 trap 'forward TERM 143' TERM
 trap 'forward INT 130' INT
-{shlex.join(job.driver_command)} "${{resume[@]}}" &
+{shlex.join(job.driver_command)} ${{resume[@]+"${{resume[@]}}"}} &
 driver_pid=$!
-while :; do  # `wait` returns early when a trap runs: wait again until the driver has exited
+while :; do  # `wait` returns early (128 + the signal) when a trap runs: wait again until the driver has exited
   wait "$driver_pid"
   rc=$?
-  kill -0 "$driver_pid" 2>/dev/null || break
+  kill -0 "$driver_pid" 2>/dev/null && continue
+  if [ "$rc" -gt 128 ]; then  # it exited while a trap ran: its own status, if bash still holds it
+    wait "$driver_pid" 2>/dev/null
+    again=$?
+    [ "$again" = 127 ] || rc=$again
+  fi
+  break
 done
 driver_pid=
 echo "herd launch: driver exited with $rc"
@@ -168,6 +188,21 @@ exit $rc
 """
 
 
+def walltime_s(text: str) -> int:
+    """Seconds in a Slurm/PBS walltime: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``."""
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:  # after a day count, Slurm reads hours first
+        parts += [0] * (3 - len(parts))
+        hours, minutes, seconds = parts
+        return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if len(parts) == 1:
+        return parts[0] * 60  # minutes
+    if len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+
+
 def _valid_time(text: str) -> bool:
     days, _, clock = text.rpartition("-")
     parts = clock.split(":")
@@ -184,7 +219,7 @@ def slurm_script(job: BatchJob) -> str:
     header = ["#!/bin/bash", *_directives("#SBATCH", [
         ("--job-name=", job.job_name), ("--nodes=", job.nodes), ("--ntasks-per-node=", 1),
         ("--cpus-per-task=", o.num_cpus), ("--gpus-per-node=", o.num_gpus), ("--time=", job.time),
-        ("--signal=", f"B:USR1@{job.signal_lead_s}" if job.time else None),
+        ("--signal=", f"B:USR1@{job.lead_s}" if job.time else None),
         ("--partition=", job.partition), ("--account=", job.account),
         ("--output=", shlex.quote(str(job.launch_dir / "slurm-%j.out")))])]
     launch_dir = shlex.quote(str(job.launch_dir))
@@ -210,7 +245,7 @@ stop_ray() {{  # stop each started Ray node by PID (its own temp dir; never `ray
   [ "$rc" = 0 ] && files=(--remove-files)  # after a failure Ray's logs stay in /tmp/herd-$job-* on the nodes
   for i in "${{!steps[@]}}"; do
     srun --nodes=1 --ntasks=1 --overlap -w "${{nodes[$i]}}" \\
-      "$herd" cluster node stop --temp-dir "/tmp/herd-$job-$i" "${{files[@]}}" >/dev/null &
+      "$herd" cluster node stop --temp-dir "/tmp/herd-$job-$i" ${{files[@]+"${{files[@]}}"}} >/dev/null &
     stoppers+=($!)
   done
   [ ${{#stoppers[@]}} -gt 0 ] && wait "${{stoppers[@]}}"
@@ -282,12 +317,42 @@ def pbs_script(job: BatchJob, launcher: str = "mpiexec", flavor: str = "pbs", la
                                          ("-e ", out)])
     else:
         raise ClusterError(f"unknown --flavor '{flavor}': choose pbs or cobalt")
+    if job.max_jobs > 1 and flavor != "pbs":
+        raise ClusterError("--max-jobs chains PBS Pro jobs (qsub -W depend=afterany); with Cobalt, resubmit with "
+                           "--resume")
     lines = ["#!/bin/bash", *header,
              f"# Written by `herd launch pbs`: one `herd launch mpi` rank per node ({launcher}); rank 0 = driver.",
-             *job.preamble(token=False),
-             # Every node runs this herd: check each has it before starting anything.
-             " ".join([LAUNCHERS[launcher].format(n=job.nodes), *([launcher_args] if launcher_args else []),
-                       "bash -c", shlex.quote(job.herd_check("$(hostname)")), "|| exit 1"]),
-             "echo \"herd launch: results go under $PWD\"",
-             launch]
-    return "\n".join(lines) + "\n"
+             *job.preamble(token=False)]
+    if job.time:  # no signal comes before the walltime here: herd train stops itself, with a checkpoint, by then
+        lines.append(f"export {STOP_AT_ENV}=$(( $(date +%s) + {walltime_s(job.time)} - {job.lead_s} ))"
+                     "  # the walltime less --signal-lead")
+    lines += [
+        # Every node runs this herd: check each has it before starting anything.
+        " ".join([LAUNCHERS[launcher].format(n=job.nodes), *([launcher_args] if launcher_args else []),
+                  "bash -c", shlex.quote(job.herd_check("$(hostname)")), "|| exit 1"]),
+        "echo \"herd launch: results go under $PWD\""]
+    if job.max_jobs == 1:
+        return "\n".join([*lines, launch]) + "\n"
+    script = shlex.quote(str(job.launch_dir / "job.pbs"))
+    chain = f"""\
+chain_index=${{HERD_CHAIN_INDEX:-1}}
+resume=()
+[ "$chain_index" -gt 1 ] && resume=(--resume)  # a later job of the chain: continue the trial
+{launch} ${{resume[@]+"${{resume[@]}}"}}
+rc=$?
+echo "herd launch: driver exited with $rc"
+if [ "$rc" = {EXIT_REQUEUE} ]; then
+  if [ "$chain_index" -lt {job.max_jobs} ]; then
+    if next=$(qsub -W depend=afterany:"$PBS_JOBID" -v HERD_CHAIN_INDEX=$((chain_index + 1)) {script}); then
+      echo "herd launch: submitted job $next, $((chain_index + 1)) of at most {job.max_jobs}: it resumes the trial"
+      rc=0
+    else
+      echo "herd launch: could not submit the next job; resume by hand with --resume" >&2
+    fi
+  else
+    echo "herd launch: --max-jobs {job.max_jobs} reached and training is not done: launch again with --resume" >&2
+  fi
+fi
+exit $rc
+"""
+    return "\n".join(lines) + "\n" + chain

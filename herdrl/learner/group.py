@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,8 @@ from herdrl.learner.learner import Learner
 from herdrl.rollout.transport import AggregatedInput, FragmentInput, FragmentsLost, resolve, shares
 
 logger = logging.getLogger("herdrl")
+#: Tries to start the learners with one state, and the pause between them (Ray needs seconds to notice a dead node).
+RESTART_TRIES, RESTART_PAUSE_S = 3, 5.0
 
 
 class LearnerFailure(HerdError):
@@ -39,9 +42,9 @@ class LearnerFailure(HerdError):
 class _LearnerDied(Exception):
     """A learner call failed (its actor died or timed out): the group is restarted, or :class:`LearnerFailure`."""
 
-    def __init__(self, rank: int, reason: str, timed_out: bool = False) -> None:
+    def __init__(self, rank: int, reason: str, timed_out: bool = False, exc: BaseException | None = None) -> None:
         super().__init__(f"learner {rank} {reason}")
-        self.rank, self.reason, self.timed_out = rank, reason, timed_out
+        self.rank, self.reason, self.timed_out, self.exc = rank, reason, timed_out, exc
 
 
 class LocalLearnerGroup:
@@ -49,6 +52,12 @@ class LocalLearnerGroup:
 
     num_restarts = 0
     num_updates_lost = 0
+
+    def checkpoint_written(self) -> None:
+        """Nothing to note: this learner cannot be lost without the driver."""
+
+    def end_iteration(self, iteration: int) -> None:
+        """Nothing to keep: this learner cannot be lost without the driver."""
 
     def __init__(self, config: AlgorithmConfig, learner_class: type[Learner], observation_space: gym.Space,
                  action_space: gym.Space) -> None:
@@ -115,7 +124,7 @@ class RayLearnerGroup:
         #: Set by the algorithm: the learner state of its last checkpoint, or None (a restart's last resort).
         self.checkpoint_state: Callable[[], dict[str, Any] | None] | None = None
         self._updates = 0  # updates in the learners' state (rolled back by a restart)
-        self._checkpoint_updates = 0  # ... when the last checkpoint was written
+        self._checkpoint_updates: int | None = None  # ... when the last checkpoint was written or restored
         self._kept: list[tuple[Any, int]] = []  # (reference to rank 0's state, its updates), newest first
         bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
         # Inside a Tune trial: the trial's placement group holds the learners' bundles after the runners'.
@@ -202,8 +211,29 @@ class RayLearnerGroup:
                 if cause is not None:
                     self.stop()
                     raise cause from None
-                raise _LearnerDied(refs.index(ready[0]), f"failed ({_one_line(exc)})") from exc
+                rank = refs.index(ready[0])
+                if not _lost(exc) and not self._peer_died():  # an error of the learner's own: no restart cures it
+                    self.stop()
+                    raise LearnerFailure(f"learner {rank} failed during its {what} ({_one_line(exc)})") from exc
+                raise _LearnerDied(rank, f"failed ({_one_line(exc)})", exc=exc) from exc
         return ray.get(refs)
+
+    def _peer_died(self) -> bool:
+        """Whether a learner or aggregator process is gone (an error in one rank's collective often means that its
+        peer died); asked of each for at most a few seconds."""
+        import ray
+
+        actors = [*self.actors, *(a for mine in self.aggregators for a in mine)]
+        calls = [actor.__ray_ready__.remote() for actor in actors]
+        ready, pending = ray.wait(calls, num_returns=len(calls), timeout=10.0)
+        if pending:
+            return True
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError:
+                return True
+        return False
 
     def _call(self, what: str, calls: Callable[[], list[Any]]) -> list[Any]:
         """``calls()`` (one call per learner, or rank 0's only), made again on a restarted group if a learner
@@ -216,10 +246,8 @@ class RayLearnerGroup:
 
     def _restart(self, died: _LearnerDied, what: str) -> None:
         """Kill every rank and aggregator, start them again and load the newest learner state that can be had:
-        kept ones (newest first), then the last checkpoint's. :class:`LearnerFailure` when restarts are off or
+        kept ones and the last checkpoint's, the newest first. :class:`LearnerFailure` when restarts are off or
         spent, or when no rank can be started with any of them."""
-        import ray
-
         from herdrl.survival import node_changes
 
         cfg = self.config
@@ -232,21 +260,21 @@ class RayLearnerGroup:
             raise LearnerFailure(f"{died} during its {what}, and {why}: resume from the last checkpoint "
                                  "(herd train --resume)")
         self.num_restarts += 1
-        candidates = [(ref, updates, f"the state kept after update {updates}") for ref, updates in self._kept]
-        saved = self.checkpoint_state() if self.checkpoint_state is not None else None
-        if saved is not None:
-            candidates.append((ray.put(saved), self._checkpoint_updates, "the last checkpoint"))
+        candidates = [(updates, f"the state kept after update {updates}", lambda ref=ref: ref)
+                      for ref, updates in self._kept]
+        if self.checkpoint_state is not None and self._checkpoint_updates is not None:
+            candidates.append((self._checkpoint_updates, "the last checkpoint", self._checkpoint_ref))
+        candidates.sort(key=lambda candidate: -candidate[0])  # the newest first, the checkpoint's included
         # Placing the new ranks is bounded: their node may be gone with no room left.
         timeout = max(60.0, cfg.ray_connect_timeout_s)
         failures = []
-        for state, updates, source in candidates:
-            try:
-                self._start_actors(timeout)
-                self._get([actor.call.remote("load_state", state) for actor in self.actors], "restore", timeout)
-            except _LearnerDied as again:
-                failures.append(f"from {source}: {again}")
-                self._kill_actors()
+        for updates, source, state_ref in candidates:
+            state = state_ref()
+            if state is None:
+                failures.append(f"{source}: cannot be read")
                 continue
+            if not self._start_with(state, source, timeout, failures):
+                continue  # that state is gone (with its node): the next one
             lost = self._updates - updates
             self.num_updates_lost += lost
             self._updates = updates
@@ -260,6 +288,42 @@ class RayLearnerGroup:
         raise LearnerFailure(f"{died} during its {what}, and the learner group could not be restarted ("
                              f"{'; '.join(failures) or 'no learner state kept'}): resume from the last checkpoint "
                              "(herd train --resume)")
+
+    def _start_with(self, state: Any, source: str, timeout: float, failures: list[str]) -> bool:
+        """Start the ranks and load ``state`` into them; a few tries while they die as they start (placed on a node
+        that is dying, before Ray has noticed: its bundles move once it has). False when the state itself is lost,
+        or every try failed (``failures`` says why)."""
+        for attempt in range(RESTART_TRIES):
+            try:
+                self._start_actors(timeout)
+                self._get([actor.call.remote("load_state", state) for actor in self.actors], "restore", timeout)
+                return True
+            except _LearnerDied as again:
+                failures.append(f"from {source}: {again}")
+                self._kill_actors()
+                if again.exc is not None and _state_lost(again.exc):
+                    return False
+                if attempt + 1 < RESTART_TRIES:
+                    time.sleep(RESTART_PAUSE_S)
+        return False
+
+    def _checkpoint_ref(self) -> Any:
+        """The last checkpoint's learner state, in the object store (None if it cannot be read)."""
+        import ray
+
+        state = self.checkpoint_state() if self.checkpoint_state is not None else None
+        return None if state is None else ray.put(state)
+
+    def checkpoint_written(self) -> None:
+        """The algorithm wrote a checkpoint of the learners' current state (a restart may go back to it)."""
+        self._checkpoint_updates = self._updates
+
+    def end_iteration(self, iteration: int) -> None:
+        """Keep the learner state every ``learner_state_interval`` iterations (counted in iterations, not updates:
+        an off-policy iteration makes many small updates)."""
+        interval = self.config.learner_state_interval
+        if interval and iteration % interval == 0:
+            self._keep()
 
     def _keep(self) -> None:
         """Ask rank 0 for its state and keep the reference (the state stays in the object store, on rank 0's node:
@@ -283,9 +347,6 @@ class RayLearnerGroup:
             return results[0]  # (the learners agreed on it: none updated)
         self._dirty = True
         self._updates += 1
-        interval = self.config.learner_state_interval
-        if interval and self._updates % interval == 0:
-            self._keep()
         if isinstance(results[0], tuple):  # (metrics, rows): off-policy learners
             metrics, rows = zip(*results, strict=True)
             return _mean_metrics(metrics), np.concatenate(rows)
@@ -328,9 +389,7 @@ class RayLearnerGroup:
 
     def state(self) -> dict[str, Any]:
         """Rank 0's learner state (every rank holds the same), for a checkpoint."""
-        state = self._call("checkpoint", lambda: [self.actors[0].call.remote("state")])[0]
-        self._checkpoint_updates = self._updates
-        return state
+        return self._call("checkpoint", lambda: [self.actors[0].call.remote("state")])[0]
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Load ``state`` into every learner."""
@@ -342,6 +401,7 @@ class RayLearnerGroup:
         self.sync()
         self._kept = []
         self._keep()
+        self._checkpoint_updates = self._updates  # (a restore loads a checkpoint's state)
 
     def call(self, method: str) -> list[Any]:
         """A method of every learner (``get_weights``) or of its actor (``pid``), in rank order."""
@@ -379,6 +439,35 @@ class RayLearnerGroup:
         if getattr(self, "_owns_ray", False):
             self._owns_ray = False
             disconnect()
+
+
+def _state_lost(exc: BaseException) -> bool:
+    """Whether a restore failed because the state's object is gone (not because a rank died)."""
+    import ray
+
+    return _caused_by(exc, (ray.exceptions.ObjectLostError,))
+
+
+def _lost(exc: BaseException) -> bool:
+    """Whether a Ray error means a process or object is gone (restartable), not an error raised in a learner."""
+    import ray
+
+    return _caused_by(exc, (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnavailableError,
+                            ray.exceptions.ObjectLostError, ray.exceptions.WorkerCrashedError,
+                            ray.exceptions.NodeDiedError))
+
+
+def _caused_by(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``exc`` or an error it wraps (a learner's task error may wrap the loss of what it fetched: an
+    aggregator's result, a state) is one of ``kinds``."""
+    for _ in range(10):
+        if isinstance(exc, kinds):
+            return True
+        inner = getattr(exc, "cause", None)
+        if not isinstance(inner, BaseException):
+            return False
+        exc = inner
+    return False
 
 
 def _all_refs(arg: Any) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -97,6 +98,22 @@ _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 _dumps_said: set[Any] = set()  # processes whose object-store dump was announced already
 
 
+class _StoreDumpFilter(logging.Filter):
+    """Ray's object-store statistics logged by this process: to the debug log, said once in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False (dropped) for the dump."""
+        text = record.getMessage()
+        if "Plasma Store Usage" not in text and "(global lru)" not in text:
+            return True
+        logger.debug("herdrl: from Ray: %s", text.replace("\n", " | "))
+        if "driver" not in _dumps_said:
+            _dumps_said.add("driver")
+            logger.warning("herdrl: Ray's object-store statistics, printed while it fetches objects lost with their "
+                           "node, went to the debug log")
+        return False
+
+
 def _quiet_worker_died_echo() -> None:
     """Keep Ray's multi-line dumps out of the console while a group is alive: the raylet's "A worker died or was
     killed ..." text (~600 characters of ids, echoed by Ray's driver for every dead actor: the group says what
@@ -120,13 +137,16 @@ def _quiet_worker_died_echo() -> None:
     def print_to_stdstream(data: dict, *args: Any, **kwargs: Any) -> Any:
         lines = [str(line) for line in data.get("lines", ())] if isinstance(data, dict) else []
         if _LIVE_GROUPS[0] > 0 and lines and data.get("pid") == "raylet" \
-                and any("worker died or was killed" in line.lower() for line in lines):
+                and any("worker died or was killed" in line.lower() or "missed too many heartbeats" in line
+                        for line in lines):  # (a dead node: herdrl.survival says which, in one line)
             logger.debug("herdrl: from the raylet: %s", " ".join(lines))
             return None
         return original(data, *args, **kwargs)
 
     print_to_stdstream.herd_quiet = True  # type: ignore[attr-defined]
     ray_worker.print_to_stdstream = print_to_stdstream
+    for handler in logging.getLogger("ray").handlers:  # the driver's own dump, logged where a get met a lost object
+        handler.addFilter(_StoreDumpFilter())
     # Workers' own output is printed by print_worker_logs (looked up in the module per batch, after Ray's dedup).
     original_logs = getattr(ray_worker, "print_worker_logs", None)
     if original_logs is None:
@@ -285,7 +305,7 @@ class RayRunnerGroup:
         self._turn = 0  # the runner index the next partial round of sampling (replacing lost fragments) begins at
         self.actors: list[Any] = [self._start(i) for i in range(count)]
         #: Replacements Ray has not started yet (no room on the cluster): runner index -> (actor, its ready call).
-        self.waiting: dict[int, tuple[Any, Any]] = {}
+        self.waiting: dict[int, tuple[Any, Any, int]] = {}  # ... and the epoch it was started in
         self.num_restarts = 0
         try:
             start_timeout = None if config.sample_timeout_s is None else max(120.0, config.sample_timeout_s)
@@ -316,10 +336,10 @@ class RayRunnerGroup:
 
         if not self.waiting:
             return []
-        refs = [ref for _, ref in self.waiting.values()]
+        refs = [ref for _, ref, _ in self.waiting.values()]
         ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
         admitted = []
-        for index, (actor, ref) in list(self.waiting.items()):
+        for index, (actor, ref, epoch) in list(self.waiting.items()):
             if ref not in ready:
                 continue
             del self.waiting[index]
@@ -329,6 +349,8 @@ class RayRunnerGroup:
                 self.actors[index] = actor
                 self._handle_failure(index, exc)
                 continue
+            if epoch != self._epoch:  # started before a restore reseeded the others: calls run in order
+                actor.reseed.remote(self._epoch)
             self.actors[index] = actor
             admitted.append(index)
             logger.warning("herdrl: env runner %d is back in service (%d of %d)", index + 1, self.num_healthy,
@@ -381,7 +403,7 @@ class RayRunnerGroup:
         """Wait at most ``timeout_s`` for every replacement to start (or fail), then put those started into service."""
         import ray
 
-        refs = [ref for _, ref in self.waiting.values()]
+        refs = [ref for _, ref, _ in self.waiting.values()]
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         self.admit()
@@ -397,8 +419,14 @@ class RayRunnerGroup:
         logger.warning("herdrl: no env runner in service: waiting %sfor Ray to place one of the %d replacements (the "
                        "cluster has no room for them now)", "" if timeout is None else f"up to {timeout:g} s ",
                        len(self.waiting))
-        ray.wait([ref for _, ref in self.waiting.values()], num_returns=1, timeout=timeout)
-        if not self.admit() and not self.num_healthy:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.num_healthy and self.waiting:  # (a replacement that failed to start is replaced again)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            ray.wait([ref for _, ref, _ in self.waiting.values()], num_returns=1, timeout=left)
+            self.admit()
+        if not self.num_healthy:
             free = ray.available_resources().get("CPU", 0.0)
             raise RunnerFailure(f"no env runner could be placed within sample_timeout_s={timeout} s (the cluster "
                                 f"has {free:g} CPUs free; each runner needs {self.config.num_cpus_per_env_runner:g}): "
@@ -450,7 +478,7 @@ class RayRunnerGroup:
                                     f"(max_num_env_runner_restarts={cfg.max_num_env_runner_restarts})")
             # Not called until Ray has placed it (admit()): with no room left it waits, and the run goes on.
             actor = self._start(index)
-            self.waiting[index] = (actor, actor.pid.remote())
+            self.waiting[index] = (actor, actor.pid.remote(), self._epoch)
             self.num_restarts += 1
             logger.warning("herdrl: env runner %d failed (%s); restarting it, %d restart%s so far", index + 1,
                            reason, self.num_restarts, "" if self.num_restarts == 1 else "s")
@@ -483,7 +511,7 @@ class RayRunnerGroup:
         if getattr(self, "_counted", False):
             _LIVE_GROUPS[0] -= 1
             self._counted = False
-        waiting = [actor for actor, _ in getattr(self, "waiting", {}).values()]
+        waiting = [actor for actor, _, _ in getattr(self, "waiting", {}).values()]
         for actor in [*getattr(self, "actors", []), *waiting]:
             if actor is not None:
                 try:
