@@ -90,6 +90,9 @@ def _add_train_parser(subparsers: Any) -> None:
                    help="result key that picks the best checkpoint to keep (default episode_return_mean)")
     p.add_argument("--resume", action="store_true",
                    help="continue the newest trial of the experiment (or --trial) from its newest valid checkpoint")
+    p.add_argument("--resume-if-any", action="store_true",
+                   help="with --trial: continue it if it has a checkpoint, else start it (a batch job that may run "
+                        "again, e.g. requeued by its scheduler)")
     p.add_argument("--quiet", action="store_true", help="no per-iteration console lines")
 
 
@@ -307,6 +310,19 @@ def _train(args: argparse.Namespace) -> int:
     name = args.name or spec["name"]
 
     trial = args.trial
+    start_over = False
+    if args.resume_if_any:
+        if args.resume or not trial:
+            raise ConfigError("--resume-if-any needs --trial (the trial to continue or start), and no --resume")
+        experiment = name or (env and re.sub(r"[^A-Za-z0-9_.-]+", "_", str(env)))
+        from pathlib import Path
+
+        from herdrl.checkpoint import newest_valid_checkpoint
+
+        trial_dir = Path(output) / str(experiment) / trial
+
+        args.resume = experiment is not None and trial_dir.is_dir() and newest_valid_checkpoint(trial_dir) is not None
+        start_over = not args.resume
     if args.resume:
         experiment = name or (env and re.sub(r"[^A-Za-z0-9_.-]+", "_", str(env)))
         if not experiment:
@@ -343,7 +359,7 @@ def _train(args: argparse.Namespace) -> int:
 
     outcome = run_experiment(
         config, stop=stop, output=output, name=name, trial=trial, quiet=args.quiet,
-        tensorboard=not args.no_tensorboard, budget=args.budget, resume=args.resume,
+        tensorboard=not args.no_tensorboard, budget=args.budget, resume=args.resume, start_over=start_over,
         checkpoint_every=args.checkpoint_every or None, keep_checkpoints_num=args.keep_checkpoints_num,
         checkpoint_score_attr=args.checkpoint_score_attr)
     result = outcome.result

@@ -195,7 +195,8 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
                    output: str | Path = "results", name: str | None = None, trial: str | None = None,
                    quiet: bool = False, tensorboard: bool = True, budget: int | None = None,
                    checkpoint_every: int | None = 10, keep_checkpoints_num: int = 5,
-                   checkpoint_score_attr: str | None = "episode_return_mean", resume: bool = False) -> Outcome:
+                   checkpoint_score_attr: str | None = "episode_return_mean", resume: bool = False,
+                   start_over: bool = False) -> Outcome:
     """Build the algorithm, train until a stop criterion holds, and return the outcome.
 
     With no ``stop``, the run stops when ``episode_return_mean`` reaches the env's
@@ -203,7 +204,8 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     Checkpoints go to ``<trial>/checkpoint_<iteration>`` every ``checkpoint_every`` iterations (None: only
     at the end) and when the run ends or is interrupted; the ``keep_checkpoints_num`` newest and the best
     by ``checkpoint_score_attr`` are kept. ``resume``: continue the trial (``trial``, else the newest of
-    the experiment) from its newest valid checkpoint.
+    the experiment) from its newest valid checkpoint. ``start_over``: the named ``trial`` may hold rows of a run
+    that wrote no checkpoint (a batch job requeued early): start it again in place, dropping them.
     """
     from herdrl.checkpoint import prune
 
@@ -232,7 +234,7 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
                                                   (config.num_learners, "learner(s)")) if n]
         console.message(f"starting {' and '.join(actors)} on {where} ...")
     checkpoint, lock = None, None
-    if not resume and trial:
+    if not resume and trial and not start_over:
         _refuse_existing(Path(output) / experiment / trial)  # before the build (Ray, runners); again under the lock
     if resume:
         logdir = find_resume_trial(output, experiment, trial, config.algo_name)
@@ -266,9 +268,11 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
             logdir = create_trial_dir(Path(output) / experiment / (trial or trial_name(config)), exact=bool(trial))
             lock = TrialLock(logdir)
             lock.acquire()
-            _refuse_existing(logdir, locked=True)
+            if not start_over:
+                _refuse_existing(logdir, locked=True)
         params = {"algorithm": config.algo_name, **config.to_dict(), "imports": list(imports.IMPORTED)}
-        resume_after = (algo.iteration, algo.env_steps_lifetime) if checkpoint is not None else None
+        resume_after = (algo.iteration, algo.env_steps_lifetime) if checkpoint is not None else (
+            (0, 0) if start_over else None)  # (0, 0): every row of the run that saved nothing is dropped
         algo.logger = Logger(logdir, params, console=console, tensorboard=tensorboard, resume_after=resume_after)
     except BaseException:
         try:

@@ -479,6 +479,27 @@ def test_herd_stop_at_stops_with_a_checkpoint_and_exit_75_and_the_resume_goes_on
     assert rows(tmp_path / "CartPole-v1" / "t") == [1, 2, 3]
 
 
+def test_resume_if_any_starts_a_trial_without_a_checkpoint_over_and_continues_one_with_one(tmp_path, capsys):
+    """A batch job requeued by its scheduler runs the same command again, perhaps before its first checkpoint:
+    --resume-if-any starts the named trial over in place (its rows dropped), or continues it from a checkpoint."""
+    import shutil
+
+    from herdrl.cli import main
+
+    args = ["train", "ppo", "--env", "CartPole-v1", "--output", str(tmp_path), "--trial", "t", "--quiet",
+            "--config", "train_batch_size=256", "minibatch_size=64"]
+    assert main([*args[:6], "--quiet", "--resume-if-any"]) == 2  # no --trial
+    assert "--resume-if-any needs --trial" in capsys.readouterr().err
+    assert main([*args, "--stop-iters", "2"]) == 0
+    trial = tmp_path / "CartPole-v1" / "t"
+    for checkpoint in trial.glob("checkpoint_*"):  # as if the job died before it wrote one
+        shutil.rmtree(checkpoint)
+    assert main([*args, "--stop-iters", "1", "--resume-if-any"]) == 0
+    assert rows(trial) == [1]  # started over: the two rows of the run that saved nothing are gone
+    assert main([*args, "--stop-iters", "3", "--resume-if-any"]) == 0
+    assert rows(trial) == [1, 2, 3]
+
+
 def test_existing_trial_without_resume_is_refused(tmp_path, capsys):
     from herdrl.cli import main
 

@@ -112,7 +112,7 @@ def test_a_killed_learner_restarts_from_a_newer_checkpoint_and_past_the_budget_i
     algo.stop()
     resumed = Algorithm.from_checkpoint(path, num_learners=2)
     assert resumed.train()["training_iteration"] == 2
-    with pytest.raises(LearnerFailure, match=r"learner 0 failed during its no_such_method \(AttributeError: "):
+    with pytest.raises(LearnerFailure, match=r"learner [01] failed during its no_such_method \(AttributeError: "):
         resumed.learners.call("no_such_method")  # the learner's own error: no restart would cure it
     assert resumed.learners.num_restarts == 0
     resumed.stop()

@@ -141,16 +141,18 @@ def _chain_lines(job: BatchJob) -> str:
 chain_index=${{HERD_CHAIN_INDEX:-1}}
 max_jobs={job.max_jobs}
 resume=()
-if [ "$max_jobs" -gt 1 ] && {{ [ "$chain_index" -gt 1 ] || [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; }}; then
-  resume=(--resume)  # a later job of the chain, or this job requeued by Slurm: continue the trial
+if [ "$max_jobs" -gt 1 ] && [ "$chain_index" -gt 1 ]; then
+  resume=(--resume)  # a later job of the chain (the one before it checkpointed): continue the trial
+elif [ "$max_jobs" -gt 1 ] && [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then
+  resume=(--resume-if-any)  # this job requeued by Slurm (preemption), perhaps before its first checkpoint
 fi
 driver_pid=
 forward() {{  # forward SIGNAL CODE: the driver checkpoints after its iteration and exits; without one, exit CODE
   if [ -n "$driver_pid" ] && kill -0 "$driver_pid" 2>/dev/null; then kill -"$1" "$driver_pid"; else exit "$2"; fi
 }}
-walltime() {{
+walltime() {{  # the driver may have just finished: then there is nothing to stop, and its own exit code stands
   echo "herd launch: the walltime is near (SIGUSR1): the driver checkpoints after this iteration"
-  forward USR1 {EXIT_REQUEUE}
+  if [ -n "$driver_pid" ] && kill -0 "$driver_pid" 2>/dev/null; then kill -USR1 "$driver_pid"; fi
 }}
 trap walltime USR1
 trap 'forward TERM 143' TERM
