@@ -99,7 +99,7 @@ def test_packing_trusts_no_pattern_only_equal_frames():
     assert packed_cases > 80  # most cases share frames and are packed (124 of 200 with this seed)
 
 
-@pytest.mark.usefixtures("ray_session")
+@pytest.mark.usefixtures("whole_ray_cluster")
 def test_fragments_reach_learner_actors_without_entering_the_driver(monkeypatch):
     """With a learner actor, no fragment (nor packed frames) is ever deserialised in this process; with the
     learner here, every one is. Both runs learn."""
@@ -132,7 +132,7 @@ def test_fragments_reach_learner_actors_without_entering_the_driver(monkeypatch)
     assert opened.count(1) == 2 and opened.count(2) == 2  # in the driver: two fragments, each with packed frames
 
 
-@pytest.mark.usefixtures("ray_session")
+@pytest.mark.usefixtures("whole_ray_cluster")
 def test_a_fragment_lost_before_the_learner_reads_it_is_sampled_again(caplog, monkeypatch):
     """A fragment whose object is gone when the learner in the driver fetches it (Ray raises ObjectLostError, as
     when its node died: tests/test_multinode.py kills a real node under two learner actors) is dropped, replaced
@@ -176,7 +176,7 @@ def test_a_fragment_lost_before_the_learner_reads_it_is_sampled_again(caplog, mo
     algo.stop()
 
 
-@pytest.mark.usefixtures("ray_session")
+@pytest.mark.usefixtures("whole_ray_cluster")
 def test_learning_with_aggregator_actors_equals_learning_without():
     """Same seed, same fragments (3 runners' stacked frames, cut 2 + 1 between two aggregators on the learner's
     node): the learner ends with exactly the weights of a learner that fetched the fragments itself."""
@@ -208,7 +208,7 @@ def test_aggregator_actors_need_learner_actors():
         PPOConfig().environment("CartPole-v1").learners(num_aggregator_actors_per_learner=1).validate()
 
 
-@pytest.mark.usefixtures("ray_session")
+@pytest.mark.usefixtures("whole_ray_cluster")
 def test_learner_ranks_skip_an_update_together_when_only_one_lost_a_fragment():
     """Rank 1 alone fails to fetch fragment 0 (as if its fetch had met a dead node): both ranks skip the update, so
     neither waits in an all-reduce the other never joins, and their weights stay equal and unchanged."""
@@ -240,7 +240,7 @@ def test_learner_ranks_skip_an_update_together_when_only_one_lost_a_fragment():
     assert all(np.array_equal(before[rank][k], after[rank][k]) for rank in (0, 1) for k in before[0])
 
 
-@pytest.mark.usefixtures("ray_session")
+@pytest.mark.usefixtures("whole_ray_cluster")
 @pytest.mark.parametrize("algorithm", ["APPO", "DQN"])
 def test_asynchronous_and_replay_algorithms_go_on_past_a_lost_fragment(algorithm, monkeypatch):
     """APPO puts the batch's surviving fragments back in its queue; DQN (replay in the driver) loses that data.
@@ -275,7 +275,7 @@ def test_asynchronous_and_replay_algorithms_go_on_past_a_lost_fragment(algorithm
     assert result["num_fragments_lost"] == 1 and result["num_gradient_updates"] >= 1
 
 
-def test_herd_bench_ingest_measures_every_path_and_writes_table_csv_and_plot(tmp_path, capsys, ray_session):
+def test_herd_bench_ingest_measures_every_path_and_writes_table_csv_and_plot(tmp_path, capsys, whole_ray_cluster):
     from herdrl.cli import main
 
     code = main(["bench", "ingest", "--shape", "atari-packed", "--envs", "2", "--steps", "16", "--producers", "2",
