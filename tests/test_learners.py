@@ -104,8 +104,8 @@ def test_a_killed_learner_restarts_from_a_newer_checkpoint_and_past_the_budget_i
     row = algo.train()
     assert row["num_learner_restarts"] == 1 and row["num_learner_updates_lost"] == 1
     assert _max_diff(restored[0], saved) == 0.0 and _max_diff(algo.get_weights(), saved) > 0  # and it learned on
-    os.kill(algo.learners.call("pid")[0], signal.SIGKILL)
-    with pytest.raises(LearnerFailure, match=r"learner 0 failed \(.*\) during its update, and the restart budget is "
+    os.kill(algo.learners.call("pid")[0], signal.SIGKILL)  # (rank 1's collective may fail first: either is named)
+    with pytest.raises(LearnerFailure, match=r"learner [01] failed \(.*\) during its update, and the restart budget is "
                                              r"spent \(max_num_learner_restarts=1\): resume from the last checkpoint "
                                              r".*\(last checkpoint: .*before\)"):
         algo.train()
