@@ -15,6 +15,10 @@ arrive) and the iterations or updates it lost. At the end: every process of the 
 
     python benchmarks/chaos.py --minutes 10
     python benchmarks/chaos.py --minutes 3 --algo ppo --seed 1
+    python benchmarks/chaos.py --faults runner,learner,node,driver --runners 3   # each once, in turn (the test's)
+
+With ``--faults``, the faults listed are injected in that order, each once the run has completed an iteration after
+the one before (``--minutes`` then bounds the whole run). The last line is ``RESULT {json}``.
 """
 
 from __future__ import annotations
@@ -119,8 +123,12 @@ def main() -> None:
     parser.add_argument("--runners", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--every", default="20,40", help="seconds between faults: LOW,HIGH (uniform)")
+    parser.add_argument("--faults", help="inject these kinds in this order (comma-separated), none at random")
     parser.add_argument("--out", default="results/bench-chaos")
     args = parser.parse_args()
+    planned = args.faults.split(",") if args.faults else None
+    if planned and not set(planned) <= set(KINDS):
+        parser.error(f"--faults: choose among {', '.join(KINDS)}")
     rng = random.Random(args.seed)
     low, high = (float(x) for x in args.every.split(","))
     output = Path(args.out).resolve() / time.strftime("%Y-%m-%d_%H-%M-%S")
@@ -157,10 +165,19 @@ def main() -> None:
             if pending_node is not None and time.monotonic() >= pending_node:
                 cluster.add_worker()  # capacity returns
                 pending_node = None
-            if time.monotonic() < next_fault:
+            if planned is not None:  # the next planned fault once an iteration completed after the last one
+                if not planned:
+                    if not faults or rows.rows[-1]["_seen"] > faults[-1]["at"]:
+                        break  # the last one survived
+                    continue
+                if faults and rows.rows[-1]["_seen"] <= faults[-1]["at"]:
+                    continue
+                kind = planned.pop(0)
+            elif time.monotonic() < next_fault:
                 continue
-            next_fault = time.monotonic() + rng.uniform(low, high)
-            kind = rng.choice(KINDS)
+            else:
+                next_fault = time.monotonic() + rng.uniform(low, high)
+                kind = rng.choice(KINDS)
             fault = {"kind": kind, "at": time.monotonic(), "rows_before": len(rows.rows),
                      "iteration_before": rows.rows[-1]["training_iteration"] if rows.rows else 0}
             if kind == "runner":
@@ -194,11 +211,13 @@ def main() -> None:
         cluster.stop()
         time.sleep(1.0)
         left = sorted(pid for pid, (_, cmd) in process_table(own=True).items() if str(cluster.root) in cmd)
-    report(faults, rows.rows, rc, left)
+    final = [json.loads(line) for path in output.glob("*/*/result.json") for line in path.read_text().splitlines()]
+    report(faults, rows.rows, rc, left, final)
 
 
-def report(faults: list[dict], rows: list[dict], rc: int, left: list[int]) -> None:
-    """One line per fault: seconds to the next completed iteration, and what it lost; then the totals."""
+def report(faults: list[dict], rows: list[dict], rc: int, left: list[int], final: list[dict]) -> None:
+    """One line per fault: seconds to the next completed iteration, and what it lost; then the totals (``final``:
+    the trial's rows as its result file has them at the end)."""
     print("\n| fault | recovered in (s) | lost |\n|---|---|---|")
     survived = 0
     injected = [fault for fault in faults if fault["kind"] != "driver exited"]
@@ -226,6 +245,10 @@ def report(faults: list[dict], rows: list[dict], rc: int, left: list[int]) -> No
     iterations = [r["training_iteration"] for r in rows]
     print(f"\nfaults injected {len(injected)}, survived {survived}; iterations {iterations[0] if iterations else 0}.."
           f"{iterations[-1] if iterations else 0}; driver's last exit {rc}; Ray processes left: {len(left)}")
+    print("RESULT " + json.dumps({"injected": [f["kind"] for f in injected], "survived": survived,
+                                  "other_exits": len(faults) - len(injected), "rc": rc, "left": len(left),
+                                  "iterations": [r["training_iteration"] for r in final],
+                                  "steps": [r["num_env_steps_sampled_lifetime"] for r in final]}))
 
 
 if __name__ == "__main__":

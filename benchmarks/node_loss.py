@@ -10,6 +10,7 @@ API stack: ``restart_failed_env_runners=True``).
 
     .venv/bin/python benchmarks/node_loss.py --tool herdrl
     /tmp/rllib-venv/bin/python benchmarks/node_loss.py --tool rllib
+    .venv/bin/python benchmarks/node_loss.py --tool herdrl --ray-health-defaults   # a cluster herdrl joins
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -28,31 +28,6 @@ sys.path.insert(0, str(HERE))
 
 HEALTH = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
           "RAY_health_check_timeout_ms": "500", "RAY_health_check_initial_delay_ms": "0"}
-
-
-def kill_node(root: Path, index: int) -> int:
-    """SIGKILL the raylet (and its workers) of fake node ``index``; returns how many processes."""
-    marker = str(root / f"n{index}")
-    table = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
-            ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            continue
-        table[int(pid)] = (ppid, cmd)
-    found = {pid for pid, (_, cmd) in table.items() if marker in cmd}
-    while True:
-        more = {pid for pid, (ppid, _) in table.items() if ppid in found} - found
-        if not more:
-            break
-        found |= more
-    for pid in found:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return len(found)
 
 
 def build(tool: str, address: str, runners: int):
@@ -88,8 +63,11 @@ def main() -> None:
     parser.add_argument("--runners", type=int, default=9)
     parser.add_argument("--after", type=int, default=6)
     parser.add_argument("--limit", type=float, default=300.0)
+    parser.add_argument("--ray-health-defaults", action="store_true",
+                        help="leave Ray's health checks at their defaults (a cluster herdrl joins, not one it starts)")
     args = parser.parse_args()
-    os.environ.update(HEALTH)
+    if not args.ray_health_defaults:
+        os.environ.update(HEALTH)
     from rllib_scaling import FakeNodes
 
     nodes = FakeNodes(3, 3)
@@ -102,7 +80,7 @@ def main() -> None:
             steps, healthy = read(algo.train())
         print(json.dumps({"before_fault_seconds": round((time.monotonic() - start) / 2, 1), "env_steps": steps,
                           "runners": healthy}), flush=True)
-        killed = kill_node(nodes.root, 2)  # 127.0.0.4
+        killed = nodes.kill(2)  # 127.0.0.4
         fault = time.monotonic()
         for _ in range(args.after):
             box: dict = {}

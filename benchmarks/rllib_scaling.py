@@ -57,6 +57,31 @@ def busy_cpu_seconds() -> float:
     return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]) / os.sysconf("SC_CLK_TCK")
 
 
+def kill_naming(marker: str) -> int:
+    """SIGKILL every process whose command line names ``marker``, and their descendants (never this process);
+    returns how many. (Runs in RLlib's venv too, so it cannot use herdrl.cluster.nodes.node_pids.)"""
+    table = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+            ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        table[int(pid)] = (ppid, cmd)
+    found = {pid for pid, (_, cmd) in table.items() if marker in cmd} - {os.getpid()}
+    while True:
+        more = {pid for pid, (ppid, _) in table.items() if ppid in found} - found - {os.getpid()}
+        if not more:
+            break
+        found |= more
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(found)
+
+
 class FakeNodes:
     """``count`` raylets on 127.0.0.2.. started with this venv's ``ray``; stopped by PID."""
 
@@ -79,28 +104,13 @@ class FakeNodes:
                             f"--temp-dir={self.root / f'n{i}'}", "--object-store-memory=500000000"],
                            env=self.env, check=True, capture_output=True, timeout=120)
 
+    def kill(self, index: int) -> int:
+        """SIGKILL fake node ``index`` (its raylet and everything under it); returns how many processes."""
+        return kill_naming(str(self.root / f"n{index}"))
+
     def stop(self) -> None:
         """SIGKILL every process naming this cluster's temp dir, and their children."""
-        marker = str(self.root)
-        table = {}
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
-                ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            table[int(pid)] = (ppid, cmd)
-        found = {pid for pid, (_, cmd) in table.items() if marker in cmd and pid != os.getpid()}
-        while True:
-            more = {pid for pid, (ppid, _) in table.items() if ppid in found} - found - {os.getpid()}
-            if not more:
-                break
-            found |= more
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_naming(str(self.root))
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -175,6 +175,9 @@ def _add_tune_parser(subparsers: Any) -> None:
     p.add_argument("--resume", action="store_true",
                    help="resume the experiment with Tune's restore (trusts the experiment folder: it unpickles "
                         "Tune's state files)")
+    p.add_argument("--resume-if-any", action="store_true",
+                   help="resume the experiment if it exists, else start it (a batch job that may run again, e.g. "
+                        "requeued by its scheduler)")
     p.add_argument("--verbose", type=int, default=1, help="Tune's output: 0 silent, 1 status table (default), 2 more")
 
 
@@ -320,7 +323,6 @@ def _train(args: argparse.Namespace) -> int:
         from herdrl.checkpoint import newest_valid_checkpoint
 
         trial_dir = Path(output) / str(experiment) / trial
-
         args.resume = experiment is not None and trial_dir.is_dir() and newest_valid_checkpoint(trial_dir) is not None
         start_over = not args.resume
     if args.resume:
@@ -509,9 +511,12 @@ def _tune(args: argparse.Namespace) -> int:
     from herdrl import tune
     from herdrl.env.imports import import_envs
     from herdrl.errors import ConfigError
-    from herdrl.experiment import load_experiment_file
+    from herdrl.experiment import catch_walltime_signal, load_experiment_file
     from herdrl.logger import format_value
 
+    catch_walltime_signal()  # a batch job's walltime signal while Ray starts must not end us
+    if args.resume and args.resume_if_any:
+        raise ConfigError("give --resume or --resume-if-any, not both")
     spec = load_experiment_file(args.file, sweep=True)
     import_envs(*spec["imports"])
     if not spec["algorithm"]:
@@ -524,16 +529,24 @@ def _tune(args: argparse.Namespace) -> int:
         spec["algorithm"], config=config, stop=spec["stop"], name=args.name or spec["name"],
         num_samples=args.num_samples or spec.get("num_samples", 1), storage_path=args.output,
         checkpoint_freq=spec.get("checkpoint_freq", 10), metric=metric, mode=mode,
-        scheduler=spec.get("scheduler"), resume=args.resume, verbose=args.verbose,
+        scheduler=spec.get("scheduler"), resume="if_any" if args.resume_if_any else args.resume, verbose=args.verbose,
         max_concurrent_trials=args.max_concurrent_trials or spec.get("max_concurrent_trials"), address=args.address)
+    if analysis.num_unfinished:
+        why = analysis.stop_reason or "interrupted"
+        print(f"herd tune: {why}: stopped with {plural(analysis.num_unfinished, 'trial')} unfinished, each from its "
+              "newest checkpoint: continue with --resume", file=sys.stderr)
+        return EXIT_REQUEUE if analysis.stop_reason else EXIT_INTERRUPTED
     searched = [k for k, v in spec["config"].items() if isinstance(v, dict) and len(v) == 1
                 and next(iter(v)) in ("grid_search", "choice", "uniform", "loguniform")]
-    best = analysis.best_result
-    print(f"best trial: {analysis.best_logdir}")
-    iterations = plural(best.get("training_iteration") or 0, "iteration")
-    print(f"  {metric} = {format_value(best.get(metric))} after {iterations}")
-    print("  config: " + ", ".join(f"{k}={analysis.best_config.get(k)}" for k in searched))
-    print(f"  checkpoint: {analysis.best_checkpoint}")
+    if analysis.has_best:
+        best = analysis.best_result
+        print(f"best trial: {analysis.best_logdir}")
+        iterations = plural(best.get("training_iteration") or 0, "iteration")
+        print(f"  {metric} = {format_value(best.get(metric))} after {iterations}")
+        print("  config: " + ", ".join(f"{k}={analysis.best_config.get(k)}" for k in searched))
+        print(f"  checkpoint: {analysis.best_checkpoint}")
+    else:
+        print(f"best trial: none (no trial reported a finite {metric} in its last result)")
     if analysis.errors:
         print(f"herd tune: {len(analysis.errors)} trial(s) failed: {analysis.errors[0]}", file=sys.stderr)
         return 1

@@ -20,6 +20,7 @@ which unpickles Tune's own state files in the experiment directory: only resume 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -221,6 +222,10 @@ class TuneAnalysis:
     result_grid: Any
     metric: str
     mode: str
+    #: Why the sweep stopped before its trials finished (the walltime, preemption), or None.
+    stop_reason: str | None = None
+    #: Trials neither finished nor failed when the sweep stopped: ``resume=True`` continues them.
+    num_unfinished: int = 0
 
     @property
     def best_result(self) -> dict[str, Any]:
@@ -244,7 +249,17 @@ class TuneAnalysis:
         return Path(self._best.path)
 
     @property
+    def has_best(self) -> bool:
+        """Whether some trial's last result has a finite ``metric`` (else there is no best trial to name)."""
+        frame = self.results_df
+        return self.metric in frame and bool(frame[self.metric].map(
+            lambda v: isinstance(v, (int, float)) and math.isfinite(v)).any())
+
+    @property
     def _best(self) -> Any:
+        if not self.has_best:
+            raise ConfigError(f"no trial reported a finite '{self.metric}' in its last result: no best trial "
+                              "(give metric: a key the trials report)")
         return self.result_grid.get_best_result(metric=self.metric, mode=self.mode, scope="last")
 
     @property
@@ -312,7 +327,7 @@ def _check_keys(config_class: type, config: Mapping[str, Any]) -> None:
 def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | Callable | None = None,
         name: str | None = None, num_samples: int = 1, storage_path: str | os.PathLike | None = None,
         checkpoint_freq: int = 10, checkpoint_at_end: bool = True, keep_checkpoints_num: int | None = None,
-        metric: str = "episode_return_mean", mode: str = "max", scheduler: Any = None, resume: bool = False,
+        metric: str = "episode_return_mean", mode: str = "max", scheduler: Any = None, resume: bool | str = False,
         verbose: int = 1, max_concurrent_trials: int | None = None, address: str | None = None) -> TuneAnalysis:
     """Run ``num_samples`` trials of ``algorithm`` per point of ``config``'s search space on Ray Tune.
 
@@ -320,6 +335,12 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     ``episode_return_mean``, ``time_total_s``; older names such as ``timesteps_total`` work) or a callable
     ``(trial_id, result) -> bool``. ``scheduler``: ``"asha"``, ``"pbt"``, a dict with ``type`` and options,
     or a Ray Tune scheduler. Results go to ``<storage_path>/<name>/<trial>/`` (default ``results/<name>``).
+    ``resume``: True continues the sweep ``name`` (Tune's restore); ``"if_any"`` continues it if it exists, else
+    starts it (a batch job that may run again).
+
+    At SIGUSR1 (a batch job's walltime is near), ``HERD_STOP_AT`` or SIGTERM, every running trial checkpoints its
+    last result and the sweep stops (:mod:`herdrl.tune_stop`); the returned analysis then names why
+    (``stop_reason``) and how many trials ``resume=True`` will continue (``num_unfinished``).
     """
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
@@ -328,6 +349,8 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     from herdrl.experiment import normalize_stop
     from herdrl.registry import get_config_class
 
+    if resume not in (True, False, "if_any"):
+        raise ConfigError(f"resume got {resume!r}; expected True, False or 'if_any'")
     config_class = get_config_class(algorithm)
     config = dict(config)
     _check_keys(config_class, config)
@@ -350,7 +373,16 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
         if owns:
             disconnect()
         raise
+    from herdrl import tune_stop
+
+    if resume == "if_any":
+        resume = tune.Tuner.can_restore(str(storage / name))
     if resume:
+        if not tune.Tuner.can_restore(str(storage / name)):
+            if owns:
+                disconnect()
+            raise ConfigError(f"no sweep to resume in {storage / name}: start it without --resume (or check "
+                              "--name and --output)")
         tuner = tune.Tuner.restore(str(storage / name), trainable, resume_errored=True)
     else:
         checkpoints = tune.CheckpointConfig(checkpoint_frequency=checkpoint_freq, checkpoint_at_end=checkpoint_at_end,
@@ -362,7 +394,7 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
             run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=stop_criteria,
                                       checkpoint_config=checkpoints, verbose=verbose, callbacks=[
                                           CSVLoggerCallback(), JsonLoggerCallback(), _tensorboard_callback(),
-                                          _repeat_warning_callback()]),
+                                          _repeat_warning_callback(), tune_stop.WalltimeStop()]),
         )
     if verbose:
         print(f"Results, checkpoints and TensorBoard files: {storage / name} (tensorboard --logdir {storage / name})")
@@ -371,13 +403,42 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     previous = os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS")
     if not resume:  # a restored experiment keeps the loggers it was started with (older ones: Tune's)
         os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    tune_stop.CURRENT = None
+    handlers = _signal_handlers()
+    tune_log = logging.getLogger("ray.tune.tune")
+    tune_log_level = tune_log.level
     try:
-        return TuneAnalysis(tuner.fit(), metric, mode)
+        grid = tuner.fit()
+        stopper = tune_stop.CURRENT  # None for a sweep started before herdrl 0.4: Tune's own interrupt only
+        if stopper is None:
+            return TuneAnalysis(grid, metric, mode)
+        return TuneAnalysis(grid, metric, mode, stop_reason=stopper.reason, num_unfinished=len(stopper.unfinished))
     finally:
+        _restore_signal_handlers(handlers)
+        tune_log.setLevel(tune_log_level)
         if previous is None:
             os.environ.pop("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", None)
         else:
             os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = previous
+
+
+def _signal_handlers() -> dict[int, Any]:
+    """The handlers of the signals a sweep takes over (Tune: SIGINT, SIGUSR1; :mod:`herdrl.tune_stop`: SIGTERM)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+
+
+def _restore_signal_handlers(handlers: dict[int, Any]) -> None:
+    """Put back what :func:`_signal_handlers` saw."""
+    import signal
+
+    for sig, handler in handlers.items():
+        if handler is not None:
+            signal.signal(sig, handler)
 
 
 def _search_value(value: Any) -> Any:

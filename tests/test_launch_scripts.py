@@ -148,7 +148,7 @@ def test_missing_driver_and_missing_sbatch_are_one_line_errors(tmp_path: Path, c
 
 def test_the_walltime_signal_lead_fits_the_walltime() -> None:
     """The lead defaults to 300 s, or a quarter of a shorter walltime; one not shorter than the walltime is refused
-    (the driver would stop before it trained), and --max-jobs needs --time and a herd train driver."""
+    (the driver would stop before it trained), and --max-jobs needs --time and a herd train or herd tune driver."""
     assert "#SBATCH --signal=B:USR1@300\n" in slurm_script(_job(time="01:30:00"))
     assert "#SBATCH --signal=B:USR1@150\n" in slurm_script(_job(time="10:00"))
     assert "#SBATCH --signal=B:USR1@60\n" in slurm_script(_job(time="00:05:00", signal_lead_s=60))
@@ -159,3 +159,12 @@ def test_the_walltime_signal_lead_fits_the_walltime() -> None:
         _job(time=None, max_jobs=2)
     chained = slurm_script(_job(max_jobs=3))
     assert "--trial cartpole_2026-01-01_00-00-00" in chained and "max_jobs=3" in chained
+    assert 'resume=(--resume)' in chained  # later jobs continue the trial
+    sweep = slurm_script(_job(max_jobs=3, driver=["herd", "tune", "-f", "sweep.yaml"]))
+    assert "herd tune -f sweep.yaml ${resume[@]" in sweep and "--trial" not in sweep  # a sweep resumes by name
+    with pytest.raises(ClusterError, match="--max-jobs chains `herd train` and `herd tune` drivers .* `herd evaluate`"):
+        _job(max_jobs=2, driver=["herd", "evaluate", "ckpt"])
+    # A chain that continues an earlier trial: every job resumes it (no flag added, no new trial named)
+    again = slurm_script(_job(max_jobs=2, driver=["herd", "train", "-f", "x.yaml", "--resume"]))
+    assert "resume=()  # the driver resumes by itself" in again and "--trial" not in again
+    assert "resume=(--resume)" not in again

@@ -66,3 +66,24 @@ def test_a_run_survives_a_lost_node_without_room_a_joining_node_and_a_killed_lea
     assert "herdrl: node 127.0.0.4 is gone" in err or "herdrl: node 127.0.0.3 is gone" in err
     assert "4 of 8 env runners in service, 4 starting or waiting for room" in err
     assert "restarted (1 of at most 10" in err
+
+
+def test_a_short_chaos_run_survives_each_kind_of_fault_and_leaves_no_process(tmp_path):
+    """benchmarks/chaos.py with one fault of each kind in turn (a runner's process, the learner actor's, a whole
+    worker node, the driver, restarted with --resume as a requeued job would be): each is survived, the driver stops
+    at the end's SIGTERM with a checkpoint (exit 143, its own: not killed by it), the trial's rows are contiguous
+    with env steps never going back, no Ray process is left."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    script = Path(__file__).parent.parent / "benchmarks" / "chaos.py"
+    out = subprocess.run([sys.executable, str(script), "--faults", "runner,learner,node,driver", "--runners", "3",
+                          "--algo", "ppo", "--minutes", "5", "--out", str(tmp_path / "chaos")],
+                         capture_output=True, text=True, timeout=420, env=env, cwd=tmp_path)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, out.stdout[-3000:] + out.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert result["injected"] == ["runner", "learner", "node", "driver"], out.stdout[-3000:]
+    assert result["survived"] == 4 and result["other_exits"] == 0 and result["rc"] == 143, out.stdout[-3000:]
+    assert result["left"] == 0
+    iterations, steps = result["iterations"], result["steps"]
+    assert iterations == list(range(1, len(iterations) + 1)) and steps == sorted(set(steps))

@@ -203,6 +203,45 @@ def test_learning_with_aggregator_actors_equals_learning_without():
     assert all(np.array_equal(direct[k], aggregated[k]) for k in direct)
 
 
+@pytest.mark.usefixtures("whole_ray_cluster")
+def test_a_killed_aggregator_restarts_the_learner_group_from_the_state_kept():
+    """An aggregator's process dies between iterations: the next update fails to gather its fragments, the group
+    (learner and aggregators) is restarted from the learner state kept after the last update (interval 1: nothing
+    lost), and the iteration completes with new aggregators."""
+    import os
+    import signal
+
+    import ray
+
+    algo = (PPOConfig().environment("CartPole-v1")
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=1, rollout_fragment_length=50)
+            .training(train_batch_size=100, minibatch_size=50, num_epochs=1)
+            .learners(num_learners=1, num_aggregator_actors_per_learner=2)
+            .fault_tolerance(learner_state_interval=1).debugging(seed=0).build())
+
+    def aggregator_pids():
+        return [ray.get(a.__ray_call__.remote(lambda self: os.getpid())) for a in algo.learners.aggregators[0]]
+
+    algo.train()
+    kept = algo.get_weights()  # what the learner had after its one update: the state kept
+    restart, restored = algo.learners._restart, []
+
+    def restart_and_read(*args):
+        restart(*args)
+        restored.append(ray.get(algo.learners.actors[0].call.remote("get_weights")))
+
+    algo.learners._restart = restart_and_read
+    before = aggregator_pids()
+    os.kill(before[1], signal.SIGKILL)
+    row = algo.train()
+    assert row["num_learner_restarts"] == 1 and row["num_learner_updates_lost"] == 0 and len(restored) == 1
+    assert all(np.array_equal(restored[0][k], kept[k]) for k in kept)
+    assert max(float(np.abs(algo.get_weights()[k] - kept[k]).max()) for k in kept) > 0  # the update was made
+    after = aggregator_pids()
+    assert len(after) == 2 and not set(after) & set(before)
+    algo.stop()
+
+
 def test_aggregator_actors_need_learner_actors():
     with pytest.raises(herdrl.ConfigError, match="needs learner actors"):
         PPOConfig().environment("CartPole-v1").learners(num_aggregator_actors_per_learner=1).validate()

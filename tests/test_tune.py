@@ -275,3 +275,50 @@ def test_a_sweeps_console_output_is_plain_text_and_ends_with_its_summary(tmp_pat
     text = out.stdout + out.stderr
     assert "\x1b[" not in text and "Checkpoint successfully created" not in text
     assert out.stdout.rstrip().splitlines()[-1].startswith("  checkpoint: ")
+
+
+def test_a_sweep_stopped_for_the_walltime_checkpoints_every_trial_and_resumes_contiguous(tmp_path):
+    """SIGUSR1 (as Slurm sends before the walltime) mid-sweep: every running trial checkpoints its last result
+    (checkpoint_freq alone would save none), the sweep stops with both trials unfinished; the resumed sweep finishes
+    each from there, its rows 1..8 once each and its env steps never going back; a third call has nothing to do."""
+    import os
+    import signal
+
+    sent = []
+
+    def stop(trial_id, result):  # in the driver, for every result: the walltime signal at the first 3rd iteration
+        if result["training_iteration"] == 3 and not sent:
+            sent.append(trial_id)
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return result["training_iteration"] >= 8
+
+    config = {"env": "herd/Latency-v0", "env_config": {"step_latency_s": 0.002}, "train_batch_size": 200,
+              "minibatch_size": 100, "num_epochs": 1, "lr": tune.grid_search([1e-3, 3e-3])}
+    options = dict(stop=stop, storage_path=tmp_path, name="chained", checkpoint_freq=100, verbose=0)
+    with pytest.raises(ConfigError, match="no sweep to resume in .*chained"):
+        tune.run("PPO", config=config, resume=True, **options)
+    handlers = [signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)]
+    first = tune.run("PPO", config=config, **options)
+    assert sent and first.num_unfinished == 2 and first.stop_reason.startswith("SIGUSR1")
+    trials = sorted((tmp_path / "chained").glob("PPO_*"))
+
+    def rows(trial):
+        return [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+
+    for trial in trials:  # nothing since the newest checkpoint: its counters are the last row's
+        newest = max(trial.glob("checkpoint_*"))
+        counters = json.loads((newest / "herd" / "checkpoint.json").read_text())["counters"]
+        last = rows(trial)[-1]
+        assert 1 <= last["training_iteration"] < 8
+        assert counters["training_iteration"] == last["training_iteration"]
+        assert counters["num_env_steps_sampled_lifetime"] == last["num_env_steps_sampled_lifetime"]
+    second = tune.run("PPO", config=config, resume="if_any", **options)
+    assert second.num_unfinished == 0 and second.stop_reason is None and not second.errors
+    for trial in trials:
+        got = rows(trial)
+        assert [r["training_iteration"] for r in got] == list(range(1, 9))
+        steps = [r["num_env_steps_sampled_lifetime"] for r in got]
+        assert steps == sorted(set(steps))
+    third = tune.run("PPO", config=config, resume=True, **options)  # a chain's next job after the sweep finished
+    assert third.num_unfinished == 0 and all(len(rows(trial)) == 8 for trial in trials)
+    assert [signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)] == handlers  # given back

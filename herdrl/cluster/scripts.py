@@ -86,10 +86,11 @@ class BatchJob:
         if self.max_jobs > 1:
             if self.time is None:
                 raise ClusterError("--max-jobs chains jobs at their walltime: give --time too")
-            if self.driver[:2] != ["herd", "train"]:
-                raise ClusterError("--max-jobs chains `herd train` drivers (each next job resumes the trial): "
-                                   f"the driver here is `{shlex.join(self.driver[:2])}`")
-            if not any(arg == "--trial" or arg.startswith("--trial=") for arg in self.driver):
+            if self.driver[:2] not in (["herd", "train"], ["herd", "tune"]):
+                raise ClusterError("--max-jobs chains `herd train` and `herd tune` drivers (each next job resumes "
+                                   f"the trial or sweep): the driver here is `{shlex.join(self.driver[:2])}`")
+            named = any(arg in ("--trial", "--resume") or arg.startswith("--trial=") for arg in self.driver)
+            if self.driver[1] == "train" and not named:
                 self.driver = [*self.driver, "--trial", self.launch_dir.name]  # every job resumes this one trial
         if self.setup:
             self.herd = "herd"
@@ -137,16 +138,21 @@ def _chain_lines(job: BatchJob) -> str:
     """The end of a Slurm script: run the driver in the background (so the job's signals reach it while the shell
     waits), and when it stopped for the walltime, submit the next job of the chain."""
     launch_dir = shlex.quote(str(job.launch_dir))
-    return f"""\
-chain_index=${{HERD_CHAIN_INDEX:-1}}
-max_jobs={job.max_jobs}
+    if any(arg in ("--resume", "--resume-if-any") for arg in job.driver):
+        resume = "resume=()  # the driver resumes by itself, in every job\n"
+    else:
+        resume = """\
 resume=()
 if [ "$max_jobs" -gt 1 ] && [ "$chain_index" -gt 1 ]; then
   resume=(--resume)  # a later job of the chain (the one before it checkpointed): continue the trial
-elif [ "$max_jobs" -gt 1 ] && [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then
+elif [ "$max_jobs" -gt 1 ] && [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
   resume=(--resume-if-any)  # this job requeued by Slurm (preemption), perhaps before its first checkpoint
 fi
-driver_pid=
+"""
+    return f"""\
+chain_index=${{HERD_CHAIN_INDEX:-1}}
+max_jobs={job.max_jobs}
+{resume}driver_pid=
 forward() {{  # forward SIGNAL CODE: the driver checkpoints after its iteration and exits; without one, exit CODE
   if [ -n "$driver_pid" ] && kill -0 "$driver_pid" 2>/dev/null; then kill -"$1" "$driver_pid"; else exit "$2"; fi
 }}
@@ -177,7 +183,7 @@ if [ "$rc" = {EXIT_REQUEUE} ]; then
     if next=$(unset RAY_ADDRESS; sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" \\
         --export=ALL,HERD_CHAIN_INDEX=$((chain_index + 1)) {launch_dir}/job.sbatch); then
       echo "herd launch: submitted job ${{next%%;*}}, $((chain_index + 1)) of at most $max_jobs:" \\
-        "it resumes the trial once this job ends"
+        "it resumes the run once this job ends"
       rc=0
     else
       echo "herd launch: could not submit the next job; resume by hand with --resume" >&2
@@ -336,17 +342,19 @@ def pbs_script(job: BatchJob, launcher: str = "mpiexec", flavor: str = "pbs", la
     if job.max_jobs == 1:
         return "\n".join([*lines, launch]) + "\n"
     script = shlex.quote(str(job.launch_dir / "job.pbs"))
+    if any(arg in ("--resume", "--resume-if-any") for arg in job.driver):
+        resume = "resume=()  # the driver resumes by itself, in every job\n"
+    else:
+        resume = 'resume=()\n[ "$chain_index" -gt 1 ] && resume=(--resume)  # a later job of the chain: continue\n'
     chain = f"""\
 chain_index=${{HERD_CHAIN_INDEX:-1}}
-resume=()
-[ "$chain_index" -gt 1 ] && resume=(--resume)  # a later job of the chain: continue the trial
-{launch} ${{resume[@]+"${{resume[@]}}"}}
+{resume}{launch} ${{resume[@]+"${{resume[@]}}"}}
 rc=$?
 echo "herd launch: driver exited with $rc"
 if [ "$rc" = {EXIT_REQUEUE} ]; then
   if [ "$chain_index" -lt {job.max_jobs} ]; then
     if next=$(qsub -W depend=afterany:"$PBS_JOBID" -v HERD_CHAIN_INDEX=$((chain_index + 1)) {script}); then
-      echo "herd launch: submitted job $next, $((chain_index + 1)) of at most {job.max_jobs}: it resumes the trial"
+      echo "herd launch: submitted job $next, $((chain_index + 1)) of at most {job.max_jobs}: it resumes the run"
       rc=0
     else
       echo "herd launch: could not submit the next job; resume by hand with --resume" >&2

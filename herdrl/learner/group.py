@@ -53,12 +53,6 @@ class LocalLearnerGroup:
     num_restarts = 0
     num_updates_lost = 0
 
-    def checkpoint_written(self) -> None:
-        """Nothing to note: this learner cannot be lost without the driver."""
-
-    def end_iteration(self, iteration: int) -> None:
-        """Nothing to keep: this learner cannot be lost without the driver."""
-
     def __init__(self, config: AlgorithmConfig, learner_class: type[Learner], observation_space: gym.Space,
                  action_space: gym.Space) -> None:
         self.learner = learner_class(config, observation_space, action_space)
@@ -79,6 +73,12 @@ class LocalLearnerGroup:
     def apply(self, method: str, *args: Any) -> None:
         """The learner's ``method(*args)``, a change of its state outside updates (self-play snapshots)."""
         getattr(self.learner, method)(*args)
+
+    def checkpoint_written(self) -> None:
+        """Nothing to note: this learner cannot be lost without the driver."""
+
+    def end_iteration(self, iteration: int) -> None:
+        """Nothing to keep: this learner cannot be lost without the driver."""
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """The module's weights as numpy arrays."""
