@@ -535,7 +535,9 @@ def _tune(args: argparse.Namespace) -> int:
         why = analysis.stop_reason or "interrupted"
         print(f"herd tune: {why}: stopped with {plural(analysis.num_unfinished, 'trial')} unfinished, each from its "
               "newest checkpoint: continue with --resume", file=sys.stderr)
-        return EXIT_REQUEUE if analysis.stop_reason else EXIT_INTERRUPTED
+        if analysis.stop_signal == signal.SIGUSR1:
+            return EXIT_REQUEUE  # the walltime: the chain's next job resumes it
+        return 128 + analysis.stop_signal if analysis.stop_signal else EXIT_INTERRUPTED
     searched = [k for k, v in spec["config"].items() if isinstance(v, dict) and len(v) == 1
                 and next(iter(v)) in ("grid_search", "choice", "uniform", "loguniform")]
     if analysis.has_best:

@@ -224,6 +224,8 @@ class TuneAnalysis:
     mode: str
     #: Why the sweep stopped before its trials finished (the walltime, preemption), or None.
     stop_reason: str | None = None
+    #: The signal that stopped it: SIGUSR1 (the walltime, ``HERD_STOP_AT`` too) or SIGTERM (preemption), or None.
+    stop_signal: int | None = None
     #: Trials neither finished nor failed when the sweep stopped: ``resume=True`` continues them.
     num_unfinished: int = 0
 
@@ -412,7 +414,11 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
         stopper = tune_stop.CURRENT  # None for a sweep started before herdrl 0.4: Tune's own interrupt only
         if stopper is None:
             return TuneAnalysis(grid, metric, mode)
-        return TuneAnalysis(grid, metric, mode, stop_reason=stopper.reason, num_unfinished=len(stopper.unfinished))
+        unfinished = stopper.unfinished
+        if unfinished is None:  # stopped before Tune's first step: every trial is still to run
+            unfinished = list(range(len(grid))) if stopper.reason else []
+        return TuneAnalysis(grid, metric, mode, stop_reason=stopper.reason, stop_signal=stopper.signum,
+                            num_unfinished=len(unfinished))
     finally:
         _restore_signal_handlers(handlers)
         tune_log.setLevel(tune_log_level)

@@ -40,11 +40,14 @@ def main() -> None:
                 .training(train_batch_size=160, minibatch_size=80, num_epochs=1).learners(num_learners=2)
                 .fault_tolerance(learner_state_interval=3)
                 .resources(address=cluster.address, node_ip_address="127.0.0.2").debugging(seed=0).build())
-        weights_at = {}  # the driver's copy of the weights after each number of updates (read independently)
+        # The driver's copy of the weights after each iteration, counted here (not by herdrl): PPO makes one update
+        # per iteration, and the learner state is kept every 3 iterations.
+        weights_at, done = {}, [0]
 
         def train():
             row = algo.train()
-            weights_at[algo.learners._updates] = algo.get_weights()
+            done[0] += 1
+            weights_at[done[0]] = algo.get_weights()
             return row
 
         first = train()
@@ -87,7 +90,7 @@ def main() -> None:
 
         # 3. a learner dies
         pid = algo.learners.call("pid")[1]
-        updates_before = algo.learners._updates
+        iterations_before = done[0]
         update, restart, restored = algo.learners.update, algo.learners._restart, []
 
         def update_after_a_kill(*args):
@@ -101,7 +104,7 @@ def main() -> None:
 
         algo.learners.update, algo.learners._restart = update_after_a_kill, restart_and_read
         fourth = train()
-        kept = updates_before - updates_before % 3
+        kept = iterations_before - iterations_before % 3
         restored_ok = bool(restored) and all(np.array_equal(restored[0][k], weights_at[kept][k])
                                              for k in weights_at[kept])
         ranks = algo.learners.call("get_weights")
@@ -120,7 +123,7 @@ def main() -> None:
             "back_rows": [[r["num_healthy_env_runners"], r["num_env_runners_waiting"], r["num_env_steps_sampled"]]
                           for r in back], "back_seconds": back_seconds, "new_ips": new_ips,
             "learner_restarts": fourth["num_learner_restarts"], "updates_lost": fourth["num_learner_updates_lost"],
-            "expected_lost": updates_before % 3, "restored_ok": restored_ok, "pid": pid, "new_pids": new_pids,
+            "expected_lost": iterations_before % 3, "restored_ok": restored_ok, "pid": pid, "new_pids": new_pids,
             "fourth_steps": fourth["num_env_steps_sampled"]}), flush=True)
     finally:
         import ray

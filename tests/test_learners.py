@@ -118,6 +118,28 @@ def test_a_killed_learner_restarts_from_a_newer_checkpoint_and_past_the_budget_i
     resumed.stop()
 
 
+def test_an_error_in_one_rank_alone_is_one_line_not_a_restart():
+    """Rank 0's update raises while rank 1 waits for it in an all-reduce: rank 1 still answers that it is alive, so
+    the group stops with rank 0's error at once (no restart could cure it) instead of taking it for a lost learner."""
+    algo = (PPOConfig().environment("CartPole-v1").training(train_batch_size=256, minibatch_size=128)
+            .learners(num_learners=2).debugging(seed=0).build())
+    algo.train()
+
+    def break_update(actor):
+        import types
+
+        def update(self, *args, **kwargs):
+            raise ValueError("out of memory on this rank's GPU")
+
+        actor.learner.update = types.MethodType(update, actor.learner)
+
+    ray.get(algo.learners.actors[0].__ray_call__.remote(break_update))
+    with pytest.raises(LearnerFailure, match=r"learner 0 failed during its update \(.*out of memory on this rank"):
+        algo.train()
+    assert algo.learners.num_restarts == 0
+    algo.stop()
+
+
 def test_a2c_and_sac_split_their_updates_between_two_learners():
     """A2C: the 2-learner step equals the 1-learner step; SAC (three losses, noise drawn per rank, normalised
     batches): ranks stay identical and the run learns on."""

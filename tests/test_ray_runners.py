@@ -75,6 +75,11 @@ def test_without_keep_train_batch_size_a_lost_runners_fragment_is_not_sampled_by
     os.kill(algo.runners.call("pid")[0], signal.SIGKILL)
     during = algo.train()
     assert during["num_extra_fragments"] == 0 and 0 < during["num_env_steps_sampled"] <= 128  # one runner's
+    algo.runners.settle(60)
+    for pid in algo.runners.call("pid"):  # every runner at once: the iteration waits for a replacement's fragment
+        os.kill(pid, signal.SIGKILL)
+    after = algo.train()
+    assert after["num_env_steps_sampled"] > 0 and after["num_env_runner_restarts"] >= 3
     algo.stop()
 
 

@@ -322,3 +322,54 @@ def test_a_sweep_stopped_for_the_walltime_checkpoints_every_trial_and_resumes_co
     third = tune.run("PPO", config=config, resume=True, **options)  # a chain's next job after the sweep finished
     assert third.num_unfinished == 0 and all(len(rows(trial)) == 8 for trial in trials)
     assert [signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)] == handlers  # given back
+
+
+def test_the_walltime_stop_waits_for_each_running_trials_save_and_a_repeated_signal_changes_nothing(monkeypatch):
+    """The callback alone, driven as Tune drives it: after SIGTERM (Slurm sends it to every process of the job, and
+    the batch script forwards its own: twice) the sweep is interrupted only once every trial running then has saved
+    its last result, with no save in flight; a trial that ends without one is not waited for. HERD_STOP_AT in the
+    past stops at Tune's first step."""
+    import os
+    import signal
+    import time
+    from types import SimpleNamespace
+
+    from herdrl import tune_stop
+
+    interrupts = []
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        signal.signal(signal.SIGUSR1, lambda signum, frame: interrupts.append(signum))  # as Tune's interrupt
+        stopper = tune_stop.WalltimeStop()
+        stopper.setup()
+        a, b = SimpleNamespace(trial_id="a", status="RUNNING"), SimpleNamespace(trial_id="b", status="RUNNING")
+        stopper.on_step_end(0, [a, b])
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stopper.signum == signal.SIGTERM and "preempted" in stopper.reason
+        stopper.on_step_end(1, [a, b])
+        result = {"training_iteration": 4}
+        stopper.on_trial_result(2, [a, b], a, result)
+        assert result["should_checkpoint"] is True
+        stopper.on_checkpoint(2, [a, b], a, None)
+        stopper.on_trial_result(3, [a, b], a, {})  # a goes on: its next result is saved too
+        stopper.on_step_end(3, [a, b])
+        b.status = "TERMINATED"  # b finishes without a save: nothing to wait for
+        stopper.on_step_end(4, [a, b])
+        assert interrupts == []  # a's second save is in flight
+        stopper.on_checkpoint(5, [a, b], a, None)
+        stopper.on_step_end(5, [a, b])
+        stopper.on_step_end(6, [a, b])
+        assert interrupts == [signal.SIGUSR1] and stopper.unfinished == ["a"]
+
+        monkeypatch.setenv("HERD_STOP_AT", str(time.time() - 1))
+        signal.signal(signal.SIGUSR1, lambda signum, frame: interrupts.append(signum))  # Tune's, as each sweep sets
+        early = tune_stop.WalltimeStop()
+        early.setup()
+        assert early.unfinished is None  # no step yet
+        early.on_step_end(0, [])
+        assert early.signum == signal.SIGUSR1 and early.reason.startswith("HERD_STOP_AT")
+        assert interrupts == [signal.SIGUSR1] * 2
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

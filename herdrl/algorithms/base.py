@@ -171,6 +171,13 @@ class Algorithm:
                 sampled += extra
                 if len(sampled) >= want:
                     break
+        if not sampled:  # every runner in service failed in this call: wait (bounded) for a replacement, sample again
+            sampled = self.runners.sample(weights, exploration, self.iteration, count)
+            if not sampled:
+                from herdrl.rollout.group import RunnerFailure
+
+                raise RunnerFailure("no env runner delivered a fragment in this iteration, even after waiting for "
+                                    "their replacements: see the lines above for why")
         self.record(sampled)
         self._iter_sample_time += time.perf_counter() - start
         return sampled

@@ -220,11 +220,12 @@ class RayLearnerGroup:
 
     def _peer_died(self) -> bool:
         """Whether a learner or aggregator process is gone (an error in one rank's collective often means that its
-        peer died); asked of each for at most a few seconds."""
+        peer died); asked of each for at most a few seconds, in a thread of their own (``alive``), so a rank still
+        waiting in an all-reduce for a peer whose update failed answers too."""
         import ray
 
         actors = [*self.actors, *(a for mine in self.aggregators for a in mine)]
-        calls = [actor.__ray_ready__.remote() for actor in actors]
+        calls = [actor.alive.remote() for actor in actors]
         ready, pending = ray.wait(calls, num_returns=len(calls), timeout=10.0)
         if pending:
             return True
@@ -294,6 +295,9 @@ class RayLearnerGroup:
         that is dying, before Ray has noticed: its bundles move once it has). False when the state itself is lost,
         or every try failed (``failures`` says why)."""
         for attempt in range(RESTART_TRIES):
+            logger.warning("herdrl: restarting the learner group from %s (try %d of %d): waiting up to %g s for Ray "
+                           "to place %d learner(s)", source, attempt + 1, RESTART_TRIES, timeout,
+                           self.config.num_learners)
             try:
                 self._start_actors(timeout)
                 self._get([actor.call.remote("load_state", state) for actor in self.actors], "restore", timeout)

@@ -18,9 +18,16 @@ from herdrl.models.encoders import torch_device
 from herdrl.rollout.transport import AggregatedInput, FragmentInput, FragmentsLost, resolve, resolve_aggregated
 
 
-@ray.remote
+# A thread of its own for `alive`: it answers while an update runs or hangs (a rank waiting in an all-reduce for a peer
+# whose own update failed), so the group can tell a stuck learner from a dead one. Every other call stays one at a time.
+@ray.remote(concurrency_groups={"health": 1})
 class LearnerActor:
     """Rank ``rank`` of ``world_size`` learners: builds the algorithm's Learner once the process group is up."""
+
+    @ray.method(concurrency_group="health")
+    def alive(self) -> bool:
+        """True, even while another call runs: this process is up."""
+        return True
 
     def __init__(self, config: AlgorithmConfig, rank: int, world_size: int, env_modules: tuple[str, ...] = (),
                  env_creators: dict[str, Callable] | None = None, encoders: dict[str, Callable] | None = None) -> None:
@@ -99,11 +106,16 @@ class LearnerActor:
         return ray.get_runtime_context().get_node_id()
 
 
-@ray.remote
+@ray.remote(concurrency_groups={"health": 1})
 class FragmentAggregator:
     """Beside a learner, on its node: fetches a share of the learner's fragments from the runners' nodes and
     unpacks their frames, so the learner reads one object per aggregator from its own node's store and spends no
     time on fetches (``num_aggregator_actors_per_learner``)."""
+
+    @ray.method(concurrency_group="health")
+    def alive(self) -> bool:
+        """True, even while a gather runs: this process is up."""
+        return True
 
     def gather(self, refs: list[Any]) -> tuple[list[Any], list[int]]:
         """The fragments behind ``refs`` (frames unpacked) and the indices of those lost with their node."""
