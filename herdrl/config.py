@@ -42,9 +42,15 @@ class Field:
     choices: tuple | None = None
     allow_none: bool = False
     doc: str = ""
+    schedule: bool = False  # also takes a schedule (herdrl.schedules): [[env_step, value], ...] or a named decay
 
     def check(self, key: str, value: Any) -> Any:
         """Return ``value`` (ints widened to float where a float is expected) or raise ConfigError."""
+        if self.schedule and not isinstance(value, str) and value is not None:
+            from herdrl.schedules import check_schedule, is_schedule
+
+            if is_schedule(value):
+                return check_schedule(key, value, lambda v: dataclasses.replace(self, schedule=False).check(key, v))
         if value is None:
             if self.allow_none:
                 return None
@@ -80,7 +86,7 @@ class Field:
             text = f"{names} {'>' if self.low_open else '>='} {self.low:g}"
         else:
             text = names
-        return text + (" or None" if self.allow_none else "")
+        return text + (" or None" if self.allow_none else "") + (", or a schedule" if self.schedule else "")
 
 
 def shared_field(key: str, default: Any, base: type | None = None) -> Field:
@@ -218,7 +224,9 @@ class AlgorithmConfig:
             doc="iterations between copies of the learner state kept (in the object store) for a learner restart: "
                 "a restart loses at most their updates; 0: only the state at start or restore"),
         "framework": Field("torch", (str,), "framework", choices=("torch",)),
-        "lr": Field(5e-5, (float,), "training", low=0, low_open=True),
+        "lr": Field(5e-5, (float,), "training", low=0, schedule=True,
+                    doc="the learning rate of every optimizer; or a schedule over env steps sampled: "
+                        "[[step, lr], ...] or {schedule: linear|cosine, start, end, steps}"),
         "gamma": Field(0.99, (float,), "training", low=0, high=1),
         "train_batch_size": Field(4000, (int,), "training", low=1),
         "grad_clip": Field(None, (float,), "training", low=0, low_open=True, allow_none=True),
@@ -299,7 +307,7 @@ class AlgorithmConfig:
     @classmethod
     def canonical_key(cls, key: str) -> str:
         """Map an alias to its key; raise ConfigError naming the nearest key for unknown ones."""
-        key = cls.aliases().get(key, key)
+        key = cls.aliases().get(key, cls.SCHEDULE_ALIASES.get(key, key))
         if key not in cls.fields():
             known = list(cls.fields()) + list(cls.aliases())
             hint = did_you_mean(key, known)
@@ -315,6 +323,8 @@ class AlgorithmConfig:
         raise AttributeError(f"{type(self).__name__} has no attribute '{name}'")
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.SCHEDULE_ALIASES and value is None:
+            return  # RLlib's "no schedule"
         key = self.canonical_key(name)
         self._explicit.add(key)
         self._values[key] = value
@@ -323,8 +333,16 @@ class AlgorithmConfig:
         """Whether the user set ``key``, rather than leaving it to a default."""
         return key in self._explicit
 
+    #: RLlib's older schedule keys -> the key they schedule (``lr_schedule=[[0, 1e-3], ...]`` sets ``lr``; None:
+    #: no schedule, as RLlib's default).
+    SCHEDULE_ALIASES: dict[str, str] = {"lr_schedule": "lr", "entropy_coeff_schedule": "entropy_coeff"}
+
     def _set(self, group: str | None, kwargs: Mapping[str, Any]) -> AlgorithmConfig:
         fields = self.fields()
+        scheduled = {self.SCHEDULE_ALIASES[k]: v for k, v in kwargs.items() if k in self.SCHEDULE_ALIASES}
+        kwargs = {k: v for k, v in kwargs.items() if k not in self.SCHEDULE_ALIASES}
+        # A schedule wins over the plain value beside it (RLlib: lr_schedule overrides lr), whatever their order.
+        kwargs.update({key: value for key, value in scheduled.items() if value is not None})
         for name, value in kwargs.items():
             key = self.canonical_key(name)
             if group is not None and fields[key].group != group:
@@ -488,6 +506,7 @@ class AlgorithmConfig:
             self._values[key] = f.check(key, value)
         if self.env is None:
             raise ConfigError("no env set: use .environment('CartPole-v1') or --env ID")
+        self.schedules()  # a named decay without steps: one line
         self._validate_model(self.model)
         if self.is_multi_agent:
             from herdrl.multi_agent import DEFAULT_POLICY, validate_multi_agent
@@ -581,6 +600,22 @@ class AlgorithmConfig:
 
     def validate_algorithm(self) -> None:
         """Cross-key rules of one algorithm; subclasses override."""
+
+    def decay_over(self, steps: int) -> AlgorithmConfig:
+        """Give every named schedule (``{schedule: linear, start, end}``) without ``steps`` this many env steps (the
+        run's ``--stop-timesteps``)."""
+        from herdrl.schedules import with_steps
+
+        for key, f in self.fields().items():
+            if f.schedule:
+                self._values[key] = with_steps(self._values[key], steps)
+        return self
+
+    def schedules(self) -> dict[str, Any]:
+        """Each key that takes a schedule -> its :class:`~herdrl.schedules.Schedule` (constant ones included)."""
+        from herdrl.schedules import schedule_of
+
+        return {key: schedule_of(key, self._values[key]) for key, f in self.fields().items() if f.schedule}
 
     # --------------------------------------------------------------- derived
     @property

@@ -209,7 +209,6 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     """
     from herdrl.checkpoint import prune
 
-    config.validate()
     stop_at = _stop_at()
     metric = config.stop_metric  # off-policy: greedy evaluation returns
     if checkpoint_every is not None and checkpoint_every < 1:
@@ -220,12 +219,15 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         raise ConfigError(f"keep_checkpoints_num got {keep_checkpoints_num!r}; expected an int >= 1 (the newest "
                           "checkpoint is always kept)")
     criteria = normalize_stop(stop)
-    threshold = env_reward_threshold(config.env) if not callable(config.env) else None
     default_stop = not criteria
     if default_stop:
-        if threshold is not None:
-            criteria[metric] = threshold
         criteria["num_env_steps_sampled_lifetime"] = budget or DEFAULT_STEP_BUDGET
+    if "num_env_steps_sampled_lifetime" in criteria:  # named schedules without steps: over the run's step budget
+        config.decay_over(int(criteria["num_env_steps_sampled_lifetime"]))
+    config.validate()
+    threshold = env_reward_threshold(config.env) if not callable(config.env) else None
+    if default_stop and threshold is not None:
+        criteria = {metric: threshold, **criteria}
     experiment = name or re.sub(r"[^A-Za-z0-9_.-]+", "_", str(config.env))
     console = None if quiet else ConsoleReporter(target=criteria.get(metric), metric=metric)
     if console and (config.num_env_runners > 0 or config.num_learners > 0):

@@ -46,7 +46,8 @@ def test_quiet_prints_only_the_summary_and_names_are_settable(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["train", "ppo", "--env", "CartPol-v1"], "unknown env 'CartPol-v1' (did you mean 'CartPole-v1'?)"),
     (["train", "pop", "--env", "CartPole-v1"], "unknown algorithm 'pop' (did you mean 'PPO'?); known: PPO"),
-    (["train", "ppo", "--env", "CartPole-v1", "--config", "lr=-1"], "config key 'lr' got -1.0; expected float > 0"),
+    (["train", "ppo", "--env", "CartPole-v1", "--config", "lr=-1"],
+     "config key 'lr' got -1.0; expected float >= 0, or a schedule"),
     (["train", "ppo", "--env", "CartPole-v1", "--config", "lrr=1"], "unknown config key 'lrr' for PPO"),
     (["train", "dqn", "--env", "Pendulum-v1"], "DQN needs Discrete actions; this env has Box("),
     (["train", "ppo"], "no env set"),
@@ -121,7 +122,7 @@ def test_experiment_file_errors(tmp_path, capsys):
 
 
 def test_shipped_examples_parse():
-    from herdrl.experiment import has_search_space, load_experiment_file
+    from herdrl.experiment import has_search_space, load_experiment_file, normalize_stop
     from herdrl.registry import get_config_class
     from herdrl.tune import _check_keys, search_space
 
@@ -133,8 +134,12 @@ def test_shipped_examples_parse():
         if has_search_space(spec["config"]) or "num_samples" in spec:
             _check_keys(config_class, spec["config"])
             search_space(spec["config"])
-        else:
-            config_class.from_dict(spec["config"]).environment(spec["env"]).validate()
+        else:  # as `herd train -f` builds it: named schedules decay over the stop's env steps
+            config = config_class.from_dict(spec["config"]).environment(spec["env"])
+            steps = normalize_stop(spec["stop"]).get("num_env_steps_sampled_lifetime")
+            if steps:
+                config.decay_over(int(steps))
+            config.validate()
 
 
 def test_seed_trainer_flags(tmp_path):

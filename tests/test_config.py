@@ -54,7 +54,7 @@ def test_key_given_to_the_wrong_builder_method_names_the_right_one():
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("lr", -1e-3, r"'lr' got -0.001; expected float > 0"),
+    ("lr", -1e-3, r"'lr' got -0.001; expected float >= 0, or a schedule"),
     ("lr", "fast", r"'lr' got str 'fast'; expected float"),
     ("gamma", 1.5, r"'gamma' got 1.5; expected float in \[0, 1\]"),
     ("num_epochs", 0, r"'num_epochs' got 0; expected int >= 1"),

@@ -37,7 +37,7 @@ class A2CConfig(AlgorithmConfig):
         "lambda_": Field(1.0, (float,), "training", low=0, high=1, doc="GAE lambda (1: n-step returns)"),
         "vf_loss_coeff": Field(0.25, (float,), "training", low=0,
                                doc="weight of the value loss, the mean squared error (SB3's vf_coef formula)"),
-        "entropy_coeff": Field(0.0, (float,), "training", low=0),
+        "entropy_coeff": Field(0.0, (float,), "training", low=0, schedule=True),
         "rmsprop_alpha": Field(0.99, (float,), "training", low=0, high=1),
         "rmsprop_eps": Field(1e-5, (float,), "training", low=0, low_open=True),
         "normalize_advantages": Field(False, (bool,), "training"),
@@ -71,7 +71,8 @@ class A2CLearner(Learner):
     def setup(self) -> None:
         """RMSprop over the actor-critic's parameters."""
         cfg = self.config
-        self.optimizer = RMSprop(self.module.parameters(), lr=cfg.lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps)
+        self.optimizer = RMSprop(self.module.parameters(), lr=self.hp["lr"], alpha=cfg.rmsprop_alpha,
+                                 eps=cfg.rmsprop_eps)
 
     def update(self, fragments: list[Fragment]) -> dict[str, float]:
         """One gradient step on the batch the fragments make."""
@@ -92,7 +93,7 @@ class A2CLearner(Learner):
         policy_loss = -(logp * batch["advantages"]).mean()
         vf_loss = (values - batch["returns"]).pow(2).mean()
         entropy_mean = entropy.mean()
-        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy_mean
+        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - self.hp["entropy_coeff"] * entropy_mean
         return loss, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),
                       "entropy": entropy_mean.detach()}
 

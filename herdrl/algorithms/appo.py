@@ -89,7 +89,7 @@ class APPOLearner(IMPALALearner):
         vf_loss = 0.5 * (values - batch["vs"]).pow(2).mean()
         entropy_mean = entropy.mean()
         kl = self.module.kl(batch["old_dist_inputs"], dist_inputs).mean()
-        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy_mean
+        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - self.hp["entropy_coeff"] * entropy_mean
         if cfg.use_kl_loss:
             loss = loss + cfg.kl_coeff * kl
         return loss, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),

@@ -98,6 +98,10 @@ class Algorithm:
             self.runners.stop()
             raise
         self.learner: Learner | None = self.learners.learner  # in the driver: the learner; None with actors
+        # Scheduled hyperparameters (lr, entropy_coeff, epsilon: herdrl.schedules) follow env steps sampled, this
+        # iteration's included; a resumed run continues from its restored count.
+        self.schedules = config.schedules()
+        self.learners.step_source = lambda: self.env_steps_lifetime + self._iter_steps
         if hasattr(self.learners, "checkpoint_state"):  # learner actors: a restart's last resort
             self.learners.checkpoint_state = self._checkpoint_learner_state
         self.module = self.learners.module
@@ -297,6 +301,8 @@ class Algorithm:
             "num_learner_updates_lost": self.learners.num_updates_lost,
             **({"fragment_bytes_per_env_step": self._iter_fragment_bytes / self._iter_steps}
                if self._iter_fragment_bytes and self._iter_steps else {}),
+            # The scheduled hyperparameters as the last update took them (DQN's epsilon: its own, per round).
+            **{key: schedule(self.env_steps_lifetime) for key, schedule in self.schedules.items() if key != "epsilon"},
             **learner_metrics,
             **self._multi_agent_metrics(),
             **scores,

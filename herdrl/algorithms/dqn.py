@@ -34,20 +34,10 @@ class DQNConfig(OffPolicyConfig):
         "tau": Field(1.0, (float,), "training", low=0, low_open=True, high=1, doc="1: hard copy; <1: Polyak"),
         "double_q": Field(True, (bool,), "training"),
         "dueling": Field(False, (bool,), "training"),
-        "epsilon": Field([[0, 1.0], [8000, 0.04]], (list,), "training",
-                         doc="[[env_step, epsilon], ...] piecewise linear"),
+        "epsilon": Field([[0, 1.0], [8000, 0.04]], (float,), "training", low=0, high=1, schedule=True,
+                         doc="exploration: [[env_step, epsilon], ...] piecewise linear (a schedule), or a constant"),
     }
     ALIASES = {"target_update_freq": "target_network_update_freq"}
-
-    def validate_algorithm(self) -> None:
-        """Replay settings and the epsilon schedule (Discrete actions are checked at build)."""
-        super().validate_algorithm()
-        points = self.epsilon
-        if not points or not all(isinstance(p, (list, tuple)) and len(p) == 2 and 0 <= p[1] <= 1 for p in points):
-            raise ConfigError(f"config key 'epsilon' got {points!r}; expected [[env_step, epsilon in [0, 1]], ...]")
-        steps = [p[0] for p in points]  # np.interp needs them increasing
-        if steps[0] < 0 or any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
-            raise ConfigError(f"config key 'epsilon' got env steps {steps}; they must start at >= 0 and increase")
 
     def build_policy_module(self, observation_space: object, action_space: object) -> nn.Module:
         """A Q-network (dueling if asked)."""
@@ -82,7 +72,7 @@ class DQNLearner(OffPolicyLearner):
     def setup(self) -> None:
         """Target network and optimizer."""
         super().setup()
-        self.optimizer = Adam(self.module.parameters(), lr=self.config.lr)
+        self.optimizer = Adam(self.module.parameters(), lr=self.hp["lr"])
         self._since_target_update = 0
 
     def replay_step(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:
@@ -133,8 +123,7 @@ class DQN(OffPolicyAlgorithm):
 
     def exploration(self, env_steps: int) -> dict[str, float]:
         """The epsilon schedule at ``env_steps``."""
-        xs, ys = zip(*self.config.epsilon, strict=True)
-        return {"epsilon": float(np.interp(env_steps, xs, ys))}
+        return {"epsilon": self.schedules["epsilon"](env_steps)}
 
 
 @torch.no_grad()

@@ -54,7 +54,7 @@ class IMPALAConfig(AlgorithmConfig):
         "vtrace_clip_pg_rho_threshold": Field(1.0, (float,), "training", low=0, low_open=True,
                                               doc="clip of the importance weights in the policy gradient"),
         "vf_loss_coeff": Field(0.5, (float,), "training", low=0, doc="weight of the value loss, 0.5 * MSE"),
-        "entropy_coeff": Field(0.01, (float,), "training", low=0),
+        "entropy_coeff": Field(0.01, (float,), "training", low=0, schedule=True),
         "broadcast_interval": Field(1, (int,), "training", low=1, doc="learner updates between weight broadcasts"),
         "max_requests_in_flight_per_env_runner": Field(2, (int,), "training", low=1,
                                                        doc="sample calls each Ray runner holds at once"),
@@ -157,7 +157,7 @@ class IMPALALearner(Learner):
 
     def setup(self) -> None:
         """Adam over the actor-critic (RLlib's IMPALA default optimizer)."""
-        self.optimizer = Adam(self.module.parameters(), lr=self.config.lr)
+        self.optimizer = Adam(self.module.parameters(), lr=self.hp["lr"])
 
     def update(self, fragments: list[Fragment], passes: int = 1, seed: int = 0) -> dict[str, float]:
         """``passes`` passes over the train batch these fragments make (V-trace prepared per pass, or once:
@@ -200,7 +200,7 @@ class IMPALALearner(Learner):
         policy_loss = -(logp * batch["advantages"]).mean()
         vf_loss = 0.5 * (values - batch["vs"]).pow(2).mean()
         entropy_mean = entropy.mean()
-        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy_mean
+        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - self.hp["entropy_coeff"] * entropy_mean
         return loss, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),
                       "entropy": entropy_mean.detach()}
 

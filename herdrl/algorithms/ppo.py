@@ -43,7 +43,7 @@ class PPOConfig(AlgorithmConfig):
                                doc="clip value predictions to old value +- this (off when None)"),
         "vf_loss_coeff": Field(0.25, (float,), "training", low=0,
                                doc="weight of the value loss, the mean squared error (RLlib's formula)"),
-        "entropy_coeff": Field(0.0, (float,), "training", low=0),
+        "entropy_coeff": Field(0.0, (float,), "training", low=0, schedule=True),
         "normalize_advantages": Field(True, (bool,), "training"),
     }
     ALIASES = {"sgd_minibatch_size": "minibatch_size", "num_sgd_iter": "num_epochs", "lambda": "lambda_"}
@@ -78,7 +78,7 @@ class PPOLearner(Learner):
 
     def setup(self) -> None:
         """Adam over the actor-critic's parameters."""
-        self.optimizer = Adam(self.module.parameters(), lr=self.config.lr, eps=1e-5)
+        self.optimizer = Adam(self.module.parameters(), lr=self.hp["lr"], eps=1e-5)
 
     def update(self, fragments: list[Fragment], seed: int) -> dict[str, float]:
         """``num_epochs`` passes of minibatch steps over the batch the fragments make (``seed``: the minibatch
@@ -115,7 +115,7 @@ class PPOLearner(Learner):
         policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - cfg.clip_param, 1 + cfg.clip_param) * adv).mean()
         vf_loss = self._value_loss(values, batch["old_values"], batch["returns"])
         entropy_mean = entropy.mean()
-        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - cfg.entropy_coeff * entropy_mean
+        loss = policy_loss + cfg.vf_loss_coeff * vf_loss - self.hp["entropy_coeff"] * entropy_mean
         with torch.no_grad():
             stats = {"policy_loss": policy_loss, "vf_loss": vf_loss, "entropy": entropy_mean,
                      "kl": ((ratio - 1) - log_ratio).mean(),

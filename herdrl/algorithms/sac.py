@@ -83,9 +83,9 @@ class SACLearner(OffPolicyLearner):
         self.target_entropy = -float(self.module.action_dim) if cfg.target_entropy == "auto" else float(
             cfg.target_entropy)
         self.critics = self.module.critic_parameters()  # looked up once: the update runs every env step
-        self.critic_optimizer = Adam(self.critics, lr=cfg.lr)
-        self.actor_optimizer = Adam(self.module.actor_parameters(), lr=cfg.lr)
-        self.alpha_optimizer = Adam([self.log_alpha], lr=cfg.lr)
+        self.critic_optimizer = Adam(self.critics, lr=self.hp["lr"])
+        self.actor_optimizer = Adam(self.module.actor_parameters(), lr=self.hp["lr"])
+        self.alpha_optimizer = Adam([self.log_alpha], lr=self.hp["lr"])
 
     def replay_step(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:
         """A step of each of the three losses on the batch (this learner's rows of it, with N learners), then a

@@ -160,8 +160,8 @@ class TD3Learner(OffPolicyLearner):
         """Targets, an Adam each for the critics and the actor, and the step counter of the delay."""
         super().setup()
         self.critics = self.module.critic_parameters()
-        self.critic_optimizer = Adam(self.critics, lr=self.config.lr)
-        self.actor_optimizer = Adam(self.module.actor_parameters(), lr=self.config.lr)
+        self.critic_optimizer = Adam(self.critics, lr=self.hp["lr"])
+        self.actor_optimizer = Adam(self.module.actor_parameters(), lr=self.hp["lr"])
         self.critic_steps = 0
 
     def replay_step(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:

@@ -118,7 +118,7 @@ class TRPOLearner(Learner):
 
     def setup(self) -> None:
         """Adam for the value function only."""
-        self.optimizer = Adam(self.module.value_parameters(), lr=self.config.lr)
+        self.optimizer = Adam(self.module.value_parameters(), lr=self.hp["lr"])
 
     def update(self, fragments: list[Fragment], seed: int) -> dict[str, float]:
         """One natural-gradient policy step and one value fit on the batch the fragments make."""

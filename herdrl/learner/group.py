@@ -52,6 +52,9 @@ class LocalLearnerGroup:
 
     num_restarts = 0
     num_updates_lost = 0
+    #: Gives the env-step count an update's scheduled hyperparameters are taken at (set by the algorithm: env steps
+    #: sampled so far, this iteration's included); None: they stay as they are.
+    step_source: Callable[[], int] | None = None
 
     def __init__(self, config: AlgorithmConfig, learner_class: type[Learner], observation_space: gym.Space,
                  action_space: gym.Space) -> None:
@@ -68,7 +71,7 @@ class LocalLearnerGroup:
                 args[i], lost = resolve(arg)
                 if lost:
                     return FragmentsLost(lost)
-        return self.learner.update(*args)
+        return self.learner.update_at(self.step_source() if self.step_source else None, *args)
 
     def apply(self, method: str, *args: Any) -> None:
         """The learner's ``method(*args)``, a change of its state outside updates (self-play snapshots)."""
@@ -101,6 +104,10 @@ class LocalLearnerGroup:
 
 class RayLearnerGroup:
     """``num_learners`` data-parallel learner actors and a CPU copy of the module in the driver."""
+
+    #: Gives the env-step count an update's scheduled hyperparameters are taken at (set by the algorithm: env steps
+    #: sampled so far, this iteration's included); None: they stay as they are.
+    step_source: Callable[[], int] | None = None
 
     def __init__(self, config: AlgorithmConfig, learner_class: type[Learner], observation_space: gym.Space,
                  action_space: gym.Space, init_seed: int) -> None:
@@ -345,7 +352,9 @@ class RayLearnerGroup:
         # Data goes into the object store once for all learners; small arguments (a seed, a count) go by value, and
         # a list of references as it is (Ray keeps the objects alive for the learners that borrow them).
         refs = [a if isinstance(a, (int, float)) or _all_refs(a) else ray.put(a) for a in args]
-        results = self._call("update", lambda: [actor.call.remote("update", *self._aggregated(refs, rank))
+        # Every rank takes the scheduled hyperparameters (lr, ...) at the same env-step count: they agree.
+        step = self.step_source() if self.step_source else None
+        results = self._call("update", lambda: [actor.call.remote("update_at", step, *self._aggregated(refs, rank))
                                                 for rank, actor in enumerate(self.actors)])
         if isinstance(results[0], FragmentsLost):
             return results[0]  # (the learners agreed on it: none updated)

@@ -53,6 +53,9 @@ class Learner:
         self._sum_seconds = 0.0  # time spent summing gradients across learners (all-reduce), see sum_seconds
         self._real_steps: tuple[torch.Tensor, np.ndarray] | None = None  # see _share
         self.module: nn.Module = config.build_module(observation_space, action_space).to(self.device)
+        self.schedules = config.schedules()
+        #: The scheduled hyperparameters' current values (``lr``, ``entropy_coeff``, ...): see :meth:`at_step`.
+        self.hp: dict[str, float] = {key: schedule(0) for key, schedule in self.schedules.items()}
         self.setup()
 
     # ------------------------------------------------------------------ for subclasses
@@ -62,6 +65,19 @@ class Learner:
     def update(self, *args: Any, **kwargs: Any) -> Any:
         """Learn from one batch; return metrics (a dict of floats)."""
         raise NotImplementedError
+
+    def at_step(self, step: int) -> None:
+        """Set the scheduled hyperparameters to their values at env step ``step`` (every optimizer's ``lr``)."""
+        self.hp = {key: schedule(step) for key, schedule in self.schedules.items()}
+        if "lr" in self.hp:
+            for name in self.optimizer_names:
+                getattr(self, name).lr = self.hp["lr"]
+
+    def update_at(self, step: int | None, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`update` with the hyperparameters of env step ``step`` (None: as they are)."""
+        if step is not None:
+            self.at_step(step)
+        return self.update(*args, **kwargs)
 
     def extra_state(self) -> dict[str, Any]:
         """Tensors and numbers besides the module and optimizers (target networks, counters)."""

@@ -38,6 +38,14 @@ class MultiAgentLearner(Learner):
             for pid in sorted(observation_space)}
         self.module = MultiAgentModule({pid: learner.module for pid, learner in self.learners.items()})
         self.trained = trained_policies(config)
+        self.schedules = config.schedules()
+        self.hp = {key: schedule(0) for key, schedule in self.schedules.items()}
+
+    def at_step(self, step: int) -> None:
+        """Every policy's learner at env step ``step`` (one count for all policies)."""
+        for learner in self.learners.values():
+            learner.at_step(step)
+        self.hp = {key: schedule(step) for key, schedule in self.schedules.items()}
 
     def update(self, fragments: list[Any], *args: Any) -> dict[str, float]:
         """Each trained policy's update on its fragments, in sorted order; metrics ``<policy id>/<name>``.

@@ -1,0 +1,134 @@
+"""Schedules (lr, entropy_coeff, epsilon over env steps sampled): the values, the optimizer's real steps, resume,
+data-parallel learners, YAML decays over --stop-timesteps, and RLlib's older keys."""
+
+import json
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from herdrl import Algorithm, ConfigError, DQNConfig, PPOConfig
+from herdrl.algorithms.ppo import PPOLearner
+from herdrl.cli import main
+from herdrl.schedules import schedule_of
+
+
+def test_schedule_values_match_the_formulas():
+    piecewise = schedule_of("lr", [[0, 1.0], [100, 0.5], [300, 0.0]])
+    assert [piecewise(t) for t in (0, 50, 100, 200, 300, 1000)] == [1.0, 0.75, 0.5, 0.25, 0.0, 0.0]
+    late_start = schedule_of("lr", [[100, 2.0], [200, 1.0]])
+    assert late_start(0) == 2.0 and late_start(150) == 1.5  # the first value before the first point (RLlib)
+    cosine = schedule_of("lr", {"schedule": "cosine", "start": 1.0, "end": 0.2, "steps": 1000})
+    for t in (0, 250, 500, 999, 5000):
+        want = 0.2 + 0.8 * 0.5 * (1 + math.cos(math.pi * min(t, 1000) / 1000))
+        assert cosine(t) == pytest.approx(want, abs=1e-12)
+    linear = schedule_of("lr", {"schedule": "linear", "start": 3e-4, "end": 0.0, "steps": 1000})
+    assert linear(250) == pytest.approx(2.25e-4) and linear(2000) == 0.0
+    assert schedule_of("lr", 5e-4)(10**9) == 5e-4
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("lr", [[100, 1e-3], [0, 0.0]], r"'lr' got env steps \[100, 0\]; they must start at >= 0 and increase"),
+    ("lr", [[0, -1e-3]], r"'lr' got -0.001; expected float >= 0"),
+    ("lr", {"schedule": "step", "start": 1, "end": 0}, r"a named schedule is \{schedule: linear\|cosine"),
+    ("lr", [[0]], r"a schedule is \[\[env_step, value\], ...\]"),
+    ("lr", {"schedule": "linear", "start": 1e-3, "end": 0.0}, r"a 'linear' schedule needs steps:"),
+    ("entropy_coeff", {"schedule": "linear", "start": 0.01, "end": 0.0, "steps": -5}, r"steps got -5"),
+])
+def test_bad_schedules_are_one_line(key, value, message):
+    with pytest.raises(ConfigError, match=message):
+        PPOConfig().environment("CartPole-v1").training(**{key: value}).validate()
+
+
+def test_rllibs_older_schedule_keys_win_over_the_plain_value_in_any_order():
+    points = [[0, 1e-3], [1000, 0.0]]
+    for kwargs in ({"lr": 5e-4, "lr_schedule": points}, {"lr_schedule": points, "lr": 5e-4}):
+        config = PPOConfig().environment("CartPole-v1").training(**kwargs)
+        config.validate()
+        assert config.lr == points
+    config = PPOConfig.from_dict({"env": "CartPole-v1", "lr": 5e-4, "lr_schedule": None,
+                                  "entropy_coeff_schedule": [[0, 0.01], [100, 0.0]]})
+    config.validate()
+    assert config.lr == 5e-4 and config.entropy_coeff == [[0, 0.01], [100, 0.0]]
+    DQNConfig().environment("CartPole-v1").training(epsilon=0.05).validate()  # a constant epsilon too
+
+
+def test_the_optimizer_steps_by_the_scheduled_lr_down_to_zero():
+    """Adam's first step on a gradient of ones moves every weight by lr (its normalised step is 1): the move is the
+    schedule's value at the step given, read from the weights themselves; at lr 0 nothing moves."""
+    config = PPOConfig().environment("CartPole-v1").training(lr=[[0, 1e-2], [1000, 0.0]])
+    config.validate()
+    space, actions = gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2)
+
+    def moved(step):
+        learner = PPOLearner(config, space, actions)
+        learner.at_step(step)
+        before = [p.detach().clone() for p in learner.module.parameters()]
+
+        def loss(batch):
+            return sum(p.sum() for p in learner.module.parameters()), {}
+
+        learner.gradient_step(learner.optimizer, loss, {"actions": torch.zeros(1)})
+        after = list(learner.module.parameters())
+        return max(float((b - p.detach()).abs().max()) for b, p in zip(before, after, strict=True))
+
+    assert moved(0) == pytest.approx(1e-2, rel=1e-5)
+    assert moved(250) == pytest.approx(7.5e-3, rel=1e-5)
+    assert moved(1000) == 0.0 and moved(5000) == 0.0
+
+
+def test_training_follows_the_schedule_and_a_resumed_run_continues_it(tmp_path):
+    """lr falls linearly to 0 at 1,000 env steps, entropy_coeff along its own points: each row's values are the
+    formulas at its env-step count, the weights stop changing once lr is 0, and a run restored from a checkpoint
+    at 512 steps takes up the schedule there (not at 0) — in the optimizer itself."""
+    config = (PPOConfig().environment("CartPole-v1")
+              .training(train_batch_size=256, minibatch_size=128, num_epochs=1, lr=[[0, 1e-3], [1000, 0.0]],
+                        entropy_coeff=[[0, 0.02], [512, 0.0]]).debugging(seed=0))
+    algo = config.build()
+    rows = [algo.train() for _ in range(2)]
+    for row in rows:
+        steps = row["num_env_steps_sampled_lifetime"]
+        assert row["lr"] == pytest.approx(1e-3 * max(0.0, 1 - steps / 1000))
+        assert row["entropy_coeff"] == pytest.approx(0.02 * max(0.0, 1 - steps / 512))
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    resumed = Algorithm.from_checkpoint(path)
+    assert resumed.env_steps_lifetime == rows[-1]["num_env_steps_sampled_lifetime"]
+    row = resumed.train()
+    steps = row["num_env_steps_sampled_lifetime"]
+    assert resumed.learner.optimizer.lr == pytest.approx(1e-3 * (1 - steps / 1000)) and steps > 600
+    while row["num_env_steps_sampled_lifetime"] < 1000:
+        row = resumed.train()
+    before = resumed.get_weights()
+    resumed.train()  # lr 0 from here: nothing moves
+    after = resumed.get_weights()
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    resumed.stop()
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_data_parallel_learners_take_the_same_scheduled_lr():
+    import ray
+
+    algo = (PPOConfig().environment("CartPole-v1").training(train_batch_size=256, minibatch_size=128, num_epochs=1,
+                                                            lr=[[0, 1e-3], [1024, 0.0]])
+            .learners(num_learners=2).debugging(seed=0).build())
+    steps = algo.train()["num_env_steps_sampled_lifetime"]
+    rates = ray.get([actor.__ray_call__.remote(lambda self: self.learner.optimizer.lr)
+                     for actor in algo.learners.actors])
+    algo.stop()
+    assert rates[0] == rates[1] == pytest.approx(1e-3 * (1 - steps / 1024))
+
+
+def test_a_yaml_decay_without_steps_runs_over_the_stop_timesteps(tmp_path):
+    spec = tmp_path / "annealed.yaml"
+    spec.write_text("algorithm: PPO\nenv: CartPole-v1\nstop: {timesteps_total: 1024}\nconfig:\n"
+                    "  train_batch_size: 256\n  minibatch_size: 128\n  num_epochs: 1\n"
+                    "  lr: {schedule: linear, start: 1.0e-3, end: 0}\n")
+    assert main(["train", "-f", str(spec), "--output", str(tmp_path / "out"), "--quiet", "--no-tensorboard"]) == 0
+    rows = [json.loads(line) for line in next((tmp_path / "out").glob("*/*/result.json")).read_text().splitlines()]
+    assert len(rows) >= 4
+    for row in rows:
+        assert row["lr"] == pytest.approx(1e-3 * max(0.0, 1 - row["num_env_steps_sampled_lifetime"] / 1024))
