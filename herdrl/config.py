@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -87,6 +88,16 @@ class Field:
         else:
             text = names
         return text + (" or None" if self.allow_none else "") + (", or a schedule" if self.schedule else "")
+
+
+def _note(call: str, why: str) -> None:
+    """One warning line per call site kind: an RLlib setting accepted that changes nothing (or less) here."""
+    if call not in _NOTED:
+        _NOTED.add(call)
+        logging.getLogger("herdrl").warning("herdrl: %s has no effect: %s", call, why)
+
+
+_NOTED: set[str] = set()
 
 
 def shared_field(key: str, default: Any, base: type | None = None) -> Field:
@@ -438,6 +449,72 @@ class AlgorithmConfig:
         ``random_opponent_interval`` and ``random_opponent_games`` (turn-based zero-sum games: a score against
         random legal moves)."""
         return self._set("multi_agent", kwargs)
+
+    # ------------------------------------------- RLlib calls with little or nothing to set here
+    def api_stack(self, **kwargs: Any) -> AlgorithmConfig:
+        """RLlib's switch between its old and new API stacks: herdrl has one; accepted, with a note."""
+        _note(".api_stack(...)", "herdrl has one API stack (EnvRunner / Learner / module, as RLlib's new one)")
+        return self
+
+    def reporting(self, **kwargs: Any) -> AlgorithmConfig:
+        """RLlib's reporting settings: one iteration is one sampling round and one update here, and episode metrics
+        are means over the last 100 episodes; accepted, with a note naming what has no effect."""
+        if kwargs:
+            _note(f".reporting({', '.join(sorted(kwargs))})", "an iteration here is one round of sampling and "
+                  "learning; episode metrics are over the last 100 episodes")
+        return self
+
+    def checkpointing(self, **kwargs: Any) -> AlgorithmConfig:
+        """RLlib's checkpoint options: herdrl checkpoints are always its own pickle-free format (``herd export``
+        writes torch.export / ONNX files); accepted, with a note."""
+        if kwargs:
+            _note(f".checkpointing({', '.join(sorted(kwargs))})", "checkpoints are herdrl's own format; export "
+                  "models with `herd export`")
+        return self
+
+    def exploration(self, *, explore: bool | None = None, exploration_config: Mapping[str, Any] | None = None,
+                    **kwargs: Any) -> AlgorithmConfig:
+        """RLlib's exploration settings. ``exploration_config={"type": "EpsilonGreedy", "initial_epsilon": 1.0,
+        "final_epsilon": 0.02, "epsilon_timesteps": 10000}`` becomes DQN's ``epsilon`` schedule; a stochastic
+        policy's sampling (``StochasticSampling``) is what herdrl does anyway; ``explore=False`` while training is
+        refused (training samples explore; evaluation is greedy unless ``evaluation_config={"explore": True}``)."""
+        if explore is False:
+            raise ConfigError(".exploration(explore=False): training samples always explore here; evaluation is "
+                              "greedy by default (evaluation_config explore)")
+        config = dict(exploration_config or {})
+        default = "EpsilonGreedy" if "epsilon" in self.fields() else "StochasticSampling"  # RLlib's defaults
+        kind = str(config.pop("type", default)).rsplit(".", 1)[-1]
+        if kind == "EpsilonGreedy" and "epsilon" in self.fields():
+            start, end = config.pop("initial_epsilon", 1.0), config.pop("final_epsilon", 0.05)
+            steps = config.pop("epsilon_timesteps", 100_000)
+            self._set("training", {"epsilon": [[0, start], [steps, end]]})
+        elif kind != "StochasticSampling":
+            _note(f".exploration(exploration_config={{'type': '{kind}'}})", f"{self.algo_name}'s own exploration "
+                  "applies (see its noise or entropy keys)")
+            config = {}
+        if config or kwargs:
+            _note(f".exploration({', '.join(sorted([*config, *kwargs]))})", "no effect here")
+        return self
+
+    def rl_module(self, *, model_config: Mapping[str, Any] | None = None, rl_module_spec: Any = None,
+                  **kwargs: Any) -> AlgorithmConfig:
+        """RLlib's module settings: ``model_config`` keys herdrl's ``model`` has (``fcnet_hiddens``,
+        ``fcnet_activation``, ``conv_filters``, ``use_lstm``, ``lstm_cell_size``, ``max_seq_len``,
+        ``vf_share_layers``, ...) apply; others are named in a note. A custom ``rl_module_spec`` is refused: bring
+        a network with ``herdrl.register_encoder`` instead."""
+        if rl_module_spec is not None:
+            raise ConfigError(".rl_module(rl_module_spec=...): herdrl builds its own modules; bring your network as "
+                              "an encoder (herdrl.register_encoder, model custom_encoder)")
+        if dataclasses.is_dataclass(model_config) and not isinstance(model_config, type):  # RLlib's DefaultModelConfig
+            model_config = dataclasses.asdict(model_config)
+        model_config = dict(model_config or {})
+        known = {k: v for k, v in model_config.items() if k in MODEL_DEFAULTS}
+        ignored = sorted(set(model_config) - set(known)) + sorted(kwargs)
+        if known:
+            self._set("training", {"model": known})
+        if ignored:
+            _note(f".rl_module({', '.join(ignored)})", "no such model key here (see docs/config.md, model)")
+        return self
 
     @property
     def is_multi_agent(self) -> bool:

@@ -24,6 +24,7 @@ from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold, imports
 from herdrl.errors import STOP_AT_ENV, ConfigError, HerdError, did_you_mean
 from herdrl.logger import ConsoleReporter, Logger, format_value
+from herdrl.results import flat_name
 from herdrl.trial_dir import TrialLock, create_trial_dir
 
 #: Env steps after which a run with no stop criterion of the user's gives up on "solved".
@@ -34,19 +35,16 @@ STOP_KEYS = ("training_iteration", "num_env_steps_sampled_lifetime", "episode_re
              "evaluation/episode_return_mean")
 #: Stop keys that count up from 0 (iterations, steps, seconds): a limit must be positive.
 COUNT_STOP_KEYS = ("training_iteration", "num_env_steps_sampled_lifetime", "time_total_s")
-STOP_ALIASES = {
-    "timesteps_total": "num_env_steps_sampled_lifetime",
-    "num_env_steps_sampled": "num_env_steps_sampled_lifetime",
-    "episode_reward_mean": "episode_return_mean",
-    "env_runners/episode_return_mean": "episode_return_mean",
-}
+#: Stop names beyond RLlib's result names (herdrl.results.flat_name): RLlib's new stack stops on the per-iteration
+#: count's name meaning the lifetime one.
+STOP_ALIASES = {"num_env_steps_sampled": "num_env_steps_sampled_lifetime"}
 
 
 def normalize_stop(stop: Mapping[str, Any] | None) -> dict[str, float]:
     """Map stop keys to herdrl's names and check their values."""
     out: dict[str, float] = {}
     for key, value in (stop or {}).items():
-        name = STOP_ALIASES.get(key, key)
+        name = STOP_ALIASES.get(key, flat_name(key))
         if name not in STOP_KEYS:
             raise ConfigError(f"unknown stop key '{key}'{did_you_mean(key, STOP_KEYS)}; known: {list(STOP_KEYS)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
@@ -229,7 +227,7 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     if default_stop and threshold is not None:
         criteria = {metric: threshold, **criteria}
     experiment = name or re.sub(r"[^A-Za-z0-9_.-]+", "_", str(config.env))
-    console = None if quiet else ConsoleReporter(target=criteria.get(metric), metric=metric)
+    console = None if quiet else ConsoleReporter(target=criteria.get(metric), metric=metric, limits=criteria)
     if console and (config.num_env_runners > 0 or config.num_learners > 0):
         where = config.address or os.environ.get("RAY_ADDRESS") or "a private Ray on this machine"
         actors = [f"{n} {what}" for n, what in ((config.num_env_runners, "env runner(s)"),

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -88,18 +89,67 @@ def format_value(value: Any, width: int = 0) -> str:
     return f"{value:{width}.1f}"
 
 
-class ConsoleReporter:
-    """One line per iteration: iteration, steps, return (and the target), speed."""
+#: Stop criteria that count up at a steady rate: an ETA can be given for them (see ConsoleReporter).
+_COUNTED = {"num_env_steps_sampled_lifetime": "steps", "training_iteration": "iterations", "time_total_s": "s"}
 
-    def __init__(self, target: float | None = None, metric: str = "episode_return_mean") -> None:
+
+def format_duration(seconds: float) -> str:
+    """``2h05m``, ``7m30s``, ``45s``."""
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class ConsoleReporter:
+    """One line per iteration: iteration, steps, return (and the target), speed, and the time left to the stop
+    criteria that count (env steps, iterations, seconds). On a terminal the line is live (rewritten in place, kept
+    every :attr:`keep_every_s` seconds); in a log file (CI, a batch job) every iteration is a plain line. Once the
+    speed is known, one line says how long the whole run should take."""
+
+    #: On a terminal, how often the live line is kept as a line of its own (the rest are overwritten).
+    keep_every_s = 30.0
+
+    def __init__(self, target: float | None = None, metric: str = "episode_return_mean",
+                 limits: dict[str, float] | None = None, console: Any = None) -> None:
         from rich.console import Console
 
-        self.console = Console(highlight=False)
+        self.console = console or Console(highlight=False)
         self.target = target
         self.metric = metric  # the return the target applies to (greedy evaluation for off-policy)
+        self.limits = {k: v for k, v in (limits or {}).items() if k in _COUNTED}
+        self.live = bool(self.console.is_terminal)
+        self._first: dict[str, Any] | None = None  # the first row reported (the rates are measured from it)
+        self._said_duration = False
+        self._pending = False  # a live line on screen, not yet ended with a newline
+        self._kept_at = time.monotonic()
+
+    def eta(self, result: dict[str, Any]) -> tuple[float, str] | None:
+        """Seconds until the first counted stop criterion is reached, at the pace since the first row, and which
+        (``"1,000,000 steps"``); None before the pace is known or without such a criterion."""
+        first = self._first
+        if first is None or not self.limits:
+            return None
+        elapsed = result.get("time_total_s", 0.0) - first.get("time_total_s", 0.0)
+        if elapsed <= 0:
+            return None
+        best = None
+        for key, limit in self.limits.items():
+            done, start = result.get(key), first.get(key)
+            if done is None or start is None or done <= start:
+                continue
+            seconds = (limit - done) * elapsed / (done - start) if key != "time_total_s" else limit - done
+            label = f"{limit:,.0f} {_COUNTED[key]}"
+            if best is None or seconds < best[0]:
+                best = (max(0.0, seconds), label)
+        return best
 
     def report(self, result: dict[str, Any]) -> None:
         """Print the progress line of one result row."""
+        if self._first is None:
+            self._first = dict(result)
         ret_text = format_value(result.get(self.metric), 8)
         target = f"/{self.target:g}" if self.target is not None else ""
         if self.metric != "episode_return_mean":
@@ -117,14 +167,41 @@ class ConsoleReporter:
         if scores:  # turn-based zero-sum games: the returns above say little, this says how well it plays
             quiet = "  vs random " + " ".join(f"{key.split('/', 1)[1]} {result[key]:+.2f}" for key in scores[:4]) \
                 + quiet
-        self.console.print(
-            f"iter {result['training_iteration']:4d}  steps {result['num_env_steps_sampled_lifetime']:>9,}  "
-            f"return {ret_text}{target}  episodes {result['num_episodes_lifetime']:>6,}  "
-            f"{result['env_steps_per_s']:>8,.0f} steps/s  {result['time_total_s']:6.1f} s{quiet}", soft_wrap=True)
+        eta = self.eta(result)
+        left = f"  ETA {format_duration(eta[0])}" if eta else ""
+        line = (f"iter {result['training_iteration']:4d}  steps {result['num_env_steps_sampled_lifetime']:>9,}  "
+                f"return {ret_text}{target}  episodes {result['num_episodes_lifetime']:>6,}  "
+                f"{result['env_steps_per_s']:>8,.0f} steps/s  {result['time_total_s']:6.1f} s{left}{quiet}")
+        if eta and not self._said_duration and result.get("time_total_s", 0.0) - self._first.get(
+                "time_total_s", 0.0) >= 5.0:
+            self._said_duration = True
+            finish = time.strftime("%H:%M", time.localtime(time.time() + eta[0]))
+            self.message(f"at this pace the run reaches {eta[1]} in about {format_duration(eta[0])} (around "
+                         f"{finish}), unless a return target stops it first")
+        if not self.live:
+            self.console.print(line, soft_wrap=True, markup=False, highlight=False)
+            return
+        now = time.monotonic()
+        keep = now - self._kept_at >= self.keep_every_s
+        self.console.file.write("\r\x1b[2K" + line + ("\n" if keep else ""))
+        self.console.file.flush()
+        self._pending = not keep
+        if keep:
+            self._kept_at = now
+
+    def finish(self) -> None:
+        """End a live line still on screen (the run is over)."""
+        if self._pending:
+            self.console.file.write("\n")
+            self.console.file.flush()
+            self._pending = False
 
     def message(self, text: str) -> None:
-        """Print a line of its own (start, stop reason, where results are)."""
-        self.console.print(text, soft_wrap=True)
+        """Print a line of its own (start, stop reason, where results are); a live line on screen is kept."""
+        if self._pending:
+            self.console.file.write("\n")
+            self._pending = False
+        self.console.print(text, soft_wrap=True, highlight=False)
 
 
 class Logger:
@@ -216,7 +293,9 @@ class Logger:
             return list(csv.DictReader(f))
 
     def close(self) -> None:
-        """Flush and close every file."""
+        """Flush and close every file (and end a live console line)."""
+        if self.console is not None:
+            self.console.finish()
         self._json.close()
         if self._csv is not None:
             self._csv.close()

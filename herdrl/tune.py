@@ -31,6 +31,7 @@ from typing import Any
 
 from herdrl.checkpoint import TUNE_SUBDIR
 from herdrl.errors import ConfigError
+from herdrl.results import Result, flat_name
 
 
 # ------------------------------------------------------------------ search spaces (Ray Tune's own)
@@ -109,7 +110,9 @@ def _trainable(algorithm: str) -> type:
             self.algo = config_class.from_dict(config).build()
 
         def step(self) -> dict:
-            return self.algo.train()
+            # A plain dict: Tune would count RLlib's timesteps_this_iter (a name the row answers to) into a
+            # timesteps_total column of its own, a second copy of num_env_steps_sampled_lifetime.
+            return dict(self.algo.train())
 
         def save_checkpoint(self, checkpoint_dir: str) -> None:
             self.algo.save(Path(checkpoint_dir) / TUNE_SUBDIR)
@@ -246,6 +249,11 @@ class TuneAnalysis:
         return Path(checkpoint.path) / TUNE_SUBDIR if checkpoint is not None else None
 
     @property
+    def best_trial(self) -> BestTrial:
+        """The best trial by the sweep's metric (:meth:`get_best_trial`)."""
+        return self.get_best_trial()
+
+    @property
     def best_logdir(self) -> Path:
         """The best trial's result directory."""
         return Path(self._best.path)
@@ -264,6 +272,30 @@ class TuneAnalysis:
                               "(give metric: a key the trials report)")
         return self.result_grid.get_best_result(metric=self.metric, mode=self.mode, scope="last")
 
+    def get_best_trial(self, metric: str | None = None, mode: str | None = None, scope: str = "last") -> BestTrial:
+        """The best trial by ``metric`` (default: the sweep's; RLlib's names such as ``episode_reward_mean`` work)
+        over ``scope``: ``last``, ``avg``, ``last-5-avg``, ``last-10-avg`` or ``all`` (Ray Tune's meanings)."""
+        metric, mode = flat_name(metric or self.metric), mode or self.mode
+        try:
+            best = self.result_grid.get_best_result(metric=metric, mode=mode, scope=scope)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise ConfigError(f"no best trial by '{metric}' ({mode}, scope {scope}): {str(exc).splitlines()[0]}") \
+                from None
+        return BestTrial(best)
+
+    def get_best_checkpoint(self, trial: BestTrial | None = None, metric: str | None = None,
+                            mode: str | None = None) -> Path | None:
+        """The herdrl checkpoint of ``trial`` (default: :meth:`get_best_trial`) with the best ``metric`` when it was
+        written, among those kept (load it with ``Algorithm.from_checkpoint``); None if it has none."""
+        metric, mode = flat_name(metric or self.metric), mode or self.mode
+        trial = trial or self.get_best_trial(metric, mode)
+        scored = [(metrics.get(metric), checkpoint) for checkpoint, metrics in (trial.result.best_checkpoints or [])
+                  if isinstance(metrics.get(metric), (int, float)) and math.isfinite(metrics.get(metric))]
+        if not scored:
+            return trial.checkpoint
+        pick = max if mode == "max" else min
+        return Path(pick(scored, key=lambda pair: pair[0])[1].path) / TUNE_SUBDIR
+
     @property
     def results_df(self) -> Any:
         """A pandas DataFrame with one row per trial (its last result)."""
@@ -273,6 +305,42 @@ class TuneAnalysis:
     def errors(self) -> list[BaseException]:
         """Errors of trials that failed."""
         return list(self.result_grid.errors)
+
+
+@dataclass
+class BestTrial:
+    """What RLlib scripts read of ``get_best_trial``: ``config``, ``last_result``, ``checkpoint`` (herdrl's),
+    ``path`` (also ``logdir``) and ``trial_id``."""
+
+    result: Any  # Ray Tune's Result of the trial
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The trial's resolved config."""
+        return dict(self.result.config)
+
+    @property
+    def last_result(self) -> Result:
+        """The trial's last result row (RLlib's names work on it too)."""
+        return Result(self.result.metrics)
+
+    @property
+    def checkpoint(self) -> Path | None:
+        """The trial's latest herdrl checkpoint."""
+        checkpoint = self.result.checkpoint
+        return Path(checkpoint.path) / TUNE_SUBDIR if checkpoint is not None else None
+
+    @property
+    def path(self) -> Path:
+        """The trial's folder."""
+        return Path(self.result.path)
+
+    logdir = path
+
+    @property
+    def trial_id(self) -> str:
+        """Ray Tune's id of the trial."""
+        return str(self.result.metrics.get("trial_id", self.path.name))
 
 
 # ------------------------------------------------------------------ run
@@ -356,6 +424,7 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     config_class = get_config_class(algorithm)
     config = dict(config)
     _check_keys(config_class, config)
+    metric = flat_name(metric)  # RLlib's names (episode_reward_mean, env_runners/episode_return_mean) work
     if num_samples < 1:
         raise ConfigError(f"num_samples got {num_samples}; expected >= 1")
     stop_criteria = stop if callable(stop) else normalize_stop(stop)

@@ -47,6 +47,14 @@ def test_grid_sweep_runs_every_trial_and_picks_the_best(tmp_path):
         (1e-4, 0), (1e-4, 1), (2e-3, 0), (2e-3, 1)]
     assert analysis.best_result["episode_return_mean"] == df["episode_return_mean"].max()
     assert analysis.best_checkpoint is not None and (analysis.best_checkpoint / "checkpoint.json").exists()
+    # RLlib scripts' calls, with RLlib's metric names
+    best = analysis.get_best_trial("episode_reward_mean", "max")
+    assert best.path == analysis.best_logdir and best.config["lr"] in (1e-4, 2e-3)
+    assert best.last_result["episode_reward_mean"] == best.last_result["episode_return_mean"] == df[
+        "episode_return_mean"].max()
+    assert analysis.get_best_checkpoint(best, metric="env_runners/episode_return_mean", mode="max") == \
+        analysis.best_checkpoint
+    assert analysis.best_trial.path == best.path
     assert max(watcher.used) <= ray.cluster_resources()["CPU"]
     assert max(watcher.used) >= 2  # trials ran side by side
     from herdrl import Algorithm

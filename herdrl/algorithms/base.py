@@ -10,6 +10,7 @@ import logging
 import math
 import time
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from herdrl.learner.group import LearnerFailure, make_learner_group
 from herdrl.models.encoders import encoding_differs
 from herdrl.obs import ObsSpec
 from herdrl.policy import Policy
+from herdrl.results import Result
 from herdrl.rollout.group import make_runner_group
 from herdrl.rollout.transport import FragmentInput, FragmentLostError, FragmentsLost, Sampled
 from herdrl.survival import nodes_lost
@@ -98,6 +100,7 @@ class Algorithm:
             self.runners.stop()
             raise
         self.learner: Learner | None = self.learners.learner  # in the driver: the learner; None with actors
+        self._save_dir: Path | None = None  # where save() without a path writes, with no result folder
         # Scheduled hyperparameters (lr, entropy_coeff, epsilon: herdrl.schedules) follow env steps sampled, this
         # iteration's included; a resumed run continues from its restored count.
         self.schedules = config.schedules()
@@ -117,7 +120,7 @@ class Algorithm:
         else:
             self.policy = Policy(self.module, self.observation_space, self.action_space,
                                  self.normalizer if self.normalizer.active else None)
-        self.last_result: dict[str, Any] = {}
+        self.last_result: dict[str, Any] = Result()
         self._evaluator: Any = None
         self.iteration = 0
         self.env_steps_lifetime = 0
@@ -280,7 +283,7 @@ class Algorithm:
         self.episodes_lifetime += self._iter_episodes
         self.time_total_s += elapsed
         # The first keys are what consoles show (Tune's trial table takes the first few): keep them first.
-        result: dict[str, Any] = {
+        result = Result({
             "training_iteration": self.iteration,
             "episode_return_mean": _mean(self._returns),
             "num_env_steps_sampled_lifetime": self.env_steps_lifetime,
@@ -311,7 +314,7 @@ class Algorithm:
             "sample_time_s": self._iter_sample_time,
             "learn_time_s": elapsed - self._iter_sample_time - evaluation.get("evaluation/time_s", 0.0) - scores_time,
             **evaluation,
-        }
+        })
         self.last_result = result
         if self.logger is not None:
             self.logger.log(result)
@@ -425,6 +428,31 @@ class Algorithm:
         which policy of a multi-agent run)."""
         return self.get_policy(policy_id).compute_single_action(obs, explore=explore)
 
+    def compute_actions(self, observations: Mapping[Any, Any], explore: bool = False,
+                        policy_id: str | None = None) -> dict[Any, Any]:
+        """RLlib's older call: an action for each entry of ``observations`` (agent id, or any key -> one
+        observation). A single-agent run acts with its policy; a multi-agent run with ``policy_id``, else with each
+        agent's policy where ``policy_mapping_fn`` names it without an episode ('shared', 'per_agent', a dict)."""
+        if not isinstance(observations, Mapping):
+            raise ConfigError("compute_actions takes a dict {agent or key: observation}; for one observation use "
+                              "compute_single_action(obs)")
+        actions = {}
+        for key, obs in observations.items():
+            pid = policy_id
+            if self.multi_agent and pid is None:
+                mapping = self.config.policy_mapping_fn
+                if mapping == "shared" or (mapping is None and len(self.policies) == 1):
+                    pid = next(iter(self.policies))
+                elif mapping == "per_agent" or (mapping is None and key in self.policies):
+                    pid = key
+                elif isinstance(mapping, Mapping):
+                    pid = mapping.get(key)
+                else:
+                    raise ConfigError("compute_actions: this run's policy_mapping_fn needs an episode: give "
+                                      "policy_id=...")
+            actions[key] = self.compute_single_action(obs, explore=explore, policy_id=pid)
+        return actions
+
     def get_policy_state(self) -> dict[str, Any]:
         """Everything inference needs, as plain data: weights and normalisation statistics (numpy), spaces (JSON
         form), model config. Multi-agent runs: see ``Policy.from_checkpoint(path, policy_id=...)``."""
@@ -458,15 +486,31 @@ class Algorithm:
         """Inverse of :meth:`learner_state`."""
         self.learners.load_state(state)
 
+    def _default_trial_dir(self) -> Path:
+        """Where ``save()`` without a path writes: the run's trial folder, or for an algorithm built in Python a new
+        one, ``results/<env>/<ALGO>_<env>_<seed>_<time>`` (made on the first save, then kept)."""
+        if self.logger is not None:
+            return Path(self.logger.logdir)
+        if self._save_dir is None:
+            import re
+
+            from herdrl.experiment import trial_name
+            from herdrl.trial_dir import create_trial_dir
+
+            experiment = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(self.config.env))
+            self._save_dir = create_trial_dir(Path("results").resolve() / experiment / trial_name(self.config),
+                                              exact=False)
+            logger.info("herdrl: checkpoints of this algorithm go to %s", self._save_dir)
+        return self._save_dir
+
     def save(self, checkpoint_dir: str | Path | None = None) -> Path:
         """Write a checkpoint (atomically) and return its path.
 
-        ``checkpoint_dir``: where to write it; default ``<trial dir>/checkpoint_<iteration>``.
+        ``checkpoint_dir``: where to write it; default ``<trial dir>/checkpoint_<iteration>`` (an algorithm built in
+        Python, with no trial folder: a new one under ``results/<env>/``, made on the first save).
         """
         if checkpoint_dir is None:
-            if self.logger is None:
-                raise ConfigError("algo.save() needs a directory when the algorithm has no result folder")
-            checkpoint_dir = Path(self.logger.logdir) / checkpoint_name(self.iteration)
+            checkpoint_dir = self._default_trial_dir() / checkpoint_name(self.iteration)
         config = self.config.to_dict()
         if callable(config["env"]):
             config["env"] = None  # a class or function: from_checkpoint then needs env=... again
@@ -556,7 +600,7 @@ class Algorithm:
                               for key, values in meta["episodes"].get("parts", {}).items()}
         self.agent_steps_lifetime = counters.get("num_agent_steps_sampled_lifetime", 0)
         self.rng.bit_generator.state = meta["numpy_rng"]
-        self.last_result = dict(meta.get("metrics", {}))
+        self.last_result = Result(meta.get("metrics", {}))
         self.load_checkpoint_arrays(Path(where))
         self.last_checkpoint = Path(where)
         self.runners.reseed(self.iteration)  # a resumed run must not replay the episodes and noise it began with

@@ -1,0 +1,82 @@
+"""Result rows that also answer to RLlib's names, old and new, without holding them twice.
+
+``algo.train()`` returns a :class:`Result`: a flat dict of herdrl's keys (what the CSV, JSON, TensorBoard and Tune
+get). Reading it with an RLlib script's key works too::
+
+    result["episode_reward_mean"]                     # RLlib's old stack: episode_return_mean
+    result["timesteps_total"]                         # num_env_steps_sampled_lifetime
+    result["env_runners"]["episode_return_mean"]      # RLlib's new stack nests the runners' metrics
+    result["evaluation"]["env_runners"]["episode_return_mean"]   # evaluation/episode_return_mean
+
+Those names are answered on reading (``[]``, ``get``, ``in``) and never stored, so nothing is written twice.
+:func:`flat_name` maps them (and their ``/``-joined forms, as Tune names nested metrics) to herdrl's keys: what
+stop criteria and Tune metrics go through.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: RLlib's names of herdrl's flat keys (the old stack's, and a few new-stack spellings).
+ALIASES: dict[str, str] = {
+    "episode_reward_mean": "episode_return_mean",
+    "episode_reward_min": "episode_return_min",
+    "episode_reward_max": "episode_return_max",
+    "timesteps_total": "num_env_steps_sampled_lifetime",
+    "timesteps_this_iter": "num_env_steps_sampled",
+    "episodes_total": "num_episodes_lifetime",
+    "episodes_this_iter": "num_episodes",
+    "agent_timesteps_total": "num_agent_steps_sampled_lifetime",
+    "num_env_steps_sampled_lifetime": "num_env_steps_sampled_lifetime",
+}
+
+#: The keys RLlib's new stack reports under ``result["env_runners"]``.
+ENV_RUNNER_KEYS = ("episode_return_mean", "episode_return_min", "episode_return_max", "episode_len_mean",
+                   "num_env_steps_sampled", "num_env_steps_sampled_lifetime", "num_episodes", "num_episodes_lifetime",
+                   "num_healthy_env_runners", "num_env_runner_restarts", "num_agent_steps_sampled",
+                   "num_agent_steps_sampled_lifetime")
+
+
+def flat_name(name: str) -> str:
+    """herdrl's key for an RLlib result name: ``episode_reward_mean`` -> ``episode_return_mean``,
+    ``env_runners/episode_return_mean`` -> ``episode_return_mean``, ``evaluation/env_runners/episode_return_mean``
+    -> ``evaluation/episode_return_mean``; other names unchanged."""
+    prefix = ""
+    if name.startswith("evaluation/"):
+        prefix, name = "evaluation/", name[len("evaluation/"):]
+    if name.startswith("env_runners/"):
+        name = name[len("env_runners/"):]
+    return prefix + ALIASES.get(name, name)
+
+
+class Result(dict):
+    """One iteration's row: herdrl's flat keys, readable by RLlib's names too (see the module docstring)."""
+
+    def __missing__(self, key: Any) -> Any:
+        if key == "env_runners":
+            return Result({k: dict.__getitem__(self, k) for k in ENV_RUNNER_KEYS if dict.__contains__(self, k)})
+        if key == "evaluation":
+            inner = {k[len("evaluation/"):]: v for k, v in self.items() if k.startswith("evaluation/")}
+            if inner:
+                return Result(inner)
+        elif isinstance(key, str):
+            flat = flat_name(key)
+            if flat != key and dict.__contains__(self, flat):
+                return dict.__getitem__(self, flat)
+        raise KeyError(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """``self[key]`` (RLlib's names included), or ``default``."""
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: object) -> bool:
+        if dict.__contains__(self, key):
+            return True
+        try:
+            self[key]
+        except KeyError:
+            return False
+        return True

@@ -1,0 +1,46 @@
+"""The console's progress: time left to the stop criteria at the pace so far, the expected duration once, and a
+live line on a terminal (plain lines in a log file)."""
+
+from io import StringIO
+
+from rich.console import Console
+
+from herdrl.logger import ConsoleReporter, format_duration
+
+
+def _row(iteration, steps, seconds):
+    return {"training_iteration": iteration, "num_env_steps_sampled_lifetime": steps, "num_episodes_lifetime": 3,
+            "episode_return_mean": 10.0, "env_steps_per_s": 500.0, "time_total_s": seconds, "num_episodes": 1}
+
+
+def test_the_eta_is_the_nearest_counted_stop_at_the_pace_since_the_first_row():
+    out = StringIO()
+    reporter = ConsoleReporter(limits={"num_env_steps_sampled_lifetime": 10_000, "training_iteration": 1000,
+                                       "episode_return_mean": 475}, console=Console(file=out, width=300))
+    assert not reporter.live
+    reporter.report(_row(1, 1000, 2.0))  # the pace is not known yet
+    reporter.report(_row(2, 2000, 4.0))  # 500 steps/s since the first row: 8,000 steps left -> 16 s
+    reporter.report(_row(4, 4000, 8.0))  # 3,000 steps in 6 s: 6,000 left -> 12 s; iterations: 996 x 2 s
+    lines = out.getvalue().splitlines()
+    assert "ETA" not in lines[0] and lines[1].endswith("ETA 16s") and lines[-1].endswith("ETA 12s")
+    expected = [line for line in lines if line.startswith("at this pace")]
+    assert len(expected) == 1 and "reaches 10,000 steps in about 12s" in expected[0]
+    quick = ConsoleReporter(limits={"training_iteration": 5}, console=Console(file=StringIO()))
+    quick.report(_row(1, 100, 1.0))
+    assert quick.eta(_row(3, 300, 3.0)) == (2.0, "5 iterations")  # 1 s per iteration, 2 left
+    assert format_duration(7530) == "2h05m" and format_duration(450) == "7m30s" and format_duration(45) == "45s"
+
+
+def test_on_a_terminal_the_line_is_live_and_messages_keep_it():
+    out = StringIO()
+    reporter = ConsoleReporter(limits={"num_env_steps_sampled_lifetime": 10_000},
+                               console=Console(file=out, force_terminal=True, width=300))
+    assert reporter.live
+    reporter.report(_row(1, 1000, 2.0))
+    reporter.report(_row(2, 2000, 4.0))
+    text = out.getvalue()
+    assert text.count("\r\x1b[2K") == 2 and "\n" not in text  # one line, rewritten in place
+    reporter.message("stopped: 10,000 steps")
+    reporter.finish()
+    assert out.getvalue().split("\n")[0].endswith("ETA 16s")  # the live line was ended before the message
+    assert out.getvalue().count("stopped: 10,000 steps") == 1

@@ -1,0 +1,108 @@
+"""What RLlib scripts touch besides config keys: result names old and new, builder calls with little to set here,
+compute_actions, save() without a path."""
+
+import csv
+import json
+import logging
+import math
+
+import numpy as np
+import pytest
+
+from herdrl import Algorithm, ConfigError, DQNConfig, PPOConfig
+from herdrl.results import Result, flat_name
+
+
+def _same(a, b):
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def test_a_row_answers_rllibs_old_and_new_names_without_holding_them(tmp_path):
+    from herdrl.experiment import run_experiment
+
+    config = (PPOConfig().environment("CartPole-v1").training(train_batch_size=256, minibatch_size=128)
+              .evaluation(evaluation_interval=1, evaluation_duration=2).debugging(seed=0))
+    outcome = run_experiment(config, stop={"training_iteration": 1}, output=tmp_path, quiet=True, tensorboard=False)
+    row = outcome.result
+    assert isinstance(row, Result)
+    assert _same(row["episode_reward_mean"], row["episode_return_mean"])
+    steps = row["num_env_steps_sampled_lifetime"]
+    assert row["timesteps_total"] == steps > 200
+    assert row["episodes_total"] == row["num_episodes_lifetime"] > 0
+    assert _same(row["env_runners"]["episode_return_mean"], row["episode_return_mean"])
+    assert row["env_runners"]["num_env_steps_sampled_lifetime"] == steps
+    evaluation = row["evaluation"]
+    assert evaluation["env_runners"]["episode_return_mean"] == row["evaluation/episode_return_mean"]
+    assert evaluation["episode_reward_mean"] == row["evaluation/episode_return_mean"]
+    assert "episode_reward_mean" in row and "env_runners" in row and "no_such_key" not in row
+    assert row.get("timesteps_total") == steps and row.get("no_such_key", 7) == 7
+    with pytest.raises(KeyError):
+        row["no_such_key"]
+    # nothing is held twice: not in the row's items, its JSON, the CSV header or result.json
+    names = {"episode_reward_mean", "timesteps_total", "env_runners", "evaluation", "episodes_total"}
+    assert not names & set(dict(row)) and not names & set(json.loads(json.dumps(row)))
+    trial = next(tmp_path.glob("*/*/progress.csv"))
+    assert not names & set(next(csv.reader(trial.open())))
+    assert not names & set(json.loads(trial.with_name("result.json").read_text().splitlines()[-1]))
+
+
+def test_rllib_names_map_to_herdrls_keys():
+    assert flat_name("episode_reward_mean") == "episode_return_mean"
+    assert flat_name("env_runners/episode_return_mean") == "episode_return_mean"
+    assert flat_name("evaluation/env_runners/episode_return_mean") == "evaluation/episode_return_mean"
+    assert flat_name("evaluation/episode_reward_mean") == "evaluation/episode_return_mean"
+    assert flat_name("policy_loss") == "policy_loss"
+
+
+def test_builder_calls_with_little_to_set_are_accepted_and_say_so(caplog):
+    with caplog.at_level(logging.WARNING, logger="herdrl"):
+        config = (PPOConfig().api_stack(enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True)
+                  .environment("CartPole-v1").reporting(min_time_s_per_iteration=1)
+                  .checkpointing(export_native_model_files=True)
+                  .rl_module(model_config={"fcnet_hiddens": [32], "fcnet_activation": "relu",
+                                           "head_fcnet_hiddens": [8]}))
+    config.validate()
+    assert config.model["fcnet_hiddens"] == [32] and config.model["fcnet_activation"] == "relu"
+    lines = [r.getMessage() for r in caplog.records]
+    for call in (".api_stack(...)", ".reporting(min_time_s_per_iteration)",
+                 ".checkpointing(export_native_model_files)", ".rl_module(head_fcnet_hiddens)"):
+        assert sum(line.startswith(f"herdrl: {call} has no effect") for line in lines) == 1, lines
+    dqn = DQNConfig().environment("CartPole-v1").exploration(exploration_config={
+        "type": "EpsilonGreedy", "initial_epsilon": 1.0, "final_epsilon": 0.02, "epsilon_timesteps": 5000})
+    dqn.validate()
+    assert dqn.epsilon == [[0, 1.0], [5000, 0.02]]
+    older = DQNConfig().environment("CartPole-v1").exploration(exploration_config={"epsilon_timesteps": 2000,
+                                                                                    "final_epsilon": 0.1})
+    assert older.epsilon == [[0, 1.0], [2000, 0.1]]  # RLlib's DQN default type is EpsilonGreedy
+    with pytest.raises(ConfigError, match="training samples always explore"):
+        PPOConfig().exploration(explore=False)
+    with pytest.raises(ConfigError, match="herdrl builds its own modules"):
+        PPOConfig().rl_module(rl_module_spec=object())
+
+
+def test_compute_actions_acts_for_every_key_as_compute_single_action_does():
+    algo = PPOConfig().environment("CartPole-v1").debugging(seed=0).build()
+    rng = np.random.default_rng(0)
+    observations = {f"agent_{i}": rng.uniform(-0.2, 0.2, 4).astype(np.float32) for i in range(5)}
+    actions = algo.compute_actions(observations)
+    assert set(actions) == set(observations)
+    assert all(actions[k] == algo.compute_single_action(obs) for k, obs in observations.items())
+    with pytest.raises(ConfigError, match="takes a dict"):
+        algo.compute_actions(np.zeros((2, 4), np.float32))
+    algo.stop()
+
+
+def test_save_without_a_path_writes_into_a_new_trial_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    algo = PPOConfig().environment("CartPole-v1").training(train_batch_size=256, minibatch_size=128) \
+        .debugging(seed=3).build()
+    algo.train()
+    first = algo.save()
+    algo.train()
+    second = algo.save()
+    algo.stop()
+    assert first.parent == second.parent and first.parent.parent == tmp_path / "results" / "CartPole-v1"
+    assert first.parent.name.startswith("PPO_CartPole-v1_3_") and second.name == "checkpoint_000002"
+    restored = Algorithm.from_checkpoint(second)
+    assert restored.iteration == 2
+    restored.stop()
