@@ -235,18 +235,17 @@ class TuneAnalysis:
     @property
     def best_result(self) -> dict[str, Any]:
         """The last result row of the best trial."""
-        return dict(self._best.metrics)
+        return BestTrial(self._best).last_result
 
     @property
     def best_config(self) -> dict[str, Any]:
         """The (resolved) config of the best trial."""
-        return dict(self._best.config)
+        return BestTrial(self._best).config
 
     @property
     def best_checkpoint(self) -> Path | None:
         """The best trial's latest herdrl checkpoint (load it with ``Algorithm.from_checkpoint``)."""
-        checkpoint = self._best.checkpoint
-        return Path(checkpoint.path) / TUNE_SUBDIR if checkpoint is not None else None
+        return BestTrial(self._best).checkpoint
 
     @property
     def best_trial(self) -> BestTrial:
