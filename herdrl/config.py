@@ -90,6 +90,20 @@ class Field:
         return text + (" or None" if self.allow_none else "") + (", or a schedule" if self.schedule else "")
 
 
+def _epsilon_greedy(current: Any, config: dict[str, Any]) -> list[list[float]]:
+    """RLlib's EpsilonGreedy settings (popped from ``config``) as an ``epsilon`` schedule, the keys left out taken
+    from the ``current`` two-point schedule: ``[[0, initial], [warmup, initial], [warmup + timesteps, final]]``."""
+    points = current if isinstance(current, list) and len(current) == 2 and current[0][0] == 0 else [[0, 1.0],
+                                                                                                    [10_000, 0.02]]
+    start = config.pop("initial_epsilon", points[0][1])
+    end = config.pop("final_epsilon", points[1][1])
+    steps = config.pop("epsilon_timesteps", points[1][0])
+    warmup = config.pop("warmup_timesteps", 0)
+    if warmup:
+        return [[0, start], [warmup, start], [warmup + steps, end]]
+    return [[0, start], [steps, end]]
+
+
 def _note(call: str, why: str) -> None:
     """One warning line per call site kind: an RLlib setting accepted that changes nothing (or less) here."""
     if call not in _NOTED:
@@ -297,6 +311,7 @@ class AlgorithmConfig:
         values = {key: copy.deepcopy(f.default) for key, f in self.fields().items()}
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_explicit", set())  # keys the user set
+        object.__setattr__(self, "_by_schedule_key", set())  # keys set by lr_schedule / entropy_coeff_schedule
 
     # ----------------------------------------------------------------- keys
     @classmethod
@@ -318,25 +333,31 @@ class AlgorithmConfig:
     @classmethod
     def canonical_key(cls, key: str) -> str:
         """Map an alias to its key; raise ConfigError naming the nearest key for unknown ones."""
-        key = cls.aliases().get(key, cls.SCHEDULE_ALIASES.get(key, key))
+        given, key = key, cls.aliases().get(key, cls.SCHEDULE_ALIASES.get(key, key))
         if key not in cls.fields():
             known = list(cls.fields()) + list(cls.aliases())
-            hint = did_you_mean(key, known)
+            hint = did_you_mean(given, known)
             where = f" for {cls.algo_name}" if cls.algo_name else ""
-            raise ConfigError(f"unknown config key '{key}'{where}{hint}")
+            raise ConfigError(f"unknown config key '{given}'{where}{hint}")
         return key
 
     def __getattr__(self, name: str) -> Any:
         values = object.__getattribute__(self, "_values")
+        if name in type(self).SCHEDULE_ALIASES:  # RLlib's lr_schedule: the schedule, or None for a plain value
+            from herdrl.schedules import is_schedule
+
+            value = values.get(type(self).SCHEDULE_ALIASES[name])
+            return value if is_schedule(value) else None
         key = type(self).aliases().get(name, name)
         if key in values:
             return values[key]
         raise AttributeError(f"{type(self).__name__} has no attribute '{name}'")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in self.SCHEDULE_ALIASES and value is None:
-            return  # RLlib's "no schedule"
         key = self.canonical_key(name)
+        if name in self.SCHEDULE_ALIASES or key in self._by_schedule_key:
+            self._set(None, {name: value})  # the schedule keys' precedence (see _set)
+            return
         self._explicit.add(key)
         self._values[key] = value
 
@@ -351,11 +372,24 @@ class AlgorithmConfig:
     def _set(self, group: str | None, kwargs: Mapping[str, Any]) -> AlgorithmConfig:
         fields = self.fields()
         scheduled = {self.SCHEDULE_ALIASES[k]: v for k, v in kwargs.items() if k in self.SCHEDULE_ALIASES}
+        for alias in (k for k in kwargs if k in self.SCHEDULE_ALIASES):
+            if self.SCHEDULE_ALIASES[alias] not in fields:
+                raise ConfigError(f"unknown config key '{alias}' for {self.algo_name}: it has no "
+                                  f"'{self.SCHEDULE_ALIASES[alias]}' to schedule")
         kwargs = {k: v for k, v in kwargs.items() if k not in self.SCHEDULE_ALIASES}
-        # A schedule wins over the plain value beside it (RLlib: lr_schedule overrides lr), whatever their order.
-        kwargs.update({key: value for key, value in scheduled.items() if value is not None})
+        # A schedule set by RLlib's lr_schedule / entropy_coeff_schedule wins over a plain lr / entropy_coeff, in the
+        # same call or a later one (as in RLlib).
+        from herdrl.schedules import is_schedule
+
+        for key, value in scheduled.items():
+            if value is not None:
+                kwargs[key] = value
+                self._by_schedule_key.add(key)
         for name, value in kwargs.items():
             key = self.canonical_key(name)
+            if key in self._by_schedule_key and key not in scheduled and not is_schedule(value):
+                _note(f"{key}={value!r} after {key}_schedule", f"the {key}_schedule set before wins, as in RLlib")
+                continue
             if group is not None and fields[key].group != group:
                 raise ConfigError(
                     f"'{name}' is set with .{fields[key].group}(), not .{group}()")
@@ -395,7 +429,11 @@ class AlgorithmConfig:
 
     def env_runners(self, **kwargs: Any) -> AlgorithmConfig:
         """Set sampling: ``num_env_runners``, ``num_envs_per_env_runner``, ``rollout_fragment_length``,
-        ``num_cpus_per_env_runner``, ``gym_env_vectorize_mode``."""
+        ``num_cpus_per_env_runner``, ``gym_env_vectorize_mode``; RLlib's ``explore`` and ``exploration_config``
+        go to :meth:`exploration`."""
+        explore = {key: kwargs.pop(key) for key in ("explore", "exploration_config") if key in kwargs}
+        if explore:
+            self.exploration(**explore)
         return self._set("env_runners", kwargs)
 
     def rollouts(self, **kwargs: Any) -> AlgorithmConfig:
@@ -457,11 +495,17 @@ class AlgorithmConfig:
         return self
 
     def reporting(self, **kwargs: Any) -> AlgorithmConfig:
-        """RLlib's reporting settings: one iteration is one sampling round and one update here, and episode metrics
-        are means over the last 100 episodes; accepted, with a note naming what has no effect."""
-        if kwargs:
-            _note(f".reporting({', '.join(sorted(kwargs))})", "an iteration here is one round of sampling and "
-                  "learning; episode metrics are over the last 100 episodes")
+        """RLlib's reporting settings: those the algorithm has (DQN's ``min_sample_timesteps_per_iteration``,
+        IMPALA's ``min_time_s_per_iteration``) are set; the others are accepted with a note (an iteration is one
+        round of sampling and learning, episode metrics are means over the last 100 episodes)."""
+        fields = self.fields()
+        own = {key: value for key, value in kwargs.items() if key in fields}  # e.g. DQN's, IMPALA's iteration size
+        if own:
+            self._set(None, own)
+        rest = sorted(set(kwargs) - set(own))
+        if rest:
+            _note(f".reporting({', '.join(rest)})", "an iteration here is one round of sampling and learning; "
+                  "episode metrics are over the last 100 episodes")
         return self
 
     def checkpointing(self, **kwargs: Any) -> AlgorithmConfig:
@@ -474,20 +518,24 @@ class AlgorithmConfig:
 
     def exploration(self, *, explore: bool | None = None, exploration_config: Mapping[str, Any] | None = None,
                     **kwargs: Any) -> AlgorithmConfig:
-        """RLlib's exploration settings. ``exploration_config={"type": "EpsilonGreedy", "initial_epsilon": 1.0,
-        "final_epsilon": 0.02, "epsilon_timesteps": 10000}`` becomes DQN's ``epsilon`` schedule; a stochastic
-        policy's sampling (``StochasticSampling``) is what herdrl does anyway; ``explore=False`` while training is
-        refused (training samples explore; evaluation is greedy unless ``evaluation_config={"explore": True}``)."""
+        """RLlib's exploration settings (RLlib 2.10 on takes them in ``.env_runners()``, which passes them here).
+        ``exploration_config={"type": "EpsilonGreedy", "initial_epsilon", "final_epsilon", "epsilon_timesteps",
+        "warmup_timesteps"}`` becomes DQN's ``epsilon`` schedule; keys left out keep the current schedule's values
+        (RLlib merges a partial dict into DQN's defaults the same way). Stochastic sampling (``StochasticSampling``)
+        is what herdrl does anyway; ``explore=False`` while training is refused (training samples explore;
+        evaluation is greedy unless ``evaluation_config={"explore": True}``)."""
         if explore is False:
             raise ConfigError(".exploration(explore=False): training samples always explore here; evaluation is "
                               "greedy by default (evaluation_config explore)")
-        config = dict(exploration_config or {})
+        if exploration_config is None:
+            if kwargs:
+                _note(f".exploration({', '.join(sorted(kwargs))})", "no effect here")
+            return self
+        config = dict(exploration_config)
         default = "EpsilonGreedy" if "epsilon" in self.fields() else "StochasticSampling"  # RLlib's defaults
         kind = str(config.pop("type", default)).rsplit(".", 1)[-1]
         if kind == "EpsilonGreedy" and "epsilon" in self.fields():
-            start, end = config.pop("initial_epsilon", 1.0), config.pop("final_epsilon", 0.05)
-            steps = config.pop("epsilon_timesteps", 100_000)
-            self._set("training", {"epsilon": [[0, start], [steps, end]]})
+            self._set("training", {"epsilon": _epsilon_greedy(self.epsilon, config)})
         elif kind != "StochasticSampling":
             _note(f".exploration(exploration_config={{'type': '{kind}'}})", f"{self.algo_name}'s own exploration "
                   "applies (see its noise or entropy keys)")
@@ -558,6 +606,7 @@ class AlgorithmConfig:
         clone = type(self)()
         object.__setattr__(clone, "_values", copy.deepcopy(self._values))
         object.__setattr__(clone, "_explicit", set(self._explicit))
+        object.__setattr__(clone, "_by_schedule_key", set(self._by_schedule_key))
         return clone
 
     def __repr__(self) -> str:

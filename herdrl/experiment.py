@@ -24,7 +24,7 @@ from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold, imports
 from herdrl.errors import STOP_AT_ENV, ConfigError, HerdError, did_you_mean
 from herdrl.logger import ConsoleReporter, Logger, format_value
-from herdrl.results import flat_name
+from herdrl.results import Result, flat_name
 from herdrl.trial_dir import TrialLock, create_trial_dir
 
 #: Env steps after which a run with no stop criterion of the user's gives up on "solved".
@@ -252,7 +252,7 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
             if console:
                 console.message(f"already done: {key} {format_value(result.get(key))} >= {criteria[key]:g} at "
                                 f"{checkpoint.name}; nothing to train")
-            return Outcome(result=result, stopped_by=_stop_reason(key, default_stop, metric), logdir=logdir,
+            return Outcome(result=Result(result), stopped_by=_stop_reason(key, default_stop, metric), logdir=logdir,
                            solved=None if threshold is None else result.get(metric, -math.inf) >= threshold,
                            already_done=True)
     try:

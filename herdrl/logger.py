@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import math
 import os
 import tempfile
@@ -125,6 +126,9 @@ class ConsoleReporter:
         self._said_duration = False
         self._pending = False  # a live line on screen, not yet ended with a newline
         self._kept_at = time.monotonic()
+        if self.live:  # a warning of herdrl's (a lost node, a restart) starts on a line of its own
+            self._end_line = _EndLine(self)
+            logging.getLogger("herdrl").addFilter(self._end_line)
 
     def eta(self, result: dict[str, Any]) -> tuple[float, str] | None:
         """Seconds until the first counted stop criterion is reached, at the pace since the first row, and which
@@ -183,6 +187,8 @@ class ConsoleReporter:
             return
         now = time.monotonic()
         keep = now - self._kept_at >= self.keep_every_s
+        if len(line) >= self.console.width:  # a wrapped line could not be rewritten in place
+            line = line[:max(1, self.console.width - 2)] + "…"
         self.console.file.write("\r\x1b[2K" + line + ("\n" if keep else ""))
         self.console.file.flush()
         self._pending = not keep
@@ -195,6 +201,8 @@ class ConsoleReporter:
             self.console.file.write("\n")
             self.console.file.flush()
             self._pending = False
+        if self.live:
+            logging.getLogger("herdrl").removeFilter(self._end_line)
 
     def message(self, text: str) -> None:
         """Print a line of its own (start, stop reason, where results are); a live line on screen is kept."""
@@ -202,6 +210,21 @@ class ConsoleReporter:
             self.console.file.write("\n")
             self._pending = False
         self.console.print(text, soft_wrap=True, highlight=False)
+
+
+class _EndLine(logging.Filter):
+    """Ends the reporter's live line before a herdrl log line is written (the record itself passes)."""
+
+    def __init__(self, reporter: ConsoleReporter) -> None:
+        super().__init__()
+        self.reporter = reporter
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.reporter._pending:
+            self.reporter.console.file.write("\n")
+            self.reporter.console.file.flush()
+            self.reporter._pending = False
+        return True
 
 
 class Logger:

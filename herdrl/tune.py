@@ -427,6 +427,15 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     if num_samples < 1:
         raise ConfigError(f"num_samples got {num_samples}; expected >= 1")
     stop_criteria = stop if callable(stop) else normalize_stop(stop)
+    steps = None if callable(stop) else stop_criteria.get("num_env_steps_sampled_lifetime")
+    if steps:  # named schedules without steps decay over the sweep's step limit, as in `herd train`
+        from herdrl.schedules import with_steps
+
+        fields = config_class.fields()
+        for key, value in list(config.items()):
+            field = fields.get(config_class.aliases().get(key, key))
+            if field is not None and field.schedule and isinstance(value, Mapping) and "schedule" in value:
+                config[key] = with_steps(value, int(steps))
     env = config.get("env")
     name = name or (str(env).replace("/", "_") if isinstance(env, str) else config_class.algo_name)
     storage = Path(storage_path or "results").resolve()

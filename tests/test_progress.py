@@ -44,3 +44,18 @@ def test_on_a_terminal_the_line_is_live_and_messages_keep_it():
     reporter.finish()
     assert out.getvalue().split("\n")[0].endswith("ETA 16s")  # the live line was ended before the message
     assert out.getvalue().count("stopped: 10,000 steps") == 1
+
+
+def test_a_live_line_fits_the_terminal_and_a_warning_starts_on_a_line_of_its_own():
+    import logging
+
+    out = StringIO()
+    reporter = ConsoleReporter(limits={"num_env_steps_sampled_lifetime": 10_000},
+                               console=Console(file=out, force_terminal=True, width=60))
+    reporter.report(_row(1, 1000, 2.0))
+    shown = out.getvalue().split("\r\x1b[2K")[-1]
+    assert len(shown) <= 60 and shown.endswith("…")  # a wrapped line could not be rewritten in place
+    logging.getLogger("herdrl").warning("herdrl: node 127.0.0.3 is gone")
+    assert out.getvalue().endswith("\n") and not reporter._pending
+    reporter.finish()
+    assert not any(isinstance(f, type(reporter._end_line)) for f in logging.getLogger("herdrl").filters)

@@ -74,6 +74,18 @@ def test_builder_calls_with_little_to_set_are_accepted_and_say_so(caplog):
     older = DQNConfig().environment("CartPole-v1").exploration(exploration_config={"epsilon_timesteps": 2000,
                                                                                     "final_epsilon": 0.1})
     assert older.epsilon == [[0, 1.0], [2000, 0.1]]  # RLlib's DQN default type is EpsilonGreedy
+    # keys left out keep the current schedule's; explore=True alone changes nothing; RLlib 2.10+ spelling
+    partial = DQNConfig().training(epsilon=[[0, 1.0], [5000, 0.1]]).exploration(explore=True)
+    assert partial.epsilon == [[0, 1.0], [5000, 0.1]]
+    partial.env_runners(exploration_config={"type": "EpsilonGreedy", "final_epsilon": 0.01, "warmup_timesteps": 500})
+    assert partial.epsilon == [[0, 1.0], [500, 1.0], [5500, 0.01]]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="herdrl"):
+        reported = DQNConfig().reporting(min_sample_timesteps_per_iteration=5000, metrics_num_episodes_for_smoothing=5)
+    assert reported.min_sample_timesteps_per_iteration == 5000  # DQN has it: set
+    assert [r.getMessage() for r in caplog.records] == [
+        "herdrl: .reporting(metrics_num_episodes_for_smoothing) has no effect: an iteration here is one round of "
+        "sampling and learning; episode metrics are over the last 100 episodes"]
     with pytest.raises(ConfigError, match="training samples always explore"):
         PPOConfig().exploration(explore=False)
     with pytest.raises(ConfigError, match="herdrl builds its own modules"):

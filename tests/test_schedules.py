@@ -9,7 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from herdrl import Algorithm, ConfigError, DQNConfig, PPOConfig
+from herdrl import (
+    A2CConfig,
+    Algorithm,
+    APPOConfig,
+    ConfigError,
+    DQNConfig,
+    IMPALAConfig,
+    PPOConfig,
+    SACConfig,
+    TD3Config,
+)
 from herdrl.algorithms.ppo import PPOLearner
 from herdrl.cli import main
 from herdrl.schedules import schedule_of
@@ -53,6 +63,10 @@ def test_rllibs_older_schedule_keys_win_over_the_plain_value_in_any_order():
     config.validate()
     assert config.lr == 5e-4 and config.entropy_coeff == [[0, 0.01], [100, 0.0]]
     DQNConfig().environment("CartPole-v1").training(epsilon=0.05).validate()  # a constant epsilon too
+    later = PPOConfig().training(lr_schedule=points).training(lr=1e-4)  # a later plain lr: the schedule stays
+    assert later.lr == points and later.lr_schedule == points and PPOConfig().lr_schedule is None
+    with pytest.raises(ConfigError, match="unknown config key 'entropy_coeff_schedule' for DQN"):
+        DQNConfig().training(entropy_coeff_schedule=[[0, 0.01]])
 
 
 def test_the_optimizer_steps_by_the_scheduled_lr_down_to_zero():
@@ -132,3 +146,43 @@ def test_a_yaml_decay_without_steps_runs_over_the_stop_timesteps(tmp_path):
     assert len(rows) >= 4
     for row in rows:
         assert row["lr"] == pytest.approx(1e-3 * max(0.0, 1 - row["num_env_steps_sampled_lifetime"] / 1024))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: A2CConfig().environment("CartPole-v1").training(train_batch_size=200),
+    lambda: IMPALAConfig().environment("CartPole-v1").training(train_batch_size=400),
+    lambda: APPOConfig().environment("CartPole-v1").training(train_batch_size=400),
+    lambda: DQNConfig().environment("CartPole-v1").training(num_steps_sampled_before_learning_starts=64),
+    lambda: SACConfig().environment("Pendulum-v1").training(num_steps_sampled_before_learning_starts=64)
+    .reporting(min_sample_timesteps_per_iteration=100),
+    lambda: TD3Config().environment("Pendulum-v1").training(num_steps_sampled_before_learning_starts=64)
+    .reporting(min_sample_timesteps_per_iteration=100),
+], ids=["A2C", "IMPALA", "APPO", "DQN", "SAC", "TD3"])
+def test_every_algorithms_optimizers_follow_the_schedule_to_zero(make):
+    """lr 1e-3 at step 0, 0 from step 1 on: every update comes after the first step, so the weights never move —
+    unless an optimizer kept the lr it was built with (1e-3). Updates did happen (counted in the rows)."""
+    algo = make().training(lr=[[0, 1e-3], [1, 0.0]]).debugging(seed=0).build()
+    before = algo.get_weights()
+    updates = 0
+    for _ in range(3):
+        row = algo.train()
+        updates += row.get("num_gradient_updates", 0) or row.get("num_sgd_steps", 0) or int("policy_loss" in row
+                                                                                           or "vf_loss" in row)
+    after = algo.get_weights()
+    algo.stop()
+    assert updates > 0
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_sweeps_named_decay_without_steps_takes_its_timesteps_stop(tmp_path):
+    from herdrl import tune
+
+    analysis = tune.run("PPO", config={"env": "CartPole-v1", "train_batch_size": 256, "minibatch_size": 128,
+                                       "num_epochs": 1, "lr": {"schedule": "linear", "start": 1e-3, "end": 0.0}},
+                        stop={"timesteps_total": 768}, storage_path=tmp_path, name="decay", verbose=0)
+    assert not analysis.errors
+    rows = [json.loads(line) for line in next((tmp_path / "decay").glob("PPO_*/result.json")).read_text()
+            .splitlines()]
+    assert rows and all(r["lr"] == pytest.approx(1e-3 * max(0.0, 1 - r["num_env_steps_sampled_lifetime"] / 768))
+                        for r in rows)
