@@ -88,6 +88,10 @@ def _add_train_parser(subparsers: Any) -> None:
                    help="keep the N newest checkpoints plus the best (default 5)")
     p.add_argument("--checkpoint-score-attr", default="episode_return_mean",
                    help="result key that picks the best checkpoint to keep (default episode_return_mean)")
+    p.add_argument("--keep-best", action="store_true",
+                   help="checkpoint at every new best of the algorithm's metric (its evaluation return when "
+                        "evaluation runs), keep it, and name it in the trial's best_checkpoint.json (SB3's "
+                        "EvalCallback habit)")
     p.add_argument("--resume", action="store_true",
                    help="continue the newest trial of the experiment (or --trial) from its newest valid checkpoint")
     p.add_argument("--resume-if-any", action="store_true",
@@ -363,7 +367,7 @@ def _train(args: argparse.Namespace) -> int:
         config, stop=stop, output=output, name=name, trial=trial, quiet=args.quiet,
         tensorboard=not args.no_tensorboard, budget=args.budget, resume=args.resume, start_over=start_over,
         checkpoint_every=args.checkpoint_every or None, keep_checkpoints_num=args.keep_checkpoints_num,
-        checkpoint_score_attr=args.checkpoint_score_attr)
+        checkpoint_score_attr=args.checkpoint_score_attr, keep_best=args.keep_best)
     result = outcome.result
     metric = config.stop_metric
     labels = {"training_iteration": "iteration limit", "num_env_steps_sampled_lifetime": "step limit",

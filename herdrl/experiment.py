@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from herdrl.checkpoint import TUNE_SUBDIR
+from herdrl.checkpoint import TUNE_SUBDIR, checkpoint_name
 from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold, imports
 from herdrl.errors import STOP_AT_ENV, ConfigError, HerdError, did_you_mean
-from herdrl.logger import ConsoleReporter, Logger, format_value
+from herdrl.logger import ConsoleReporter, Logger, format_value, write_json_atomic
 from herdrl.results import Result, flat_name
 from herdrl.trial_dir import TrialLock, create_trial_dir
 
@@ -194,7 +194,7 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
                    quiet: bool = False, tensorboard: bool = True, budget: int | None = None,
                    checkpoint_every: int | None = 10, keep_checkpoints_num: int = 5,
                    checkpoint_score_attr: str | None = "episode_return_mean", resume: bool = False,
-                   start_over: bool = False) -> Outcome:
+                   start_over: bool = False, keep_best: bool = False) -> Outcome:
     """Build the algorithm, train until a stop criterion holds, and return the outcome.
 
     With no ``stop``, the run stops when ``episode_return_mean`` reaches the env's
@@ -203,7 +203,9 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     at the end) and when the run ends or is interrupted; the ``keep_checkpoints_num`` newest and the best
     by ``checkpoint_score_attr`` are kept. ``resume``: continue the trial (``trial``, else the newest of
     the experiment) from its newest valid checkpoint. ``start_over``: the named ``trial`` may hold rows of a run
-    that wrote no checkpoint (a batch job requeued early): start it again in place, dropping them.
+    that wrote no checkpoint (a batch job requeued early): start it again in place, dropping them. ``keep_best``
+    (SB3's ``EvalCallback`` habit): a checkpoint at every new best of the algorithm's metric (its evaluation
+    return when evaluation runs), kept with the newest, and named in the trial's ``best_checkpoint.json``.
     """
     from herdrl.checkpoint import prune
 
@@ -287,6 +289,10 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         action = f"resuming from {shown.name}" if shown is not None else "results"
         console.message(f"{config.algo_name} on {config.env}: {action} in {logdir}; stops at {stops}")
     saved_at = algo.iteration if checkpoint is not None else -1
+    best_key = ("evaluation/episode_return_mean" if config.evaluation_interval else config.stop_metric)
+    if keep_best:
+        checkpoint_score_attr = best_key  # the best checkpoint kept is the best by that metric
+    best = _best_so_far(logdir, best_key) if keep_best else None
 
     def save() -> None:
         nonlocal saved_at
@@ -294,6 +300,19 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
             algo.save()
             saved_at = algo.iteration
             prune(logdir, keep_checkpoints_num, checkpoint_score_attr)
+
+    def save_if_best(result: dict[str, Any]) -> None:
+        nonlocal best
+        value = result.get(best_key)
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or (best is not None and value <= best):
+            return
+        best = value
+        save()
+        name = checkpoint_name(algo.iteration)
+        write_json_atomic(logdir / BEST_FILE, {"checkpoint": name, "metric": best_key, "value": value,
+                                               "training_iteration": algo.iteration})
+        if console:
+            console.message(f"new best {best_key} {format_value(value)}: {name}")
 
     result: dict[str, Any] = dict(algo.last_result)
     stopped_by = "interrupted"
@@ -307,6 +326,8 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
                         graceful.walltime(f"{STOP_AT_ENV}: no time left for another iteration")
                     if checkpoint_every and algo.iteration % checkpoint_every == 0:
                         save()
+                    if keep_best:
+                        save_if_best(result)
                     met = [k for k, v in criteria.items() if result.get(k, -math.inf) >= v]
                     if met:
                         stopped_by = met[0]
@@ -330,6 +351,21 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         solved = result.get(metric, -math.inf) >= threshold
     return Outcome(result=result, stopped_by=_stop_reason(stopped_by, default_stop, metric), solved=solved,
                    logdir=logdir, signal=graceful.signum if graceful is not None else None)
+
+
+#: The file in a trial folder naming its best checkpoint (``--keep-best``).
+BEST_FILE = "best_checkpoint.json"
+
+
+def _best_so_far(logdir: Path, key: str) -> float | None:
+    """The best ``key`` a resumed trial's ``--keep-best`` reached before, from its best_checkpoint.json."""
+    import json
+
+    try:
+        value = json.loads((logdir / BEST_FILE).read_text()).get("value")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def _stop_at() -> float | None:

@@ -118,3 +118,23 @@ def test_save_without_a_path_writes_into_a_new_trial_folder(tmp_path, monkeypatc
     restored = Algorithm.from_checkpoint(second)
     assert restored.iteration == 2
     restored.stop()
+
+
+def test_keep_best_checkpoints_each_new_best_evaluation_and_keeps_the_best(tmp_path):
+    """SB3's EvalCallback habit: with evaluation every iteration, the checkpoint named in best_checkpoint.json is
+    the iteration whose evaluation return the rows show as the (first) maximum, it exists, and it survives pruning
+    to one newest checkpoint."""
+    from herdrl.cli import main
+
+    assert main(["train", "ppo", "--env", "CartPole-v1", "--stop-iters", "6", "--seed", "0", "--keep-best",
+                 "--checkpoint-every", "0", "--keep-checkpoints-num", "1", "--quiet", "--no-tensorboard",
+                 "--output", str(tmp_path), "--config", "train_batch_size=256", "minibatch_size=128",
+                 "evaluation_interval=1", "evaluation_duration=3"]) == 0
+    trial = next(tmp_path.glob("*/PPO_*"))
+    rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+    returns = [r["evaluation/episode_return_mean"] for r in rows]
+    first_best = returns.index(max(returns)) + 1
+    best = json.loads((trial / "best_checkpoint.json").read_text())
+    assert best["metric"] == "evaluation/episode_return_mean" and best["value"] == max(returns)
+    assert best["checkpoint"] == f"checkpoint_{first_best:06d}" and (trial / best["checkpoint"]).is_dir()
+    assert {p.name for p in trial.glob("checkpoint_*")} == {best["checkpoint"], "checkpoint_000006"}
