@@ -90,6 +90,10 @@ def format_value(value: Any, width: int = 0) -> str:
     return f"{value:{width}.1f}"
 
 
+#: Environment variables that say the console is a job's log, not a person's terminal (plain lines there).
+_NOT_LIVE_ENV = ("SLURM_JOB_ID", "PBS_JOBID", "COBALT_JOBID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK",
+                 "CI")
+
 #: Stop criteria that count up at a steady rate: an ETA can be given for them (see ConsoleReporter).
 _COUNTED = {"num_env_steps_sampled_lifetime": "steps", "training_iteration": "iterations", "time_total_s": "s"}
 
@@ -121,7 +125,9 @@ class ConsoleReporter:
         self.target = target
         self.metric = metric  # the return the target applies to (greedy evaluation for off-policy)
         self.limits = {k: v for k, v in (limits or {}).items() if k in _COUNTED}
-        self.live = bool(self.console.is_terminal)
+        # Live only on a person's terminal: under a batch system or MPI the "terminal" is a pseudo-terminal whose
+        # output ends in the job's log, where rewritten lines would be a mess.
+        self.live = bool(self.console.is_terminal) and not any(name in os.environ for name in _NOT_LIVE_ENV)
         self._first: dict[str, Any] | None = None  # the first row reported (the rates are measured from it)
         self._said_duration = False
         self._pending = False  # a live line on screen, not yet ended with a newline
@@ -176,8 +182,8 @@ class ConsoleReporter:
         line = (f"iter {result['training_iteration']:4d}  steps {result['num_env_steps_sampled_lifetime']:>9,}  "
                 f"return {ret_text}{target}  episodes {result['num_episodes_lifetime']:>6,}  "
                 f"{result['env_steps_per_s']:>8,.0f} steps/s  {result['time_total_s']:6.1f} s{left}{quiet}")
-        if eta and not self._said_duration and result.get("time_total_s", 0.0) - self._first.get(
-                "time_total_s", 0.0) >= 5.0:
+        if eta and not self._said_duration and eta[0] >= 60.0 and result.get("time_total_s", 0.0) - self._first.get(
+                "time_total_s", 0.0) >= 5.0:  # once the pace is known, for runs long enough to plan around
             self._said_duration = True
             finish = time.strftime("%H:%M", time.localtime(time.time() + eta[0]))
             self.message(f"at this pace the run reaches {eta[1]} in about {format_duration(eta[0])} (around "

@@ -5,7 +5,7 @@ from io import StringIO
 
 from rich.console import Console
 
-from herdrl.logger import ConsoleReporter, format_duration
+from herdrl.logger import _NOT_LIVE_ENV, ConsoleReporter, format_duration
 
 
 def _row(iteration, steps, seconds):
@@ -23,15 +23,21 @@ def test_the_eta_is_the_nearest_counted_stop_at_the_pace_since_the_first_row():
     reporter.report(_row(4, 4000, 8.0))  # 3,000 steps in 6 s: 6,000 left -> 12 s; iterations: 996 x 2 s
     lines = out.getvalue().splitlines()
     assert "ETA" not in lines[0] and lines[1].endswith("ETA 16s") and lines[-1].endswith("ETA 12s")
-    expected = [line for line in lines if line.startswith("at this pace")]
-    assert len(expected) == 1 and "reaches 10,000 steps in about 12s" in expected[0]
+    assert not [line for line in lines if line.startswith("at this pace")]  # 12 s left: not worth a line
+    long = ConsoleReporter(limits={"num_env_steps_sampled_lifetime": 1_000_000}, console=Console(file=out, width=300))
+    for row in (_row(1, 1000, 2.0), _row(2, 2000, 4.0), _row(4, 4000, 8.0), _row(5, 5000, 10.0)):
+        long.report(row)  # 500 steps/s: 995,000 steps left at the last row -> 1,990 s
+    expected = [line for line in out.getvalue().splitlines() if line.startswith("at this pace")]
+    assert len(expected) == 1 and "reaches 1,000,000 steps in about 33m" in expected[0]
     quick = ConsoleReporter(limits={"training_iteration": 5}, console=Console(file=StringIO()))
     quick.report(_row(1, 100, 1.0))
     assert quick.eta(_row(3, 300, 3.0)) == (2.0, "5 iterations")  # 1 s per iteration, 2 left
     assert format_duration(7530) == "2h05m" and format_duration(450) == "7m30s" and format_duration(45) == "45s"
 
 
-def test_on_a_terminal_the_line_is_live_and_messages_keep_it():
+def test_on_a_terminal_the_line_is_live_and_messages_keep_it(monkeypatch):
+    for name in _NOT_LIVE_ENV:
+        monkeypatch.delenv(name, raising=False)
     out = StringIO()
     reporter = ConsoleReporter(limits={"num_env_steps_sampled_lifetime": 10_000},
                                console=Console(file=out, force_terminal=True, width=300))
@@ -46,9 +52,11 @@ def test_on_a_terminal_the_line_is_live_and_messages_keep_it():
     assert out.getvalue().count("stopped: 10,000 steps") == 1
 
 
-def test_a_live_line_fits_the_terminal_and_a_warning_starts_on_a_line_of_its_own():
+def test_a_live_line_fits_the_terminal_and_a_warning_starts_on_a_line_of_its_own(monkeypatch):
     import logging
 
+    for name in _NOT_LIVE_ENV:
+        monkeypatch.delenv(name, raising=False)
     out = StringIO()
     reporter = ConsoleReporter(limits={"num_env_steps_sampled_lifetime": 10_000},
                                console=Console(file=out, force_terminal=True, width=60))
