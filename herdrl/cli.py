@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -295,7 +294,13 @@ def _train(args: argparse.Namespace) -> int:
     from herdrl.checkpoint import checkpoint_config, read_meta
     from herdrl.env.imports import import_envs
     from herdrl.errors import ConfigError
-    from herdrl.experiment import catch_walltime_signal, find_resume_point, load_experiment_file, run_experiment
+    from herdrl.experiment import (
+        catch_walltime_signal,
+        experiment_name,
+        find_resume_point,
+        load_experiment_file,
+        run_experiment,
+    )
 
     catch_walltime_signal()  # a batch job's walltime signal during start-up (Ray, runners) must not end us
     from herdrl.logger import format_value
@@ -321,7 +326,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume_if_any:
         if args.resume or not trial:
             raise ConfigError("--resume-if-any needs --trial (the trial to continue or start), and no --resume")
-        experiment = name or (env and re.sub(r"[^A-Za-z0-9_.-]+", "_", str(env)))
+        experiment = name or (env and experiment_name(env))
         from pathlib import Path
 
         from herdrl.checkpoint import newest_valid_checkpoint
@@ -330,7 +335,7 @@ def _train(args: argparse.Namespace) -> int:
         args.resume = experiment is not None and trial_dir.is_dir() and newest_valid_checkpoint(trial_dir) is not None
         start_over = not args.resume
     if args.resume:
-        experiment = name or (env and re.sub(r"[^A-Za-z0-9_.-]+", "_", str(env)))
+        experiment = name or (env and experiment_name(env))
         if not experiment:
             raise ConfigError("--resume needs the experiment: give --env (or --name, or -f) as in the original run")
         trial_dir, checkpoint = find_resume_point(output, experiment, trial, algorithm)

@@ -67,9 +67,15 @@ class Outcome:
     already_done: bool = False  # a resumed trial whose stop criterion its checkpoint already met: nothing ran
 
 
+def experiment_name(env: Any) -> str:
+    """The default experiment (results folder) name of an env: its id with other characters than letters, digits,
+    ``_``, ``.``, ``-`` made ``_`` (``ALE/Pong-v5`` -> ``ALE_Pong-v5``)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(env))
+
+
 def trial_name(config: AlgorithmConfig) -> str:
     """``<ALGO>_<env>_<seed>_<timestamp>`` (DESIGN.md, Definitions; no seed part when no seed is set)."""
-    env = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(config.env))
+    env = experiment_name(config.env)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     seed = "" if config.seed is None else f"_{config.seed}"
     return f"{config.algo_name}_{env}{seed}_{stamp}"
@@ -228,7 +234,7 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     threshold = env_reward_threshold(config.env) if not callable(config.env) else None
     if default_stop and threshold is not None:
         criteria = {metric: threshold, **criteria}
-    experiment = name or re.sub(r"[^A-Za-z0-9_.-]+", "_", str(config.env))
+    experiment = name or experiment_name(config.env)
     console = None if quiet else ConsoleReporter(target=criteria.get(metric), metric=metric, limits=criteria)
     if console and (config.num_env_runners > 0 or config.num_learners > 0):
         where = config.address or os.environ.get("RAY_ADDRESS") or "a private Ray on this machine"

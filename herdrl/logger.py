@@ -201,20 +201,22 @@ class ConsoleReporter:
         if keep:
             self._kept_at = now
 
-    def finish(self) -> None:
-        """End a live line still on screen (the run is over)."""
+    def end_line(self) -> None:
+        """End a live line still on screen, so what is written next starts on a line of its own."""
         if self._pending:
             self.console.file.write("\n")
             self.console.file.flush()
             self._pending = False
+
+    def finish(self) -> None:
+        """End a live line still on screen (the run is over)."""
+        self.end_line()
         if self.live:
             logging.getLogger("herdrl").removeFilter(self._end_line)
 
     def message(self, text: str) -> None:
         """Print a line of its own (start, stop reason, where results are); a live line on screen is kept."""
-        if self._pending:
-            self.console.file.write("\n")
-            self._pending = False
+        self.end_line()
         self.console.print(text, soft_wrap=True, highlight=False)
 
 
@@ -226,10 +228,7 @@ class _EndLine(logging.Filter):
         self.reporter = reporter
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.reporter._pending:
-            self.reporter.console.file.write("\n")
-            self.reporter.console.file.flush()
-            self.reporter._pending = False
+        self.reporter.end_line()
         return True
 
 

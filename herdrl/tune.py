@@ -454,10 +454,11 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
         raise
     from herdrl import tune_stop
 
+    exists = tune.Tuner.can_restore(str(storage / name))
     if resume == "if_any":
-        resume = tune.Tuner.can_restore(str(storage / name))
+        resume = exists
     if resume:
-        if not tune.Tuner.can_restore(str(storage / name)):
+        if not exists:
             if owns:
                 disconnect()
             raise ConfigError(f"no sweep to resume in {storage / name}: start it without --resume (or check "

@@ -35,13 +35,19 @@ def test_the_eta_is_the_nearest_counted_stop_at_the_pace_since_the_first_row():
     assert format_duration(7530) == "2h05m" and format_duration(450) == "7m30s" and format_duration(45) == "45s"
 
 
-def test_on_a_terminal_the_line_is_live_and_messages_keep_it(monkeypatch):
+def _live(monkeypatch, width):
+    """A reporter on a terminal ``width`` wide (none of the variables of a job's log set), and what it writes."""
     for name in _NOT_LIVE_ENV:
         monkeypatch.delenv(name, raising=False)
     out = StringIO()
     reporter = ConsoleReporter(limits={"num_env_steps_sampled_lifetime": 10_000},
-                               console=Console(file=out, force_terminal=True, width=300))
+                               console=Console(file=out, force_terminal=True, width=width))
     assert reporter.live
+    return reporter, out
+
+
+def test_on_a_terminal_the_line_is_live_and_messages_keep_it(monkeypatch):
+    reporter, out = _live(monkeypatch, 300)
     reporter.report(_row(1, 1000, 2.0))
     reporter.report(_row(2, 2000, 4.0))
     text = out.getvalue()
@@ -55,11 +61,7 @@ def test_on_a_terminal_the_line_is_live_and_messages_keep_it(monkeypatch):
 def test_a_live_line_fits_the_terminal_and_a_warning_starts_on_a_line_of_its_own(monkeypatch):
     import logging
 
-    for name in _NOT_LIVE_ENV:
-        monkeypatch.delenv(name, raising=False)
-    out = StringIO()
-    reporter = ConsoleReporter(limits={"num_env_steps_sampled_lifetime": 10_000},
-                               console=Console(file=out, force_terminal=True, width=60))
+    reporter, out = _live(monkeypatch, 60)
     reporter.report(_row(1, 1000, 2.0))
     shown = out.getvalue().split("\r\x1b[2K")[-1]
     assert len(shown) <= 60 and shown.endswith("…")  # a wrapped line could not be rewritten in place

@@ -492,14 +492,11 @@ class Algorithm:
         if self.logger is not None:
             return Path(self.logger.logdir)
         if self._save_dir is None:
-            import re
-
-            from herdrl.experiment import trial_name
+            from herdrl.experiment import experiment_name, trial_name
             from herdrl.trial_dir import create_trial_dir
 
-            experiment = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(self.config.env))
-            self._save_dir = create_trial_dir(Path("results").resolve() / experiment / trial_name(self.config),
-                                              exact=False)
+            self._save_dir = create_trial_dir(
+                Path("results").resolve() / experiment_name(self.config.env) / trial_name(self.config), exact=False)
             logger.info("herdrl: checkpoints of this algorithm go to %s", self._save_dir)
         return self._save_dir
 

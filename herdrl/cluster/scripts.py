@@ -89,11 +89,17 @@ class BatchJob:
             if self.driver[:2] not in (["herd", "train"], ["herd", "tune"]):
                 raise ClusterError("--max-jobs chains `herd train` and `herd tune` drivers (each next job resumes "
                                    f"the trial or sweep): the driver here is `{shlex.join(self.driver[:2])}`")
-            named = any(arg in ("--trial", "--resume") or arg.startswith("--trial=") for arg in self.driver)
+            named = self.resumes_itself or any(arg == "--trial" or arg.startswith("--trial=") for arg in self.driver)
             if self.driver[1] == "train" and not named:
                 self.driver = [*self.driver, "--trial", self.launch_dir.name]  # every job resumes this one trial
         if self.setup:
             self.herd = "herd"
+
+    @property
+    def resumes_itself(self) -> bool:
+        """Whether the driver is given ``--resume`` or ``--resume-if-any`` already (a chain continuing an earlier
+        run): then no job of the chain adds a resume flag."""
+        return any(arg in ("--resume", "--resume-if-any") for arg in self.driver)
 
     @property
     def lead_s(self) -> int:
@@ -138,7 +144,7 @@ def _chain_lines(job: BatchJob) -> str:
     """The end of a Slurm script: run the driver in the background (so the job's signals reach it while the shell
     waits), and when it stopped for the walltime, submit the next job of the chain."""
     launch_dir = shlex.quote(str(job.launch_dir))
-    if any(arg in ("--resume", "--resume-if-any") for arg in job.driver):
+    if job.resumes_itself:
         resume = "resume=()  # the driver resumes by itself, in every job\n"
     else:
         resume = """\
@@ -342,7 +348,7 @@ def pbs_script(job: BatchJob, launcher: str = "mpiexec", flavor: str = "pbs", la
     if job.max_jobs == 1:
         return "\n".join([*lines, launch]) + "\n"
     script = shlex.quote(str(job.launch_dir / "job.pbs"))
-    if any(arg in ("--resume", "--resume-if-any") for arg in job.driver):
+    if job.resumes_itself:
         resume = "resume=()  # the driver resumes by itself, in every job\n"
     else:
         resume = 'resume=()\n[ "$chain_index" -gt 1 ] && resume=(--resume)  # a later job of the chain: continue\n'
