@@ -42,6 +42,9 @@ _LAZY = {
     "APPO": "herdrl.algorithms.appo",
     "APPOConfig": "herdrl.algorithms.appo",
     "import_envs": "herdrl.env.imports",
+    "RLlibCallback": "herdrl.callbacks",
+    "DefaultCallbacks": "herdrl.callbacks",
+    "MetricsLogger": "herdrl.callbacks",
 }
 
 if TYPE_CHECKING:
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
     from herdrl.algorithms.sac import SAC, SACConfig
     from herdrl.algorithms.td3 import DDPG, TD3, DDPGConfig, TD3Config
     from herdrl.algorithms.trpo import TRPO, TRPOConfig
+    from herdrl.callbacks import DefaultCallbacks, MetricsLogger, RLlibCallback
     from herdrl.config import AlgorithmConfig
     from herdrl.env.imports import import_envs
     from herdrl.policy import Policy
@@ -70,6 +74,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["A2C", "A2CConfig", "APPO", "APPOConfig", "Algorithm", "AlgorithmConfig", "AlgorithmNotFound",
-           "ConfigError", "DDPG", "DDPGConfig", "DQN", "DQNConfig", "EnvError", "HerdError", "IMPALA",
-           "IMPALAConfig", "PPO", "PPOConfig", "Policy", "SAC", "SACConfig", "TD3", "TD3Config", "TRPO",
-           "TRPOConfig", "import_envs", "register_encoder", "register_env", "tune", "__version__"]
+           "ConfigError", "DDPG", "DDPGConfig", "DefaultCallbacks", "DQN", "DQNConfig", "EnvError", "HerdError",
+           "IMPALA", "IMPALAConfig", "MetricsLogger", "PPO", "PPOConfig", "Policy", "RLlibCallback", "SAC",
+           "SACConfig", "TD3", "TD3Config", "TRPO", "TRPOConfig", "import_envs", "register_encoder", "register_env",
+           "tune", "__version__"]

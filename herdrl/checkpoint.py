@@ -53,6 +53,8 @@ TENSOR_FILE = "learner.pt"
 #: install packages (``pip``, ``uv``, ``conda``), set ``env_vars`` and run hooks; a foreign ``address`` would
 #: connect this driver to a cluster whose replies Ray unpickles; the dashboard serves Ray's job-submission API.
 SITE_KEYS = ("address", "node_ip_address", "runtime_env", "include_dashboard")
+#: Keys that name code to run (callbacks): never saved (written empty) and never read back from a checkpoint.
+CODE_KEYS = ("callbacks_class", "callbacks_hooks")
 
 logger = logging.getLogger("herdrl")
 
@@ -242,6 +244,11 @@ def checkpoint_config(meta: dict[str, Any], env: str | None = None, makes_env: b
         if value not in (None, False, {}, ""):
             logger.warning("herdrl: checkpoint '%s' sets %s=%r; ignored: where a run executes and which cluster "
                            "it joins come from your command, never from a file", meta.get("path"), key, value)
+    for key in CODE_KEYS:
+        value = config.pop(key, None)
+        if value not in (None, {}, [], ""):
+            logger.warning("herdrl: checkpoint '%s' sets %s=%r; ignored: code to run (callbacks) comes from your "
+                           "command, never from a file", meta.get("path"), key, value)
     from herdrl.registry import get_config_class
 
     version = meta.get("format_version", 1)

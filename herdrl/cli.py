@@ -46,6 +46,8 @@ def _add_train_parser(subparsers: Any) -> None:
     p.add_argument("--env", help="Gymnasium id, MODULE:ID (imports MODULE), or a register_env name")
     _add_import_option(p)
     p.add_argument("--name-env", dest="name_env", help="same as --env (the seed trainer's flag)")
+    p.add_argument("--callbacks", metavar="MODULE:CLASS",
+                   help="callbacks class (RLlib's hooks, herdrl.RLlibCallback); imports MODULE as --import does")
     p.add_argument("-f", "--file", help="experiment YAML (RLlib tuned-example shape)")
     p.add_argument("--num-env-runners", type=int, help="Ray env runner actors; 0 = sample in this process")
     p.add_argument("--num-envs-per-env-runner", type=int, help="env copies per runner")
@@ -96,7 +98,29 @@ def _add_train_parser(subparsers: Any) -> None:
     p.add_argument("--resume-if-any", action="store_true",
                    help="with --trial: continue it if it has a checkpoint, else start it (a batch job that may run "
                         "again, e.g. requeued by its scheduler)")
+    _add_tracker_options(p)
     p.add_argument("--quiet", action="store_true", help="no per-iteration console lines")
+
+
+def _add_tracker_options(p: Any) -> None:
+    p.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
+                   help="log to MLflow: a tracking URI (default: MLFLOW_TRACKING_URI, else "
+                        "sqlite:///<output>/mlflow.db); needs herdrl[tracking]")
+    p.add_argument("--wandb", metavar="PROJECT",
+                   help="log to Weights & Biases project PROJECT (WANDB_MODE=offline: no account needed); needs "
+                        "herdrl[tracking]")
+
+
+def _trackers(args: argparse.Namespace, spec: dict[str, Any], output: str) -> tuple[str | None, str | None]:
+    """The MLflow URI and W&B project the command (or the experiment file) asks for."""
+    from herdrl.trackers import default_mlflow_uri
+
+    mlflow = args.mlflow if args.mlflow is not None else spec.get("mlflow")
+    if mlflow is not None and mlflow is not False:
+        mlflow = mlflow if isinstance(mlflow, str) and mlflow else default_mlflow_uri(output)
+    else:
+        mlflow = None
+    return mlflow, args.wandb or spec.get("wandb")
 
 
 def _add_bench_parser(subparsers: Any) -> None:
@@ -182,6 +206,7 @@ def _add_tune_parser(subparsers: Any) -> None:
                    help="resume the experiment if it exists, else start it (a batch job that may run again, e.g. "
                         "requeued by its scheduler)")
     p.add_argument("--verbose", type=int, default=1, help="Tune's output: 0 silent, 1 status table (default), 2 more")
+    _add_tracker_options(p)
 
 
 def _add_plot_parser(subparsers: Any) -> None:
@@ -261,6 +286,14 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
                       ("ray_connect_timeout", "ray_connect_timeout_s"), ("seed", "seed")):
         if getattr(args, flag) is not None:
             overrides[key] = getattr(args, flag)
+    if args.callbacks:
+        from herdrl.env.imports import import_envs
+
+        module = args.callbacks.partition(":")[0]
+        if not module or ":" not in args.callbacks:
+            raise ConfigError(f"--callbacks {args.callbacks}: give MODULE:CLASS (e.g. mycallbacks:LogAngles)")
+        import_envs(module)  # the user's own command names it, as --import does
+        overrides["callbacks_class"] = args.callbacks
     if args.dashboard:
         overrides["include_dashboard"] = True
     if args.working_dir:
@@ -372,7 +405,8 @@ def _train(args: argparse.Namespace) -> int:
         config, stop=stop, output=output, name=name, trial=trial, quiet=args.quiet,
         tensorboard=not args.no_tensorboard, budget=args.budget, resume=args.resume, start_over=start_over,
         checkpoint_every=args.checkpoint_every or None, keep_checkpoints_num=args.keep_checkpoints_num,
-        checkpoint_score_attr=args.checkpoint_score_attr, keep_best=args.keep_best)
+        checkpoint_score_attr=args.checkpoint_score_attr, keep_best=args.keep_best,
+        **dict(zip(("mlflow", "wandb"), _trackers(args, spec, output), strict=True)))
     result = outcome.result
     metric = config.stop_metric
     labels = {"training_iteration": "iteration limit", "num_env_steps_sampled_lifetime": "step limit",
@@ -539,7 +573,8 @@ def _tune(args: argparse.Namespace) -> int:
         num_samples=args.num_samples or spec.get("num_samples", 1), storage_path=args.output,
         checkpoint_freq=spec.get("checkpoint_freq", 10), metric=metric, mode=mode,
         scheduler=spec.get("scheduler"), resume="if_any" if args.resume_if_any else args.resume, verbose=args.verbose,
-        max_concurrent_trials=args.max_concurrent_trials or spec.get("max_concurrent_trials"), address=args.address)
+        max_concurrent_trials=args.max_concurrent_trials or spec.get("max_concurrent_trials"), address=args.address,
+        **dict(zip(("mlflow", "wandb"), _trackers(args, spec, args.output), strict=True)))
     if analysis.num_unfinished:
         why = analysis.stop_reason or "interrupted"
         print(f"herd tune: {why}: stopped with {plural(analysis.num_unfinished, 'trial')} unfinished, each from its "

@@ -280,6 +280,10 @@ class AlgorithmConfig:
         "evaluation_duration_unit": Field("episodes", (str,), "evaluation", choices=("episodes",)),
         "evaluation_config": Field({}, (dict,), "evaluation",
                                    doc="{'explore': False, 'env_config': {...}} for the evaluation envs"),
+        "callbacks_class": Field(None, (type, list, tuple, str), "callbacks", allow_none=True,
+                                 doc="a herdrl.RLlibCallback subclass (or a list), or 'module:Class' of a module "
+                                     "imported with --import (herdrl.callbacks)"),
+        "callbacks_hooks": Field({}, (dict,), "callbacks", doc="hook name -> function (or list of functions)"),
     }
 
     #: Older or RLlib-specific spellings -> the key they mean.
@@ -295,6 +299,7 @@ class AlgorithmConfig:
         "recreate_failed_workers": "restart_failed_env_runners",
         "recreate_failed_env_runners": "restart_failed_env_runners",
         "max_num_worker_restarts": "max_num_env_runner_restarts",
+        "callbacks": "callbacks_class",  # RLlib's config dict key
     }
 
     #: Defaults a recurrent run (``model={"use_lstm": True}``) takes for the keys the user did not set: what the
@@ -481,6 +486,19 @@ class AlgorithmConfig:
         ``evaluation/episode_return_mean`` etc. in the iterations that evaluate."""
         return self._set("evaluation", kwargs)
 
+    def callbacks(self, callbacks_class: Any = None, **hooks: Any) -> AlgorithmConfig:
+        """Set callbacks (``herdrl.callbacks``): a class with RLlib's hooks (``RLlibCallback`` or
+        ``DefaultCallbacks`` subclass), a list of them, or ``"module:Class"``; and/or functions per hook, e.g.
+        ``.callbacks(on_train_result=fn)`` (added to those set before)."""
+        if callbacks_class is not None:
+            self._set("callbacks", {"callbacks_class": callbacks_class})
+        if hooks:
+            from herdrl.callbacks import check_hooks
+
+            check_hooks(hooks)
+            self._set("callbacks", {"callbacks_hooks": {**self.callbacks_hooks, **hooks}})
+        return self
+
     def multi_agent(self, **kwargs: Any) -> AlgorithmConfig:
         """Set several agents' policies (PettingZoo envs, ``herdrl.multi_agent``): ``policies``,
         ``policy_mapping_fn``, ``policies_to_train`` (RLlib's names), ``self_play`` and ``self_play_interval``,
@@ -648,6 +666,7 @@ class AlgorithmConfig:
         if max_steps is not None and not (isinstance(max_steps, int) and max_steps >= 1):
             raise ConfigError(f"evaluation_config max_steps got {max_steps!r}; expected an int >= 1 (steps per "
                               "evaluation, after which unfinished episodes are left out)")
+        self._validate_callbacks()
         if self.num_learners > 1 and not self.data_parallel:
             raise ConfigError(f"{self.algo_name} learns on one learner (num_learners 0 or 1), got num_learners="
                               f"{self.num_learners}")
@@ -673,6 +692,17 @@ class AlgorithmConfig:
             raise ConfigError(f"num_learners={self.num_learners} is more than train_batch_size="
                               f"{self.train_batch_size}: every learner needs rows of each batch")
         self.validate_algorithm()
+
+    def _validate_callbacks(self) -> None:
+        from herdrl.callbacks import EPISODE_HOOKS, Callbacks, check_hooks, resolve_class
+
+        if self.callbacks_class is not None:
+            resolve_class(self.callbacks_class)
+        check_hooks(self.callbacks_hooks)
+        callbacks = Callbacks.from_config(self)
+        if self.is_multi_agent and callbacks is not None and callbacks.has(*EPISODE_HOOKS):
+            raise ConfigError("episode callbacks (on_episode_start/step/end) are not supported in multi-agent runs "
+                              "yet; log from on_sample_end or on_train_result instead")
 
     @staticmethod
     def _validate_model(model: dict) -> None:

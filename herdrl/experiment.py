@@ -200,7 +200,8 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
                    quiet: bool = False, tensorboard: bool = True, budget: int | None = None,
                    checkpoint_every: int | None = 10, keep_checkpoints_num: int = 5,
                    checkpoint_score_attr: str | None = "episode_return_mean", resume: bool = False,
-                   start_over: bool = False, keep_best: bool = False) -> Outcome:
+                   start_over: bool = False, keep_best: bool = False, mlflow: str | None = None,
+                   wandb: str | None = None) -> Outcome:
     """Build the algorithm, train until a stop criterion holds, and return the outcome.
 
     With no ``stop``, the run stops when ``episode_return_mean`` reaches the env's
@@ -212,9 +213,15 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     that wrote no checkpoint (a batch job requeued early): start it again in place, dropping them. ``keep_best``
     (SB3's ``EvalCallback`` habit): a checkpoint at every new best of the algorithm's metric (its evaluation
     return when evaluation runs), kept with the newest, and named in the trial's ``best_checkpoint.json``.
+    ``mlflow`` (a tracking URI) and ``wandb`` (a project): experiment trackers given the config, every row and the
+    checkpoints (:mod:`herdrl.trackers`); a resumed trial continues their runs.
     """
     from herdrl.checkpoint import prune
 
+    if mlflow or wandb:  # not installed: one line before anything is built or written
+        from herdrl.trackers import check_installed
+
+        check_installed(mlflow=mlflow, wandb=wandb)
     stop_at = _stop_at()
     metric = config.stop_metric  # off-policy: greedy evaluation returns
     if checkpoint_every is not None and checkpoint_every < 1:
@@ -281,7 +288,13 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         params = {"algorithm": config.algo_name, **config.to_dict(), "imports": list(imports.IMPORTED)}
         resume_after = (algo.iteration, algo.env_steps_lifetime) if checkpoint is not None else (
             (0, 0) if start_over else None)  # (0, 0): every row of the run that saved nothing is dropped
-        algo.logger = Logger(logdir, params, console=console, tensorboard=tensorboard, resume_after=resume_after)
+        trackers = []
+        if mlflow or wandb:
+            from herdrl.trackers import make_trackers
+
+            trackers = make_trackers(logdir, experiment, logdir.name, params, mlflow=mlflow, wandb=wandb)
+        algo.logger = Logger(logdir, params, console=console, tensorboard=tensorboard, resume_after=resume_after,
+                             trackers=trackers)
     except BaseException:
         try:
             algo.stop()
@@ -341,12 +354,19 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
                     if graceful.requested:
                         break
             except HerdError:
+                algo.logger.end_status = "FAILED"
                 save()  # the last completed iteration is consistent: keep it, then report the error
                 raise
+            if stopped_by == "interrupted":
+                algo.logger.end_status = "KILLED"  # stopped to be resumed (a signal, the walltime)
             save()
     except KeyboardInterrupt:  # the second Ctrl-C: mid-iteration state is not saved
+        algo.logger.end_status = "KILLED"
         if console:
             console.message("aborted: the newest checkpoint is from before this iteration")
+    except BaseException:
+        algo.logger.end_status = "FAILED"
+        raise
     finally:
         try:
             algo.stop()
@@ -449,7 +469,7 @@ def parse_yaml(text: str, source: str = "<string>") -> Any:
         raise ConfigError(f"{source}: invalid YAML: {str(exc).splitlines()[0]}") from None
 
 
-EXPERIMENT_KEYS = ("run", "algorithm", "env", "stop", "config", "name", "imports")
+EXPERIMENT_KEYS = ("run", "algorithm", "env", "stop", "config", "name", "imports", "mlflow", "wandb")
 #: Keys only a sweep file (`herd tune -f`) has.
 SWEEP_KEYS = ("num_samples", "scheduler", "metric", "mode", "max_concurrent_trials", "checkpoint_freq")
 SEARCH_TAGS = ("grid_search", "choice", "uniform", "loguniform")
@@ -509,8 +529,12 @@ def load_experiment_file(path: str | Path, sweep: bool = False) -> dict[str, Any
         imports = [imports]
     if not (isinstance(imports, list) and all(isinstance(m, str) for m in imports)):
         raise ConfigError(f"{path}: 'imports' must be a list of module names")
+    for key, kinds in (("mlflow", (str, bool)), ("wandb", (str,))):
+        if data.get(key) is not None and not isinstance(data[key], kinds):
+            raise ConfigError(f"{path}: '{key}' must be {'a tracking URI or true' if key == 'mlflow' else 'a project'}")
     out = {"algorithm": data.get("algorithm", data.get("run")), "env": data.get("env"),
-           "stop": stop, "config": dict(config), "name": data.get("name", name), "imports": imports}
+           "stop": stop, "config": dict(config), "name": data.get("name", name), "imports": imports,
+           "mlflow": data.get("mlflow"), "wandb": data.get("wandb")}
     if sweep:
         out.update({k: data[k] for k in SWEEP_KEYS if k in data})
     return out

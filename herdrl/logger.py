@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+logger = logging.getLogger("herdrl")
+
 #: Keys whose values depend on machine load; everything else is deterministic for a fixed seed.
 TIMING_KEYS = ("time_this_iter_s", "time_total_s", "sample_time_s", "learn_time_s", "env_steps_per_s",
                "evaluation/time_s")
@@ -237,9 +239,10 @@ class Logger:
 
     def __init__(self, logdir: str | os.PathLike, params: dict[str, Any], *,
                  console: ConsoleReporter | None = None, tensorboard: bool = True,
-                 resume_after: tuple[int, int] | None = None) -> None:
+                 resume_after: tuple[int, int] | None = None, trackers: list[Any] | None = None) -> None:
         """``resume_after=(iteration, env_steps)``: continue a trial's files after that checkpointed
-        iteration, dropping rows written after it (those iterations are run again)."""
+        iteration, dropping rows written after it (those iterations are run again). ``trackers``
+        (``herdrl.trackers``): MLflow / W&B runs given every row and checkpoint too."""
         self.logdir = Path(logdir)
         self.logdir.mkdir(parents=True, exist_ok=True)
         for name in ("result.json", "progress.csv"):  # opened for writing in place: a link would write elsewhere
@@ -250,6 +253,10 @@ class Logger:
                                 "folder itself: remove it")
         write_json_atomic(self.logdir / "params.json", params)
         self.console = console
+        self.trackers = list(trackers or [])
+        #: How the run ended, for the trackers: FINISHED, FAILED, or KILLED (stopped to be resumed).
+        self.end_status = "FINISHED"
+        self._tracker_said: set[str] = set()
         self._csv_path = self.logdir / "progress.csv"
         self._csv_fields: list[str] | None = None
         self._csv: TextIO | None = None
@@ -289,8 +296,24 @@ class Logger:
         self._write_csv(result)
         if self._tb is not None:
             write_tensorboard(self._tb, result)
+        self._to_trackers("log", result)
         if self.console is not None:
             self.console.report(result)
+
+    def checkpoint(self, path: Path) -> None:
+        """A checkpoint was written to ``path``: the trackers record it."""
+        self._to_trackers("checkpoint", path)
+
+    def _to_trackers(self, method: str, *args: Any) -> None:
+        """A tracker that fails (its server away) costs a warning, never the run: the rows stay in the files."""
+        for tracker in self.trackers:
+            try:
+                getattr(tracker, method)(*args)
+            except Exception as exc:  # noqa: BLE001 - any failure of the tracker's client
+                if tracker.name not in self._tracker_said:
+                    self._tracker_said.add(tracker.name)
+                    logger.warning("herdrl: %s failed (%s: %s); training goes on, every row is in progress.csv",
+                                   tracker.name, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
 
     def _write_csv(self, result: dict[str, Any]) -> None:
         new_keys = [k for k in result if self._csv_fields is None or k not in self._csv_fields]
@@ -329,3 +352,5 @@ class Logger:
             self._csv.close()
         if self._tb is not None:
             self._tb.close()
+        self._to_trackers("close", self.end_status)
+        self.trackers = []

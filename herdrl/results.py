@@ -7,6 +7,8 @@ get). Reading it with an RLlib script's key works too::
     result["timesteps_total"]                         # num_env_steps_sampled_lifetime
     result["env_runners"]["episode_return_mean"]      # RLlib's new stack nests the runners' metrics
     result["evaluation"]["env_runners"]["episode_return_mean"]   # evaluation/episode_return_mean
+    result["env_runners"]["my_metric"]                # a callback's custom metric: env_runners/my_metric
+    result["custom_metrics"]["ret_mean"]              # the old stack's episode.custom_metrics: custom_metrics/...
 
 Those names are answered on reading (``[]``, ``get``, ``in``) and never stored, so nothing is written twice.
 :func:`flat_name` maps them (and their ``/``-joined forms, as Tune names nested metrics) to herdrl's keys: what
@@ -45,7 +47,9 @@ def flat_name(name: str) -> str:
     if name.startswith("evaluation/"):
         prefix, name = "evaluation/", name[len("evaluation/"):]
     if name.startswith("env_runners/"):
-        name = name[len("env_runners/"):]
+        inner = name[len("env_runners/"):]
+        if inner in ENV_RUNNER_KEYS or inner in ALIASES:  # else a custom metric, kept as env_runners/<key>
+            name = inner
     return prefix + ALIASES.get(name, name)
 
 
@@ -53,17 +57,21 @@ class Result(dict):
     """One iteration's row: herdrl's flat keys, readable by RLlib's names too (see the module docstring)."""
 
     def __missing__(self, key: Any) -> Any:
-        if key == "env_runners":
-            return Result({k: dict.__getitem__(self, k) for k in ENV_RUNNER_KEYS if dict.__contains__(self, k)})
-        if key == "evaluation":
-            inner = {k[len("evaluation/"):]: v for k, v in self.items() if k.startswith("evaluation/")}
+        if key == "env_runners":  # herdrl's runner keys, and custom metrics logged in runners (env_runners/<key>)
+            return Result({**{k: dict.__getitem__(self, k) for k in ENV_RUNNER_KEYS if dict.__contains__(self, k)},
+                           **self._group("env_runners/")})
+        if isinstance(key, str) and "/" not in key:  # a group of keys: evaluation/..., custom_metrics/...
+            inner = self._group(f"{key}/")
             if inner:
                 return Result(inner)
-        elif isinstance(key, str):
+        if isinstance(key, str):
             flat = flat_name(key)
             if flat != key and dict.__contains__(self, flat):
                 return dict.__getitem__(self, flat)
         raise KeyError(key)
+
+    def _group(self, prefix: str) -> dict[str, Any]:
+        return {k[len(prefix):]: v for k, v in self.items() if isinstance(k, str) and k.startswith(prefix)}
 
     def get(self, key: Any, default: Any = None) -> Any:
         """``self[key]`` (RLlib's names included), or ``default``."""

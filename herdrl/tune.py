@@ -397,7 +397,8 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
         name: str | None = None, num_samples: int = 1, storage_path: str | os.PathLike | None = None,
         checkpoint_freq: int = 10, checkpoint_at_end: bool = True, keep_checkpoints_num: int | None = None,
         metric: str = "episode_return_mean", mode: str = "max", scheduler: Any = None, resume: bool | str = False,
-        verbose: int = 1, max_concurrent_trials: int | None = None, address: str | None = None) -> TuneAnalysis:
+        verbose: int = 1, max_concurrent_trials: int | None = None, address: str | None = None,
+        mlflow: str | None = None, wandb: str | None = None) -> TuneAnalysis:
     """Run ``num_samples`` trials of ``algorithm`` per point of ``config``'s search space on Ray Tune.
 
     ``stop``: a dict of result keys (``training_iteration``, ``num_env_steps_sampled_lifetime``,
@@ -410,6 +411,9 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     At SIGUSR1 (a batch job's walltime is near), ``HERD_STOP_AT`` or SIGTERM, every running trial checkpoints its
     last result and the sweep stops (:mod:`herdrl.tune_stop`); the returned analysis then names why
     (``stop_reason``) and how many trials ``resume=True`` will continue (``num_unfinished``).
+
+    ``mlflow`` (a tracking URI) and ``wandb`` (a project): Tune's own logger callbacks, one tracker run per trial in
+    an experiment (W&B: a group) named as the sweep.
     """
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
@@ -417,7 +421,12 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     from herdrl.cluster import connect, disconnect
     from herdrl.experiment import normalize_stop
     from herdrl.registry import get_config_class
+    from herdrl.trackers import tune_callbacks
 
+    if mlflow or wandb:
+        from herdrl.trackers import check_installed
+
+        check_installed(mlflow=mlflow, wandb=wandb)
     if resume not in (True, False, "if_any"):
         raise ConfigError(f"resume got {resume!r}; expected True, False or 'if_any'")
     config_class = get_config_class(algorithm)
@@ -474,7 +483,8 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
             run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=stop_criteria,
                                       checkpoint_config=checkpoints, verbose=verbose, callbacks=[
                                           CSVLoggerCallback(), JsonLoggerCallback(), _tensorboard_callback(),
-                                          _repeat_warning_callback(), tune_stop.WalltimeStop()]),
+                                          _repeat_warning_callback(), tune_stop.WalltimeStop(),
+                                          *tune_callbacks(name, mlflow=mlflow, wandb=wandb)]),
         )
     if verbose:
         print(f"Results, checkpoints and TensorBoard files: {storage / name} (tensorboard --logdir {storage / name})")

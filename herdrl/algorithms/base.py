@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from herdrl.callbacks import Callbacks, MetricsLogger, MetricsReducer
 from herdrl.checkpoint import (
     PREFIX,
     SITE_KEYS,
@@ -137,16 +138,26 @@ class Algorithm:
         self._iter_sample_time = 0.0
         self._degraded_said: tuple[int, int] | None = None
         self._nodes_lost_before = nodes_lost()
+        #: Callbacks (herdrl.callbacks) and the driver's metrics logger; custom metrics are reduced per iteration.
+        self.callbacks = Callbacks.from_config(config)
+        self.metrics_logger = MetricsLogger()
+        self._runner_metrics, self._driver_metrics = MetricsReducer(), MetricsReducer()
         if config.self_play:  # snapshots begin as copies of the policy they follow, not as random networks
             self.learners.apply("copy_policy", [(source, copy) for source, copies in config.self_play.items()
                                                 for copy in copies])
             self.learners.sync()
         try:
             self.setup()
+            self._callback("on_algorithm_init", algorithm=self)
         except BaseException:
             self.learners.stop()
             self.runners.stop()
             raise
+
+    def _callback(self, hook: str, **kwargs: Any) -> None:
+        """Call ``hook`` of the run's callbacks (if any) in the driver, with its metrics logger."""
+        if self.callbacks is not None:
+            self.callbacks(hook, metrics_logger=self.metrics_logger, **kwargs)
 
     # ------------------------------------------------------- for subclasses
     def setup(self) -> None:
@@ -240,6 +251,8 @@ class Algorithm:
         """Count the fragments' env steps and finished episodes in this iteration's result, and merge their
         normalisation statistics into the run's (from their infos: the arrays may be elsewhere)."""
         for fragment in (item.info for item in sampled):
+            if fragment.metrics:
+                self._runner_metrics.add(fragment.metrics)
             self._iter_fragment_bytes += fragment.nbytes
             if fragment.filter_delta is not None:
                 self.normalizer.merge(fragment.filter_delta)
@@ -307,6 +320,7 @@ class Algorithm:
             # The scheduled hyperparameters as the last update took them (DQN's epsilon: its own, per round).
             **{key: schedule(self.env_steps_lifetime) for key, schedule in self.schedules.items() if key != "epsilon"},
             **learner_metrics,
+            **self._runner_metrics.reduce(),  # custom metrics of the runners' callbacks: env_runners/<key>
             **self._multi_agent_metrics(),
             **scores,
             "time_this_iter_s": elapsed,
@@ -315,6 +329,10 @@ class Algorithm:
             "learn_time_s": elapsed - self._iter_sample_time - evaluation.get("evaluation/time_s", 0.0) - scores_time,
             **evaluation,
         })
+        if self.callbacks is not None:
+            self._callback("on_train_result", algorithm=self, result=result)
+            self._driver_metrics.add(self.metrics_logger.take())
+            result.update(self._driver_metrics.reduce())
         self.last_result = result
         if self.logger is not None:
             self.logger.log(result)
@@ -370,13 +388,23 @@ class Algorithm:
     def evaluate(self, progress: Any = None) -> dict[str, float]:
         """Play ``evaluation_duration`` episodes on separate env copies with the current policy (greedy unless
         ``evaluation_config={"explore": True}``); return ``evaluation/...`` metrics. ``progress``: called with a
-        line every few seconds while episodes play (``herd evaluate``)."""
+        line every few seconds while episodes play (``herd evaluate``). Callbacks' ``on_evaluate_start`` and
+        ``on_evaluate_end`` run around it."""
+        self._callback("on_evaluate_start", algorithm=self)
+        start = time.perf_counter()
+        if self.multi_agent:
+            metrics = self._evaluate_multi_agent(progress)
+        else:
+            metrics = self._evaluate_single_agent(progress)
+        metrics["evaluation/time_s"] = time.perf_counter() - start
+        self._callback("on_evaluate_end", algorithm=self, evaluation_metrics=metrics)
+        return metrics
+
+    def _evaluate_single_agent(self, progress: Any = None) -> dict[str, float]:
+        """Greedy (unless ``explore``) episodes of the policy on the driver's evaluation env copies."""
         from herdrl.evaluation import Evaluator, summarize
 
-        start = time.perf_counter()
         cfg = self.config
-        if self.multi_agent:
-            return {**self._evaluate_multi_agent(progress), "evaluation/time_s": time.perf_counter() - start}
         if self._evaluator is None:
             env_config = {**cfg.env_config, **cfg.evaluation_config.get("env_config", {})}
             self._evaluator = Evaluator(cfg.env, env_config, cfg.evaluation_duration, cfg.gym_env_vectorize_mode,
@@ -385,7 +413,7 @@ class Algorithm:
         returns, lengths = self._evaluator.run(self.policy, seed=seed,
                                                explore=bool(cfg.evaluation_config.get("explore", False)),
                                                max_steps=cfg.evaluation_config.get("max_steps"), progress=progress)
-        return {**summarize(returns, lengths, "evaluation/"), "evaluation/time_s": time.perf_counter() - start,
+        return {**summarize(returns, lengths, "evaluation/"),
                 "evaluation/num_episodes_cut": cfg.evaluation_duration - len(returns)}
 
     def _evaluate_multi_agent(self, progress: Any = None) -> dict[str, float]:
@@ -513,6 +541,7 @@ class Algorithm:
             config["env"] = None  # a class or function: from_checkpoint then needs env=... again
         if callable(config["policy_mapping_fn"]):
             config["policy_mapping_fn"] = None  # a function: a resumed run needs it passed again
+        config["callbacks_class"], config["callbacks_hooks"] = None, {}  # code: never saved, never read back
         if config["policies"] is not None:  # policy spaces are saved with the others, below
             config["policies"] = sorted(config["policies"])
         for key in SITE_KEYS:  # where it ran is not part of the experiment (and never read back)
@@ -529,6 +558,7 @@ class Algorithm:
             "spaces": {"observation": space_to_json(_space(self.observation_space)),
                        "action": space_to_json(_space(self.action_space))},
             "metrics": {k: v for k, v in self.last_result.items() if isinstance(v, (int, float))},
+            "custom_metrics": {"runners": self._runner_metrics.state(), "driver": self._driver_metrics.state()},
             **env_origin(self.config.env),
         }
         filters = {key: torch.from_numpy(np.asarray(value)) for key, value in self.normalizer.state().items()}
@@ -536,6 +566,8 @@ class Algorithm:
         arrays = self.checkpoint_arrays()
         path = write_checkpoint(Path(checkpoint_dir), meta, tensors, arrays)
         self.last_checkpoint = path
+        if hasattr(self.logger, "checkpoint"):  # trackers record the newest checkpoint folder
+            self.logger.checkpoint(path)
         self.learners.checkpoint_written()
         # Large array files (replay buffers) live in this run's newest checkpoint only: dropped from the checkpoints
         # this instance wrote before and from its own trial folder's, never from anyone else's.
@@ -598,9 +630,13 @@ class Algorithm:
         self.agent_steps_lifetime = counters.get("num_agent_steps_sampled_lifetime", 0)
         self.rng.bit_generator.state = meta["numpy_rng"]
         self.last_result = Result(meta.get("metrics", {}))
+        custom = meta.get("custom_metrics") or {} if self.callbacks is not None else {}  # (none log without them)
+        self._runner_metrics.load_state(custom.get("runners", {}))
+        self._driver_metrics.load_state(custom.get("driver", {}))
         self.load_checkpoint_arrays(Path(where))
         self.last_checkpoint = Path(where)
         self.runners.reseed(self.iteration)  # a resumed run must not replay the episodes and noise it began with
+        self._callback("on_checkpoint_loaded", algorithm=self)
 
     def _check_normalisation(self, meta: dict[str, Any]) -> None:
         """A policy trained on normalised observations reads nothing else: refuse a config that normalises

@@ -21,6 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from herdrl.callbacks import CallbackError, callback_code
 from herdrl.config import AlgorithmConfig
 from herdrl.env import imports
 from herdrl.errors import HerdError
@@ -271,9 +272,9 @@ class RayRunnerGroup:
         self._remote_class = RemoteMultiAgentRunner if config.is_multi_agent else RemoteEnvRunner
         self._creators = dict(ENV_CREATORS)
         env = [config.env] if callable(config.env) else []
-        shipped = shipping.ship_by_value([*self._creators.values(), *env])
+        shipped = shipping.ship_by_value([*self._creators.values(), *env, *callback_code(config)])
         if shipped:
-            logger.info("herdrl: shipping env code to runners by value: %s", ", ".join(shipped))
+            logger.info("herdrl: shipping env and callback code to runners by value: %s", ", ".join(shipped))
         # Inside a Ray Tune trial the trial's placement group already holds a bundle per runner (after the
         # learner's): use it. Otherwise reserve our own, spread over the nodes.
         current = ray.util.get_current_placement_group()
@@ -465,6 +466,8 @@ class RayRunnerGroup:
             cause = _herd_cause(exc)
             if cause is not None:
                 raise cause  # its replacement would fail the same way: no restart can help
+        if isinstance(_herd_cause(exc), CallbackError):
+            raise _herd_cause(exc)  # the user's callback code: a restarted runner would run it again
         cfg, reason = self.config, _one_line(exc)
         try:
             ray.kill(self.actors[index], no_restart=True)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from herdrl.callbacks import EPISODE_HOOKS, Callbacks, EpisodeTracker, MetricsLogger
 from herdrl.config import AlgorithmConfig
 from herdrl.env import make_vector_env
 from herdrl.env.atari import life_losses
@@ -57,6 +58,7 @@ class Fragment:
     filter_delta: dict[str, np.ndarray] | None = None  # normalisation statistics of its samples (herdrl.filters)
     state_in: np.ndarray | None = None  # recurrent policies: (N, 2, H) state entering each sequence (batch.py)
     state_last: np.ndarray | None = None  # recurrent policies: (B, 2, H) state entering step T
+    metrics: list | None = None  # custom metrics its callbacks logged (herdrl.callbacks.MetricsLogger.take)
 
     @property
     def env_steps(self) -> int:
@@ -118,6 +120,14 @@ class EnvRunner:
             self._parts, self._send, self._recv = self.env.parts, self.env.send, self.env.recv
         else:
             self._parts, self._send, self._recv = (slice(None),), self._stash, self._step
+        self.callbacks = Callbacks.from_config(config)
+        self.metrics_logger = MetricsLogger(prefix="env_runners/")
+        # Episodes are tracked step by step only for episode hooks (a Python call per env step).
+        self._episodes = EpisodeTracker(self, self.callbacks, self.metrics_logger) \
+            if self.callbacks is not None and self.callbacks.has(*EPISODE_HOOKS) else None
+        if self.callbacks is not None:
+            self.callbacks("on_environment_created", env_runner=self, worker=self, metrics_logger=self.metrics_logger,
+                           env=self.env, env_context={**config.env_config, "worker_index": worker_index})
         self.reseed(epoch)
 
     def reseed(self, epoch: int) -> None:
@@ -139,6 +149,8 @@ class EnvRunner:
         except Exception as exc:
             raise self._env_error(exc) from exc
         self._obs = self.obs_spec.batch(raw_obs)
+        if self._episodes is not None:
+            self._episodes.start_all(self._obs, reset_info)
         if self.normalizer is not None:  # a new timeline: nothing of the old one is shipped or carried
             self.normalizer.restart()
             self.normalizer.observe(self._obs)
@@ -210,6 +222,8 @@ class EnvRunner:
 
         in_flight = [False] * len(views)  # parts whose env step was sent and not yet received
         recurrent, seq_len = self.recurrent, int(self.config.model.get("max_seq_len", 20))
+        episodes = self._episodes
+        env_indices = [np.arange(envs)[part] for part in self._parts] if episodes is not None else None
         state_in: list[np.ndarray] = []  # recurrent: the state entering each training sequence, in split order
         position = np.zeros(envs, np.int64)  # steps since the env's sequence grid restarted
         reset_at_start = self._reset_next.copy()
@@ -250,6 +264,10 @@ class EnvRunner:
                 norm.local.normalize(obs_rows(t + 1), out=acting_rows(t + 1))
             if lives is not None:
                 part_lives[t] = info["lives"]
+            if episodes is not None:  # callbacks' episode hooks (only when set: a Python loop over the envs)
+                reset_only = (reset_at_start if t == 0 else terminateds[t - 1] | truncateds[t - 1])[env_indices[part]]
+                episodes.step(env_indices[part], obs_rows(t + 1), views[part][1][t], part_rewards[t],
+                              part_terminateds[t], part_truncateds[t], info, reset_only)
 
         # With two parts, one part's env step runs while the policy acts for the other (torch then leaves half
         # its threads to the env's); with one part this is the plain loop (act, step, store).
@@ -297,6 +315,10 @@ class EnvRunner:
             previous = np.concatenate([self._lives[None], lives[:-1]])
             fragment.terminateds = terminateds | life_losses(lives, previous, done)
             self._lives = lives[-1].copy()
+        if self.callbacks is not None:
+            self.callbacks("on_sample_end", env_runner=self, worker=self, metrics_logger=self.metrics_logger,
+                           samples=[fragment])
+            fragment.metrics = self.metrics_logger.take()
         return fragment
 
     def _acting_storage(self, obs: ObsArray, steps: int, envs: int) -> ObsArray:

@@ -47,6 +47,7 @@ class FragmentInfo:
     agent_steps: int = 0  # multi-agent runs: decisions of all agents
     agent_returns: dict[str, list[float]] = field(default_factory=dict)
     policy_returns: dict[str, list[float]] = field(default_factory=dict)
+    metrics: list | None = None  # custom metrics logged by callbacks (herdrl.callbacks.MetricsLogger.take)
 
 
 def info_of(fragment: Any, size: int = 0) -> FragmentInfo:
@@ -58,7 +59,8 @@ def info_of(fragment: Any, size: int = 0) -> FragmentInfo:
         worker_index=fragment.worker_index, filter_delta=fragment.filter_delta, nbytes=size,
         agent_steps=fragment.agent_steps if multi else 0,
         agent_returns=dict(fragment.agent_returns) if multi else {},
-        policy_returns=dict(fragment.policy_returns) if multi else {})
+        policy_returns=dict(fragment.policy_returns) if multi else {},
+        metrics=getattr(fragment, "metrics", None))
 
 
 @dataclass

@@ -1,0 +1,159 @@
+"""MLflow (a local SQLite store) and Weights & Biases (offline) runs, read back with MLflow's client and from W&B's
+offline run files: the config once, every row at its env step, the checkpoint, one run continued across a resume
+with steps only increasing."""
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from herdrl import PPOConfig
+from herdrl.experiment import run_experiment
+
+pytest.importorskip("mlflow")
+pytest.importorskip("wandb")
+
+
+def wandb_records(path: Path) -> list:
+    """The records of a W&B offline run file (``run-<id>.wandb``): its header, then LevelDB-log records of 32 KiB
+    blocks (4-byte checksum, 2-byte length, 1-byte type: 1 full, 2 first, 3 middle, 4 last) holding protobufs."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, chunk, records = 7, b"", []
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        if left < 7:  # a block's tail too short for a record header is padding
+            pos += left
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        chunk += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(chunk)
+            records.append(record)
+            chunk = b""
+    return records
+
+
+def _key(item) -> str:
+    return item.key or "/".join(item.nested_key)  # (W&B writes some keys as a nested path)
+
+
+def _wandb_history(trial: Path) -> tuple[list[dict], dict, list]:
+    """Every logged row (in file order, over the run's offline folders), the last summary values, the run records."""
+    rows, summary, runs = [], {}, []
+    for run_file in sorted(trial.glob("wandb/offline-run-*/run-*.wandb")):
+        for record in wandb_records(run_file):
+            kind = record.WhichOneof("record_type")
+            if kind == "history":
+                rows.append({_key(item): json.loads(item.value_json) for item in record.history.item})
+            elif kind == "summary":
+                summary.update({_key(item): json.loads(item.value_json) for item in record.summary.update})
+            elif kind == "run":
+                runs.append(record.run)
+    return rows, summary, runs
+
+
+def test_mlflow_and_wandb_runs_read_back_and_continue_across_a_resume(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = PPOConfig().environment("CartPole-v1").training(train_batch_size=256, minibatch_size=128, lr=7e-4) \
+        .debugging(seed=0)
+    common = dict(output=tmp_path, quiet=True, tensorboard=False, trial="t", mlflow=uri, wandb="herd-test",
+                  checkpoint_every=2)
+    first = run_experiment(config.copy(), stop={"training_iteration": 3}, **common)
+    trial = first.logdir
+    # the run was killed before its last checkpoint: a resume goes back to iteration 2 and computes 3 again
+    shutil.rmtree(trial / "checkpoint_000003")
+    run_experiment(config.copy(), stop={"training_iteration": 5}, resume=True, **common)
+    rows = list(csv.DictReader((trial / "progress.csv").open()))
+    assert [int(r["training_iteration"]) for r in rows] == [1, 2, 3, 4, 5]
+
+    ids = json.loads((trial / "trackers.json").read_text())
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("CartPole-v1").experiment_id])
+    assert run.info.run_id == ids["mlflow"]["run_id"] and run.info.status == "FINISHED"  # one run, continued
+    assert run.data.params["lr"] == "0.0007" and run.data.params["model.fcnet_hiddens"] == "[64, 64]"
+    assert run.data.tags["herdrl.checkpoint"] == str((trial / "checkpoint_000005").resolve())
+    history = sorted(client.get_metric_history(run.info.run_id, "training_iteration"), key=lambda m: m.timestamp)
+    steps = [m.step for m in history]
+    assert [m.value for m in history] == [1, 2, 3, 4, 5] and steps == sorted(set(steps))  # steps only increase
+    returns = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "episode_return_mean")}
+    for row in rows[3:]:  # the resumed rows, logged at their env-step counts
+        assert returns[int(row["num_env_steps_sampled_lifetime"])] == pytest.approx(float(row["episode_return_mean"]))
+
+    history, summary, runs = _wandb_history(trial)
+    assert {r.run_id for r in runs} == {ids["wandb"]["run_id"]} and len(runs) == 2  # both jobs, one run id
+    assert runs[0].project == "herd-test" and runs[0].run_group == "CartPole-v1"
+    config_logged = {_key(item): json.loads(item.value_json) for item in runs[0].config.update}
+    assert config_logged["lr"] == 7e-4 and config_logged["algorithm"] == "PPO"
+    assert [h["training_iteration"] for h in history] == [1, 2, 3, 4, 5]
+    assert [h["_step"] for h in history] == sorted({h["_step"] for h in history})
+    assert [h["_step"] for h in history[3:]] == [int(r["num_env_steps_sampled_lifetime"]) for r in rows[3:]]
+    assert summary["herdrl.checkpoint"] == str((trial / "checkpoint_000005").resolve())
+
+
+def test_a_tracker_asked_for_but_not_installed_is_one_line_before_anything_is_written(tmp_path, monkeypatch):
+    import sys
+
+    from herdrl.trackers import TrackerError
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed: importing it raises ImportError
+    with pytest.raises(TrackerError, match=r"pip install 'herdrl\[tracking\]'"):
+        run_experiment(PPOConfig().environment("CartPole-v1"), output=tmp_path, quiet=True, wandb="p")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.usefixtures("whole_ray_cluster")
+def test_a_sweep_logs_each_trial_to_mlflow_with_tunes_callback(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from herdrl import tune
+
+    uri = f"sqlite:///{tmp_path / 'sweep.db'}"
+    analysis = tune.run("PPO", config={"env": "CartPole-v1", "train_batch_size": 256, "minibatch_size": 128,
+                                       "lr": tune.grid_search([1e-3, 3e-3])},
+                        stop={"training_iteration": 2}, name="sweep", storage_path=tmp_path, verbose=0, mlflow=uri)
+    assert not analysis.errors
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
+    assert sorted(float(r.data.params["lr"]) for r in runs) == [1e-3, 3e-3]
+    for r in runs:
+        assert [m.value for m in client.get_metric_history(r.info.run_id, "training_iteration")] == [1, 2]
+
+
+def test_a_tracker_failing_during_the_run_costs_a_warning_not_the_run(tmp_path, caplog):
+    import logging
+
+    from herdrl.logger import Logger
+
+    class Away:
+        name = "mlflow"
+        closed = None
+
+        def log(self, result):
+            raise ConnectionError("server at http://host:5000 is away\nmore text")
+
+        def checkpoint(self, path):
+            raise ConnectionError("still away")
+
+        def close(self, status):
+            Away.closed = status
+
+    with caplog.at_level(logging.WARNING, logger="herdrl"):
+        log = Logger(tmp_path, {}, tensorboard=False, trackers=[Away()])
+        for i in (1, 2):
+            log.log({"training_iteration": i, "num_env_steps_sampled_lifetime": 10 * i})
+        log.checkpoint(tmp_path)
+        log.close()
+    assert [int(r["training_iteration"]) for r in csv.DictReader((tmp_path / "progress.csv").open())] == [1, 2]
+    assert caplog.text.count("mlflow failed (ConnectionError: server at http://host:5000 is away)") == 1
+    assert Away.closed == "FINISHED"
