@@ -14,7 +14,7 @@ from herdrl import PPOConfig, RLlibCallback
 
 
 class PoleAngle(RLlibCallback):
-    """The largest pole angle (radians) of each episode, averaged over the last 50 episodes of every runner."""
+    """The largest pole angle (radians) of each episode, averaged over the last 50 episodes of all runners."""
 
     def on_episode_start(self, *, episode, **kwargs):
         episode.custom_data["angles"] = []

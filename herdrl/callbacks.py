@@ -16,10 +16,10 @@ saved in or read from a checkpoint: a resumed run takes the ones its command giv
 Where each hook runs: ``on_algorithm_init``, ``on_train_result`` (add keys to the row there), ``on_evaluate_start``,
 ``on_evaluate_end`` and ``on_checkpoint_loaded`` in the driver; ``on_environment_created``, ``on_sample_end`` and the
 episode hooks (``on_episode_created``, ``on_episode_start``, ``on_episode_step``, ``on_episode_end``) in the runner
-that steps the env, a Ray actor too. A hook takes keyword arguments; both stacks' names are given (``env_runner``
-and ``worker``, ``env`` and ``base_env``, ``rl_module`` and ``policies``), and a hook without ``**kwargs`` gets only
-the ones it names. Episode hooks cost a Python call per env step, so the runner tracks episodes only when one of
-them is set. Episode hooks do not run in evaluation episodes.
+that steps the env, a Ray actor too (multi-agent runs: with a :class:`MultiAgentEpisode`). A hook takes keyword
+arguments; both stacks' names are given (``env_runner`` and ``worker``, ``env`` and ``base_env``, ``rl_module`` and
+``policies``), and a hook without ``**kwargs`` gets only the ones it names. Episode hooks cost a Python call per env
+step, so the runner tracks episodes only when one of them is set. Episode hooks do not run in evaluation episodes.
 
 Custom metrics: ``metrics_logger.log_value(key, value, reduce=..., window=...)`` from any hook (see
 :class:`MetricsLogger`); the old stack's ``episode.custom_metrics[key] = value`` at episode end gives
@@ -115,10 +115,34 @@ def _accepting(fn: Callable[..., Any]) -> Callable[..., Any]:
     return lambda **kwargs: fn(**{k: v for k, v in kwargs.items() if k in names})
 
 
-def _overrides(instance: Any, hook: str) -> bool:
-    """Whether ``instance`` has its own ``hook`` (not the do-nothing one of :class:`RLlibCallback`)."""
-    own = getattr(type(instance), hook, None)
-    return callable(own) and own is not getattr(RLlibCallback, hook)
+def _overrides(klass: type, hook: str) -> bool:
+    """Whether ``klass`` has its own ``hook`` (not the do-nothing one of :class:`RLlibCallback`)."""
+    own = getattr(klass, hook, None)
+    return callable(own) and own is not getattr(RLlibCallback, hook, None)
+
+
+_UNSUPPORTED_SAID: set[str] = set()
+
+
+def _say_unsupported(klass: type) -> None:
+    """One warning per class for RLlib hooks it defines that herdrl never calls (e.g. ``on_learn_on_batch``)."""
+    import logging
+
+    other = sorted(name for base in klass.__mro__ if base not in (RLlibCallback, object)
+                   for name, member in vars(base).items() if name.startswith("on_") and callable(member)
+                   and name not in HOOKS)
+    if other and klass.__qualname__ not in _UNSUPPORTED_SAID:
+        _UNSUPPORTED_SAID.add(klass.__qualname__)
+        logging.getLogger("herdrl").warning("herdrl: %s.%s %s never called here (herdrl calls: %s)", klass.__name__,
+                                            ", ".join(dict.fromkeys(other)), "is" if len(other) == 1 else "are",
+                                            ", ".join(HOOKS))
+
+
+def hooks_of(config: Any) -> set[str]:
+    """The hooks a config's callbacks set, found without making instances of its classes."""
+    hooks = {hook for klass in ([] if config.callbacks_class is None else resolve_class(config.callbacks_class))
+             for hook in HOOKS if _overrides(klass, hook)}
+    return hooks | set(config.callbacks_hooks or {})
 
 
 def resolve_class(value: Any) -> list[type]:
@@ -181,9 +205,10 @@ class Callbacks:
         handlers: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
         if config.callbacks_class is not None:
             for klass in resolve_class(config.callbacks_class):
+                _say_unsupported(klass)
                 instance = klass()
                 for hook in HOOKS:
-                    if _overrides(instance, hook):
+                    if _overrides(klass, hook):
                         handlers.setdefault(hook, []).append((f"{klass.__name__}.{hook}",
                                                               _accepting(getattr(instance, hook))))
         for hook, fns in (config.callbacks_hooks or {}).items():
@@ -196,11 +221,12 @@ class Callbacks:
         return any(hook in self._handlers for hook in hooks)
 
     def __call__(self, hook: str, **kwargs: Any) -> None:
-        """Call every handler of ``hook``; an exception becomes one :class:`CallbackError` line."""
+        """Call every handler of ``hook``; any exception (a bad ``log_value`` too) becomes one :class:`CallbackError`
+        line, which ends the run without restarting a Ray runner (its replacement would fail the same way)."""
         for name, fn in self._handlers.get(hook, ()):
             try:
                 fn(**kwargs)
-            except HerdError:
+            except CallbackError:
                 raise
             except Exception as exc:
                 raise CallbackError(f"callback {name} raised {type(exc).__name__}: {exc}") from exc
@@ -229,6 +255,9 @@ def metric_settings(reduce: str | None = None, window: int | float | None = None
     if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float)) or window < 1
                                or window != int(window)):
         raise ConfigError(f"log_value window={window!r}; expected an int >= 1 (or None)")
+    if window is not None and ema_coeff is not None:
+        raise ConfigError(f"log_value takes a window or an ema_coeff, not both (window={window}, "
+                          f"ema_coeff={ema_coeff})")
     if window is not None and reduce in ("ema", "lifetime_sum"):
         raise ConfigError(f"log_value reduce={reduce!r} takes no window (got window={window})")
     if reduce == "ema":
@@ -296,7 +325,8 @@ class MetricsLogger:
 
     def log_dict(self, values: Mapping[str, Any], *, key: str | tuple[str, ...] | None = None,
                  **settings: Any) -> None:
-        """Log every leaf of a (nested) dict, under ``key/`` if given."""
+        """Log every leaf of a (nested) dict, under ``key/`` if given (``reduce`` defaults to ``mean``, as RLlib's)."""
+        settings.setdefault("reduce", "mean")
         prefix = () if key is None else (key if isinstance(key, tuple) else (key,))
         for name, value in values.items():
             if isinstance(value, Mapping):
@@ -420,11 +450,11 @@ class Episode:
     observation and info than steps (the reset's).
     """
 
-    def __init__(self, observation: Any, info: dict, env_index: int) -> None:
+    def __init__(self, env_index: int) -> None:
         self.id_ = uuid.uuid4().hex
         self.env_index = env_index
-        self._observations = [observation]
-        self._infos = [info]
+        self._observations: list[Any] = []
+        self._infos: list[dict] = []
         self._actions: list[Any] = []
         self._rewards: list[float] = []
         self.is_terminated = False
@@ -433,6 +463,11 @@ class Episode:
         self.custom_metrics: dict[str, float] = {}  # RLlib's old stack: reduced at the episode's end
         self.user_data: dict[str, Any] = {}
         self.hist_data: dict[str, list[float]] = {}  # accepted; not reported
+
+    def begin(self, observation: Any, info: dict) -> None:
+        """The reset's observation and info."""
+        self._observations.append(observation)
+        self._infos.append(info)
 
     def add_env_step(self, observation: Any, action: Any, reward: float, info: dict, terminated: bool,
                      truncated: bool) -> None:
@@ -542,22 +577,33 @@ class EpisodeTracker:
                        env=runner.env, base_env=runner.env, env_index=episode.env_index, rl_module=runner.module,
                        policies={"default_policy": runner.policy})
 
+    def create(self, env_index: int) -> None:
+        """Env copy ``env_index`` is about to reset (RLlib calls ``on_episode_created`` before the reset, so a hook
+        can set the env up for the episode)."""
+        self.episodes[env_index] = Episode(env_index)
+        self._call("on_episode_created", self.episodes[env_index])
+
+    def create_all(self) -> None:
+        """Every env copy is about to reset."""
+        for index in range(self.runner.num_envs):
+            self.create(index)
+
     def start(self, env_index: int, observation: Any, info: dict) -> None:
         """Env copy ``env_index`` began an episode."""
-        episode = self.episodes[env_index] = Episode(observation, info, env_index)
-        self._call("on_episode_created", episode)
+        episode = self.episodes[env_index]
+        episode.begin(observation, info)
         self._call("on_episode_start", episode)
 
     def start_all(self, observations: Any, info: Mapping[str, Any]) -> None:
         """Every env copy was reset."""
         for index in range(self.runner.num_envs):
-            self.start(index, _row(observations, index), env_info(info, index))
+            self.start(index, _row(observations, index), _own_info(info, index))
 
     def step(self, env_indices: np.ndarray, observations: Any, actions: np.ndarray, rewards: np.ndarray,
              terminateds: np.ndarray, truncateds: np.ndarray, info: Mapping[str, Any], reset_only: np.ndarray) -> None:
         """One vector step of the env copies ``env_indices`` (the arrays hold their rows, in that order)."""
         for row, index in enumerate(env_indices):
-            observation, own_info = _row(observations, row), env_info(info, row)
+            observation, own_info = _row(observations, row), _own_info(info, row)
             if reset_only[row]:  # the step after an episode's end only reset this copy: the next episode begins
                 self.start(int(index), observation, own_info)
                 continue
@@ -567,10 +613,43 @@ class EpisodeTracker:
             self._call("on_episode_step", episode)
             if episode.is_done:
                 self._call("on_episode_end", episode)
-                for key, value in episode.custom_metrics.items():  # the old stack's per-episode metrics
-                    value = _number(key, value)
-                    for stat in ("mean", "min", "max"):
-                        self.metrics.push(f"custom_metrics/{key}_{stat}", (stat, CUSTOM_METRICS_WINDOW, None), value)
+                push_custom_metrics(self.metrics, episode.custom_metrics)
+                self.create(int(index))  # the next step only resets this copy: the next episode begins there
+
+
+def _own_info(info: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """:func:`env_info` for the episode hooks: an info the env gave that cannot be split per copy is a
+    :class:`CallbackError` (one line, and no Ray runner restarted for it)."""
+    try:
+        return env_info(info, index)
+    except Exception as exc:
+        raise CallbackError(f"episode callbacks: the env's info dict cannot be split per env copy "
+                            f"({type(exc).__name__}: {exc})") from exc
+
+
+def runner_callbacks(runner: Any, tracker_class: type, env: Any) -> tuple[Callbacks | None, MetricsLogger, Any]:
+    """A runner's callbacks (None without any), its metrics logger and, only when an episode hook is set, its
+    episode tracker (``tracker_class``: a Python call per env step); calls ``on_environment_created`` with ``env``."""
+    callbacks = Callbacks.from_config(runner.config)
+    metrics = MetricsLogger(prefix="env_runners/")
+    tracker = tracker_class(runner, callbacks, metrics) if callbacks is not None and callbacks.has(*EPISODE_HOOKS) \
+        else None
+    if callbacks is not None:
+        callbacks("on_environment_created", env_runner=runner, worker=runner, metrics_logger=metrics, env=env,
+                  env_context={**runner.config.env_config, "worker_index": runner.worker_index})
+    return callbacks, metrics, tracker
+
+
+def push_custom_metrics(metrics: MetricsLogger, custom: Mapping[str, Any]) -> None:
+    """The old stack's ``episode.custom_metrics`` at an episode's end: ``custom_metrics/<key>_mean``, ``_min`` and
+    ``_max`` over the last :data:`CUSTOM_METRICS_WINDOW` episodes."""
+    for key, value in custom.items():
+        try:
+            value = _number(key, value)
+        except ConfigError as exc:
+            raise CallbackError(f"episode.custom_metrics[{key!r}]: {exc}") from None
+        for stat in ("mean", "min", "max"):
+            metrics.push(f"custom_metrics/{key}_{stat}", (stat, CUSTOM_METRICS_WINDOW, None), value)
 
 
 def _row(observations: Any, row: int) -> Any:
@@ -578,3 +657,183 @@ def _row(observations: Any, row: int) -> Any:
     if isinstance(observations, Mapping):
         return {key: np.array(value[row]) for key, value in observations.items()}
     return np.array(observations[row])
+
+
+class MultiAgentEpisode:
+    """One env copy's episode of a multi-agent run as callbacks see it: RLlib's ``MultiAgentEpisode`` calls
+    (``len(episode)`` in env steps, ``get_return()`` summed over agents, ``get_observations(-1)`` as
+    ``{agent: observation}``, ``get_rewards``, ``get_actions``, ``get_infos``, ``agent_ids``, ``module_for(agent)``,
+    ``custom_data``) and the old stack's (``length``, ``total_reward``, ``agent_rewards``, ``policy_for(agent)``,
+    ``last_observation_for(agent)``, ``last_info_for(agent)``, ``custom_metrics``, ``user_data``).
+
+    Each agent's lists are in its own time: an observation each time it is to decide (and its last one when it
+    ends), an action per decision, a reward per env step that paid it.
+    """
+
+    def __init__(self, env_index: int, mapping: dict[str, str]) -> None:
+        self.id_ = uuid.uuid4().hex
+        self.env_index = env_index
+        self._mapping = mapping  # agent -> policy id, filled as agents appear (the runner's own dict)
+        self._observations: dict[str, list[Any]] = {}
+        self._actions: dict[str, list[Any]] = {}
+        self._rewards: dict[str, list[float]] = {}
+        self._infos: dict[str, list[dict]] = {}
+        self._length = 0
+        self.is_terminated = self.is_truncated = False
+        self.custom_data: dict[str, Any] = {}
+        self.custom_metrics: dict[str, float] = {}
+        self.user_data: dict[str, Any] = {}
+        self.hist_data: dict[str, list[float]] = {}
+
+    def add(self, step: Any, actions: Mapping[str, Any] | None = None) -> None:
+        """Add what an env call produced (``herdrl.env.multi_agent.AgentStep``) after ``actions`` (None: a reset)."""
+        if actions is not None:
+            self._length += 1
+            for agent, action in actions.items():
+                self._actions.setdefault(agent, []).append(action)
+        for agent, reward in step.rewards.items():
+            self._rewards.setdefault(agent, []).append(reward)
+        for agent, obs in step.decide.items():
+            self._observations.setdefault(agent, []).append(obs)
+        for agent, (_, _, obs) in step.ended.items():
+            if obs is not None:
+                self._observations.setdefault(agent, []).append(obs)
+        for agent, info in step.infos.items():
+            self._infos.setdefault(agent, []).append(dict(info or {}))
+        if step.over:
+            ended = step.ended.values()
+            self.is_terminated = any(t for t, _, _ in ended) or not ended
+            self.is_truncated = not self.is_terminated
+
+    def __len__(self) -> int:
+        return self._length
+
+    @property
+    def is_done(self) -> bool:
+        """The episode is over."""
+        return self.is_terminated or self.is_truncated
+
+    @property
+    def agent_ids(self) -> list[str]:
+        """The agents seen so far."""
+        return sorted(set(self._observations) | set(self._rewards))
+
+    def env_steps(self) -> int:
+        """Env steps so far (a turn of a turn-based game is one)."""
+        return self._length
+
+    def agent_steps(self) -> int:
+        """Decisions of all agents so far."""
+        return sum(len(actions) for actions in self._actions.values())
+
+    def get_return(self) -> float:
+        """The rewards of every agent so far, summed (RLlib's episode return)."""
+        return float(sum(sum(rewards) for rewards in self._rewards.values()))
+
+    def _per_agent(self, table: dict[str, list[Any]], indices: Any, agent_ids: Any, stack: bool) -> dict[str, Any]:
+        agents = self.agent_ids if agent_ids is None else [agent_ids] if isinstance(agent_ids, str) else agent_ids
+        picked = {}
+        for agent in agents:
+            items = table.get(agent, [])
+            if isinstance(indices, (int, np.integer)) and not -len(items) <= indices < len(items):
+                continue  # this agent has no such item (yet)
+            picked[agent] = _pick(items, indices, stack)
+        return picked
+
+    def get_observations(self, indices: Any = None, agent_ids: Any = None) -> dict[str, Any]:
+        """``{agent: observations}``: all (None), one (``-1``: each agent's latest), a slice or a list of them."""
+        return self._per_agent(self._observations, indices, agent_ids, stack=True)
+
+    def get_actions(self, indices: Any = None, agent_ids: Any = None) -> dict[str, Any]:
+        """``{agent: actions}`` (stored layout), picked as :meth:`get_observations` picks."""
+        return self._per_agent(self._actions, indices, agent_ids, stack=True)
+
+    def get_rewards(self, indices: Any = None, agent_ids: Any = None) -> dict[str, Any]:
+        """``{agent: rewards}``, picked as :meth:`get_observations` picks."""
+        return self._per_agent(self._rewards, indices, agent_ids, stack=True)
+
+    def get_infos(self, indices: Any = None, agent_ids: Any = None) -> dict[str, Any]:
+        """``{agent: info dicts}``, picked as :meth:`get_observations` picks."""
+        return self._per_agent(self._infos, indices, agent_ids, stack=False)
+
+    def module_for(self, agent_id: str) -> str | None:
+        """The policy (RLlib: module) ``agent_id`` plays in this episode."""
+        return self._mapping.get(agent_id)
+
+    policy_for = module_for  # the old stack's name
+
+    @property
+    def episode_id(self) -> str:
+        """The episode's id (``id_``)."""
+        return self.id_
+
+    @property
+    def length(self) -> int:
+        """Env steps so far."""
+        return self._length
+
+    @property
+    def total_reward(self) -> float:
+        """The rewards of every agent so far, summed."""
+        return self.get_return()
+
+    @property
+    def agent_rewards(self) -> dict[tuple[str, str | None], float]:
+        """The old stack's ``{(agent, policy): reward so far}``."""
+        return {(agent, self._mapping.get(agent)): float(sum(rewards)) for agent, rewards in self._rewards.items()}
+
+    def last_observation_for(self, agent_id: str) -> Any:
+        """``agent_id``'s latest observation (None before its first)."""
+        items = self._observations.get(agent_id)
+        return items[-1] if items else None
+
+    def last_info_for(self, agent_id: str) -> dict:
+        """``agent_id``'s latest info dict ({} before its first)."""
+        items = self._infos.get(agent_id)
+        return items[-1] if items else {}
+
+    def last_action_for(self, agent_id: str) -> Any:
+        """``agent_id``'s latest action (None before its first)."""
+        items = self._actions.get(agent_id)
+        return items[-1] if items else None
+
+    def last_reward_for(self, agent_id: str) -> float:
+        """``agent_id``'s latest reward (0 before its first)."""
+        items = self._rewards.get(agent_id)
+        return items[-1] if items else 0.0
+
+
+class MultiAgentEpisodeTracker:
+    """A multi-agent runner's episodes, one per env copy, handed to the episode hooks (made only when one is set)."""
+
+    def __init__(self, runner: Any, callbacks: Callbacks, metrics: MetricsLogger) -> None:
+        self.runner = runner
+        self.callbacks = callbacks
+        self.metrics = metrics
+        self.episodes: dict[int, MultiAgentEpisode] = {}
+
+    def _call(self, hook: str, episode: MultiAgentEpisode) -> None:
+        runner = self.runner
+        env = runner.envs[episode.env_index].env
+        self.callbacks(hook, episode=episode, env_runner=runner, worker=runner, metrics_logger=self.metrics, env=env,
+                       base_env=env, env_index=episode.env_index, rl_module=runner.module, policies=runner.policies)
+
+    def create(self, env_index: int, mapping: dict[str, str]) -> None:
+        """Env copy ``env_index`` is about to reset (``mapping``: its agents' policies, filled as they appear)."""
+        self.episodes[env_index] = MultiAgentEpisode(env_index, mapping)
+        self._call("on_episode_created", self.episodes[env_index])
+
+    def start(self, env_index: int, step: Any) -> None:
+        """Env copy ``env_index`` was reset (``step``: what the reset gave)."""
+        episode = self.episodes[env_index]
+        episode.add(step)
+        self._call("on_episode_start", episode)
+
+    def step(self, env_index: int, actions: Mapping[str, Any], step: Any) -> None:
+        """Env copy ``env_index`` was stepped with ``actions`` and gave ``step``."""
+        episode = self.episodes[env_index]
+        episode.add(step, actions)
+        self._call("on_episode_step", episode)
+        if step.over:
+            self._call("on_episode_end", episode)
+            push_custom_metrics(self.metrics, episode.custom_metrics)

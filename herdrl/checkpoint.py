@@ -244,6 +244,12 @@ def checkpoint_config(meta: dict[str, Any], env: str | None = None, makes_env: b
         if value not in (None, False, {}, ""):
             logger.warning("herdrl: checkpoint '%s' sets %s=%r; ignored: where a run executes and which cluster "
                            "it joins come from your command, never from a file", meta.get("path"), key, value)
+    evaluation = config.get("evaluation_config")
+    if isinstance(evaluation, dict) and "env" in evaluation and not (
+            isinstance(evaluation["env"], str) and ":" not in evaluation["env"] and evaluation["env"].isprintable()):
+        logger.warning("herdrl: checkpoint '%s' sets evaluation_config env=%r; ignored: which modules are imported "
+                       "comes from your command, never from a file", meta.get("path"), evaluation["env"])
+        config["evaluation_config"] = {k: v for k, v in evaluation.items() if k != "env"}
     for key in CODE_KEYS:
         value = config.pop(key, None)
         if value not in (None, {}, [], ""):

@@ -254,6 +254,9 @@ class AlgorithmConfig:
                         "[[step, lr], ...] or {schedule: linear|cosine, start, end, steps}"),
         "gamma": Field(0.99, (float,), "training", low=0, high=1),
         "train_batch_size": Field(4000, (int,), "training", low=1),
+        "train_batch_size_per_learner": Field(
+            None, (int,), "training", low=1, allow_none=True,
+            doc="RLlib's new-stack spelling: train_batch_size becomes this times max(num_learners, 1)"),
         "grad_clip": Field(None, (float,), "training", low=0, low_open=True, allow_none=True),
         "model": Field(MODEL_DEFAULTS, (dict,), "training"),
         "seed": Field(None, (int,), "debugging", low=0, allow_none=True),
@@ -276,10 +279,19 @@ class AlgorithmConfig:
                                        doc="games per score_vs_random (the policy takes each seat in turn)"),
         "evaluation_interval": Field(None, (int,), "evaluation", low=1, allow_none=True,
                                      doc="evaluate every N iterations (None: never)"),
-        "evaluation_duration": Field(10, (int,), "evaluation", low=1, doc="episodes per evaluation"),
-        "evaluation_duration_unit": Field("episodes", (str,), "evaluation", choices=("episodes",)),
+        "evaluation_duration": Field(10, (int,), "evaluation", low=1,
+                                     doc="episodes (or env steps, with evaluation_duration_unit) per evaluation"),
+        "evaluation_duration_unit": Field("episodes", (str,), "evaluation", choices=("episodes", "timesteps")),
+        "evaluation_num_env_runners": Field(0, (int,), "evaluation", low=0,
+                                            doc="Ray actors that evaluate on their own envs; 0: the driver does"),
+        "evaluation_parallel_to_training": Field(
+            False, (bool,), "evaluation",
+            doc="evaluate (on evaluation runners) while the iteration trains, with the weights it started with"),
+        "evaluation_sample_timeout_s": Field(
+            120.0, (float,), "evaluation", low=0, low_open=True, allow_none=True,
+            doc="evaluation runners: an evaluation stops after this long with the episodes finished by then"),
         "evaluation_config": Field({}, (dict,), "evaluation",
-                                   doc="{'explore': False, 'env_config': {...}} for the evaluation envs"),
+                                   doc="{'explore': False, 'env_config': {...}, any env runner key} for evaluation"),
         "callbacks_class": Field(None, (type, list, tuple, str), "callbacks", allow_none=True,
                                  doc="a herdrl.RLlibCallback subclass (or a list), or 'module:Class' of a module "
                                      "imported with --import (herdrl.callbacks)"),
@@ -300,6 +312,7 @@ class AlgorithmConfig:
         "recreate_failed_env_runners": "restart_failed_env_runners",
         "max_num_worker_restarts": "max_num_env_runner_restarts",
         "callbacks": "callbacks_class",  # RLlib's config dict key
+        "evaluation_num_workers": "evaluation_num_env_runners",
     }
 
     #: Defaults a recurrent run (``model={"use_lstm": True}``) takes for the keys the user did not set: what the
@@ -658,10 +671,9 @@ class AlgorithmConfig:
             if self.policies is None:  # a PettingZoo env named by its module: one policy for every agent
                 self._values["policies"] = [DEFAULT_POLICY]
             validate_multi_agent(self)
-        unknown = set(self.evaluation_config) - {"explore", "env_config", "max_steps"}
-        if unknown:
-            raise ConfigError(f"evaluation_config key '{sorted(unknown)[0]}' is not supported; "
-                              "known: explore, env_config, max_steps")
+        if self.train_batch_size_per_learner is not None:
+            self._values["train_batch_size"] = self.train_batch_size_per_learner * max(self.num_learners, 1)
+        self._validate_evaluation()
         max_steps = self.evaluation_config.get("max_steps")
         if max_steps is not None and not (isinstance(max_steps, int) and max_steps >= 1):
             raise ConfigError(f"evaluation_config max_steps got {max_steps!r}; expected an int >= 1 (steps per "
@@ -693,16 +705,44 @@ class AlgorithmConfig:
                               f"{self.train_batch_size}: every learner needs rows of each batch")
         self.validate_algorithm()
 
-    def _validate_callbacks(self) -> None:
-        from herdrl.callbacks import EPISODE_HOOKS, Callbacks, check_hooks, resolve_class
+    #: What ``evaluation_config`` may set: evaluation's own keys and the keys an env runner uses.
+    EVALUATION_KEYS = ("explore", "max_steps", "env", "env_config", "num_envs_per_env_runner",
+                       "gym_env_vectorize_mode", "num_cpus_per_env_runner", "num_gpus_per_env_runner",
+                       "rollout_fragment_length", "sample_timeout_s")
 
-        if self.callbacks_class is not None:
-            resolve_class(self.callbacks_class)
+    def _validate_evaluation(self) -> None:
+        fields = self.fields()
+        for key, value in self.evaluation_config.items():
+            name = self.aliases().get(key, key)
+            if name not in self.EVALUATION_KEYS:
+                why = "is not a config key" if name not in fields else "does not apply to evaluation runners"
+                raise ConfigError(f"evaluation_config key '{key}' {why}; it takes: {', '.join(self.EVALUATION_KEYS)}")
+            if name in fields and not (name == "rollout_fragment_length" and value == "auto"):
+                fields[name].check(f"evaluation_config {key}", value)
+        if self.evaluation_parallel_to_training and not self.evaluation_num_env_runners:
+            raise ConfigError("evaluation_parallel_to_training needs evaluation runners of its own: set "
+                              "evaluation_num_env_runners >= 1")
+        if (self.evaluation_num_env_runners or self.evaluation_duration_unit != "episodes") and self.is_multi_agent:
+            raise ConfigError("multi-agent runs evaluate episodes in the driver: set evaluation_num_env_runners=0 and "
+                              "evaluation_duration_unit='episodes'")
+
+    def evaluation_runner_config(self) -> AlgorithmConfig:
+        """The config of evaluation runners: this one with ``evaluation_config``'s runner keys, as many runners as
+        ``evaluation_num_env_runners``, and no callbacks (episode hooks do not run in evaluation)."""
+        config = self.copy()
+        runner_keys = {self.aliases().get(k, k): v for k, v in self.evaluation_config.items()
+                       if k not in ("explore", "max_steps")}
+        if "env_config" in runner_keys:  # a partial override of the training env's, as in-process evaluation takes it
+            runner_keys["env_config"] = {**self.env_config, **runner_keys["env_config"]}
+        config._values.update({**runner_keys, "num_env_runners": self.evaluation_num_env_runners,
+                               "callbacks_class": None, "callbacks_hooks": {}, "evaluation_num_env_runners": 0})
+        return config
+
+    def _validate_callbacks(self) -> None:
+        from herdrl.callbacks import check_hooks, hooks_of
+
         check_hooks(self.callbacks_hooks)
-        callbacks = Callbacks.from_config(self)
-        if self.is_multi_agent and callbacks is not None and callbacks.has(*EPISODE_HOOKS):
-            raise ConfigError("episode callbacks (on_episode_start/step/end) are not supported in multi-agent runs "
-                              "yet; log from on_sample_end or on_train_result instead")
+        hooks_of(self)  # the classes resolve (no instance is made here: a user's __init__ may open files)
 
     @staticmethod
     def _validate_model(model: dict) -> None:
@@ -776,8 +816,12 @@ class AlgorithmConfig:
     # --------------------------------------------------------------- derived
     @property
     def total_cpus_requested(self) -> float:
-        """CPUs the Ray actors of this config reserve (runners and learner actors): what a private Ray offers."""
-        return self.num_env_runners * self.num_cpus_per_env_runner + self.num_learners * self.num_cpus_per_learner
+        """CPUs the Ray actors of this config reserve (runners, learner actors, evaluation runners): what a private
+        Ray offers."""
+        evaluation = self.evaluation_num_env_runners and \
+            self.evaluation_num_env_runners * self.evaluation_runner_config().num_cpus_per_env_runner
+        return (self.num_env_runners * self.num_cpus_per_env_runner + self.num_learners * self.num_cpus_per_learner
+                + evaluation)
 
     @property
     def learner_gpus(self) -> float:

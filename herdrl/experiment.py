@@ -238,6 +238,9 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     if "num_env_steps_sampled_lifetime" in criteria:  # named schedules without steps: over the run's step budget
         config.decay_over(int(criteria["num_env_steps_sampled_lifetime"]))
     config.validate()
+    if keep_best and config.evaluation_parallel_to_training:
+        raise ConfigError("--keep-best with evaluation_parallel_to_training: each evaluation scores the weights its "
+                          "iteration began with, not those its checkpoint holds; evaluate after training instead")
     threshold = env_reward_threshold(config.env) if not callable(config.env) else None
     if default_stop and threshold is not None:
         criteria = {metric: threshold, **criteria}

@@ -9,9 +9,10 @@ In YAML, ``lr: {schedule: linear, start: 2.5e-4, end: 0}`` without ``steps`` dec
 before the first point and its last value after the last one (as RLlib does). ``cosine`` goes from ``start`` to
 ``end`` along half a cosine, then holds ``end``.
 
-Schedules are counted in env steps sampled (``num_env_steps_sampled_lifetime``), so a resumed run continues where
-it was; every learner of a data-parallel group is given the same count, so they agree. Which keys take a schedule:
-``lr`` (every optimizer of every algorithm), ``entropy_coeff`` (PPO, A2C, IMPALA, APPO) and DQN's ``epsilon``.
+Schedules are counted in env steps sampled (``num_env_steps_sampled_lifetime``; in multi-agent runs each policy's
+own agent steps), so a resumed run continues where it was; every learner of a data-parallel group is given the same
+count, so they agree. Which keys take a schedule: ``lr`` (every optimizer of every algorithm), ``entropy_coeff``
+(PPO, A2C, IMPALA, APPO) and DQN's ``epsilon``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 logger = logging.getLogger("herdrl")
 
@@ -21,6 +22,7 @@ HEALTH_CHECK_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_time
 
 _seen: dict[str, str] = {}  # node id -> address, alive when last looked
 _counts = {"lost": 0}
+_lock = threading.Lock()  # training and evaluation runner groups look from two threads
 
 
 def health_check_env() -> dict[str, str]:
@@ -43,14 +45,15 @@ def node_changes() -> tuple[list[str], list[str]]:
     except Exception as exc:  # the GCS itself unreachable: nothing to compare with
         logger.debug("herdrl: cannot list the cluster's nodes: %s", exc)
         return [], []
-    if not _seen:
+    with _lock:
+        if not _seen:
+            _seen.update(alive)
+            return [], []
+        gone = [address for node, address in _seen.items() if node not in alive]
+        came = [address for node, address in alive.items() if node not in _seen]
+        _seen.clear()
         _seen.update(alive)
-        return [], []
-    gone = [address for node, address in _seen.items() if node not in alive]
-    came = [address for node, address in alive.items() if node not in _seen]
-    _seen.clear()
-    _seen.update(alive)
-    _counts["lost"] += len(gone)
+        _counts["lost"] += len(gone)
     for address in gone:
         logger.warning("herdrl: node %s is gone (%d node%s left)", address, len(alive), "" if len(alive) == 1 else "s")
     for address in came:
@@ -60,4 +63,5 @@ def node_changes() -> tuple[list[str], list[str]]:
 
 def forget_nodes() -> None:
     """Start over (a new Ray session): the next look only takes note."""
-    _seen.clear()
+    with _lock:
+        _seen.clear()

@@ -169,8 +169,7 @@ class MLflowTracker(Tracker):
                 except MlflowException:  # not in this store (another --mlflow URI): a new run
                     self.run_id = None
             if self.run_id is None:
-                found = self.client.get_experiment_by_name(experiment)
-                experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
+                experiment_id = mlflow_experiment(self.client, experiment)
                 run = self.client.create_run(experiment_id, run_name=trial,
                                              tags={"herdrl.trial_dir": str(self.logdir.resolve())})
                 self.run_id = run.info.run_id
@@ -232,6 +231,24 @@ class WandbTracker(Tracker):
         self.run.finish(exit_code=1 if status == "FAILED" else 0)
 
 
+def mlflow_experiment(client: Any, name: str) -> str:
+    """The id of MLflow experiment ``name``, made if missing (another job of the run may make it at the same moment)
+    and restored if deleted."""
+    from mlflow.exceptions import MlflowException
+
+    found = client.get_experiment_by_name(name)
+    if found is None:
+        try:
+            return client.create_experiment(name)
+        except MlflowException:  # made by another job meanwhile
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+    if found.lifecycle_stage == "deleted":
+        client.restore_experiment(found.experiment_id)
+    return found.experiment_id
+
+
 def make_trackers(logdir: Path, experiment: str, trial: str, params: dict[str, Any], *, mlflow: str | None = None,
                   wandb: str | None = None) -> list[Tracker]:
     """The trackers asked for: ``mlflow`` a tracking URI, ``wandb`` a project name."""
@@ -253,12 +270,55 @@ def tune_callbacks(experiment: str, *, mlflow: str | None = None, wandb: str | N
     callbacks: list[Any] = []
     if mlflow:
         _import("mlflow")
-        from ray.air.integrations.mlflow import MLflowLoggerCallback
-
-        callbacks.append(MLflowLoggerCallback(tracking_uri=mlflow, experiment_name=experiment, save_artifact=False))
+        callbacks.append(_sweep_mlflow_callback(mlflow, experiment))
     if wandb:
         _import("wandb")
         from ray.air.integrations.wandb import WandbLoggerCallback
 
-        callbacks.append(WandbLoggerCallback(project=wandb, group=experiment))
+        # W&B runs are named by the trial id: a resumed sweep continues them
+        callbacks.append(WandbLoggerCallback(project=wandb, group=experiment, resume="allow"))
     return callbacks
+
+
+def _sweep_mlflow_callback(uri: str, experiment: str) -> Any:
+    """Tune's ``MLflowLoggerCallback``, continuing a trial's run when a sweep is resumed (found by its
+    ``herdrl.trial_id`` tag) and logging each row at its env-step count, steps only increasing."""
+    from mlflow.tracking import MlflowClient
+    from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+    class SweepMLflow(MLflowLoggerCallback):
+        """One MLflow run per trial, continued across a resumed sweep."""
+
+        def setup(self, *args: Any, **kwargs: Any) -> None:
+            super().setup(*args, **kwargs)
+            self._client = MlflowClient(tracking_uri=uri)
+            self._last_step: dict[Any, int] = {}
+
+        def log_trial_start(self, trial: Any) -> None:
+            if trial not in self._trial_runs:
+                tag = {"herdrl.trial_id": str(trial.trial_id)}
+                runs = self._client.search_runs([mlflow_experiment(self._client, experiment)],
+                                                filter_string=f"tags.`herdrl.trial_id` = '{trial.trial_id}'")
+                if runs:
+                    run_id = runs[0].info.run_id
+                    self._trial_runs[trial] = run_id
+                    self._client.update_run(run_id, status="RUNNING")
+                    steps = self._client.get_metric_history(run_id, "training_iteration")
+                    self._last_step[trial] = max((m.step for m in steps), default=-1)
+                else:
+                    tags, self.tags = self.tags, {**self.tags, **tag}
+                    try:
+                        super().log_trial_start(trial)
+                    finally:
+                        self.tags = tags
+                    return
+            super().log_trial_start(trial)
+
+        def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+            step = int(result.get("num_env_steps_sampled_lifetime") or result["training_iteration"])
+            if step <= self._last_step.get(trial, -1):
+                return  # a resumed trial repeating what its run has
+            self._last_step[trial] = step
+            self.mlflow_util.log_metrics(run_id=self._trial_runs[trial], metrics_to_log=result, step=step)
+
+    return SweepMLflow(tracking_uri=uri, experiment_name=experiment, save_artifact=False)

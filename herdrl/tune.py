@@ -83,8 +83,8 @@ def _trainable(algorithm: str) -> type:
 
         @classmethod
         def default_resource_request(cls, config: dict) -> PlacementGroupFactory:
-            """The driver's bundle (with its learner's GPU), one per env runner, then one per learner actor
-            (SPREAD: runners and learners may sit on other nodes)."""
+            """The driver's bundle (with its learner's GPU), one per env runner, one per learner actor, then one per
+            evaluation runner (SPREAD: runners and learners may sit on other nodes)."""
             from herdrl.rollout.group import runner_bundle
 
             resolved = config_class.from_dict(config)
@@ -96,7 +96,8 @@ def _trainable(algorithm: str) -> type:
             learner_gpus = float(resolved.num_gpus_per_learner)
             learners = [{"CPU": float(resolved.num_cpus_per_learner),
                          **({"GPU": learner_gpus} if learner_gpus else {})}] * resolved.num_learners
-            return PlacementGroupFactory([driver, *runners, *learners], strategy="SPREAD")
+            evaluation = [runner_bundle(resolved.evaluation_runner_config())] * resolved.evaluation_num_env_runners
+            return PlacementGroupFactory([driver, *runners, *learners, *evaluation], strategy="SPREAD")
 
         def setup(self, config: dict) -> None:
             import importlib
@@ -351,11 +352,15 @@ def _check_fits(trainable: type, config_class: type, config: Mapping[str, Any]) 
     if os.environ.get("HERD_CLUSTER_AUTOSCALES", "0") == "1":
         return  # the cluster grows on demand: Tune waits for it
     resources = {"num_env_runners": None, "num_cpus_per_env_runner": None, "num_gpus": None, "num_learners": None,
-                 "num_cpus_per_learner": None, "num_gpus_per_learner": None, "num_gpus_per_env_runner": None}
+                 "num_cpus_per_learner": None, "num_gpus_per_learner": None, "num_gpus_per_env_runner": None,
+                 "evaluation_num_env_runners": None, "evaluation_config": None}
     fixed = {}
     for key, value in config.items():
         name = config_class.canonical_key(key) if key != "framework" else key
-        if name in resources:
+        if name == "evaluation_config" and isinstance(value, Mapping) and "grid_search" not in value:
+            fixed[name] = {k: v for k, v in value.items() if k == "num_cpus_per_env_runner" and isinstance(
+                v, (int, float))}  # what the evaluation runners reserve
+        elif name in resources:
             if isinstance(value, Mapping) and "grid_search" in value:
                 numbers = [v for v in value["grid_search"] if isinstance(v, (int, float)) and not isinstance(v, bool)]
                 if not numbers:
@@ -373,7 +378,9 @@ def _check_fits(trainable: type, config_class: type, config: Mapping[str, Any]) 
         learner = bundles[0].get("CPU", 0.0)
         fit = max(0, math.floor((have_cpu - learner) / cpus)) if cpus else 0
         actors = (f" + {resolved.num_learners} learner(s) x {resolved.num_cpus_per_learner:g} CPU"
-                  if resolved.num_learners else "")
+                  if resolved.num_learners else "") + (
+            f" + {resolved.evaluation_num_env_runners} evaluation runner(s)" if resolved.evaluation_num_env_runners
+            else "")
         raise ConfigError(f"each trial asks for {need_cpu:g} CPUs ({learner:g} for the driver + {runners} env "
                           f"runner(s) x {cpus:g} CPU{actors}) but the Ray cluster has {have_cpu:g}: set "
                           f"num_env_runners (num_workers) to {fit} or fewer, or run on a larger cluster (one that "

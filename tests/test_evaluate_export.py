@@ -114,7 +114,7 @@ def test_periodic_evaluation_reports_greedy_episodes():
     first, second = algo.train(), algo.train()
     assert "evaluation/episode_return_mean" not in first
     assert second["evaluation/num_episodes"] == 4 and second["evaluation/episode_return_mean"] > 0
-    with pytest.raises(Exception, match="evaluation_config key 'epsilon' is not supported"):
+    with pytest.raises(Exception, match="evaluation_config key 'epsilon' is not a config key"):
         PPOConfig().environment("CartPole-v1").evaluation(evaluation_config={"epsilon": 0.1}).build()
 
 

@@ -54,7 +54,10 @@ def test_rllib_names_map_to_herdrls_keys():
     assert flat_name("policy_loss") == "policy_loss"
 
 
-def test_builder_calls_with_little_to_set_are_accepted_and_say_so(caplog):
+def test_builder_calls_with_little_to_set_are_accepted_and_say_so(caplog, monkeypatch):
+    import herdrl.config
+
+    monkeypatch.setattr(herdrl.config, "_NOTED", set())  # notes are said once per process: other tests said them
     with caplog.at_level(logging.WARNING, logger="herdrl"):
         config = (PPOConfig().api_stack(enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True)
                   .environment("CartPole-v1").reporting(min_time_s_per_iteration=1)

@@ -186,3 +186,41 @@ def test_a_sweeps_named_decay_without_steps_takes_its_timesteps_stop(tmp_path):
             .splitlines()]
     assert rows and all(r["lr"] == pytest.approx(1e-3 * max(0.0, 1 - r["num_env_steps_sampled_lifetime"] / 768))
                         for r in rows)
+
+
+def test_each_policy_of_a_multi_agent_run_follows_the_schedule_by_its_own_agent_steps(tmp_path):
+    """CueRelay's a1 decides 3 times an episode, a0 8 times: with a policy each, their lr schedules move at their
+    own pace, counted from the rows each policy was shipped; the optimizers take those values, and a resumed run
+    continues each count."""
+    from test_multi_agent import SEPARATE, relay_config
+
+    from herdrl import register_env
+    from herdrl.env.testing import CueRelay
+
+    register_env("relay", lambda cfg: CueRelay(cfg))  # (registered by test_multi_agent's import, maybe gone since)
+    config = relay_config(**SEPARATE).training(lr=[[0, 1e-2], [4000, 0.0]])
+    algo = config.build()
+    rows, shipped = [], {"p0": 0, "p1": 0}
+    record = algo.record
+
+    def counting(sampled):  # the rows of each policy as shipped, counted from the fragments themselves
+        for item in sampled:
+            for pid, part in item.data.policies.items():
+                shipped[pid] += int(part.valid.sum())
+        record(sampled)
+
+    algo.record = counting
+    for _ in range(2):
+        rows.append(algo.train())
+        for pid in ("p0", "p1"):
+            expected = 1e-2 * max(0.0, 1 - shipped[pid] / 4000)
+            assert algo.learner.learners[pid].optimizer.lr == pytest.approx(expected)
+            assert rows[-1][f"lr/{pid}"] == pytest.approx(expected)
+    assert shipped["p1"] / shipped["p0"] == pytest.approx(3 / 8, abs=0.1) and "lr" not in dict(rows[-1])
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    resumed = Algorithm.from_checkpoint(path, policy_mapping_fn=SEPARATE["policy_mapping_fn"])
+    try:
+        assert resumed.policy_steps_lifetime == shipped
+    finally:
+        resumed.stop()

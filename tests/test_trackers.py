@@ -127,7 +127,10 @@ def test_a_sweep_logs_each_trial_to_mlflow_with_tunes_callback(tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
     assert sorted(float(r.data.params["lr"]) for r in runs) == [1e-3, 3e-3]
     for r in runs:
-        assert [m.value for m in client.get_metric_history(r.info.run_id, "training_iteration")] == [1, 2]
+        history = client.get_metric_history(r.info.run_id, "training_iteration")
+        assert [m.value for m in history] == [1, 2]
+        assert 200 < history[0].step < history[1].step <= 512  # at env steps (256 an iteration), not iterations
+        assert r.data.tags["herdrl.trial_id"]
 
 
 def test_a_tracker_failing_during_the_run_costs_a_warning_not_the_run(tmp_path, caplog):

@@ -105,7 +105,7 @@ class Algorithm:
         # Scheduled hyperparameters (lr, entropy_coeff, epsilon: herdrl.schedules) follow env steps sampled, this
         # iteration's included; a resumed run continues from its restored count.
         self.schedules = config.schedules()
-        self.learners.step_source = lambda: self.env_steps_lifetime + self._iter_steps
+        self.learners.step_source = self._schedule_steps
         if hasattr(self.learners, "checkpoint_state"):  # learner actors: a restart's last resort
             self.learners.checkpoint_state = self._checkpoint_learner_state
         self.module = self.learners.module
@@ -123,9 +123,13 @@ class Algorithm:
                                  self.normalizer if self.normalizer.active else None)
         self.last_result: dict[str, Any] = Result()
         self._evaluator: Any = None
+        self._runner_evaluation: Any = None  # herdrl.rollout.evaluation.RunnerEvaluation, made on first use
+        self._evaluation_thread: Any = None  # evaluation_parallel_to_training: where it runs
         self.iteration = 0
         self.env_steps_lifetime = 0
         self.agent_steps_lifetime = 0  # multi-agent: decisions of all agents
+        self.policy_steps_lifetime: dict[str, int] = {}  # multi-agent: each trained policy's agent steps
+        self._iter_policy_steps: dict[str, int] = {}
         self.episodes_lifetime = 0
         self.time_total_s = 0.0
         self._returns: deque[float] = deque(maxlen=EPISODE_WINDOW)
@@ -200,6 +204,26 @@ class Algorithm:
         self._iter_sample_time += time.perf_counter() - start
         return sampled
 
+    def _policy_steps(self) -> dict[str, int]:
+        """Each trained policy's agent steps sampled, this iteration's included (multi-agent runs)."""
+        steps = dict(self.policy_steps_lifetime)
+        for pid, count in self._iter_policy_steps.items():
+            steps[pid] = steps.get(pid, 0) + count
+        return steps
+
+    def _schedule_steps(self) -> int | dict[str, int]:
+        """The count schedules follow at this moment: env steps sampled, this iteration's included; in multi-agent
+        runs each policy's own agent steps."""
+        return self._policy_steps() if self.multi_agent else self.env_steps_lifetime + self._iter_steps
+
+    def _scheduled_values(self) -> dict[str, float]:
+        """The scheduled hyperparameters as the last update took them, for the row (DQN's epsilon: its own, per
+        round); multi-agent runs: per policy, ``lr/<policy>``."""
+        if self.multi_agent:
+            return {f"{key}/{pid}": schedule(steps) for key, schedule in self.schedules.items() if key != "epsilon"
+                    for pid, steps in sorted(self.policy_steps_lifetime.items())}
+        return {key: schedule(self.env_steps_lifetime) for key, schedule in self.schedules.items() if key != "epsilon"}
+
     def _say_degraded(self, missing: int) -> None:
         """One console line each time the number of runners in service changes while some are missing."""
         runners = self.runners
@@ -262,6 +286,8 @@ class Algorithm:
             self._lengths.extend(fragment.episode_lengths)
             if self.multi_agent:
                 self._iter_agent_steps += fragment.agent_steps
+                for pid, steps in fragment.policy_steps.items():
+                    self._iter_policy_steps[pid] = self._iter_policy_steps.get(pid, 0) + steps
                 for kind, returns in (("agent", fragment.agent_returns), ("policy", fragment.policy_returns)):
                     for name, values in returns.items():
                         self._part_returns.setdefault(f"{kind}/{name}", deque(maxlen=EPISODE_WINDOW)).extend(values)
@@ -271,8 +297,16 @@ class Algorithm:
         """Run one iteration; return its result row (a flat dict) and pass it to the logger."""
         start = time.perf_counter()
         self._iter_steps = self._iter_episodes = self._iter_agent_steps = 0
+        self._iter_policy_steps = {}
         self._iter_fragments_lost = self._iter_fragment_bytes = self._iter_extra_fragments = 0
         self._iter_sample_time = 0.0
+        interval = self.config.evaluation_interval
+        evaluate_now = bool(interval) and (self.iteration + 1) % interval == 0
+        pending, waited = None, 0.0  # waited: this iteration's time spent on evaluation, not overlapping training
+        if evaluate_now and self.config.evaluation_parallel_to_training:
+            started = time.perf_counter()
+            pending = self._start_parallel_evaluation()
+            waited = time.perf_counter() - started  # (evaluation runners start on the first one)
         try:
             learner_metrics = self.training_step()
         except LearnerFailure as exc:
@@ -283,16 +317,21 @@ class Algorithm:
             self._snapshot()
         self.learners.sync()  # learner actors: the driver's module (policy, evaluation) takes their weights
         self.learners.end_iteration(self.iteration)
-        evaluation = {}
-        interval = self.config.evaluation_interval
-        if interval and self.iteration % interval == 0:
+        evaluation: dict[str, float] = {}
+        if pending is not None:  # evaluated while the iteration trained: its time overlaps, only the wait counts
+            started = time.perf_counter()
+            evaluation = self._finish_parallel_evaluation(*pending)
+            waited += time.perf_counter() - started
+        elif evaluate_now:
             evaluation = self.evaluate()
+            waited = evaluation["evaluation/time_s"]
         scores_start = time.perf_counter()
         scores = self._scores_against_random()
         scores_time = time.perf_counter() - scores_start if scores else 0.0
         elapsed = time.perf_counter() - start
         self.env_steps_lifetime += self._iter_steps
         self.agent_steps_lifetime += self._iter_agent_steps
+        self.policy_steps_lifetime = self._policy_steps()
         self.episodes_lifetime += self._iter_episodes
         self.time_total_s += elapsed
         # The first keys are what consoles show (Tune's trial table takes the first few): keep them first.
@@ -317,8 +356,7 @@ class Algorithm:
             "num_learner_updates_lost": self.learners.num_updates_lost,
             **({"fragment_bytes_per_env_step": self._iter_fragment_bytes / self._iter_steps}
                if self._iter_fragment_bytes and self._iter_steps else {}),
-            # The scheduled hyperparameters as the last update took them (DQN's epsilon: its own, per round).
-            **{key: schedule(self.env_steps_lifetime) for key, schedule in self.schedules.items() if key != "epsilon"},
+            **self._scheduled_values(),
             **learner_metrics,
             **self._runner_metrics.reduce(),  # custom metrics of the runners' callbacks: env_runners/<key>
             **self._multi_agent_metrics(),
@@ -326,7 +364,7 @@ class Algorithm:
             "time_this_iter_s": elapsed,
             "time_total_s": self.time_total_s,
             "sample_time_s": self._iter_sample_time,
-            "learn_time_s": elapsed - self._iter_sample_time - evaluation.get("evaluation/time_s", 0.0) - scores_time,
+            "learn_time_s": elapsed - self._iter_sample_time - waited - scores_time,
             **evaluation,
         })
         if self.callbacks is not None:
@@ -394,10 +432,41 @@ class Algorithm:
         start = time.perf_counter()
         if self.multi_agent:
             metrics = self._evaluate_multi_agent(progress)
+        elif self._evaluates_on_runners():
+            metrics = self._runner_evaluator().run(self.runner_weights(), self.iteration)
         else:
             metrics = self._evaluate_single_agent(progress)
         metrics["evaluation/time_s"] = time.perf_counter() - start
-        self._callback("on_evaluate_end", algorithm=self, evaluation_metrics=metrics)
+        self._callback("on_evaluate_end", algorithm=self, evaluation_metrics=_evaluation_result(metrics))
+        return metrics
+
+    def _evaluates_on_runners(self) -> bool:
+        """Whether evaluation runs on env runners of its own (herdrl.rollout.evaluation.RunnerEvaluation)."""
+        return bool(self.config.evaluation_num_env_runners) or self.config.evaluation_duration_unit == "timesteps"
+
+    def _runner_evaluator(self) -> Any:
+        if self._runner_evaluation is None:
+            from herdrl.rollout.evaluation import RunnerEvaluation
+
+            self._runner_evaluation = RunnerEvaluation(self.config)
+        return self._runner_evaluation
+
+    def _start_parallel_evaluation(self) -> tuple[Any, float]:
+        """Start evaluating the weights this iteration begins with, on the evaluation runners, in a thread of its
+        own (the driver waits on Ray there while it trains here)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._callback("on_evaluate_start", algorithm=self)
+        evaluator = self._runner_evaluator()  # made here: Ray actors are started from the main thread
+        if self._evaluation_thread is None:
+            self._evaluation_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="herd-evaluation")
+        return self._evaluation_thread.submit(evaluator.run, self.runner_weights(), self.iteration + 1), \
+            time.perf_counter()
+
+    def _finish_parallel_evaluation(self, future: Any, start: float) -> dict[str, float]:
+        metrics = future.result()
+        metrics["evaluation/time_s"] = time.perf_counter() - start
+        self._callback("on_evaluate_end", algorithm=self, evaluation_metrics=_evaluation_result(metrics))
         return metrics
 
     def _evaluate_single_agent(self, progress: Any = None) -> dict[str, float]:
@@ -407,7 +476,9 @@ class Algorithm:
         cfg = self.config
         if self._evaluator is None:
             env_config = {**cfg.env_config, **cfg.evaluation_config.get("env_config", {})}
-            self._evaluator = Evaluator(cfg.env, env_config, cfg.evaluation_duration, cfg.gym_env_vectorize_mode,
+            self._evaluator = Evaluator(cfg.evaluation_config.get("env", cfg.env), env_config, cfg.evaluation_duration,
+                                        cfg.evaluation_config.get("gym_env_vectorize_mode",
+                                                                  cfg.gym_env_vectorize_mode),
                                         previous_inputs(cfg.model))
         seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self.iteration
         returns, lengths = self._evaluator.run(self.policy, seed=seed,
@@ -443,7 +514,8 @@ class Algorithm:
         if self._evaluator is None:
             eval_config = cfg.copy()
             eval_config.update_from_dict({"num_envs_per_env_runner": 1, "num_gpus_per_env_runner": 0, "env_config": {
-                **cfg.env_config, **cfg.evaluation_config.get("env_config", {})}})
+                **cfg.env_config, **cfg.evaluation_config.get("env_config", {})}, "callbacks_class": None,
+                "callbacks_hooks": {}})  # (episode hooks do not run in evaluation)
             self._evaluator = MultiAgentEnvRunner(eval_config)
         return self._evaluator
 
@@ -551,7 +623,8 @@ class Algorithm:
             "counters": {"training_iteration": self.iteration,
                          "num_env_steps_sampled_lifetime": self.env_steps_lifetime,
                          "num_episodes_lifetime": self.episodes_lifetime, "time_total_s": self.time_total_s,
-                         "num_agent_steps_sampled_lifetime": self.agent_steps_lifetime},
+                         "num_agent_steps_sampled_lifetime": self.agent_steps_lifetime,
+                         "policy_steps_lifetime": self.policy_steps_lifetime},
             "episodes": {"returns": list(self._returns), "lengths": list(self._lengths),
                          "parts": {key: list(values) for key, values in self._part_returns.items()}},
             "numpy_rng": self.rng.bit_generator.state,
@@ -628,6 +701,9 @@ class Algorithm:
         self._part_returns = {key: deque(values, maxlen=EPISODE_WINDOW)
                               for key, values in meta["episodes"].get("parts", {}).items()}
         self.agent_steps_lifetime = counters.get("num_agent_steps_sampled_lifetime", 0)
+        # (before herdrl 0.4 schedules counted env steps for every policy: a checkpoint without counts starts there)
+        self.policy_steps_lifetime = {str(k): int(v) for k, v in counters.get(
+            "policy_steps_lifetime", dict.fromkeys(self.policies, self.env_steps_lifetime)).items()}
         self.rng.bit_generator.state = meta["numpy_rng"]
         self.last_result = Result(meta.get("metrics", {}))
         custom = meta.get("custom_metrics") or {} if self.callbacks is not None else {}  # (none log without them)
@@ -680,12 +756,24 @@ class Algorithm:
 
     def stop(self) -> None:
         """Release learners, runners (and a Ray this algorithm started), evaluation envs, and close the logger."""
+        if self._runner_evaluation is not None:
+            self._runner_evaluation.cancelled = True  # an evaluation in flight ends after its round
+        if self._evaluation_thread is not None:
+            self._evaluation_thread.shutdown(wait=True)
+        if self._runner_evaluation is not None:
+            self._runner_evaluation.stop()
         self.learners.stop()
         self.runners.stop()
         if self._evaluator is not None:
             (self._evaluator.stop if self.multi_agent else self._evaluator.close)()
         if self.logger is not None:
             self.logger.close()
+
+
+def _evaluation_result(metrics: dict[str, float]) -> Result:
+    """Evaluation metrics as RLlib's ``on_evaluate_end`` gets them: ``["env_runners"]["episode_return_mean"]`` (also
+    ``["episode_return_mean"]``)."""
+    return Result({key.removeprefix("evaluation/"): value for key, value in metrics.items()})
 
 
 def _space(space: gym.Space | dict[str, gym.Space]) -> gym.Space:

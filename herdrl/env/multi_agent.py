@@ -92,6 +92,7 @@ class AgentStep:
     rewards: dict[str, float] = field(default_factory=dict)  # agent -> reward received since the last call
     ended: dict[str, tuple[bool, bool, Any]] = field(default_factory=dict)  # agent -> (terminated, truncated, obs)
     over: bool = False  # the episode is over: every agent ended (reset before the next step)
+    infos: dict[str, Any] = field(default_factory=dict)  # agent -> the info dict the env gave it (callbacks read it)
 
 
 class AgentEnv:
@@ -117,8 +118,8 @@ class AgentEnv:
         if self.turns:
             self.env.reset(seed=seed)
             return self._advance(AgentStep())
-        obs, _ = self.env.reset(seed=seed)
-        return AgentStep(decide={agent: obs[agent] for agent in self.env.agents})
+        obs, infos = self.env.reset(seed=seed)
+        return AgentStep(decide={agent: obs[agent] for agent in self.env.agents}, infos=dict(infos or {}))
 
     def step(self, actions: dict[str, Any]) -> AgentStep:
         """Apply the deciding agents' actions; return who decides next, what each was paid, who ended."""
@@ -126,8 +127,8 @@ class AgentEnv:
             (agent, action), = actions.items()
             self.env.step(action)
             return self._advance(AgentStep())
-        obs, rewards, terminations, truncations, _ = self.env.step(actions)
-        result = AgentStep(rewards={agent: float(r) for agent, r in rewards.items()})
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        result = AgentStep(rewards={agent: float(r) for agent, r in rewards.items()}, infos=dict(infos or {}))
         for agent in set(terminations) | set(truncations):
             terminated, truncated = bool(terminations.get(agent, False)), bool(truncations.get(agent, False))
             if terminated or truncated:
@@ -143,8 +144,9 @@ class AgentEnv:
         env = self.env
         while env.agents:
             agent = env.agent_selection
-            obs, reward, terminated, truncated, _ = env.last()
+            obs, reward, terminated, truncated, info = env.last()
             result.rewards[agent] = result.rewards.get(agent, 0.0) + float(reward)
+            result.infos[agent] = info
             if terminated or truncated:
                 result.ended[agent] = (bool(terminated), bool(truncated), obs)
                 env.step(None)

@@ -41,11 +41,14 @@ class MultiAgentLearner(Learner):
         self.schedules = config.schedules()
         self.hp = {key: schedule(0) for key, schedule in self.schedules.items()}
 
-    def at_step(self, step: int) -> None:
-        """Every policy's learner at env step ``step`` (one count for all policies)."""
-        for learner in self.learners.values():
-            learner.at_step(step)
-        self.hp = {key: schedule(step) for key, schedule in self.schedules.items()}
+    def at_step(self, step: int | dict[str, int]) -> None:
+        """Every policy's learner at its own count: ``step`` maps policy ids to their agent steps sampled (a policy
+        left out is at 0); a plain number is every policy's count."""
+        steps = step if isinstance(step, dict) else dict.fromkeys(self.learners, step)
+        for pid, learner in self.learners.items():
+            learner.at_step(steps.get(pid, 0))
+        self.hp = {f"{key}/{pid}": schedule(steps.get(pid, 0)) for key, schedule in self.schedules.items()
+                   for pid in self.learners}
 
     def update(self, fragments: list[Any], *args: Any) -> dict[str, float]:
         """Each trained policy's update on its fragments, in sorted order; metrics ``<policy id>/<name>``.

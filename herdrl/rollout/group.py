@@ -252,7 +252,9 @@ def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
 class RayRunnerGroup:
     """``num_env_runners`` Ray actors, each with its own vector env."""
 
-    def __init__(self, config: AlgorithmConfig) -> None:
+    def __init__(self, config: AlgorithmConfig, first_bundle: int = 1, label: str = "env runner") -> None:
+        """``first_bundle``: inside a Tune trial, the index of the trial's placement-group bundle of the first runner
+        (evaluation runners come after the learners'); ``label``: what the console lines call a runner."""
         import ray
         from ray.util.placement_group import placement_group
 
@@ -261,6 +263,7 @@ class RayRunnerGroup:
         from herdrl.rollout.remote import RemoteEnvRunner, RemoteMultiAgentRunner
 
         self.config = config
+        self.label = label
         count, cpus = config.num_env_runners, config.num_cpus_per_env_runner
         self._owns_ray = connect(config, num_cpus=math.ceil(config.total_cpus_requested))
         try:
@@ -278,9 +281,9 @@ class RayRunnerGroup:
         # Inside a Ray Tune trial the trial's placement group already holds a bundle per runner (after the
         # learner's): use it. Otherwise reserve our own, spread over the nodes.
         current = ray.util.get_current_placement_group()
-        self._own_pg = current is None or len(current.bundle_specs) < count + 1
+        self._own_pg = current is None or len(current.bundle_specs) < count + first_bundle
         self._pg, self._first_bundle = (placement_group([runner_bundle(config)] * count, strategy="SPREAD"), 0) \
-            if self._own_pg else (current, 1)
+            if self._own_pg else (current, first_bundle)
         try:
             ray.get(self._pg.ready(), timeout=max(60.0, config.ray_connect_timeout_s))
         except ray.exceptions.GetTimeoutError:
@@ -297,7 +300,8 @@ class RayRunnerGroup:
             raise ClusterError(f"the Ray cluster cannot place {count} env runners x {need} (available: {have}); "
                                f"lower num_env_runners or {keys}") from None
         _quiet_worker_died_echo()
-        forget_nodes()
+        if self._owns_ray:
+            forget_nodes()  # a new Ray session (a group joining a running one keeps what was seen of it)
         node_changes()  # takes note of the nodes alive now
         _LIVE_GROUPS[0] += 1
         self._counted = True
@@ -314,7 +318,7 @@ class RayRunnerGroup:
                                                                 timeout=start_timeout)
         except ray.exceptions.RayError as exc:
             self.stop()
-            raise _herd_cause(exc) or RunnerFailure(f"env runner 1 could not start: {_one_line(exc)}") from exc
+            raise _herd_cause(exc) or RunnerFailure(f"{label} 1 could not start: {_one_line(exc)}") from exc
 
     @property
     def num_healthy(self) -> int:
@@ -354,7 +358,7 @@ class RayRunnerGroup:
                 actor.reseed.remote(self._epoch)
             self.actors[index] = actor
             admitted.append(index)
-            logger.warning("herdrl: env runner %d is back in service (%d of %d)", index + 1, self.num_healthy,
+            logger.warning("herdrl: %s %d is back in service (%d of %d)", self.label, index + 1, self.num_healthy,
                            len(self.actors))
         if admitted:
             node_changes()
@@ -433,21 +437,27 @@ class RayRunnerGroup:
                                 f"has {free:g} CPUs free; each runner needs {self.config.num_cpus_per_env_runner:g}): "
                                 "add nodes, or lower num_env_runners or num_cpus_per_env_runner")
 
-    def _gather(self, call: Any, what: str,
-                indices: list[int] | None = None) -> tuple[list[Any], list[tuple[int, BaseException]]]:
+    def _gather(self, call: Any, what: str, indices: list[int] | None = None,
+                deadline_s: float | None = None) -> tuple[list[Any], list[tuple[int, BaseException]]]:
         """``call(actor)`` on every healthy runner (or those at ``indices``), waited for at most
         ``sample_timeout_s`` (a runner stuck in its env, or a replacement that cannot be placed, must not hang us);
         failed runners are handled per config (restarted, or dropped). Returns the results, as (reference, value),
-        and the failures, as (runner index, error)."""
+        and the failures, as (runner index, error). ``deadline_s``: a shorter wait, the caller's own; runners late
+        for it are left out of the results, not failed."""
         import ray
 
         chosen = set(range(len(self.actors)) if indices is None else indices)
         calls = [(i, call(actor)) for i, actor in enumerate(self.actors) if actor is not None and i in chosen]
-        ready, _ = ray.wait([ref for _, ref in calls], num_returns=len(calls), timeout=self.config.sample_timeout_s)
+        limit = self.config.sample_timeout_s
+        own = deadline_s is not None and (limit is None or deadline_s < limit)
+        ready, _ = ray.wait([ref for _, ref in calls], num_returns=len(calls),
+                            timeout=max(0.0, deadline_s) if own else limit)
         ready_set = set(ready)
         results, failures = [], []
         for index, ref in calls:
             if ref not in ready_set:
+                if own:
+                    continue  # late for the caller's deadline: not a failure
                 failures.append((index, TimeoutError(
                     f"{what} within sample_timeout_s={self.config.sample_timeout_s:g} s")))
                 continue
@@ -477,27 +487,37 @@ class RayRunnerGroup:
         node_changes()  # a runner failing is often the first sign of its node's death: say so once
         if cfg.restart_failed_env_runners:
             if self.num_restarts >= cfg.max_num_env_runner_restarts:
-                raise RunnerFailure(f"env runner {index + 1} failed ({reason}) and the restart budget is spent "
+                raise RunnerFailure(f"{self.label} {index + 1} failed ({reason}) and the restart budget is spent "
                                     f"(max_num_env_runner_restarts={cfg.max_num_env_runner_restarts})")
             # Not called until Ray has placed it (admit()): with no room left it waits, and the run goes on.
             actor = self._start(index)
             self.waiting[index] = (actor, actor.pid.remote(), self._epoch)
             self.num_restarts += 1
-            logger.warning("herdrl: env runner %d failed (%s); restarting it, %d restart%s so far", index + 1,
+            logger.warning("herdrl: %s %d failed (%s); restarting it, %d restart%s so far", self.label, index + 1,
                            reason, self.num_restarts, "" if self.num_restarts == 1 else "s")
             return
         if not cfg.ignore_env_runner_failures:
-            raise RunnerFailure(f"env runner {index + 1} failed: {reason}; to go on without it, set "
+            raise RunnerFailure(f"{self.label} {index + 1} failed: {reason}; to go on without it, set "
                                 ".fault_tolerance(restart_failed_env_runners=True) or ignore_env_runner_failures")
         if self.num_healthy == 0:
             raise RunnerFailure(f"every env runner has failed (last: runner {index + 1}: {reason})")
-        logger.warning("herdrl: env runner %d failed (%s); going on with %d", index + 1, reason, self.num_healthy)
+        logger.warning("herdrl: %s %d failed (%s); going on with %d", self.label, index + 1, reason, self.num_healthy)
 
     def reseed(self, epoch: int) -> None:
         """Fresh random streams and episodes on every runner (and its replacements) for a run resumed at
         iteration ``epoch``."""
         self._epoch = epoch  # a runner restarted from here on starts in this epoch too
         self._gather(lambda actor: actor.reseed.remote(epoch), "no answer to reseed")
+
+    def call_each(self, method: str, *args: Any, deadline_s: float | None = None) -> list[Any]:
+        """``method(*args)`` on every runner in service, in parallel, failures handled as in sampling (restarted or
+        dropped); the results of those that answered (within ``deadline_s``, if given), in runner order."""
+        self.admit()
+        if self.num_healthy == 0:
+            self.wait_for_runner()
+        results, _ = self._gather(lambda actor: getattr(actor, method).remote(*args), f"no answer to {method}",
+                                  deadline_s=deadline_s)
+        return [value for _, value in results]
 
     def call(self, method: str) -> list[Any]:
         """Call a method on every healthy runner and return the results (e.g. ``pid``, ``node``)."""

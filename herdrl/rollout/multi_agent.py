@@ -27,6 +27,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from herdrl.callbacks import MultiAgentEpisodeTracker, runner_callbacks
 from herdrl.config import AlgorithmConfig
 from herdrl.env.multi_agent import AgentEnv, AgentStep, make_agent_env
 from herdrl.errors import ConfigError, EnvError
@@ -50,6 +51,8 @@ class MultiAgentFragment:
     worker_index: int = 0
     weights_version: int = -1
     filter_delta: None = None  # no observation filter in multi-agent runs (yet)
+    metrics: list | None = None  # custom metrics its callbacks logged (herdrl.callbacks.MetricsLogger.take)
+    policy_steps: dict[str, int] = field(default_factory=dict)  # trained policy -> its rows shipped (agent steps)
 
 
 @dataclass(eq=False)
@@ -85,11 +88,14 @@ class MultiAgentEnvRunner:
         self.actions = {pid: ActionDistribution(space) for pid, space in self.action_space.items()}
         self._with_logp = bool(getattr(config, "behaviour_logp", False))
         self.weights_version = -1
+        self.callbacks, self.metrics_logger, self._episodes = runner_callbacks(
+            self, MultiAgentEpisodeTracker, [agent_env.env for agent_env in self.envs])
         self.reseed(epoch)
 
     # ------------------------------------------------------------------ episodes
     def reseed(self, epoch: int) -> None:
         """Fresh random streams for (seed, runner, incarnation, ``epoch``) and fresh episodes in every env copy."""
+        self.metrics_logger.take()  # what hooks logged for the episodes left behind is not reported
         seed = self.config.seed
         streams = [None] * 3 if seed is None else np.random.SeedSequence(
             [seed, self.worker_index, self.incarnation, epoch]).spawn(3)
@@ -117,12 +123,16 @@ class MultiAgentEnvRunner:
                                        self._episodes_begun[k])
         self._episodes_begun[k] += 1
         self._mapping[k], self._returns[k], self._lengths[k] = {}, {}, 0
+        if self._episodes is not None:
+            self._episodes.create(k, self._mapping[k])
         try:
             step = self.envs[k].reset(seed=seed)
         except Exception as exc:
             raise self._env_error(exc) from exc
         self._decide[k] = step.decide
         self._take(k, step)
+        if self._episodes is not None:
+            self._episodes.start(k, step)
 
     def _policy_of(self, k: int, agent: str) -> str:
         mapping = self._mapping[k]
@@ -174,6 +184,11 @@ class MultiAgentEnvRunner:
         for _ in range(steps):
             self._step(self._act(), result)
         result.policies = self._ship()
+        result.policy_steps = {pid: part.env_steps for pid, part in result.policies.items()}
+        if self.callbacks is not None:
+            self.callbacks("on_sample_end", env_runner=self, worker=self, metrics_logger=self.metrics_logger,
+                           samples=[result])
+            result.metrics = self.metrics_logger.take()
         return result
 
     def _step(self, actions: list[dict[str, Any]], result: MultiAgentFragment) -> None:
@@ -188,6 +203,8 @@ class MultiAgentEnvRunner:
             result.env_steps += 1
             self._decide[k] = step.decide
             self._take(k, step)
+            if self._episodes is not None:
+                self._episodes.step(k, actions[k], step)
             if step.over:
                 self._end_episode(k, result)
                 self._begin(k, None)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from herdrl.callbacks import EPISODE_HOOKS, Callbacks, EpisodeTracker, MetricsLogger
+from herdrl.callbacks import EpisodeTracker, runner_callbacks
 from herdrl.config import AlgorithmConfig
 from herdrl.env import make_vector_env
 from herdrl.env.atari import life_losses
@@ -114,20 +114,15 @@ class EnvRunner:
         self.actions = ActionDistribution(self.action_space)  # stored layout and env form of actions
         self._with_logp = bool(getattr(config, "behaviour_logp", False))
         self.weights_version = -1  # no versioned weights yet
+        self.explore = True  # False: greedy actions (evaluation runners)
+        self._evaluation: Any = None  # the evaluation this runner last took weights for
         self.recurrent = bool(getattr(self.module, "recurrent", False))
         if hasattr(self.env, "parts") and not self.recurrent:  # envs stepped in parts the runner overlaps with
             # acting (atari.TwoHalves); a recurrent policy steps all its envs' states at once
             self._parts, self._send, self._recv = self.env.parts, self.env.send, self.env.recv
         else:
             self._parts, self._send, self._recv = (slice(None),), self._stash, self._step
-        self.callbacks = Callbacks.from_config(config)
-        self.metrics_logger = MetricsLogger(prefix="env_runners/")
-        # Episodes are tracked step by step only for episode hooks (a Python call per env step).
-        self._episodes = EpisodeTracker(self, self.callbacks, self.metrics_logger) \
-            if self.callbacks is not None and self.callbacks.has(*EPISODE_HOOKS) else None
-        if self.callbacks is not None:
-            self.callbacks("on_environment_created", env_runner=self, worker=self, metrics_logger=self.metrics_logger,
-                           env=self.env, env_context={**config.env_config, "worker_index": worker_index})
+        self.callbacks, self.metrics_logger, self._episodes = runner_callbacks(self, EpisodeTracker, self.env)
         self.reseed(epoch)
 
     def reseed(self, epoch: int) -> None:
@@ -144,6 +139,9 @@ class EnvRunner:
         else:
             self.policy = self.config.runner_policy(self.module, self._rng)
         reset_seed = None if reset_stream is None else int(reset_stream.generate_state(1)[0])
+        self.metrics_logger.take()  # what hooks logged for the episodes left behind is not reported
+        if self._episodes is not None:
+            self._episodes.create_all()
         try:
             raw_obs, reset_info = self.env.reset(seed=reset_seed)
         except Exception as exc:
@@ -239,7 +237,7 @@ class EnvRunner:
                 if split.any():
                     state_in.append(self.policy.get_state()[split])
             if logp is None:
-                action = act(acting_rows(t), True, part_noise[t])
+                action = act(acting_rows(t), self.explore, part_noise[t])
             else:  # V-trace needs the sampling policy's log-probabilities
                 action, views[part][7][t] = self.policy.act_logp(acting_rows(t), part_noise[t])
             part_actions[t] = action
@@ -320,6 +318,21 @@ class EnvRunner:
                            samples=[fragment])
             fragment.metrics = self.metrics_logger.take()
         return fragment
+
+    def evaluation_sample(self, weights: dict[str, Any], explore: bool, evaluation: tuple[int, int], reset: bool,
+                          num_steps: int) -> tuple[list[float], list[int], int]:
+        """Evaluation runners: ``num_steps`` steps per env with ``weights`` (greedy unless ``explore``); returns the
+        returns and lengths of the episodes finished, and the env steps taken. The first call of an ``evaluation``
+        (``(id, epoch)``; also a runner's first call after a restart) loads the weights and, with ``reset``, starts
+        every env on a fresh episode from the random streams of ``epoch``."""
+        if evaluation != self._evaluation:
+            self.set_weights(weights)
+            self.explore, self._with_logp = explore, False
+            if reset:
+                self.reseed(evaluation[1])
+            self._evaluation = evaluation
+        fragment = self.sample(num_steps)
+        return fragment.episode_returns, fragment.episode_lengths, fragment.env_steps
 
     def _acting_storage(self, obs: ObsArray, steps: int, envs: int) -> ObsArray:
         """Storage for normalised observations: float32 arrays for filtered leaves; the other leaves are the raw

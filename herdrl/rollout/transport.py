@@ -48,6 +48,7 @@ class FragmentInfo:
     agent_returns: dict[str, list[float]] = field(default_factory=dict)
     policy_returns: dict[str, list[float]] = field(default_factory=dict)
     metrics: list | None = None  # custom metrics logged by callbacks (herdrl.callbacks.MetricsLogger.take)
+    policy_steps: dict[str, int] = field(default_factory=dict)  # multi-agent: agent steps of each trained policy
 
 
 def info_of(fragment: Any, size: int = 0) -> FragmentInfo:
@@ -60,7 +61,7 @@ def info_of(fragment: Any, size: int = 0) -> FragmentInfo:
         agent_steps=fragment.agent_steps if multi else 0,
         agent_returns=dict(fragment.agent_returns) if multi else {},
         policy_returns=dict(fragment.policy_returns) if multi else {},
-        metrics=getattr(fragment, "metrics", None))
+        metrics=getattr(fragment, "metrics", None), policy_steps=dict(fragment.policy_steps) if multi else {})
 
 
 @dataclass

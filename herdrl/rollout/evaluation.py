@@ -1,0 +1,112 @@
+"""Evaluation on env runners of its own, as RLlib does it (``evaluation_num_env_runners``, the ``timesteps`` unit)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+from herdrl.evaluation import summarize
+
+#: Steps per env each evaluation call samples (between checks of the episodes finished and of the timeout).
+EVALUATION_CHUNK = 256
+#: Evaluations are told apart from training's random streams (a runner's reseed epoch) by this offset.
+EVALUATION_EPOCH = 1_000_000_000
+
+
+class RunnerEvaluation:
+    """Evaluation on env runners of its own, as RLlib does it: ``evaluation_num_env_runners`` Ray actors (restarted
+    like training runners when they fail), or, for the ``timesteps`` unit without them, one runner in the driver.
+
+    ``episodes`` unit: every runner starts each evaluation with fresh episodes and samples until
+    ``evaluation_duration`` episodes have finished over all of them (with several env copies per runner, the first
+    to finish are counted first, as in RLlib). ``timesteps`` unit: ``evaluation_duration`` env steps over all
+    runners, episodes carried over from one evaluation to the next, those that finish counted. Both sample in
+    rounds of at most :data:`EVALUATION_CHUNK` steps per env (or ``rollout_fragment_length`` of
+    ``evaluation_config``); an evaluation stops after ``evaluation_sample_timeout_s`` with what finished by then (a
+    Ray runner's round still running at that moment is left out; the driver's own runner stops between rounds).
+    """
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.runner_config = config.evaluation_runner_config()
+        self.group: Any = None
+        self.runner: Any = None
+        self.cancelled = False  # set by the algorithm's stop(): an evaluation in flight ends after its round
+        self._count = 0  # evaluations so far: each loads its weights on every runner
+        if config.evaluation_num_env_runners:
+            from herdrl.rollout.group import RayRunnerGroup
+
+            # Inside a Tune trial its bundles follow the driver's, the training runners' and the learners'.
+            self.group = RayRunnerGroup(self.runner_config, first_bundle=1 + config.num_env_runners +
+                                        config.num_learners, label="evaluation runner")
+        else:
+            from herdrl.rollout.runner import EnvRunner
+
+            self.runner = EnvRunner(self.runner_config, worker_index=0)
+
+    def run(self, weights: dict[str, Any], iteration: int) -> dict[str, float]:
+        """One evaluation with ``weights``; its ``evaluation/...`` metrics (no time: the caller measures it)."""
+        cfg, runner_cfg = self.config, self.runner_config
+        explore = bool(cfg.evaluation_config.get("explore", False))
+        max_steps = cfg.evaluation_config.get("max_steps")
+        episodes = cfg.evaluation_duration_unit == "episodes"
+        self._count += 1
+        evaluation = (self._count, EVALUATION_EPOCH + iteration)  # (its id, the epoch its random streams take)
+        if self.group is not None:
+            import ray
+
+            weights = ray.put(weights)  # one copy for every call of this evaluation
+        envs = runner_cfg.num_envs_per_env_runner
+        chunk = cfg.evaluation_config.get("rollout_fragment_length", "auto")
+        chunk = EVALUATION_CHUNK if chunk == "auto" else int(chunk)
+        timeout = cfg.evaluation_sample_timeout_s
+        deadline = None if timeout is None else time.monotonic() + timeout
+        returns: list[float] = []
+        lengths: list[int] = []
+        steps = steps_per_env = 0
+        cut = ""
+        while (len(returns) if episodes else steps) < cfg.evaluation_duration:
+            if max_steps is not None and steps_per_env >= max_steps:
+                cut = f"evaluation_config max_steps={max_steps}"
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                cut = f"evaluation_sample_timeout_s={cfg.evaluation_sample_timeout_s:g}"
+                break
+            if self.cancelled:
+                cut = "the run's stop"
+                break
+            runners = self.group.num_healthy if self.group is not None else 1
+            count = chunk if episodes else min(chunk, math.ceil((cfg.evaluation_duration - steps) /
+                                                                (max(runners, 1) * envs)))
+            if max_steps is not None:
+                count = min(count, max_steps - steps_per_env)
+            args = (weights, explore, evaluation, episodes, count)
+            left = None if deadline is None else deadline - time.monotonic()
+            answers = self.group.call_each("evaluation_sample", *args, deadline_s=left) if self.group is not None \
+                else [self.runner.evaluation_sample(*args)]
+            for part_returns, part_lengths, part_steps in answers:
+                returns += part_returns
+                lengths += part_lengths
+                steps += part_steps
+            steps_per_env += count
+        if cut:
+            logging.getLogger("herdrl").warning(
+                "herdrl: evaluation stopped at %s with %d episode%s finished", cut, len(returns),
+                "" if len(returns) == 1 else "s")
+        if episodes:
+            returns, lengths = returns[:cfg.evaluation_duration], lengths[:cfg.evaluation_duration]
+        metrics = {**summarize(returns, lengths, "evaluation/"), "evaluation/num_env_steps_sampled": steps}
+        if episodes:
+            metrics["evaluation/num_episodes_cut"] = cfg.evaluation_duration - len(returns)
+        if self.group is not None:
+            metrics["evaluation/num_healthy_env_runners"] = self.group.num_healthy
+        return metrics
+
+    def stop(self) -> None:
+        """Stop the evaluation runners (or close the driver's envs)."""
+        if self.group is not None:
+            self.group.stop()
+        if self.runner is not None:
+            self.runner.stop()

@@ -1,0 +1,87 @@
+"""Evaluation as RLlib does it: its own Ray runners (restarted when they fail), in parallel with training,
+episodes or timesteps, evaluation_config's runner keys — checked against envs whose episodes are known."""
+
+import pytest
+from envs import Countdown
+
+from herdrl import ConfigError, PPOConfig, register_env
+
+
+def _config(**evaluation):
+    register_env("Countdown", lambda cfg: Countdown(cfg))
+    return (PPOConfig().environment("Countdown", env_config={"length": 3}).env_runners(num_envs_per_env_runner=2)
+            .training(train_batch_size=64, minibatch_size=32, num_epochs=1).debugging(seed=0)
+            .evaluation(evaluation_interval=1, **evaluation))
+
+
+def test_timesteps_unit_counts_the_episodes_finished_in_those_steps():
+    algo = _config(evaluation_duration_unit="timesteps", evaluation_duration=40,
+                   evaluation_config={"env_config": {"length": 4}, "num_envs_per_env_runner": 4}).build()
+    try:
+        row = algo.train()
+    finally:
+        algo.stop()
+    assert row["evaluation/num_env_steps_sampled"] == 40  # 10 steps on each of 4 env copies
+    # length 4 in evaluation (3 in training): each copy finishes an episode every 5 steps (4 + its reset step)
+    assert row["evaluation/episode_len_mean"] == 4 and row["evaluation/num_episodes"] == 4 * 2
+    assert row["episode_len_mean"] == 3
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_evaluation_runners_restart_and_the_evaluation_still_plays_its_episodes(caplog):
+    import os
+    import signal
+
+    algo = _config(evaluation_num_env_runners=1, evaluation_duration=6,
+                   evaluation_config={"env_config": {"length": 5}}).build()
+    try:
+        first = algo.train()
+        (pid,) = algo._runner_evaluation.group.call("pid")
+        os.kill(pid, signal.SIGKILL)
+        with caplog.at_level("WARNING", logger="herdrl"):
+            second = algo.train()
+    finally:
+        algo.stop()
+    for row in (first, second):
+        assert row["evaluation/num_episodes"] == 6 and row["evaluation/episode_len_mean"] == 5
+        assert row["evaluation/num_episodes_cut"] == 0
+    assert "evaluation runner 1 failed" in caplog.text
+
+
+def test_evaluation_config_takes_runner_keys_and_refuses_others():
+    with pytest.raises(ConfigError, match="'lr' does not apply to evaluation runners"):
+        _config(evaluation_config={"lr": 1e-3}).validate()
+    with pytest.raises(ConfigError, match="evaluation_config num_envs_per_env_runner"):
+        _config(evaluation_config={"num_envs_per_env_runner": 0}).validate()
+    with pytest.raises(ConfigError, match="evaluation_num_env_runners >= 1"):
+        _config(evaluation_parallel_to_training=True).validate()
+    config = _config(evaluation_num_workers=2, evaluation_config={"num_cpus_per_worker": 0.5})  # older names
+    assert config.evaluation_num_env_runners == 2 and config.total_cpus_requested == 1
+    from herdrl.experiment import run_experiment
+
+    with pytest.raises(ConfigError, match="--keep-best with evaluation_parallel_to_training"):
+        run_experiment(_config(evaluation_num_env_runners=1, evaluation_parallel_to_training=True), keep_best=True)
+
+
+def test_an_evaluation_stops_at_its_timeout_with_what_finished(caplog):
+    """Episodes of 200 steps at 5 ms a step: a 0.5 s timeout cuts the evaluation after its first 256-step round
+    (one episode finished), with a line saying so. Played by RunnerEvaluation's runner in the driver, as a remote
+    evaluation runner would play it."""
+    from herdrl.rollout.evaluation import RunnerEvaluation
+
+    config = (PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.0})
+              .evaluation(evaluation_interval=1, evaluation_duration=100, evaluation_sample_timeout_s=0.5,
+                          evaluation_config={"env_config": {"step_latency_s": 0.005}, "num_envs_per_env_runner": 1,
+                                             "rollout_fragment_length": 256}))
+    config.validate()
+    algo = config.build()
+    evaluation = RunnerEvaluation(config)
+    try:
+        with caplog.at_level("WARNING", logger="herdrl"):
+            metrics = evaluation.run(algo.runner_weights(), iteration=1)
+    finally:
+        evaluation.stop()
+        algo.stop()
+    assert metrics["evaluation/num_episodes"] == 1 and metrics["evaluation/num_episodes_cut"] == 99
+    assert metrics["evaluation/num_env_steps_sampled"] == 255  # 256 less the reset-only step after the episode
+    assert "evaluation stopped at evaluation_sample_timeout_s=0.5 with 1 episode finished" in caplog.text
