@@ -45,6 +45,7 @@ _LAZY = {
     "RLlibCallback": "herdrl.callbacks",
     "DefaultCallbacks": "herdrl.callbacks",
     "MetricsLogger": "herdrl.callbacks",
+    "PolicySpec": "herdrl.multi_agent",
 }
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from herdrl.callbacks import DefaultCallbacks, MetricsLogger, RLlibCallback
     from herdrl.config import AlgorithmConfig
     from herdrl.env.imports import import_envs
+    from herdrl.multi_agent import PolicySpec
     from herdrl.policy import Policy
 
 
@@ -75,6 +77,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["A2C", "A2CConfig", "APPO", "APPOConfig", "Algorithm", "AlgorithmConfig", "AlgorithmNotFound",
            "ConfigError", "DDPG", "DDPGConfig", "DefaultCallbacks", "DQN", "DQNConfig", "EnvError", "HerdError",
-           "IMPALA", "IMPALAConfig", "MetricsLogger", "PPO", "PPOConfig", "Policy", "RLlibCallback", "SAC",
-           "SACConfig", "TD3", "TD3Config", "TRPO", "TRPOConfig", "import_envs", "register_encoder", "register_env",
-           "tune", "__version__"]
+           "IMPALA", "IMPALAConfig", "MetricsLogger", "PPO", "PPOConfig", "Policy", "PolicySpec", "RLlibCallback",
+           "SAC", "SACConfig", "TD3", "TD3Config", "TRPO", "TRPOConfig", "import_envs", "register_encoder",
+           "register_env", "tune", "__version__"]

@@ -672,7 +672,12 @@ class AlgorithmConfig:
                 self._values["policies"] = [DEFAULT_POLICY]
             validate_multi_agent(self)
         if self.train_batch_size_per_learner is not None:
-            self._values["train_batch_size"] = self.train_batch_size_per_learner * max(self.num_learners, 1)
+            total = self.train_batch_size_per_learner * max(self.num_learners, 1)
+            if self.is_explicit("train_batch_size") and self.train_batch_size != total:
+                raise ConfigError(f"train_batch_size={self.train_batch_size} and train_batch_size_per_learner="
+                                  f"{self.train_batch_size_per_learner} (x {max(self.num_learners, 1)} learners = "
+                                  f"{total}) disagree: give one of them")
+            self._values["train_batch_size"] = total
         self._validate_evaluation()
         max_steps = self.evaluation_config.get("max_steps")
         if max_steps is not None and not (isinstance(max_steps, int) and max_steps >= 1):
@@ -804,7 +809,11 @@ class AlgorithmConfig:
 
         for key, f in self.fields().items():
             if f.schedule:
-                self._values[key] = with_steps(self._values[key], steps)
+                value = with_steps(self._values[key], steps)
+                if value != self._values[key] and self.is_multi_agent:
+                    raise ConfigError(f"{key}: a multi-agent run counts schedules in each policy's own agent steps, "
+                                      "not env steps: give the decay its steps")
+                self._values[key] = value
         return self
 
     def schedules(self) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 ``.multi_agent(policies=..., policy_mapping_fn=..., policies_to_train=...)`` takes RLlib's names:
 
 * ``policies``: policy ids (``{"main", "opponent"}``), or a dict ``id -> None`` or ``id -> {"observation_space":
-  ..., "action_space": ...}`` (spaces default to those of the agents the policy plays);
+  ..., "action_space": ..., "config": {...}}`` (spaces default to those of the agents the policy plays; ``config``:
+  this policy's own learning keys, e.g. ``{"lr": 1e-4}`` or a schedule) or ``id -> PolicySpec(...)`` (RLlib's);
 * ``policy_mapping_fn(agent_id, episode, **kwargs) -> policy id``, called when an agent first appears in an
   episode (its policy is kept for the episode); ``episode`` is an :class:`EpisodeInfo`. Instead of a function:
   ``"shared"`` (every agent plays the one policy: parameter sharing), ``"per_agent"`` (each agent its own
@@ -25,7 +26,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 from torch import nn
@@ -35,6 +36,39 @@ from herdrl.errors import ConfigError
 #: The policy a multi-agent run gets when it names none (RLlib's name).
 DEFAULT_POLICY = "default_policy"
 MAPPING_NAMES = ("shared", "per_agent", "self_play")
+
+
+class PolicySpec(NamedTuple):
+    """RLlib's policy spec: ``PolicySpec(config={"lr": 1e-4})``; ``policy_class`` must be None (herdrl builds the
+    algorithm's own policy)."""
+
+    policy_class: Any = None
+    observation_space: gym.Space | None = None
+    action_space: gym.Space | None = None
+    config: dict[str, Any] | None = None
+
+
+#: Keys a policy's ``config`` may not set: what all policies share (how the batch is cut, what runners step).
+SHARED_KEYS = ("train_batch_size", "train_batch_size_per_learner", "minibatch_size", "num_epochs", "model")
+
+
+def policy_config(config: Any, pid: str) -> Any:
+    """The config policy ``pid`` learns with: the run's, with the policy's own ``config`` keys (checked)."""
+    overrides = (config.policies or {}).get(pid, {}).get("config") or {}
+    if not overrides:
+        return config
+    own = config.copy()
+    fields = own.fields()
+    for key, value in overrides.items():
+        name = own.aliases().get(key, key)
+        field = fields.get(name)
+        if field is None or field.group != "training" or name in SHARED_KEYS:
+            why = "is not a config key" if field is None else "is shared by every policy of the run"
+            raise ConfigError(f"policy '{pid}' config key '{key}' {why}; a policy's config takes the algorithm's "
+                              f"learning keys (lr, gamma, entropy_coeff, ...) but not {', '.join(SHARED_KEYS)}")
+        own._values[name] = field.check(f"policy '{pid}' {key}", value)
+    own.schedules()  # a named decay without steps: one line
+    return own
 
 
 @dataclass(frozen=True)
@@ -61,13 +95,22 @@ def normalize_policies(policies: Any) -> dict[str, dict[str, Any]]:
         if not isinstance(pid, str) or not pid or "." in pid or "/" in pid:
             raise ConfigError(f"policy id {pid!r} must be a non-empty string without '.' or '/'")
         spec = {} if spec is None else spec
-        if not isinstance(spec, dict) or set(spec) - {"observation_space", "action_space"}:
-            raise ConfigError(f"policy '{pid}' got spec {spec!r}; expected None or a dict with observation_space "
-                              "and/or action_space")
+        if isinstance(spec, tuple) and not isinstance(spec, PolicySpec) and len(spec) == 4:
+            spec = PolicySpec(*spec)  # RLlib's (policy_class, observation_space, action_space, config)
+        if isinstance(spec, PolicySpec):
+            if spec.policy_class is not None:
+                raise ConfigError(f"policy '{pid}': PolicySpec(policy_class=...) is not taken; herdrl builds "
+                                  "the algorithm's own policy (bring a network with herdrl.register_encoder)")
+            spec = {k: v for k, v in spec._asdict().items() if k != "policy_class" and v is not None}
+        if not isinstance(spec, dict) or set(spec) - {"observation_space", "action_space", "config"}:
+            raise ConfigError(f"policy '{pid}' got spec {spec!r}; expected None, PolicySpec(...) or a dict with "
+                              "observation_space, action_space and/or config")
         for key, space in spec.items():
-            if space is not None and not isinstance(space, gym.Space):
+            if key != "config" and space is not None and not isinstance(space, gym.Space):
                 raise ConfigError(f"policy '{pid}' {key} got {space!r}; expected a gymnasium space")
-        out[pid] = {key: space for key, space in spec.items() if space is not None}
+        if spec.get("config") is not None and not isinstance(spec["config"], dict):
+            raise ConfigError(f"policy '{pid}' config got {spec['config']!r}; expected a dict of learning keys")
+        out[pid] = {key: value for key, value in spec.items() if value is not None and value != {}}
     return out
 
 
@@ -113,6 +156,8 @@ def validate_multi_agent(config: Any) -> None:
                           "off (normalise inside the env)")
     if config.model["use_lstm"]:
         raise ConfigError("model use_lstm is not built for multi-agent runs yet")
+    for pid in policies:
+        policy_config(config, pid)  # each policy's own keys are known learning keys with good values
 
 
 class PolicyMapper:
@@ -172,7 +217,7 @@ def policy_spaces(config: Any, env: Any) -> tuple[dict[str, gym.Space], dict[str
     for agent in env.possible_agents:
         pid = mapper(agent, probe)
         spaces = (env.observation_space(agent), env.action_space(agent))
-        if pid in found and found[pid][1:] != spaces and not policies[pid]:
+        if pid in found and found[pid][1:] != spaces and not {"observation_space", "action_space"} & set(policies[pid]):
             raise ConfigError(f"agents {found[pid][0]!r} and {agent!r} both map to policy {pid!r} but have different "
                               "spaces: map them to separate policies, or give the policy its spaces")
         found.setdefault(pid, (agent, *spaces))

@@ -40,12 +40,12 @@ def node_changes() -> tuple[list[str], list[str]]:
     The first look only takes note; a Ray that cannot be asked changes nothing."""
     import ray
 
-    try:
-        alive = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")}
-    except Exception as exc:  # the GCS itself unreachable: nothing to compare with
-        logger.debug("herdrl: cannot list the cluster's nodes: %s", exc)
-        return [], []
-    with _lock:
+    with _lock:  # (read and compared as one: another thread's older list must not undo a newer one)
+        try:
+            alive = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")}
+        except Exception as exc:  # the GCS itself unreachable: nothing to compare with
+            logger.debug("herdrl: cannot list the cluster's nodes: %s", exc)
+            return [], []
         if not _seen:
             _seen.update(alive)
             return [], []

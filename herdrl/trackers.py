@@ -292,7 +292,7 @@ def _sweep_mlflow_callback(uri: str, experiment: str) -> Any:
         def setup(self, *args: Any, **kwargs: Any) -> None:
             super().setup(*args, **kwargs)
             self._client = MlflowClient(tracking_uri=uri)
-            self._last_step: dict[Any, int] = {}
+            self._resumed_at: dict[Any, int] = {}  # a continued run's last step: rows up to it are repeats
 
         def log_trial_start(self, trial: Any) -> None:
             if trial not in self._trial_runs:
@@ -304,7 +304,7 @@ def _sweep_mlflow_callback(uri: str, experiment: str) -> Any:
                     self._trial_runs[trial] = run_id
                     self._client.update_run(run_id, status="RUNNING")
                     steps = self._client.get_metric_history(run_id, "training_iteration")
-                    self._last_step[trial] = max((m.step for m in steps), default=-1)
+                    self._resumed_at[trial] = max((m.step for m in steps), default=-1)
                 else:
                     tags, self.tags = self.tags, {**self.tags, **tag}
                     try:
@@ -316,9 +316,9 @@ def _sweep_mlflow_callback(uri: str, experiment: str) -> Any:
 
         def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
             step = int(result.get("num_env_steps_sampled_lifetime") or result["training_iteration"])
-            if step <= self._last_step.get(trial, -1):
-                return  # a resumed trial repeating what its run has
-            self._last_step[trial] = step
+            if step <= self._resumed_at.get(trial, -1):
+                return  # a resumed trial repeating what its run has (a PBT restore later may go back: logged)
+            self._resumed_at.pop(trial, None)
             self.mlflow_util.log_metrics(run_id=self._trial_runs[trial], metrics_to_log=result, step=step)
 
     return SweepMLflow(tracking_uri=uri, experiment_name=experiment, save_artifact=False)

@@ -85,3 +85,37 @@ def test_an_evaluation_stops_at_its_timeout_with_what_finished(caplog):
     assert metrics["evaluation/num_episodes"] == 1 and metrics["evaluation/num_episodes_cut"] == 99
     assert metrics["evaluation/num_env_steps_sampled"] == 255  # 256 less the reset-only step after the episode
     assert "evaluation stopped at evaluation_sample_timeout_s=0.5 with 1 episode finished" in caplog.text
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_ray_round_late_for_the_timeout_is_left_out_not_failed_and_not_sent_another_call(caplog):
+    """A 256-step round at 5 ms a step (1.3 s) against a 0.5 s timeout: the evaluation ends with nothing finished,
+    the runner is neither failed nor sent a second call while the first is running, and serves again once it
+    answered."""
+    import time
+
+    from herdrl.rollout.evaluation import RunnerEvaluation
+
+    config = (PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.0})
+              .evaluation(evaluation_interval=1, evaluation_duration=5, evaluation_sample_timeout_s=0.5,
+                          evaluation_num_env_runners=1,
+                          evaluation_config={"env_config": {"step_latency_s": 0.005}, "num_envs_per_env_runner": 1}))
+    config.validate()
+    algo = config.build()
+    evaluation = RunnerEvaluation(config, algo.observation_space, algo.action_space)
+    try:
+        weights = algo.runner_weights()
+        with caplog.at_level("WARNING", logger="herdrl"):
+            first = evaluation.run(weights, iteration=1)
+            second = evaluation.run(weights, iteration=2)  # the runner is still on the first call
+        group = evaluation.group
+        assert first["evaluation/num_episodes"] == second["evaluation/num_episodes"] == 0
+        assert group.num_restarts == 0 and list(group._late) == [0] and group.num_healthy == 1
+        deadline = time.monotonic() + 20
+        while group._still_busy() and time.monotonic() < deadline:  # (1.3 s of stepping, after the actor's start)
+            time.sleep(0.2)
+        assert not group._late and group.num_restarts == 0  # it answered: in service again
+    finally:
+        evaluation.stop()
+        algo.stop()
+    assert caplog.text.count("evaluation stopped at evaluation_sample_timeout_s=0.5 with 0 episodes finished") == 2

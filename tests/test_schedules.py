@@ -224,3 +224,64 @@ def test_each_policy_of_a_multi_agent_run_follows_the_schedule_by_its_own_agent_
         assert resumed.policy_steps_lifetime == shipped
     finally:
         resumed.stop()
+
+
+def test_each_policy_takes_its_own_learning_rate_and_schedule_through_a_checkpoint(tmp_path):
+    """RLlib's per-policy config: p0 learns at a constant 3e-3, p1 along its own schedule; each optimizer steps with
+    its policy's value at its own agent steps, and a checkpoint brings both back. Keys every policy shares are
+    refused in one line."""
+    from test_multi_agent import SEPARATE
+
+    from herdrl import register_env
+    from herdrl.env.testing import CueRelay
+    from herdrl.multi_agent import PolicySpec
+
+    register_env("relay", lambda cfg: CueRelay(cfg))
+    policies = {"p0": PolicySpec(config={"lr": 3e-3}), "p1": {"config": {"lr": [[0, 1e-2], [1000, 0.0]]}}}
+    config = (PPOConfig().environment("relay").env_runners(num_envs_per_env_runner=4)
+              .training(train_batch_size=256, minibatch_size=64, lr=1e-4)
+              .multi_agent(policies=policies, policy_mapping_fn=SEPARATE["policy_mapping_fn"]).debugging(seed=3))
+    algo = config.build()
+    row = algo.train()
+    p1_steps = algo.policy_steps_lifetime["p1"]
+    assert algo.learner.learners["p0"].optimizer.lr == 3e-3 and row["lr/p0"] == 3e-3
+    assert algo.learner.learners["p1"].optimizer.lr == pytest.approx(1e-2 * (1 - p1_steps / 1000))
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    resumed = Algorithm.from_checkpoint(path, policy_mapping_fn=SEPARATE["policy_mapping_fn"])
+    try:
+        row = resumed.train()
+        p1_steps = resumed.policy_steps_lifetime["p1"]
+        assert resumed.learner.learners["p0"].optimizer.lr == 3e-3
+        assert row["lr/p1"] == pytest.approx(1e-2 * max(0.0, 1 - p1_steps / 1000))
+    finally:
+        resumed.stop()
+    for bad, message in (({"minibatch_size": 32}, "shared by every policy"), ({"num_envs_per_env_runner": 2},
+                                                                               "shared by every policy"),
+                         ({"lrr": 1e-3}, "is not a config key"), ({"lr": -1.0}, "policy 'p0' lr")):
+        config = relay_config_with({"p0": {"config": bad}, "p1": None})
+        with pytest.raises(ConfigError, match=message):
+            config.validate()
+
+
+def relay_config_with(policies):
+    from test_multi_agent import SEPARATE
+
+    return (PPOConfig().environment("relay")
+            .multi_agent(policies=policies, policy_mapping_fn=SEPARATE["policy_mapping_fn"]))
+
+
+def test_a_multi_agent_decay_needs_its_steps_and_batch_sizes_must_agree():
+    from herdrl import register_env
+    from herdrl.env.testing import CueRelay
+
+    register_env("relay", lambda cfg: CueRelay(cfg))
+    config = relay_config_with({"p0": None, "p1": None}).training(lr={"schedule": "linear", "start": 1e-3, "end": 0})
+    with pytest.raises(ConfigError, match="each policy's own agent steps, not env steps: give the decay its steps"):
+        config.decay_over(10_000)
+    config = PPOConfig().environment("CartPole-v1").training(train_batch_size_per_learner=500)
+    config.validate()
+    assert config.train_batch_size == 500
+    config.training(train_batch_size=1000)
+    with pytest.raises(ConfigError, match="disagree: give one of them"):
+        config.validate()

@@ -105,6 +105,10 @@ class Algorithm:
         # Scheduled hyperparameters (lr, entropy_coeff, epsilon: herdrl.schedules) follow env steps sampled, this
         # iteration's included; a resumed run continues from its restored count.
         self.schedules = config.schedules()
+        if self.multi_agent:  # each policy by its own config (a policy's own lr, entropy_coeff, ...)
+            from herdrl.multi_agent import policy_config
+
+            self._policy_schedules = {pid: policy_config(config, pid).schedules() for pid in config.policies}
         self.learners.step_source = self._schedule_steps
         if hasattr(self.learners, "checkpoint_state"):  # learner actors: a restart's last resort
             self.learners.checkpoint_state = self._checkpoint_learner_state
@@ -220,8 +224,8 @@ class Algorithm:
         """The scheduled hyperparameters as the last update took them, for the row (DQN's epsilon: its own, per
         round); multi-agent runs: per policy, ``lr/<policy>``."""
         if self.multi_agent:
-            return {f"{key}/{pid}": schedule(steps) for key, schedule in self.schedules.items() if key != "epsilon"
-                    for pid, steps in sorted(self.policy_steps_lifetime.items())}
+            return {f"{key}/{pid}": schedule(steps) for pid, steps in sorted(self.policy_steps_lifetime.items())
+                    for key, schedule in self._policy_schedules[pid].items() if key != "epsilon"}
         return {key: schedule(self.env_steps_lifetime) for key, schedule in self.schedules.items() if key != "epsilon"}
 
     def _say_degraded(self, missing: int) -> None:
@@ -320,7 +324,7 @@ class Algorithm:
         evaluation: dict[str, float] = {}
         if pending is not None:  # evaluated while the iteration trained: its time overlaps, only the wait counts
             started = time.perf_counter()
-            evaluation = self._finish_parallel_evaluation(*pending)
+            evaluation = self._evaluate_end(pending.result())  # (its time_s: its own, in its thread)
             waited += time.perf_counter() - started
         elif evaluate_now:
             evaluation = self.evaluate()
@@ -437,8 +441,7 @@ class Algorithm:
         else:
             metrics = self._evaluate_single_agent(progress)
         metrics["evaluation/time_s"] = time.perf_counter() - start
-        self._callback("on_evaluate_end", algorithm=self, evaluation_metrics=_evaluation_result(metrics))
-        return metrics
+        return self._evaluate_end(metrics)
 
     def _evaluates_on_runners(self) -> bool:
         """Whether evaluation runs on env runners of its own (herdrl.rollout.evaluation.RunnerEvaluation)."""
@@ -448,10 +451,10 @@ class Algorithm:
         if self._runner_evaluation is None:
             from herdrl.rollout.evaluation import RunnerEvaluation
 
-            self._runner_evaluation = RunnerEvaluation(self.config)
+            self._runner_evaluation = RunnerEvaluation(self.config, self.observation_space, self.action_space)
         return self._runner_evaluation
 
-    def _start_parallel_evaluation(self) -> tuple[Any, float]:
+    def _start_parallel_evaluation(self) -> Any:
         """Start evaluating the weights this iteration begins with, on the evaluation runners, in a thread of its
         own (the driver waits on Ray there while it trains here)."""
         from concurrent.futures import ThreadPoolExecutor
@@ -460,13 +463,15 @@ class Algorithm:
         evaluator = self._runner_evaluator()  # made here: Ray actors are started from the main thread
         if self._evaluation_thread is None:
             self._evaluation_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="herd-evaluation")
-        return self._evaluation_thread.submit(evaluator.run, self.runner_weights(), self.iteration + 1), \
-            time.perf_counter()
+        return self._evaluation_thread.submit(evaluator.run, self.runner_weights(), self.iteration + 1)
 
-    def _finish_parallel_evaluation(self, future: Any, start: float) -> dict[str, float]:
-        metrics = future.result()
-        metrics["evaluation/time_s"] = time.perf_counter() - start
-        self._callback("on_evaluate_end", algorithm=self, evaluation_metrics=_evaluation_result(metrics))
+    def _evaluate_end(self, metrics: dict[str, float]) -> dict[str, float]:
+        """``on_evaluate_end`` with the metrics nested as RLlib's; keys a callback adds go into the row."""
+        if self.callbacks is not None:
+            nested = _evaluation_result(metrics)
+            self._callback("on_evaluate_end", algorithm=self, evaluation_metrics=nested)
+            metrics.update({f"evaluation/{key}": value for key, value in dict(nested).items()
+                            if f"evaluation/{key}" not in metrics})
         return metrics
 
     def _evaluate_single_agent(self, progress: Any = None) -> dict[str, float]:
@@ -614,8 +619,9 @@ class Algorithm:
         if callable(config["policy_mapping_fn"]):
             config["policy_mapping_fn"] = None  # a function: a resumed run needs it passed again
         config["callbacks_class"], config["callbacks_hooks"] = None, {}  # code: never saved, never read back
-        if config["policies"] is not None:  # policy spaces are saved with the others, below
-            config["policies"] = sorted(config["policies"])
+        if config["policies"] is not None:  # policy spaces are saved with the others, below; their own keys here
+            config["policies"] = {pid: {"config": spec["config"]} if spec.get("config") else None
+                                  for pid, spec in sorted(config["policies"].items())}
         for key in SITE_KEYS:  # where it ran is not part of the experiment (and never read back)
             config[key] = None
         meta = {
@@ -741,10 +747,13 @@ class Algorithm:
         # An env of the caller's replaces the checkpoint's (which then is never made).
         config = get_config_class(meta["algorithm"]).from_dict(
             checkpoint_config(meta, makes_env=config_overrides.get("env") is None))
-        if config.policies is not None:  # multi-agent: each policy keeps the spaces it was trained with
+        if config.policies is not None:  # multi-agent: each policy keeps the spaces it was trained with, its keys
             spaces = {kind: space_from_json(meta["spaces"][kind]) for kind in ("observation", "action")}
+            own = config.policies if isinstance(config.policies, dict) else {}  # (a list before herdrl 0.4)
             config.policies = {pid: {"observation_space": spaces["observation"][pid],
-                                     "action_space": spaces["action"][pid]} for pid in config.policies}
+                                     "action_space": spaces["action"][pid],
+                                     **({"config": own[pid]["config"]} if (own.get(pid) or {}).get("config")
+                                        else {})} for pid in config.policies}
         config.update_from_dict(config_overrides)
         algo = config.build()
         try:

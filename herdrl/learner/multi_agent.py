@@ -17,7 +17,7 @@ import torch
 
 from herdrl.config import AlgorithmConfig
 from herdrl.learner.learner import Learner, learner_device
-from herdrl.multi_agent import MultiAgentModule, trained_policies
+from herdrl.multi_agent import MultiAgentModule, policy_config, trained_policies
 from herdrl.rollout.multi_agent import pad_front
 
 
@@ -34,21 +34,20 @@ class MultiAgentLearner(Learner):
         self.rank, self.world_size = rank, world_size
         self._sum_seconds = 0.0
         self.learners: dict[str, Learner] = {
-            pid: inner(config, observation_space[pid], action_space[pid], self.device, rank, world_size)
+            pid: inner(policy_config(config, pid), observation_space[pid], action_space[pid], self.device, rank,
+                       world_size)
             for pid in sorted(observation_space)}
         self.module = MultiAgentModule({pid: learner.module for pid, learner in self.learners.items()})
         self.trained = trained_policies(config)
-        self.schedules = config.schedules()
-        self.hp = {key: schedule(0) for key, schedule in self.schedules.items()}
+        self.hp = {f"{key}/{pid}": value for pid, learner in self.learners.items() for key, value in learner.hp.items()}
 
     def at_step(self, step: int | dict[str, int]) -> None:
         """Every policy's learner at its own count: ``step`` maps policy ids to their agent steps sampled (a policy
         left out is at 0); a plain number is every policy's count."""
         steps = step if isinstance(step, dict) else dict.fromkeys(self.learners, step)
         for pid, learner in self.learners.items():
-            learner.at_step(steps.get(pid, 0))
-        self.hp = {f"{key}/{pid}": schedule(steps.get(pid, 0)) for key, schedule in self.schedules.items()
-                   for pid in self.learners}
+            learner.at_step(steps.get(pid, 0))  # each with its own config's schedules (policies' own lr, ...)
+        self.hp = {f"{key}/{pid}": value for pid, learner in self.learners.items() for key, value in learner.hp.items()}
 
     def update(self, fragments: list[Any], *args: Any) -> dict[str, float]:
         """Each trained policy's update on its fragments, in sorted order; metrics ``<policy id>/<name>``.

@@ -28,7 +28,8 @@ class RunnerEvaluation:
     Ray runner's round still running at that moment is left out; the driver's own runner stops between rounds).
     """
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, observation_space: Any = None, action_space: Any = None) -> None:
+        """``observation_space``, ``action_space``: the trained policy's; evaluation envs with others are refused."""
         self.config = config
         self.runner_config = config.evaluation_runner_config()
         self.group: Any = None
@@ -45,9 +46,18 @@ class RunnerEvaluation:
             from herdrl.rollout.runner import EnvRunner
 
             self.runner = EnvRunner(self.runner_config, worker_index=0)
+        where = self.group if self.group is not None else self.runner
+        if observation_space is not None and (where.observation_space, where.action_space) != (observation_space,
+                                                                                                 action_space):
+            self.stop()
+            from herdrl.errors import ConfigError
+
+            raise ConfigError(f"the evaluation env has spaces {where.observation_space}, {where.action_space}; the "
+                              f"policy was trained on {observation_space}, {action_space}: check evaluation_config")
 
     def run(self, weights: dict[str, Any], iteration: int) -> dict[str, float]:
-        """One evaluation with ``weights``; its ``evaluation/...`` metrics (no time: the caller measures it)."""
+        """One evaluation with ``weights``; its ``evaluation/...`` metrics."""
+        start = time.perf_counter()
         cfg, runner_cfg = self.config, self.runner_config
         explore = bool(cfg.evaluation_config.get("explore", False))
         max_steps = cfg.evaluation_config.get("max_steps")
@@ -102,6 +112,7 @@ class RunnerEvaluation:
             metrics["evaluation/num_episodes_cut"] = cfg.evaluation_duration - len(returns)
         if self.group is not None:
             metrics["evaluation/num_healthy_env_runners"] = self.group.num_healthy
+        metrics["evaluation/time_s"] = time.perf_counter() - start
         return metrics
 
     def stop(self) -> None:

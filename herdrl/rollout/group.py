@@ -311,6 +311,8 @@ class RayRunnerGroup:
         self.actors: list[Any] = [self._start(i) for i in range(count)]
         #: Replacements Ray has not started yet (no room on the cluster): runner index -> (actor, its ready call).
         self.waiting: dict[int, tuple[Any, Any, int]] = {}  # ... and the epoch it was started in
+        #: Runners late for a caller's own deadline (call_each): index -> (the call still unanswered, since when).
+        self._late: dict[int, tuple[Any, float]] = {}
         self.num_restarts = 0
         try:
             start_timeout = None if config.sample_timeout_s is None else max(120.0, config.sample_timeout_s)
@@ -456,8 +458,9 @@ class RayRunnerGroup:
         results, failures = [], []
         for index, ref in calls:
             if ref not in ready_set:
-                if own:
-                    continue  # late for the caller's deadline: not a failure
+                if own:  # late for the caller's deadline: not a failure (yet: see _still_busy)
+                    self._late.setdefault(index, (ref, time.monotonic()))
+                    continue
                 failures.append((index, TimeoutError(
                     f"{what} within sample_timeout_s={self.config.sample_timeout_s:g} s")))
                 continue
@@ -512,12 +515,36 @@ class RayRunnerGroup:
     def call_each(self, method: str, *args: Any, deadline_s: float | None = None) -> list[Any]:
         """``method(*args)`` on every runner in service, in parallel, failures handled as in sampling (restarted or
         dropped); the results of those that answered (within ``deadline_s``, if given), in runner order."""
+        import ray
+
         self.admit()
         if self.num_healthy == 0:
             self.wait_for_runner()
+        busy = self._still_busy()
+        indices = [i for i, actor in enumerate(self.actors) if actor is not None and i not in busy]
+        if not indices:  # every runner still on an earlier call: wait for one (within the deadline), answer nothing
+            ray.wait([self._late[i][0] for i in busy], num_returns=1, timeout=deadline_s)
+            return []
         results, _ = self._gather(lambda actor: getattr(actor, method).remote(*args), f"no answer to {method}",
-                                  deadline_s=deadline_s)
+                                  indices=indices, deadline_s=deadline_s)
         return [value for _, value in results]
+
+    def _still_busy(self) -> list[int]:
+        """Runners whose call late for an earlier deadline has not answered yet (they are not sent another: calls
+        would pile up behind a stuck env); one silent for ``sample_timeout_s`` has failed (replaced per config)."""
+        import ray
+
+        busy = []
+        for index, (ref, since) in list(self._late.items()):
+            limit = self.config.sample_timeout_s
+            if self.actors[index] is None or ray.wait([ref], timeout=0)[0]:
+                del self._late[index]  # (its answer came too late to count)
+            elif limit is not None and time.monotonic() - since > limit:
+                del self._late[index]
+                self._handle_failure(index, TimeoutError(f"no answer within sample_timeout_s={limit:g} s"))
+            else:
+                busy.append(index)
+        return busy
 
     def call(self, method: str) -> list[Any]:
         """Call a method on every healthy runner and return the results (e.g. ``pid``, ``node``)."""

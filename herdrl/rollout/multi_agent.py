@@ -95,7 +95,9 @@ class MultiAgentEnvRunner:
     # ------------------------------------------------------------------ episodes
     def reseed(self, epoch: int) -> None:
         """Fresh random streams for (seed, runner, incarnation, ``epoch``) and fresh episodes in every env copy."""
-        self.metrics_logger.take()  # what hooks logged for the episodes left behind is not reported
+        if getattr(self, "_reseeded", False):  # (not at start: on_environment_created may have logged)
+            self.metrics_logger.take()  # what hooks logged for the episodes left behind is not reported
+        self._reseeded = True
         seed = self.config.seed
         streams = [None] * 3 if seed is None else np.random.SeedSequence(
             [seed, self.worker_index, self.incarnation, epoch]).spawn(3)

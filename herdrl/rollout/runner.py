@@ -139,7 +139,9 @@ class EnvRunner:
         else:
             self.policy = self.config.runner_policy(self.module, self._rng)
         reset_seed = None if reset_stream is None else int(reset_stream.generate_state(1)[0])
-        self.metrics_logger.take()  # what hooks logged for the episodes left behind is not reported
+        if getattr(self, "_reseeded", False):  # (not at start: on_environment_created may have logged)
+            self.metrics_logger.take()  # what hooks logged for the episodes left behind is not reported
+        self._reseeded = True
         if self._episodes is not None:
             self._episodes.create_all()
         try:
@@ -327,9 +329,11 @@ class EnvRunner:
         every env on a fresh episode from the random streams of ``epoch``."""
         if evaluation != self._evaluation:
             self.set_weights(weights)
-            self.explore, self._with_logp = explore, False
-            if reset:
+            # Fresh episodes on the evaluation's own streams: every evaluation in the episodes unit, the first (of
+            # this runner) in the timesteps unit, whose episodes then carry over (not the training runners' streams).
+            if reset or self._evaluation is None:
                 self.reseed(evaluation[1])
+            self.explore, self._with_logp = explore, False
             self._evaluation = evaluation
         fragment = self.sample(num_steps)
         return fragment.episode_returns, fragment.episode_lengths, fragment.env_steps
