@@ -119,3 +119,24 @@ def test_a_ray_round_late_for_the_timeout_is_left_out_not_failed_and_not_sent_an
         evaluation.stop()
         algo.stop()
     assert caplog.text.count("evaluation stopped at evaluation_sample_timeout_s=0.5 with 0 episodes finished") == 2
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_training_error_during_a_parallel_evaluation_ends_the_run_and_stop_returns():
+    import time
+
+    algo = _config(evaluation_num_env_runners=1, evaluation_parallel_to_training=True,
+                   evaluation_duration=3).build()
+
+    def broken():
+        raise RuntimeError("the learner broke")
+
+    algo.training_step = broken
+    try:
+        with pytest.raises(RuntimeError, match="the learner broke"):
+            algo.train()
+    finally:
+        started = time.monotonic()
+        algo.stop()  # joins the evaluation thread (its evaluation ends within its timeout) and stops its runners
+    assert time.monotonic() - started < 60 and algo._evaluation_thread._shutdown
+    assert not [t for t in __import__("threading").enumerate() if t.name.startswith("herd-evaluation")]

@@ -275,7 +275,14 @@ class RayRunnerGroup:
         self._remote_class = RemoteMultiAgentRunner if config.is_multi_agent else RemoteEnvRunner
         self._creators = dict(ENV_CREATORS)
         env = [config.env] if callable(config.env) else []
-        shipped = shipping.ship_by_value([*self._creators.values(), *env, *callback_code(config)])
+        code = callback_code(config)
+        shipped = shipping.ship_by_value([*self._creators.values(), *env, *code])
+        # Callbacks named "module:Class" go to the actors as the classes themselves (shipped by value above): a
+        # node other than this one may not be able to import the module by name.
+        self._actor_config = config
+        if isinstance(config.callbacks_class, (str, list, tuple)):
+            self._actor_config = config.copy()
+            self._actor_config._values["callbacks_class"] = [c for c in code if isinstance(c, type)]
         if shipped:
             logger.info("herdrl: shipping env and callback code to runners by value: %s", ", ".join(shipped))
         # Inside a Ray Tune trial the trial's placement group already holds a bundle per runner (after the
@@ -375,7 +382,7 @@ class RayRunnerGroup:
         return self._remote_class.options(
             num_cpus=self.config.num_cpus_per_env_runner, num_gpus=self.config.num_gpus_per_env_runner,
             scheduling_strategy=strategy, max_restarts=0,
-        ).remote(self.config, index + 1, self._creators, incarnation, self._epoch, tuple(imports.IMPORTED))
+        ).remote(self._actor_config, index + 1, self._creators, incarnation, self._epoch, tuple(imports.IMPORTED))
 
     def sample(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None,
                version: int | None = None, count: int | None = None) -> list[Sampled]:
