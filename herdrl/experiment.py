@@ -115,6 +115,17 @@ def find_resume_point(output: str | Path, experiment: str, trial: str | None = N
     return trial_dir, resume_checkpoint(trial_dir)
 
 
+def _remove_if_unused(trial_dir: Path) -> None:
+    """Remove a trial folder this run made and wrote nothing of its own into (its lock, a tracker's run ids)."""
+    try:
+        if {p.name for p in trial_dir.iterdir()} <= {".herd.lock", "trackers.json"}:
+            for name in (".herd.lock", "trackers.json"):
+                (trial_dir / name).unlink(missing_ok=True)
+            trial_dir.rmdir()
+    except OSError:
+        pass  # in use, or not ours to remove: leave it
+
+
 def _refuse_existing(trial_dir: Path, locked: bool = False) -> None:
     """A named trial that already has results is never written into again without --resume (``locked``: we
     hold its lock, so no live run can be the reason)."""
@@ -251,7 +262,7 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         actors = [f"{n} {what}" for n, what in ((config.num_env_runners, "env runner(s)"),
                                                   (config.num_learners, "learner(s)")) if n]
         console.message(f"starting {' and '.join(actors)} on {where} ...")
-    checkpoint, lock = None, None
+    checkpoint, lock, logdir = None, None, None
     if not resume and trial and not start_over:
         _refuse_existing(Path(output) / experiment / trial)  # before the build (Ray, runners); again under the lock
     if resume:
@@ -304,6 +315,8 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         finally:
             if lock is not None:
                 lock.release()
+            if not resume and logdir is not None:
+                _remove_if_unused(logdir)  # (a tracker that could not start: no empty trial folder left behind)
         raise
     if console:
         stops = ", ".join(f"{k} >= {v:g}" for k, v in criteria.items())

@@ -160,3 +160,18 @@ def test_a_tracker_failing_during_the_run_costs_a_warning_not_the_run(tmp_path, 
     assert [int(r["training_iteration"]) for r in csv.DictReader((tmp_path / "progress.csv").open())] == [1, 2]
     assert caplog.text.count("mlflow failed (ConnectionError: server at http://host:5000 is away)") == 1
     assert Away.closed == "FINISHED"
+
+
+def test_a_tracker_that_cannot_start_leaves_no_trial_folder(tmp_path, monkeypatch):
+    """W&B without a login (as it is here when nothing else set its mode in this process) fails at its start: one
+    line, and the trial folder made for the run is gone again."""
+    from herdrl import trackers
+
+    def no_login(self, project, *args, **kwargs):
+        raise trackers.TrackerError(f"--wandb {project}: No API key configured (log in with `wandb login` ...)")
+
+    monkeypatch.setattr(trackers.WandbTracker, "__init__", no_login)
+    with pytest.raises(trackers.TrackerError, match="--wandb p: No API key"):
+        run_experiment(PPOConfig().environment("CartPole-v1"), output=tmp_path / "out", quiet=True, wandb="p",
+                       mlflow=f"sqlite:///{tmp_path / 'm.db'}", trial="t")
+    assert not (tmp_path / "out" / "CartPole-v1" / "t").exists()  # (MLflow's run id was written there, then gone)
