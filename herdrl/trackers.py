@@ -273,11 +273,31 @@ def tune_callbacks(experiment: str, *, mlflow: str | None = None, wandb: str | N
         callbacks.append(_sweep_mlflow_callback(mlflow, experiment))
     if wandb:
         _import("wandb")
-        from ray.air.integrations.wandb import WandbLoggerCallback
-
-        # W&B runs are named by the trial id: a resumed sweep continues them
-        callbacks.append(WandbLoggerCallback(project=wandb, group=experiment, resume="allow"))
+        callbacks.append(_sweep_wandb_callback(wandb, experiment))
     return callbacks
+
+
+def _sweep_wandb_callback(project: str, experiment: str) -> Any:
+    """Tune's ``WandbLoggerCallback``, its runs named by the trial id (a resumed sweep continues them) and their
+    files in each trial's folder under the sweep's results (Tune's default is a temporary folder of Ray's, gone
+    with the session: an offline run could never be synced)."""
+    from ray.air.integrations.wandb import WandbLoggerCallback
+
+    class SweepWandb(WandbLoggerCallback):
+        """One W&B run per trial, its files beside the trial's results."""
+
+        def _start_logging_actor(self, trial: Any, exclude_results: list[str], **init_kwargs: Any) -> None:
+            import os
+
+            folder = Path(trial.path)
+            if folder.parent.is_dir():  # results on this machine's filesystem (not a cloud bucket)
+                folder.mkdir(parents=True, exist_ok=True)
+                init_kwargs.setdefault("dir", str(folder))
+            if os.environ.get("WANDB_MODE"):  # the driver's (offline, ...): Tune's logging actors may not see it
+                init_kwargs.setdefault("mode", os.environ["WANDB_MODE"])
+            super()._start_logging_actor(trial, exclude_results, **init_kwargs)
+
+    return SweepWandb(project=project, group=experiment, resume="allow")
 
 
 def _sweep_mlflow_callback(uri: str, experiment: str) -> Any:

@@ -113,16 +113,24 @@ def test_a_tracker_asked_for_but_not_installed_is_one_line_before_anything_is_wr
 
 
 @pytest.mark.usefixtures("whole_ray_cluster")
-def test_a_sweep_logs_each_trial_to_mlflow_with_tunes_callback(tmp_path):
+def test_a_sweep_logs_each_trial_to_mlflow_and_wandb_with_tunes_callbacks(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     from herdrl import tune
 
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
     uri = f"sqlite:///{tmp_path / 'sweep.db'}"
     analysis = tune.run("PPO", config={"env": "CartPole-v1", "train_batch_size": 256, "minibatch_size": 128,
                                        "lr": tune.grid_search([1e-3, 3e-3])},
-                        stop={"training_iteration": 2}, name="sweep", storage_path=tmp_path, verbose=0, mlflow=uri)
+                        stop={"training_iteration": 2}, name="sweep", storage_path=tmp_path, verbose=0, mlflow=uri,
+                        wandb="herd-sweep")
     assert not analysis.errors
+    trials = [p for p in (tmp_path / "sweep").glob("PPO_*") if p.is_dir()]
+    assert len(trials) == 2
+    for trial in trials:  # W&B's offline runs beside each trial's results, kept
+        history, _, runs = _wandb_history(trial)
+        assert [h["training_iteration"] for h in history] == [1, 2] and runs[0].run_group == "sweep"
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
     assert sorted(float(r.data.params["lr"]) for r in runs) == [1e-3, 3e-3]
