@@ -530,7 +530,8 @@ class RayRunnerGroup:
         busy = self._still_busy()
         indices = [i for i, actor in enumerate(self.actors) if actor is not None and i not in busy]
         if not indices:  # every runner still on an earlier call: wait for one (within the deadline), answer nothing
-            ray.wait([self._late[i][0] for i in busy], num_returns=1, timeout=deadline_s)
+            ray.wait([self._late[i][0] for i in busy], num_returns=1,
+                     timeout=None if deadline_s is None else max(0.0, deadline_s))
             return []
         results, _ = self._gather(lambda actor: getattr(actor, method).remote(*args), f"no answer to {method}",
                                   indices=indices, deadline_s=deadline_s)
