@@ -289,9 +289,10 @@ class AlgorithmConfig:
             doc="evaluate (on evaluation runners) while the iteration trains, with the weights it started with"),
         "evaluation_sample_timeout_s": Field(
             120.0, (float,), "evaluation", low=0, low_open=True, allow_none=True,
-            doc="evaluation runners: an evaluation stops after this long with the episodes finished by then"),
+            doc="an evaluation on runners stops after this long with the episodes finished by then"),
         "evaluation_config": Field({}, (dict,), "evaluation",
-                                   doc="{'explore': False, 'env_config': {...}, any env runner key} for evaluation"),
+                                   doc="{'explore': False, 'max_steps': N, 'env_config': {...}} and the env runner "
+                                       "keys of EVALUATION_KEYS, for evaluation"),
         "callbacks_class": Field(None, (type, list, tuple, str), "callbacks", allow_none=True,
                                  doc="a herdrl.RLlibCallback subclass (or a list), or 'module:Class' of a module "
                                      "imported with --import (herdrl.callbacks)"),

@@ -20,9 +20,10 @@ class RunnerEvaluation:
     like training runners when they fail), or, for the ``timesteps`` unit without them, one runner in the driver.
 
     ``episodes`` unit: every runner starts each evaluation with fresh episodes and samples until
-    ``evaluation_duration`` episodes have finished over all of them (with several env copies per runner, the first
-    to finish are counted first, as in RLlib). ``timesteps`` unit: ``evaluation_duration`` env steps over all
-    runners, episodes carried over from one evaluation to the next, those that finish counted. Both sample in
+    ``evaluation_duration`` episodes have finished over all of them, taken in runner order within a round (with
+    several env copies per runner, short episodes are favoured, as in RLlib). ``timesteps`` unit:
+    ``evaluation_duration`` env steps over all runners, episodes carried over from one evaluation to the next, those
+    that finish counted. Both sample in
     rounds of at most :data:`EVALUATION_CHUNK` steps per env (or ``rollout_fragment_length`` of
     ``evaluation_config``); an evaluation stops after ``evaluation_sample_timeout_s`` with what finished by then (a
     Ray runner's round still running at that moment is left out; the driver's own runner stops between rounds).
