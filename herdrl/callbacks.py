@@ -561,21 +561,31 @@ def env_info(info: Mapping[str, Any], index: int) -> dict[str, Any]:
     return own
 
 
-class EpisodeTracker:
-    """A runner's episodes, one per env copy, fed step by step and handed to the episode hooks. Made only when an
-    episode hook is set: without one a runner makes no per-step call for callbacks."""
+class _Tracker:
+    """What both episode trackers share: the runner, its callbacks and metrics logger, and the hook call."""
 
     def __init__(self, runner: Any, callbacks: Callbacks, metrics: MetricsLogger) -> None:
         self.runner = runner
         self.callbacks = callbacks
         self.metrics = metrics
-        self.episodes: dict[int, Episode] = {}
+        self.episodes: dict[int, Any] = {}
 
-    def _call(self, hook: str, episode: Episode) -> None:
+    def _env_and_policies(self, episode: Any) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def _call(self, hook: str, episode: Any) -> None:
         runner = self.runner
-        self.callbacks(hook, episode=episode, env_runner=runner, worker=runner, metrics_logger=self.metrics,
-                       env=runner.env, base_env=runner.env, env_index=episode.env_index, rl_module=runner.module,
-                       policies={"default_policy": runner.policy})
+        env, policies = self._env_and_policies(episode)
+        self.callbacks(hook, episode=episode, env_runner=runner, worker=runner, metrics_logger=self.metrics, env=env,
+                       base_env=env, env_index=episode.env_index, rl_module=runner.module, policies=policies)
+
+
+class EpisodeTracker(_Tracker):
+    """A runner's episodes, one per env copy, fed step by step and handed to the episode hooks. Made only when an
+    episode hook is set: without one a runner makes no per-step call for callbacks."""
+
+    def _env_and_policies(self, episode: Episode) -> tuple[Any, Any]:
+        return self.runner.env, {"default_policy": self.runner.policy}
 
     def create(self, env_index: int) -> None:
         """Env copy ``env_index`` is about to reset (RLlib calls ``on_episode_created`` before the reset, so a hook
@@ -702,7 +712,9 @@ class MultiAgentEpisode:
             self._infos.setdefault(agent, []).append(dict(info or {}))
         if step.over:
             ended = step.ended.values()
-            self.is_terminated = any(t for t, _, _ in ended) or not ended
+            # The game over with no agent left to report an end (every agent was removed before): terminated.
+            no_agent_reported = not ended
+            self.is_terminated = any(terminated for terminated, _, _ in ended) or no_agent_reported
             self.is_truncated = not self.is_terminated
 
     def __len__(self) -> int:
@@ -803,20 +815,12 @@ class MultiAgentEpisode:
         return items[-1] if items else 0.0
 
 
-class MultiAgentEpisodeTracker:
-    """A multi-agent runner's episodes, one per env copy, handed to the episode hooks (made only when one is set)."""
+class MultiAgentEpisodeTracker(_Tracker):
+    """A multi-agent runner's episodes, one per env copy, handed to the episode hooks (made only when one is set);
+    ``env`` is that copy's PettingZoo env."""
 
-    def __init__(self, runner: Any, callbacks: Callbacks, metrics: MetricsLogger) -> None:
-        self.runner = runner
-        self.callbacks = callbacks
-        self.metrics = metrics
-        self.episodes: dict[int, MultiAgentEpisode] = {}
-
-    def _call(self, hook: str, episode: MultiAgentEpisode) -> None:
-        runner = self.runner
-        env = runner.envs[episode.env_index].env
-        self.callbacks(hook, episode=episode, env_runner=runner, worker=runner, metrics_logger=self.metrics, env=env,
-                       base_env=env, env_index=episode.env_index, rl_module=runner.module, policies=runner.policies)
+    def _env_and_policies(self, episode: MultiAgentEpisode) -> tuple[Any, Any]:
+        return self.runner.envs[episode.env_index].env, self.runner.policies
 
     def create(self, env_index: int, mapping: dict[str, str]) -> None:
         """Env copy ``env_index`` is about to reset (``mapping``: its agents' policies, filled as they appear)."""

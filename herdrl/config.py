@@ -806,16 +806,26 @@ class AlgorithmConfig:
     def decay_over(self, steps: int) -> AlgorithmConfig:
         """Give every named schedule (``{schedule: linear, start, end}``) without ``steps`` this many env steps (the
         run's ``--stop-timesteps``)."""
+        self._values.update(self.decay_values_over(self._values, steps, multi_agent=self.is_multi_agent))
+        return self
+
+    @classmethod
+    def decay_values_over(cls, values: Mapping[str, Any], steps: int, *, multi_agent: bool) -> dict[str, Any]:
+        """``values`` (config keys, RLlib's names too) with each named schedule lacking ``steps`` given ``steps``
+        env steps; a multi-agent run counts in each policy's agent steps, so there it is refused in one line."""
         from herdrl.schedules import with_steps
 
-        for key, f in self.fields().items():
-            if f.schedule:
-                value = with_steps(self._values[key], steps)
-                if value != self._values[key] and self.is_multi_agent:
-                    raise ConfigError(f"{key}: a multi-agent run counts schedules in each policy's own agent steps, "
-                                      "not env steps: give the decay its steps")
-                self._values[key] = value
-        return self
+        fields, aliases = cls.fields(), cls.aliases()
+        filled = dict(values)
+        for key, value in values.items():
+            field = fields.get(aliases.get(key, key))
+            if field is None or not field.schedule or with_steps(value, steps) == value:
+                continue
+            if multi_agent:
+                raise ConfigError(f"{key}: a multi-agent run counts schedules in each policy's own agent steps, "
+                                  "not env steps: give the decay its steps")
+            filled[key] = with_steps(value, steps)
+        return filled
 
     def schedules(self) -> dict[str, Any]:
         """Each key that takes a schedule -> its :class:`~herdrl.schedules.Schedule` (constant ones included)."""

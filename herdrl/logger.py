@@ -234,6 +234,27 @@ class _EndLine(logging.Filter):
         return True
 
 
+#: Where a trial folder keeps its trackers' run ids and last rows (herdrl.trackers).
+TRACKERS_FILE = "trackers.json"
+
+
+def read_tracker_state(logdir: Path) -> dict[str, Any]:
+    """What the trial folder remembers of its trackers' runs: tracker name -> its ``state()``."""
+    try:
+        state = json.loads((Path(logdir) / TRACKERS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def save_tracker_state(logdir: Path, trackers: list[Any]) -> None:
+    """Write every tracker's ``state()`` (run id, last row) to the trial's ``trackers.json`` in one write; entries
+    of trackers not used this time are kept (a later run with them continues their runs)."""
+    if trackers:
+        write_json_atomic(Path(logdir) / TRACKERS_FILE,
+                          {**read_tracker_state(logdir), **{tracker.name: tracker.state() for tracker in trackers}})
+
+
 class Logger:
     """Writes a trial's result files; ``log(result)`` once per iteration."""
 
@@ -296,7 +317,9 @@ class Logger:
         self._write_csv(result)
         if self._tb is not None:
             write_tensorboard(self._tb, result)
-        self._to_trackers("log", result)
+        if self.trackers:
+            self._to_trackers("log", result)
+            save_tracker_state(self.logdir, self.trackers)  # (run ids, last rows: a resumed run logs no row twice)
         if self.console is not None:
             self.console.report(result)
 

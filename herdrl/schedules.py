@@ -102,8 +102,9 @@ def check_schedule(key: str, value: Any, check_value: Any) -> Any:
 
 
 def with_steps(value: Any, steps: int) -> Any:
-    """A named decay without ``steps`` given ``steps`` (the run's env-step budget); anything else unchanged."""
-    if isinstance(value, Mapping) and value.get("steps") is None:
+    """A named decay without ``steps`` given ``steps`` (the run's env-step budget); anything else (a Tune search
+    space among them) unchanged."""
+    if isinstance(value, Mapping) and "schedule" in value and value.get("steps") is None:
         return {**value, "steps": int(steps)}
     return value
 

@@ -33,7 +33,6 @@ from herdrl.errors import HerdError
 logger = logging.getLogger("herdrl")
 
 #: A trial folder's file of tracker run ids and the last step each logged.
-TRACKERS_FILE = "trackers.json"
 #: MLflow's limits: characters of a parameter value, entries per log_batch call.
 MLFLOW_PARAM_CHARS, MLFLOW_BATCH = 6000, 100
 _MLFLOW_BAD_CHARS = re.compile(r"[^A-Za-z0-9_\-. /]")
@@ -96,26 +95,19 @@ class Tracker:
 
     def __init__(self, logdir: Path) -> None:
         self.logdir = Path(logdir)
+        self.run_id: str | None = None
         self.last_step = self.last_iteration = -1
 
     def _saved(self) -> dict[str, Any]:
         """What the trial folder remembers of this tracker's run (``run_id``, ``last_step``)."""
-        try:
-            state = json.loads((self.logdir / TRACKERS_FILE).read_text())
-        except (OSError, ValueError):
-            return {}
-        saved = state.get(self.name) if isinstance(state, dict) else None
+        from herdrl.logger import read_tracker_state
+
+        saved = read_tracker_state(self.logdir).get(self.name)
         return saved if isinstance(saved, dict) else {}
 
-    def _remember(self, **values: Any) -> None:
-        from herdrl.logger import write_json_atomic
-
-        try:
-            state = json.loads((self.logdir / TRACKERS_FILE).read_text())
-        except (OSError, ValueError):
-            state = {}
-        state[self.name] = {**(state.get(self.name) or {}), **values}
-        write_json_atomic(self.logdir / TRACKERS_FILE, state)
+    def state(self) -> dict[str, Any]:
+        """What the trial folder keeps of this run: its id and the last row logged."""
+        return {"run_id": self.run_id, "last_step": self.last_step, "last_iteration": self.last_iteration}
 
     def _continue(self, saved: dict[str, Any]) -> None:
         """Go on after what a run logged before (its last step and iteration)."""
@@ -131,7 +123,6 @@ class Tracker:
             return
         self._log(_numbers(result), step)
         self.last_step, self.last_iteration = step, iteration
-        self._remember(last_step=step, last_iteration=iteration)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
         raise NotImplementedError
@@ -176,7 +167,6 @@ class MLflowTracker(Tracker):
                 items = [Param(k, v) for k, v in flat_params(params).items()]
                 for start in range(0, len(items), MLFLOW_BATCH):
                     self.client.log_batch(self.run_id, params=items[start:start + MLFLOW_BATCH])
-                self._remember(run_id=self.run_id, last_step=-1, last_iteration=-1)
         except MlflowException as exc:
             raise TrackerError(f"--mlflow {uri}: {str(exc).splitlines()[0]}") from None
         logger.info("herdrl: MLflow run %s in %s", self.run_id, uri)
@@ -214,9 +204,9 @@ class WandbTracker(Tracker):
         except Exception as exc:  # noqa: BLE001 - no login, no network: one line
             raise TrackerError(f"--wandb {project}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__} "
                                "(log in with `wandb login` or WANDB_API_KEY, or set WANDB_MODE=offline)") from None
+        self.run_id = run_id
         if saved.get("run_id") == run_id:
             self._continue(saved)
-        self._remember(run_id=run_id, last_step=self.last_step, last_iteration=self.last_iteration)
         self.run.summary["herdrl.trial_dir"] = str(self.logdir.resolve())
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
@@ -262,6 +252,9 @@ def make_trackers(logdir: Path, experiment: str, trial: str, params: dict[str, A
             for tracker in trackers:
                 tracker.close("FAILED")
             raise
+    from herdrl.logger import save_tracker_state
+
+    save_tracker_state(logdir, trackers)
     return trackers
 
 
@@ -295,6 +288,8 @@ def _sweep_wandb_callback(project: str, experiment: str) -> Any:
                 init_kwargs.setdefault("dir", str(folder))
             if os.environ.get("WANDB_MODE"):  # the driver's (offline, ...): Tune's logging actors may not see it
                 init_kwargs.setdefault("mode", os.environ["WANDB_MODE"])
+            if os.environ.get("WANDB_SILENT", "").lower() in ("1", "true"):  # the same for a quiet driver
+                init_kwargs.setdefault("settings", {"silent": True})
             super()._start_logging_actor(trial, exclude_results, **init_kwargs)
 
     return SweepWandb(project=project, group=experiment, resume="allow")

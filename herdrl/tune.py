@@ -445,13 +445,10 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     stop_criteria = stop if callable(stop) else normalize_stop(stop)
     steps = None if callable(stop) else stop_criteria.get("num_env_steps_sampled_lifetime")
     if steps:  # named schedules without steps decay over the sweep's step limit, as in `herd train`
-        from herdrl.schedules import with_steps
+        from herdrl.env.multi_agent import is_pettingzoo_id
 
-        fields = config_class.fields()
-        for key, value in list(config.items()):
-            field = fields.get(config_class.aliases().get(key, key))
-            if field is not None and field.schedule and isinstance(value, Mapping) and "schedule" in value:
-                config[key] = with_steps(value, int(steps))
+        multi_agent = config.get("policies") is not None or is_pettingzoo_id(config.get("env"))
+        config = config_class.decay_values_over(config, int(steps), multi_agent=multi_agent)
     env = config.get("env")
     name = name or (str(env).replace("/", "_") if isinstance(env, str) else config_class.algo_name)
     storage = Path(storage_path or "results").resolve()

@@ -159,6 +159,9 @@ def test_a_tracker_failing_during_the_run_costs_a_warning_not_the_run(tmp_path, 
         def close(self, status):
             Away.closed = status
 
+        def state(self):
+            return {"run_id": "r1", "last_step": -1, "last_iteration": -1}
+
     with caplog.at_level(logging.WARNING, logger="herdrl"):
         log = Logger(tmp_path, {}, tensorboard=False, trackers=[Away()])
         for i in (1, 2):
