@@ -880,11 +880,18 @@ class AlgorithmConfig:
             return RecurrentActorCritic(observation_space, action_space, self.model)
         return ActorCritic(observation_space, action_space, self.model)
 
+    def runner_blueprint(self, module: Any) -> Any:
+        """The runner policy's numpy twin as plain data (an ``MLPBlueprint``: light Ray runners build their policy
+        from it and never import torch, see :mod:`herdrl.rollout.light`); None: runners act in torch."""
+        from herdrl.models.actor_critic import numpy_blueprint
+
+        return numpy_blueprint(module)
+
     def runner_policy(self, module: Any, rng: Any) -> Any:
         """How runners pick actions with ``module``: its numpy twin where it has one, else torch."""
-        from herdrl.models import NumpyPolicy, TorchPolicy
+        from herdrl.models.actor_critic import TorchPolicy, numpy_twin
 
-        return NumpyPolicy(module, rng) if NumpyPolicy.supports(module) else TorchPolicy(module, rng)
+        return numpy_twin(module, rng) or TorchPolicy(module, rng)
 
     def build(self, logger: Any = None) -> Any:
         """Validate and return the algorithm (e.g. ``PPO``) ready to ``train()``.

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from herdrl.errors import HerdError
-from herdrl.filters import ObsNormalizer
+from herdrl.filters import Normalizer
 from herdrl.models.distributions import ActionDistribution
 from herdrl.obs import leaf_spaces
 from herdrl.policy import Policy
@@ -172,3 +172,23 @@ def export_policy(checkpoint: str | Path, fmt: str, out: str | Path, policy_id: 
     finally:
         quiet.setLevel(level)
     return out
+
+
+class ObsNormalizer(nn.Module):
+    """The observation filter in torch, for exported graphs: raw leaves in, normalised leaves out."""
+
+    def __init__(self, normalizer: Normalizer, leaf_names: list[str]) -> None:
+        super().__init__()
+        scales = normalizer._obs_scales() if normalizer.observations else {}
+        self.clip = normalizer.clip_obs
+        self.filtered = [name in scales for name in leaf_names]
+        for i, name in enumerate(leaf_names):
+            if name in scales:
+                self.register_buffer(f"mean{i}", torch.as_tensor(scales[name][0]))
+                self.register_buffer(f"inv_std{i}", torch.as_tensor(scales[name][1]))
+
+    def forward(self, *leaves: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each filtered leaf normalised and clipped, the others as they are."""
+        return tuple(torch.clamp((x.float() - getattr(self, f"mean{i}")) * getattr(self, f"inv_std{i}"),
+                                 -self.clip, self.clip) if filtered else x
+                     for i, (x, filtered) in enumerate(zip(leaves, self.filtered, strict=True)))

@@ -26,11 +26,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
-from torch import nn
 
-from herdrl.models.encoders import image_layout
-from herdrl.obs import ObsArray, leaf_spaces, map_leaf_spaces
+from herdrl.obs import ObsArray, image_layout, leaf_spaces, map_leaf_spaces
 
 EPSILON = 1e-8
 FILTERS = ("NoFilter", "MeanStdFilter")
@@ -82,7 +79,8 @@ class RunningStats:
 
 def _array(value: Any) -> np.ndarray:
     """A float64 copy of an array or a (CPU) tensor."""
-    return np.array(value.numpy() if isinstance(value, torch.Tensor) else value, dtype=np.float64)
+    # (a duck-typed test for a tensor: this module is imported by runners that never import torch)
+    return np.array(value.numpy() if hasattr(value, "detach") else value, dtype=np.float64)
 
 
 def _obs_key(leaf: str) -> str:
@@ -274,23 +272,3 @@ class RunnerNormalizer:
         state = self.delta.state()
         self.delta.reset()
         return state
-
-
-class ObsNormalizer(nn.Module):
-    """The observation filter in torch, for exported graphs: raw leaves in, normalised leaves out."""
-
-    def __init__(self, normalizer: Normalizer, leaf_names: list[str]) -> None:
-        super().__init__()
-        scales = normalizer._obs_scales() if normalizer.observations else {}
-        self.clip = normalizer.clip_obs
-        self.filtered = [name in scales for name in leaf_names]
-        for i, name in enumerate(leaf_names):
-            if name in scales:
-                self.register_buffer(f"mean{i}", torch.as_tensor(scales[name][0]))
-                self.register_buffer(f"inv_std{i}", torch.as_tensor(scales[name][1]))
-
-    def forward(self, *leaves: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Each filtered leaf normalised and clipped, the others as they are."""
-        return tuple(torch.clamp((x.float() - getattr(self, f"mean{i}")) * getattr(self, f"inv_std{i}"),
-                                 -self.clip, self.clip) if filtered else x
-                     for i, (x, filtered) in enumerate(zip(leaves, self.filtered, strict=True)))

@@ -22,6 +22,37 @@ ObsArray = np.ndarray | dict[str, np.ndarray]
 LEAF_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 
 
+#: Frames narrower than this on a side are not images (a (10, 2, 3) tensor of features stays a vector).
+IMAGE_MIN_SIDE = 8
+
+
+def image_layout(space: gym.Space) -> tuple[int, int, int, str] | None:
+    """(channels, height, width, layout) of an image leaf; None for any other space.
+
+    ``layout`` is ``"HWC"``, ``"CHW"``, ``"HW"`` (one channel), ``"SHWC"`` or ``"SCHW"`` (a stack of frames that
+    have channels: their channels are the stack's times the frame's). Rank 3: the smaller of the first and last
+    axes holds the channels (HWC when equal, Gymnasium's layout for frames; a 4-frame stack of 84 x 84 is CHW from
+    Gymnasium's FrameStackObservation and ale-py, HWC from SB3's VecFrameStack). Rank 2 with uint8/bool values:
+    one channel. Height and width must be at least :data:`IMAGE_MIN_SIDE`.
+    """
+    if not isinstance(space, gym.spaces.Box):
+        return None
+    shape = space.shape
+    if len(shape) == 4:  # a stack of (H, W, C) or (C, H, W) frames
+        if shape[3] <= shape[1]:
+            found = (shape[0] * shape[3], shape[1], shape[2], "SHWC")
+        else:
+            found = (shape[0] * shape[1], shape[2], shape[3], "SCHW")
+    elif len(shape) == 3:
+        found = (shape[0], shape[1], shape[2], "CHW") if shape[0] < shape[-1] else (shape[2], shape[0], shape[1],
+                                                                                      "HWC")
+    elif len(shape) == 2 and (space.dtype == np.uint8 or space.dtype == np.bool_):
+        found = (1, shape[0], shape[1], "HW")
+    else:
+        return None
+    return found if min(found[1], found[2]) >= IMAGE_MIN_SIDE and found[0] >= 1 else None
+
+
 def leaf_spaces(space: gym.Space, prefix: str = "") -> dict[str, gym.Space]:
     """The leaves of ``space`` by path, in a fixed order (Dict keys as Gymnasium orders them, Tuple items in order).
 

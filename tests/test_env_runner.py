@@ -9,7 +9,8 @@ from envs import BadShapeEnv, Countdown, DictActionEnv, NaNEnv, RaisingEnv, Text
 import herdrl
 from herdrl import EnvError, PPOConfig
 from herdrl.env import make_vector_env
-from herdrl.models import ActorCritic, NumpyPolicy
+from herdrl.models import ActorCritic
+from herdrl.models.actor_critic import numpy_twin
 from herdrl.models.encoders import build_encoder
 from herdrl.rollout import EnvRunner, compute_gae
 
@@ -161,7 +162,7 @@ def test_numpy_policy_samples_from_the_torch_modules_distribution(space):
     for p in module.parameters():  # move away from the near-uniform initial policy
         torch.nn.init.normal_(p, std=0.5)
     obs = np.random.default_rng(0).normal(size=(1, 5)).astype(np.float32)
-    policy = NumpyPolicy(module, np.random.default_rng(1))
+    policy = numpy_twin(module, np.random.default_rng(1))
     samples = policy.act(np.repeat(obs, 20000, axis=0))
     with torch.no_grad():
         dist_inputs, _ = module(torch.from_numpy(obs))
@@ -191,17 +192,70 @@ def test_numpy_policy_follows_load_state_dict():
     module = ActorCritic(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2),
                          {"fcnet_hiddens": [4], "fcnet_activation": "tanh", "vf_share_layers": False,
                           "free_log_std": True})
-    policy = NumpyPolicy(module, np.random.default_rng(0))
+    policy = numpy_twin(module, np.random.default_rng(0))
     state = {k: torch.zeros_like(v) for k, v in module.state_dict().items()}
     state["pi_head.bias"] = torch.tensor([0.0, 5.0])
     module.load_state_dict(state)
     assert policy.act(np.zeros((3, 2), np.float32), explore=False).tolist() == [1, 1, 1]
 
 
+@pytest.mark.parametrize("algorithm,env,training", [
+    ("PPO", "CartPole-v1", {}),
+    ("PPO", "Pendulum-v1", {"model": {"free_log_std": True}}),
+    ("PPO", "Pendulum-v1", {"model": {"fcnet_activation": "relu"}}),  # state-dependent log std
+    ("APPO", "CartPole-v1", {}),  # behaviour log-probabilities too
+    ("DQN", "CartPole-v1", {"dueling": True}),
+    ("SAC", "Pendulum-v1", {}),
+    ("TD3", "Pendulum-v1", {}),
+])
+def test_a_light_runner_samples_exactly_what_the_torch_runner_samples(algorithm, env, training):
+    """A runner given its policy as a blueprint (no torch module: what a light Ray runner gets) and loaded with the
+    learner's weights by name samples, from the same seed, the very fragment of a runner with the torch module."""
+    import pickle
+
+    from herdrl.filters import model_observation_space
+    from herdrl.registry import get_config_class
+    from herdrl.rollout.light import RunnerConfig
+
+    config = get_config_class(algorithm)().environment(env).env_runners(num_envs_per_env_runner=3) \
+        .training(**training).debugging(seed=5)
+    config.validate()
+    reference = EnvRunner(config)
+    torch.manual_seed(0)
+    module = config.build_module(model_observation_space(reference.observation_space, config), reference.action_space)
+    for p in module.parameters():  # away from the initial near-uniform policy
+        torch.nn.init.normal_(p, std=0.2)
+    weights = {k: v.detach().numpy().copy() for k, v in module.state_dict().items()}
+    blueprint = config.runner_blueprint(module)
+    assert blueprint is not None
+    light = EnvRunner(RunnerConfig(config, pickle.dumps(config), policy=blueprint))
+    assert light.module is None and reference.module is not None
+    exploration = {"epsilon": 0.3} if algorithm == "DQN" else {}
+    for runner in (reference, light):
+        runner.set_weights(weights)
+        runner.set_exploration(exploration)
+    for _ in range(2):
+        expected, got = reference.sample(20), light.sample(20)
+        for name in ("obs", "actions", "rewards", "terminateds", "valid", "logp"):
+            want, have = getattr(expected, name), getattr(got, name)
+            assert (want is None) == (have is None), name
+            if want is not None:
+                np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert np.unique(expected.actions).size > 1  # not a constant policy
+
+
 def test_import_herdrl_does_not_import_ray_or_torch():
     code = "import sys, herdrl; print('ray' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_a_light_runners_modules_do_not_import_torch():
+    """What a Ray runner whose policy runs in numpy imports (herdrl.rollout.light): none of it may pull in torch."""
+    code = ("import sys, herdrl.rollout.remote, herdrl.rollout.runner, herdrl.models.numpy_policy, herdrl.filters, "
+            "herdrl.callbacks; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_in_process_training_never_imports_ray():

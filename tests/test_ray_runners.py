@@ -121,6 +121,35 @@ def test_a_restarted_runner_does_not_replay_its_predecessors_episodes():
     assert not np.array_equal(again[0].actions, first[0].actions)
 
 
+def test_light_runners_hold_no_torch_and_learn_exactly_as_torch_runners(monkeypatch):
+    """Runners whose MLP policy runs in numpy never import torch (a replacement neither) and sample what torch
+    runners sample: the same seed gives the same learner weights (Box actions, the Gaussian's free log std)."""
+    import herdrl.rollout.light as light
+
+    def train(light_runners):
+        monkeypatch.setattr(light, "may_run_light", lambda config: light_runners)
+        algo = (PPOConfig().environment("Pendulum-v1").env_runners(num_env_runners=2, num_envs_per_env_runner=2)
+                .training(train_batch_size=256, minibatch_size=64, model={"free_log_std": True})
+                .fault_tolerance(restart_failed_env_runners=True).debugging(seed=3).build())
+        algo.train()
+        algo.train()
+        return algo, algo.runners.call("has_module", "torch"), algo.get_weights()
+
+    algo, torch_loaded, light_weights = train(True)
+    assert torch_loaded == [False, False]
+    os.kill(algo.runners.call("pid")[0], signal.SIGKILL)
+    algo.train()  # runner 1 fails and is replaced by a light one
+    algo.runners.settle(60)
+    assert algo.runners.call("has_module", "torch") == [False, False] and algo.runners.num_restarts == 1
+    algo.stop()
+    algo, torch_loaded, torch_weights = train(False)
+    algo.stop()
+    assert torch_loaded == [True, True]
+    assert light_weights.keys() == torch_weights.keys()
+    for key, value in light_weights.items():
+        assert np.array_equal(np.asarray(value), np.asarray(torch_weights[key])), key
+
+
 def test_seeded_ray_runs_with_torch_inference_reproduce():
     """An activation without a numpy twin samples with torch on the runners: seeded runs still repeat exactly."""
     from herdrl.logger import TIMING_KEYS

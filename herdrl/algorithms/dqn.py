@@ -58,6 +58,12 @@ class DQNConfig(OffPolicyConfig):
 
         return EpsilonGreedyPolicy(module, rng)
 
+    def runner_blueprint(self, module: nn.Module) -> object:
+        """The epsilon-greedy policy's numpy twin as plain data (light runners)."""
+        from herdrl.models.q_network import q_blueprint
+
+        return q_blueprint(module)
+
     @classmethod
     def algo_class(cls) -> type:
         """:class:`DQN`."""

@@ -62,6 +62,12 @@ class SACConfig(OffPolicyConfig):
 
         return NumpySACPolicy(module, rng)
 
+    def runner_blueprint(self, module: nn.Module) -> object:
+        """The squashed-Gaussian actor's numpy twin as plain data (light runners)."""
+        from herdrl.models.sac_networks import sac_blueprint
+
+        return sac_blueprint(module)
+
     @classmethod
     def algo_class(cls) -> type:
         """:class:`SAC`."""

@@ -20,8 +20,9 @@ from torch import nn
 from herdrl.algorithms.dqn import polyak_update
 from herdrl.algorithms.off_policy import ACTOR_CRITIC_FIELDS, OffPolicyAlgorithm, OffPolicyConfig, OffPolicyLearner
 from herdrl.config import MODEL_DEFAULTS, Field, shared_field
+from herdrl.models.actor_critic import mlp_blueprint, weight_views
 from herdrl.models.encoders import build_encoder, head, module_device, to_torch
-from herdrl.models.numpy_policy import numpy_forward
+from herdrl.models.numpy_policy import MLPBlueprint, NoisyTanh
 from herdrl.models.sac_networks import QCritic, check_bounded_box
 from herdrl.optim import Adam
 
@@ -50,6 +51,10 @@ class TD3Config(OffPolicyConfig):
     def runner_policy(self, module: nn.Module, rng: np.random.Generator) -> object:
         """The actor with Gaussian noise (numpy for MLPs, torch for CNNs)."""
         return NoisyActor(module, rng, self.exploration_noise)
+
+    def runner_blueprint(self, module: nn.Module) -> MLPBlueprint | None:
+        """The noisy actor's numpy twin as plain data (light runners)."""
+        return td3_blueprint(module, self.exploration_noise)
 
     @classmethod
     def algo_class(cls) -> type:
@@ -117,36 +122,31 @@ class TD3Module(nn.Module):
         return [*self.q1.parameters(), *(self.q2.parameters() if self.q2 is not None else [])]
 
 
-class NoisyActor:
+def td3_blueprint(module: TD3Module, noise_std: float) -> MLPBlueprint | None:
+    """The runners' noisy actor as plain data, for an MLP on a vector."""
+    return mlp_blueprint(module, module.pi_encoder, module.pi_head, kind="noisy_tanh", action_dim=module.action_dim,
+                         params={"scale": module.action_scale.cpu().tolist(), "bias": module.action_bias.cpu().tolist(),
+                                 "noise_std": float(noise_std)})
+
+
+class NoisyActor(NoisyTanh):
     """The runners' policy: the actor plus Gaussian noise, clipped to the Box; uniform random actions while
-    ``random_actions`` is set (before learning starts)."""
+    ``random_actions`` is set (before learning starts). Numpy on views of the weights for an MLP on a vector."""
 
     def __init__(self, module: TD3Module, rng: np.random.Generator, noise_std: float) -> None:
-        self.rng, self.module, self.noise_std = rng, module, noise_std
-        self.action_dim = module.action_dim
-        self.random_actions = False
-        self._numpy = numpy_forward(module.pi_encoder, module.pi_head)
-        self.device = module_device(module)  # a GPU with num_gpus_per_env_runner (then no numpy twin)
-        self._scale, self._bias = module.action_scale.cpu().numpy(), module.action_bias.cpu().numpy()
+        self.module = module
+        blueprint = td3_blueprint(module, noise_std)
+        if blueprint is not None:
+            pre = weight_views(module, blueprint).forward
+        else:  # CNNs, Dict observations
+            device = module_device(module)  # a GPU with num_gpus_per_env_runner (then no numpy twin)
 
-    def noise(self, steps: int, batch: int) -> np.ndarray:
-        """Standard normal noise for a whole fragment."""
-        return self.rng.standard_normal((steps, batch, self.action_dim), dtype=np.float32)
+            def pre(obs: Any) -> np.ndarray:
+                with torch.inference_mode():
+                    return module.pi_head(module.pi_encoder(to_torch(obs, device))).float().cpu().numpy()
 
-    def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
-        """Actions in the Box bounds (float32)."""
-        if self._numpy is None:  # CNNs, Dict observations
-            with torch.inference_mode():
-                pre = self.module.pi_head(self.module.pi_encoder(to_torch(obs, self.device))).float().cpu().numpy()
-        else:
-            pre = self._numpy(obs)
-        unit = np.tanh(pre)  # the action in [-1, 1]
-        if explore and self.random_actions:
-            unit = self.rng.uniform(-1.0, 1.0, unit.shape)
-        elif explore:
-            noise = self.noise(1, len(unit))[0] if noise is None else noise
-            unit = np.clip(unit + self.noise_std * noise, -1.0, 1.0)
-        return (unit * self._scale + self._bias).astype(np.float32)
+        super().__init__(pre, module.action_dim, module.action_scale.cpu().numpy(), module.action_bias.cpu().numpy(),
+                         noise_std, rng)
 
 
 class TD3Learner(OffPolicyLearner):

@@ -162,10 +162,10 @@ def check_spaces(obs_space: gym.Space, action_space: gym.Space, env: EnvRef = "e
     except TypeError as exc:
         raise EnvError(f"env '{env}' has observation space {obs_space}, whose {exc} herdrl cannot encode; herdrl "
                        "takes Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of them") from None
-    from herdrl.models.distributions import ActionDistribution
+    from herdrl.models.action_layout import ActionLayout
 
     try:
-        ActionDistribution(action_space)
+        ActionLayout(action_space)
     except TypeError as exc:
         raise EnvError(f"env '{env}' has action space {action_space}, whose {exc} herdrl cannot act in; herdrl "
                        "takes Discrete, Box (float), MultiDiscrete, MultiBinary and Tuple of them") from None

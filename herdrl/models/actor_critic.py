@@ -14,6 +14,7 @@ from torch import nn
 from herdrl.errors import ConfigError
 from herdrl.models.distributions import ActionDistribution
 from herdrl.models.encoders import LegacyNames, build_encoder, has_image, head, module_device, to_torch
+from herdrl.models.numpy_policy import ACTIVATIONS, MLPBlueprint, MLPWeights, NumpyPolicy
 from herdrl.obs import obs_len
 
 #: The observation leaf that says which Discrete actions are allowed (1) and ruled out (0), as PettingZoo's
@@ -186,3 +187,44 @@ class TorchPolicy:
         dist_inputs = self.module.dist_inputs(to_torch(obs, self.device))
         actions = self.module.act_with_noise(dist_inputs, torch.from_numpy(noise).to(self.device))
         return actions.cpu().numpy(), self.module.log_prob_entropy(dist_inputs, actions)[0].cpu().numpy()
+
+
+def mlp_blueprint(module: nn.Module, encoder: nn.Module, head: nn.Linear, *, kind: str, action_dim: int,
+                  log_std: nn.Parameter | None = None, params: dict[str, Any] | None = None) -> MLPBlueprint | None:
+    """``head(encoder(obs))`` of ``module`` as an :class:`MLPBlueprint` (keys: ``module``'s state-dict keys), for an
+    MLP on one Box or Discrete leaf with a tanh, relu or linear activation, on the CPU; None for anything else
+    (CNNs, Dict observations, custom encoders, a runner's GPU: those act in torch)."""
+    spec = encoder.numpy_input_spec()
+    if spec is None or encoder.activation not in ACTIVATIONS or head.weight.device.type != "cpu":
+        return None
+    names = {id(p): name for name, p in module.named_parameters()}
+    linears = [m for m in encoder.mlp if isinstance(m, nn.Linear)]
+    return MLPBlueprint(
+        input=spec, activation=encoder.activation,
+        layers=tuple((names[id(m.weight)], names[id(m.bias)]) for m in linears),
+        head=(names[id(head.weight)], names[id(head.bias)]), log_std=None if log_std is None else names[id(log_std)],
+        action_dim=action_dim, shapes={name: tuple(p.shape) for name, p in module.named_parameters()}, kind=kind,
+        params=params or {})
+
+
+def weight_views(module: nn.Module, blueprint: MLPBlueprint) -> MLPWeights:
+    """The blueprint's MLP on views of ``module``'s weights: loading the module updates it."""
+    state = module.state_dict(keep_vars=True)
+    return MLPWeights(blueprint, {key: state[key].detach().numpy() for key in blueprint.keys()})
+
+
+def numpy_blueprint(module: nn.Module) -> MLPBlueprint | None:
+    """An :class:`ActorCritic`'s numpy twin as plain data: an MLP (see :func:`mlp_blueprint`), Discrete or Box
+    actions, no action mask, no LSTM; None for anything else (its runners act in torch)."""
+    if not isinstance(module, ActorCritic) or getattr(module, "recurrent", False) or module.masked \
+            or len(module.dist.parts) != 1 or not (module.dist.discrete or not module.dist.num_logits):
+        return None
+    return mlp_blueprint(module, module.pi_encoder, module.pi_head, kind="actor_critic", action_dim=module.action_dim,
+                         log_std=module.log_std)
+
+
+def numpy_twin(module: nn.Module, rng: np.random.Generator) -> NumpyPolicy | None:
+    """A :class:`NumpyPolicy` on views of ``module``'s weights (loading the module updates it); None where
+    ``module`` has no numpy twin."""
+    blueprint = numpy_blueprint(module)
+    return None if blueprint is None else NumpyPolicy(weight_views(module, blueprint), module.dist, rng)

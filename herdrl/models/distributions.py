@@ -18,74 +18,25 @@ Layouts, fixed for a space:
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 
+from herdrl.models.action_layout import ACTION_SPACES, ActionLayout
+
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-ACTION_SPACES = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
+__all__ = ["ACTION_SPACES", "ActionDistribution", "ActionLayout"]
 
 
-def _parts(space: gym.Space) -> list[gym.Space]:
-    if isinstance(space, gym.spaces.Tuple):
-        return [leaf for sub in space.spaces for leaf in _parts(sub)]
-    if isinstance(space, gym.spaces.Box) and not np.issubdtype(space.dtype, np.floating):
-        raise TypeError(f"integer Box {space} (use Discrete, MultiDiscrete or a float Box)")
-    if isinstance(space, ACTION_SPACES):
-        return [space]
-    raise TypeError(f"{type(space).__name__} space {space}")
-
-
-class ActionDistribution:
+class ActionDistribution(ActionLayout):
     """The distribution of one action space: sizes, log-probabilities, entropy, KL, sampling, env actions."""
 
     def __init__(self, space: gym.Space) -> None:
-        self.space = space
-        self.parts = _parts(space)
-        self.categorical_sizes: list[int] = []  # one per categorical, in order
-        self.categorical_columns: list[int] = []  # its action column
-        self.gaussian_columns: list[int] = []  # action column of each Gaussian dimension
-        self.widths: list[int] = []  # action columns per part
-        mean_inputs: list[int] = []
-        inputs = column = 0
-        for part in self.parts:
-            if isinstance(part, gym.spaces.Box):
-                dim = int(np.prod(part.shape))
-                mean_inputs += range(inputs, inputs + dim)
-                self.gaussian_columns += range(column, column + dim)
-                inputs, column, width = inputs + dim, column + dim, dim
-            else:
-                sizes = ([int(part.n)] if isinstance(part, gym.spaces.Discrete)
-                         else [int(n) for n in np.asarray(part.nvec).reshape(-1)]
-                         if isinstance(part, gym.spaces.MultiDiscrete) else [2] * int(np.prod(part.shape)))
-                self.categorical_sizes += sizes
-                self.categorical_columns += range(column, column + len(sizes))
-                inputs, column, width = inputs + sum(sizes), column + len(sizes), len(sizes)
-            self.widths.append(width)
-        self.num_logits = sum(self.categorical_sizes)
-        self.gaussian_dim = len(self.gaussian_columns)
-        self.num_inputs = self.num_logits + 2 * self.gaussian_dim
-        self.action_width = column
-        self.discrete = isinstance(space, gym.spaces.Discrete)
-        self.integer = isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary))
-        self._logit_starts = np.cumsum([0, *self.categorical_sizes])[:-1].tolist()
-        # Box bounds, flat, once: to_env runs every runner step.
-        self._bounds = {id(p): (p.low.ravel(), p.high.ravel()) for p in self.parts if isinstance(p, gym.spaces.Box)}
+        super().__init__(space)
         # Inputs in layout order: the means sit between logits of different parts; gather them once.
-        self._mean_index = torch.tensor(mean_inputs, dtype=torch.long)
-        self._logit_index = torch.tensor([i for i in range(inputs) if i not in set(mean_inputs)], dtype=torch.long)
-
-    # ------------------------------------------------------------------ layout helpers
-    def action_shape(self, batch: int) -> tuple[int, ...]:
-        """Shape of ``batch`` stored actions."""
-        return (batch,) if self.discrete else (batch, self.action_width)
-
-    @property
-    def action_dtype(self) -> np.dtype:
-        """dtype of stored actions: int64 for Discrete/MultiDiscrete/MultiBinary, float32 for Box and Tuple."""
-        return np.dtype(np.int64) if self.integer else np.dtype(np.float32)
+        self._mean_index = torch.tensor(self.mean_inputs, dtype=torch.long)
+        self._logit_index = torch.tensor([i for i in range(self.num_inputs - self.gaussian_dim)
+                                          if i not in set(self.mean_inputs)], dtype=torch.long)
 
     def _columns(self, actions: torch.Tensor) -> torch.Tensor:
         return actions.unsqueeze(-1) if self.discrete else actions
@@ -161,42 +112,3 @@ class ActionDistribution:
         out[..., self.categorical_columns] = torch.stack(picks, -1).to(out.dtype)
         out[..., self.gaussian_columns] = gaussian
         return out
-
-    def draw_noise(self, rng: np.random.Generator, steps: int, batch: int) -> np.ndarray:
-        """Noise for ``steps`` action choices of ``batch`` envs, drawn at once (a draw per step costs far more)."""
-        gumbel = -np.log(-np.log(np.maximum(rng.random((steps, batch, self.num_logits), dtype=np.float32),
-                                            np.float32(1e-12))))
-        if not self.gaussian_dim:
-            return gumbel
-        normal = rng.standard_normal((steps, batch, self.gaussian_dim), dtype=np.float32)
-        return normal if not self.num_logits else np.concatenate([gumbel, normal], axis=-1)
-
-    def to_env(self, actions: np.ndarray) -> Any:
-        """A batch of stored actions as a vector env takes them: Discrete/MultiDiscrete shifted by ``start``, Box
-        clipped to its bounds, MultiBinary as int8, Tuple as a tuple of batched parts (nested as the space)."""
-        batch = len(actions)
-        if not isinstance(self.space, gym.spaces.Tuple):
-            return self._part_to_env(self.space, actions if self.discrete else actions.reshape(batch, -1))
-        columns = iter(np.split(actions, np.cumsum(self.widths)[:-1], axis=1))
-        return self._nest(self.space, columns)
-
-    def _nest(self, space: gym.Space, columns: Any) -> Any:
-        if isinstance(space, gym.spaces.Tuple):
-            return tuple(self._nest(sub, columns) for sub in space.spaces)
-        part = next(columns)
-        if isinstance(space, gym.spaces.Discrete):
-            part = part[:, 0]
-        return self._part_to_env(space, part)
-
-    def _part_to_env(self, space: gym.Space, part: np.ndarray) -> np.ndarray:
-        batch = len(part)
-        if isinstance(space, gym.spaces.Discrete):
-            part = part.astype(np.int64, copy=False)
-            return part + int(space.start) if space.start else part
-        if isinstance(space, gym.spaces.MultiDiscrete):
-            part = part.astype(np.int64, copy=False).reshape(batch, *space.shape)
-            return part + space.start if np.any(space.start) else part
-        if isinstance(space, gym.spaces.MultiBinary):
-            return part.astype(np.int8).reshape(batch, *space.shape)
-        low, high = self._bounds[id(space)]
-        return np.clip(part, low, high).reshape(batch, *space.shape).astype(space.dtype, copy=False)

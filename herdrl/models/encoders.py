@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from herdrl.obs import leaf_spaces, nest
+from herdrl.obs import IMAGE_MIN_SIDE, image_layout, leaf_spaces, nest  # noqa: F401 - names used here before
 from herdrl.registry import ENCODERS
 
 ACTIVATION_MODULES: dict[str, type[nn.Module]] = {
@@ -39,38 +39,9 @@ NATURE_MIN_SIDE = 36  # the Nature stack needs at least 36 x 36 pixels
 IMPALA_CHANNELS = [16, 32, 32]  # Espeholt et al. 2018
 
 # ------------------------------------------------------------------------------------ spaces
-#: Frames narrower than this on a side are not images (a (10, 2, 3) tensor of features stays a vector).
-IMAGE_MIN_SIDE = 8
 #: Integer observations are scaled into [0, 1] by their bounds only when the range is at most this (RAM bytes,
 #: pixel values); wider ones (counters, ids declared up to 2**63) go in as they are.
 MAX_SCALED_RANGE = 2**16
-
-
-def image_layout(space: gym.Space) -> tuple[int, int, int, str] | None:
-    """(channels, height, width, layout) of an image leaf; None for any other space.
-
-    ``layout`` is ``"HWC"``, ``"CHW"``, ``"HW"`` (one channel), ``"SHWC"`` or ``"SCHW"`` (a stack of frames that
-    have channels: their channels are the stack's times the frame's). Rank 3: the smaller of the first and last
-    axes holds the channels (HWC when equal, Gymnasium's layout for frames; a 4-frame stack of 84 x 84 is CHW from
-    Gymnasium's FrameStackObservation and ale-py, HWC from SB3's VecFrameStack). Rank 2 with uint8/bool values:
-    one channel. Height and width must be at least :data:`IMAGE_MIN_SIDE`.
-    """
-    if not isinstance(space, gym.spaces.Box):
-        return None
-    shape = space.shape
-    if len(shape) == 4:  # a stack of (H, W, C) or (C, H, W) frames
-        if shape[3] <= shape[1]:
-            found = (shape[0] * shape[3], shape[1], shape[2], "SHWC")
-        else:
-            found = (shape[0] * shape[1], shape[2], shape[3], "SCHW")
-    elif len(shape) == 3:
-        found = (shape[0], shape[1], shape[2], "CHW") if shape[0] < shape[-1] else (shape[2], shape[0], shape[1],
-                                                                                      "HWC")
-    elif len(shape) == 2 and (space.dtype == np.uint8 or space.dtype == np.bool_):
-        found = (1, shape[0], shape[1], "HW")
-    else:
-        return None
-    return found if min(found[1], found[2]) >= IMAGE_MIN_SIDE and found[0] >= 1 else None
 
 
 def _pixel_scale(space: gym.Box) -> float:
@@ -266,19 +237,23 @@ class Encoder(nn.Module):
     def forward(self, obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
         return self.mlp(self.features(obs))
 
-    def numpy_input(self) -> Callable[[np.ndarray], np.ndarray] | None:
-        """For the runners' numpy twins: a numpy function doing what :meth:`features` does, for an observation
-        that is one float Box or one Discrete (what small MLP policies see); None otherwise (use torch)."""
+    def numpy_input_spec(self) -> tuple | None:
+        """For the runners' numpy twins: what :meth:`features` does as plain data (see
+        :func:`herdrl.models.numpy_policy.input_function`), for an observation that is one float Box or one
+        Discrete (what small MLP policies see); None otherwise (use torch)."""
         if not self.single:
             return None
         leaf = self.leaves[0]
         if not isinstance(leaf, _Flatten) or leaf.kind not in ("Box", "Discrete") or getattr(leaf, "scaled", False):
             return None
-        if leaf.kind == "Discrete":
-            eye, start = np.eye(leaf.n, dtype=np.float32), int(leaf.offset)
-            return lambda obs: eye[obs - start]
-        dim = leaf.out_dim
-        return lambda obs: obs.reshape(len(obs), dim).astype(np.float32, copy=False)
+        return ("Discrete", int(leaf.n), int(leaf.offset)) if leaf.kind == "Discrete" else ("Box", int(leaf.out_dim))
+
+    def numpy_input(self) -> Callable[[np.ndarray], np.ndarray] | None:
+        """:meth:`numpy_input_spec` as a numpy function; None where there is none."""
+        from herdrl.models.numpy_policy import input_function
+
+        spec = self.numpy_input_spec()
+        return None if spec is None else input_function(spec)
 
 
 class CustomEncoder(nn.Module):
@@ -302,6 +277,10 @@ class CustomEncoder(nn.Module):
 
     def forward(self, obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
         return self.net(nest(self.space, obs))
+
+    def numpy_input_spec(self) -> None:
+        """Custom encoders run in torch."""
+        return None
 
     def numpy_input(self) -> None:
         """Custom encoders run in torch."""

@@ -8,9 +8,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from herdrl.models.actor_critic import mlp_blueprint, weight_views
 from herdrl.models.encoders import LegacyNames, build_encoder, head, module_device, to_torch
-from herdrl.models.numpy_policy import numpy_forward
-from herdrl.obs import obs_len
+from herdrl.models.numpy_policy import EpsilonGreedy, MLPBlueprint
 
 
 class QNetwork(LegacyNames):
@@ -46,34 +46,27 @@ class QNetwork(LegacyNames):
         return self.greedy(obs)
 
 
-class EpsilonGreedyPolicy:
+def q_blueprint(module: QNetwork) -> MLPBlueprint | None:
+    """The greedy policy's numpy twin as plain data, for an MLP Q-network on a vector (dueling's V(s) shifts every
+    action's Q equally: the argmax needs only the advantages)."""
+    return mlp_blueprint(module, module.encoder, module.head, kind="epsilon_greedy", action_dim=module.action_dim)
+
+
+class EpsilonGreedyPolicy(EpsilonGreedy):
     """Epsilon-greedy actions from a QNetwork (``epsilon`` set per sample call): the greedy part in numpy on views
     of the weights for an MLP on a vector (cheaper than a torch call), one torch forward pass otherwise (CNNs)."""
 
     def __init__(self, module: QNetwork, rng: np.random.Generator) -> None:
-        self.rng, self.epsilon = rng, 0.0
-        self.action_dim = module.action_dim
         self.module = module
-        self.device = module_device(module)  # a GPU with num_gpus_per_env_runner (then no numpy twin)
-        # Dueling's V(s) shifts every action's Q equally: the argmax needs only the advantages.
-        self._numpy = numpy_forward(module.encoder, module.head)
+        blueprint = q_blueprint(module)
+        if blueprint is not None:
+            forward = weight_views(module, blueprint).forward
+            super().__init__(lambda obs: forward(obs).argmax(1), module.action_dim, rng)
+            return
+        device = module_device(module)  # a GPU with num_gpus_per_env_runner (then no numpy twin)
 
-    def noise(self, steps: int, batch: int) -> np.ndarray:
-        """Per step and env: a uniform draw (explore?) and a random action, packed as (steps, batch, 2)."""
-        return np.stack([self.rng.random((steps, batch)),
-                         self.rng.integers(0, self.action_dim, (steps, batch))], axis=-1)
+        def greedy(obs: Any) -> np.ndarray:
+            with torch.inference_mode():
+                return module.greedy(to_torch(obs, device)).cpu().numpy()
 
-    def _greedy(self, obs: Any) -> np.ndarray:
-        if self._numpy is not None:
-            return self._numpy(obs).argmax(1)
-        with torch.inference_mode():
-            return self.module.greedy(to_torch(obs, self.device)).cpu().numpy()
-
-    def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
-        """Greedy actions, replaced by random ones with probability ``epsilon`` when exploring."""
-        greedy = self._greedy(obs)
-        if not explore or self.epsilon <= 0:
-            return greedy
-        if noise is None:
-            noise = self.noise(1, obs_len(obs))[0]
-        return np.where(noise[:, 0] < self.epsilon, noise[:, 1].astype(np.int64), greedy)
+        super().__init__(greedy, module.action_dim, rng)

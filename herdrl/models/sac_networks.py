@@ -16,8 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from herdrl.models.actor_critic import mlp_blueprint, weight_views
 from herdrl.models.encoders import LegacyNames, build_encoder, head, mlp_body, module_device, to_torch
-from herdrl.models.numpy_policy import numpy_forward
+from herdrl.models.numpy_policy import MLPBlueprint, SquashedGaussian, split_mean_log_std
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
@@ -112,36 +113,31 @@ class SACModule(LegacyNames):
         return self.sample(obs)[0] if explore else self.greedy(obs)
 
 
-class NumpySACPolicy:
+def sac_blueprint(module: SACModule) -> MLPBlueprint | None:
+    """The actor's numpy twin as plain data, for an MLP on a vector."""
+    return mlp_blueprint(module, module.pi_encoder, module.pi_head, kind="squashed_gaussian",
+                         action_dim=module.action_dim,
+                         params={"scale": module.action_scale.cpu().tolist(), "bias": module.action_bias.cpu().tolist(),
+                                 "log_std_min": LOG_STD_MIN, "log_std_max": LOG_STD_MAX})
+
+
+class NumpySACPolicy(SquashedGaussian):
     """The squashed-Gaussian actor: in numpy on views of the module's weights for an MLP on a vector, one torch
     forward pass otherwise (CNNs); noise from the runner's generator either way."""
 
     def __init__(self, module: SACModule, rng: np.random.Generator) -> None:
-        self.rng = rng
         self.module = module
-        self.action_dim = module.action_dim
-        self._numpy = numpy_forward(module.pi_encoder, module.pi_head)
-        self.device = module_device(module)  # a GPU with num_gpus_per_env_runner (then no numpy twin)
-        self._scale = module.action_scale.cpu().numpy()
-        self._bias = module.action_bias.cpu().numpy()
+        blueprint = sac_blueprint(module)
+        if blueprint is not None:
+            mean_log_std = split_mean_log_std(weight_views(module, blueprint).forward, module.action_dim,
+                                              LOG_STD_MIN, LOG_STD_MAX)
+        else:
+            device = module_device(module)  # a GPU with num_gpus_per_env_runner (then no numpy twin)
 
-    def noise(self, steps: int, batch: int) -> np.ndarray:
-        """Standard normal noise for a whole fragment."""
-        return self.rng.standard_normal((steps, batch, self.action_dim), dtype=np.float32)
+            def mean_log_std(obs: Any) -> tuple[np.ndarray, np.ndarray]:
+                with torch.inference_mode():
+                    mean, log_std = module.mean_log_std(to_torch(obs, device))
+                return mean.cpu().numpy(), log_std.cpu().numpy()
 
-    def _mean_log_std(self, obs: Any) -> tuple[np.ndarray, np.ndarray]:
-        if self._numpy is None:
-            with torch.inference_mode():
-                mean, log_std = self.module.mean_log_std(to_torch(obs, self.device))
-            return mean.cpu().numpy(), log_std.cpu().numpy()
-        out = self._numpy(obs)
-        return out[:, : self.action_dim], np.clip(out[:, self.action_dim:], LOG_STD_MIN, LOG_STD_MAX)
-
-    def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
-        """Scaled actions (float32, within the Box bounds)."""
-        mean, log_std = self._mean_log_std(obs)
-        if explore:
-            if noise is None:
-                noise = self.noise(1, len(mean))[0]
-            mean = mean + noise * np.exp(log_std)
-        return (np.tanh(mean) * self._scale + self._bias).astype(np.float32)
+        super().__init__(mean_log_std, module.action_dim, module.action_scale.cpu().numpy(),
+                         module.action_bias.cpu().numpy(), rng)

@@ -260,7 +260,7 @@ class RayRunnerGroup:
 
         from herdrl.cluster import ClusterError, connect, disconnect, shipping
         from herdrl.registry import ENV_CREATORS
-        from herdrl.rollout.remote import RemoteEnvRunner, RemoteMultiAgentRunner
+        from herdrl.rollout.light import PENDING, TORCH, RunnerConfig, may_run_light, runner_policy_for
 
         self.config = config
         self.label = label
@@ -272,7 +272,11 @@ class RayRunnerGroup:
             if self._owns_ray:
                 disconnect()
             raise
-        self._remote_class = RemoteMultiAgentRunner if config.is_multi_agent else RemoteEnvRunner
+        if config.is_multi_agent:
+            from herdrl.rollout.remote_multi_agent import RemoteMultiAgentRunner as remote_class
+        else:
+            from herdrl.rollout.remote import RemoteEnvRunner as remote_class
+        self._remote_class = remote_class
         self._creators = dict(ENV_CREATORS)
         env = [config.env] if callable(config.env) else []
         code = callback_code(config)
@@ -283,6 +287,9 @@ class RayRunnerGroup:
         if isinstance(config.callbacks_class, (str, list, tuple)):
             self._actor_config = config.copy()
             self._actor_config._values["callbacks_class"] = [c for c in code if isinstance(c, type)]
+        if not config.is_multi_agent:  # light runners: no torch until the policy needs it (herdrl.rollout.light)
+            self._actor_config = RunnerConfig(self._actor_config, ray.cloudpickle.dumps(self._actor_config),
+                                              PENDING if may_run_light(config) else TORCH)
         if shipped:
             logger.info("herdrl: shipping env and callback code to runners by value: %s", ", ".join(shipped))
         # Inside a Ray Tune trial the trial's placement group already holds a bundle per runner (after the
@@ -325,6 +332,13 @@ class RayRunnerGroup:
             start_timeout = None if config.sample_timeout_s is None else max(120.0, config.sample_timeout_s)
             self.observation_space, self.action_space = ray.get(self.actors[0].spaces.remote(),
                                                                 timeout=start_timeout)
+            if isinstance(self._actor_config, RunnerConfig) and self._actor_config.policy == PENDING:
+                # The network for these spaces decides: its numpy twin's blueprint, or torch. Told to every
+                # runner before any other call (an actor runs its calls in order) and to the ones started later.
+                policy = runner_policy_for(config, self.observation_space, self.action_space)
+                self._actor_config = self._actor_config.with_policy(policy)
+                for actor in self.actors:
+                    actor.use_policy.remote(policy)
         except ray.exceptions.RayError as exc:
             self.stop()
             raise _herd_cause(exc) or RunnerFailure(f"{label} 1 could not start: {_one_line(exc)}") from exc
@@ -554,11 +568,11 @@ class RayRunnerGroup:
                 busy.append(index)
         return busy
 
-    def call(self, method: str) -> list[Any]:
+    def call(self, method: str, *args: Any) -> list[Any]:
         """Call a method on every healthy runner and return the results (e.g. ``pid``, ``node``)."""
         import ray
 
-        return ray.get([getattr(a, method).remote() for a in self.actors if a is not None])
+        return ray.get([getattr(a, method).remote(*args) for a in self.actors if a is not None])
 
     def stop(self) -> None:
         """Stop the actors, free the placement group, and leave Ray if this group started or joined it."""

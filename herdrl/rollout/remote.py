@@ -1,18 +1,18 @@
-"""The Ray actor that wraps an EnvRunner. Imported only when runners run on Ray."""
+"""The Ray actor that wraps an EnvRunner. Imported only when runners run on Ray; imports no torch (a runner whose
+policy runs in numpy never loads it: ``herdrl.rollout.light``)."""
 
 from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import ray
-import torch
 
-from herdrl.config import AlgorithmConfig
-from herdrl.rollout.multi_agent import MultiAgentEnvRunner
+from herdrl.rollout.light import RunnerConfig
 from herdrl.rollout.runner import EnvRunner
 from herdrl.rollout.transport import FragmentInfo, info_of, nbytes, pack
 
@@ -20,10 +20,13 @@ from herdrl.rollout.transport import FragmentInfo, info_of, nbytes, pack
 class _Remote:
     """What a runner needs to live in a Ray actor (mixed into EnvRunner and MultiAgentEnvRunner)."""
 
-    def __init__(self, config: AlgorithmConfig, worker_index: int,
+    def __init__(self, config: Any, worker_index: int,
                  env_creators: dict[str, Callable[[dict], Any]], incarnation: int = 0, epoch: int = 0,
                  env_modules: tuple[str, ...] = ()) -> None:
-        torch.set_num_threads(1)  # many runners share a node's cores; each steps small batches
+        """``config``: a :class:`~herdrl.rollout.light.RunnerConfig` (single-agent runners) or the algorithm's
+        config; the driver's env modules and ``register_env`` creators are adopted first."""
+        if not isinstance(config, RunnerConfig):  # (a torch runner from the start)
+            _one_torch_thread()
         # The driver's env modules and register_env calls, shipped with the actor. Look the functions up at run
         # time: Ray may ship this class by value, with a copy of this module's globals.
         importlib.import_module("herdrl.env.imports").adopt_driver_envs(env_modules, env_creators)
@@ -32,9 +35,21 @@ class _Remote:
         self._loaded_broadcast: int | None = None
 
     def reseed(self, epoch: int) -> None:
-        """The runner's streams (see EnvRunner.reseed), torch's too: this process is the runner's own."""
+        """The runner's streams (see EnvRunner.reseed), torch's too where torch is loaded."""
         super().reseed(epoch)
-        if self.torch_stream is not None:
+        self._seed_torch()
+
+    def _build_module(self, model_space: Any) -> Any:
+        _one_torch_thread()
+        module = super()._build_module(model_space)
+        self._seed_torch()  # (a runner told to use torch after its streams were made)
+        return module
+
+    def _seed_torch(self) -> None:
+        """Seed torch from this runner's stream: this process is the runner's own."""
+        if getattr(self, "torch_stream", None) is not None and "torch" in sys.modules:
+            import torch
+
             torch.manual_seed(int(self.torch_stream.generate_state(1, np.uint64)[0] >> np.uint64(1)))
 
     def spaces(self) -> tuple[Any, Any]:
@@ -54,6 +69,10 @@ class _Remote:
         fragment = pack(self.sample())
         return info_of(fragment, nbytes(fragment)), fragment
 
+    def has_module(self, name: str) -> bool:
+        """Whether module ``name`` is loaded in this runner's process (light runners hold no ``torch``)."""
+        return name in sys.modules
+
     def pid(self) -> int:
         """This actor's process id (tests kill it to check fault tolerance)."""
         return os.getpid()
@@ -63,11 +82,12 @@ class _Remote:
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
 
+def _one_torch_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)  # many runners share a node's cores; each steps small batches
+
+
 @ray.remote
 class RemoteEnvRunner(_Remote, EnvRunner):
     """An EnvRunner in its own process, possibly on another node."""
-
-
-@ray.remote
-class RemoteMultiAgentRunner(_Remote, MultiAgentEnvRunner):
-    """A MultiAgentEnvRunner in its own process, possibly on another node."""

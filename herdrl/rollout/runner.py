@@ -5,6 +5,7 @@ each runner actor wraps one. Each step is one batched forward pass for all the
 runner's envs; the runner keeps no torch graph and returns plain numpy arrays.
 Values and log-probabilities are not computed here: the learner gets them for
 the whole batch in one pass, which is cheaper than one small pass per step.
+This module imports torch only for a torch policy (see ``herdrl.rollout.light``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from herdrl.callbacks import EpisodeTracker, runner_callbacks
 from herdrl.config import AlgorithmConfig
@@ -23,9 +23,10 @@ from herdrl.env.atari import life_losses
 from herdrl.env.previous import previous_inputs
 from herdrl.errors import EnvError
 from herdrl.filters import Normalizer, RunnerNormalizer, model_observation_space, split_weights
-from herdrl.models.distributions import ActionDistribution
-from herdrl.models.encoders import torch_device
+from herdrl.models.action_layout import ActionLayout
+from herdrl.models.numpy_policy import MLPWeights, light_policy
 from herdrl.obs import ObsArray, ObsSpec, obs_map
+from herdrl.rollout.light import PENDING, TORCH, RunnerConfig
 
 
 def _rows(obs: ObsArray) -> Any:
@@ -66,9 +67,11 @@ class Fragment:
         return int(self.valid.sum())
 
 
-def load_weights(module: torch.nn.Module, weights: dict[str, Any]) -> None:
-    """Copy the learner's weights (numpy arrays or CPU tensors) into a runner's module, in place, on the CPU or
-    its GPU; keys and shapes must match."""
+def load_weights(module: Any, weights: dict[str, Any]) -> None:
+    """Copy the learner's weights (numpy arrays or CPU tensors) into a runner's torch module, in place, on the CPU
+    or its GPU; keys and shapes must match."""
+    import torch
+
     own = module.state_dict()
     if own.keys() != weights.keys():
         raise ValueError(f"weights have keys {sorted(weights)}, the runner's policy {sorted(own)}")
@@ -82,8 +85,10 @@ def load_weights(module: torch.nn.Module, weights: dict[str, Any]) -> None:
             own[key].copy_(torch.tensor(value))  # a copy first: the object store's arrays are read-only
 
 
-def runner_module(config: AlgorithmConfig, observation_space: Any, action_space: Any) -> torch.nn.Module:
+def runner_module(config: AlgorithmConfig, observation_space: Any, action_space: Any) -> Any:
     """The runner's copy of the policy, without gradients, on a GPU when ``num_gpus_per_env_runner`` asks for one."""
+    from herdrl.models.encoders import torch_device
+
     device = torch_device(config.num_gpus_per_env_runner, "num_gpus_per_env_runner")
     return config.build_module(observation_space, action_space).requires_grad_(False).to(device)
 
@@ -91,15 +96,22 @@ def runner_module(config: AlgorithmConfig, observation_space: Any, action_space:
 class EnvRunner:
     """Steps ``num_envs_per_env_runner`` env copies with the current policy."""
 
-    def __init__(self, config: AlgorithmConfig, worker_index: int = 0, incarnation: int = 0, epoch: int = 0) -> None:
+    def __init__(self, config: AlgorithmConfig | RunnerConfig, worker_index: int = 0, incarnation: int = 0,
+                 epoch: int = 0) -> None:
         """``worker_index``: 0 in-process, 1.. for Ray runners; ``incarnation``: how many runners held this index
         before (restarts); ``epoch``: the training iteration the run resumed from (0 for a new run). With a
         ``seed``, the four pick this runner's own random streams (env resets, exploration noise, torch), so
-        neither a restarted runner nor a resumed run replays earlier episodes or noise."""
+        neither a restarted runner nor a resumed run replays earlier episodes or noise. ``config``: the
+        algorithm's config, or a :class:`~herdrl.rollout.light.RunnerConfig` (Ray runners: its ``policy`` says
+        whether the policy runs in numpy, in torch, or is yet to be told by :meth:`use_policy`)."""
         self.config = config
         self.worker_index = worker_index
         self.incarnation = incarnation
-        torch_device(config.num_gpus_per_env_runner, "num_gpus_per_env_runner")  # refused before any env starts
+        policy = config.policy if isinstance(config, RunnerConfig) else TORCH
+        if config.num_gpus_per_env_runner:
+            from herdrl.models.encoders import torch_device
+
+            torch_device(config.num_gpus_per_env_runner, "num_gpus_per_env_runner")  # refused before any env starts
         self.env = make_vector_env(config.env, config.env_config, config.num_envs_per_env_runner,
                                    config.gym_env_vectorize_mode, worker_index, previous_inputs(config.model))
         self.num_envs = self.env.num_envs
@@ -108,10 +120,16 @@ class EnvRunner:
         self.obs_spec = ObsSpec(self.observation_space)  # raw observations, as the env gives them
         model_space = model_observation_space(self.observation_space, config)
         self.model_spec = ObsSpec(model_space)  # what the policy reads (filtered leaves as float32)
-        self.module = runner_module(config, model_space, self.action_space)
+        self.module: Any = None  # the torch policy network (None: the policy runs in numpy)
+        self._weights: MLPWeights | None = None  # a light runner's policy weights (kept across reseeds)
+        self._model_space = model_space
+        if policy == TORCH:
+            self.module = self._build_module(model_space)
+        elif policy != PENDING:
+            self._weights = MLPWeights(policy)
         self.normalizer = RunnerNormalizer(self.observation_space, config, self.num_envs) \
             if Normalizer(self.observation_space, config).active else None
-        self.actions = ActionDistribution(self.action_space)  # stored layout and env form of actions
+        self.actions = ActionLayout(self.action_space)  # stored layout and env form of actions
         self._with_logp = bool(getattr(config, "behaviour_logp", False))
         self.weights_version = -1  # no versioned weights yet
         self.explore = True  # False: greedy actions (evaluation runners)
@@ -132,12 +150,7 @@ class EnvRunner:
         streams = [None] * 3 if seed is None else np.random.SeedSequence(key).spawn(3)
         reset_stream, noise_stream, self.torch_stream = streams
         self._rng = np.random.default_rng(noise_stream)
-        if self.recurrent:  # a state per env, zero: every env starts an episode
-            from herdrl.models.recurrent import RecurrentPolicy
-
-            self.policy = RecurrentPolicy(self.module, self._rng, self.num_envs)
-        else:
-            self.policy = self.config.runner_policy(self.module, self._rng)
+        self.policy = self._make_policy()
         reset_seed = None if reset_stream is None else int(reset_stream.generate_state(1)[0])
         if getattr(self, "_reseeded", False):  # (not at start: on_environment_created may have logged)
             self.metrics_logger.take()  # what hooks logged for the episodes left behind is not reported
@@ -163,6 +176,38 @@ class EnvRunner:
         self._episode_return = np.zeros(self.num_envs)
         self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
 
+    def _algorithm_config(self) -> AlgorithmConfig:
+        """The algorithm's config object (a Ray runner's comes as bytes, unpickled here: it imports torch)."""
+        return self.config.full() if isinstance(self.config, RunnerConfig) else self.config
+
+    def _build_module(self, model_space: Any) -> Any:
+        """The torch network."""
+        return runner_module(self._algorithm_config(), model_space, self.action_space)
+
+    def _make_policy(self) -> Any:
+        """The policy acting with this runner's noise stream: numpy on the blueprint's arrays, the torch network's
+        (its numpy twin where it has one), or None until :meth:`use_policy` says which."""
+        if self._weights is not None:
+            return light_policy(self._weights, self.actions, self._rng)
+        if self.module is None:
+            return None
+        if self.recurrent:  # a state per env, zero: every env starts an episode
+            from herdrl.models.recurrent import RecurrentPolicy
+
+            return RecurrentPolicy(self.module, self._rng, self.num_envs)
+        return self._algorithm_config().runner_policy(self.module, self._rng)
+
+    def use_policy(self, policy: Any) -> None:
+        """Ray runners started without a policy: act in numpy on ``policy`` (a blueprint) or build the torch
+        network (:data:`~herdrl.rollout.light.TORCH`)."""
+        if self.module is not None or self._weights is not None:
+            return  # told already (a runner started after the driver knew)
+        if policy == TORCH:
+            self.module = self._build_module(self._model_space)
+        else:
+            self._weights = MLPWeights(policy)
+        self.policy = self._make_policy()
+
     def _stash(self, part: int, env_actions: Any) -> None:
         self._env_actions = env_actions
 
@@ -178,7 +223,12 @@ class EnvRunner:
         weights, stats = split_weights(weights)
         if stats is not None and self.normalizer is not None:
             self.normalizer.load(stats)
-        load_weights(self.module, weights)
+        if self.module is not None:
+            load_weights(self.module, weights)
+        elif self._weights is not None:
+            self._weights.load(weights)
+        else:
+            raise RuntimeError("weights sent before the runner was told its policy (use_policy)")
 
     def normalizer_state(self) -> dict[str, np.ndarray]:
         """The normalisation statistics this runner normalises with (empty without normalisation)."""
@@ -271,8 +321,11 @@ class EnvRunner:
 
         # With two parts, one part's env step runs while the policy acts for the other (torch then leaves half
         # its threads to the env's); with one part this is the plain loop (act, step, store).
-        threads = torch.get_num_threads()
-        if len(views) > 1 and threads > 1:
+        torch = None
+        if len(views) > 1 and self.module is not None:
+            import torch
+        threads = torch.get_num_threads() if torch is not None else 1
+        if threads > 1:
             torch.set_num_threads(threads // 2)
         try:
             for t in range(steps):
@@ -290,7 +343,8 @@ class EnvRunner:
                         recv(part)
             raise
         finally:
-            torch.set_num_threads(threads)
+            if threads > 1:
+                torch.set_num_threads(threads)
         self._obs = obs_map(lambda a: a[steps].copy(), obs)
         # A step right after an episode end only resets that env (NEXT_STEP autoreset): not experience.
         done = terminateds | truncateds
