@@ -2,6 +2,7 @@
 
     python benchmarks/multi_agent.py spread --seeds 1 2 3 --steps 150000
     python benchmarks/multi_agent.py tictactoe --seeds 1 2 3 --steps 150000
+    python benchmarks/multi_agent.py tictactoe --modes random dqn-self-play --seeds 1 2 3
     python benchmarks/multi_agent.py throughput
 
 ``spread``: MPE ``simple_spread_v3`` (mpe2; 3 agents cover 3 landmarks, 25 steps, a shared reward plus
@@ -11,7 +12,8 @@ agent), each for the same env-step budget, beside a uniformly random policy. The
 
 ``tictactoe``: PettingZoo's ``classic/tictactoe-v3`` (turn-based, action masks), PPO trained by self-play (the
 learning policy plays both sides in turn against its last 3 snapshots, refreshed every 5 iterations), by one
-policy shared by both sides, and by a separate policy per side. The score is each trained side against a
+policy shared by both sides, and by a separate policy per side; DQN by self-play (``dqn-self-play``: masked
+targets, a replay buffer of the learner's own moves). The score is each trained side against a
 uniformly random legal opponent, over 400 games per side (+1 win, 0 draw, -1 loss), played by this script's own
 loop with the PettingZoo env: the same score for a random player is the baseline.
 
@@ -79,9 +81,21 @@ def _random_spread(seed: int, episodes: int = 100) -> float:
     return float(np.mean(totals))
 
 
-def tictactoe_config(mode: str, seed: int):
-    from herdrl import PPOConfig
+#: DQN by self-play on tic-tac-toe (issue 33's target): epsilon decays over the learner's own moves.
+DQN_TICTACTOE = {"gamma": 1.0, "lr": 1e-3, "train_batch_size": 64, "model": {"fcnet_hiddens": [128, 128]},
+                 "epsilon": [[0, 1.0], [20_000, 0.05]], "target_network_update_freq": 500,
+                 "num_steps_sampled_before_learning_starts": 1000, "training_intensity": 8.0,
+                 "min_sample_timesteps_per_iteration": 2000}
 
+
+def tictactoe_config(mode: str, seed: int):
+    from herdrl import DQNConfig, PPOConfig
+
+    if mode == "dqn-self-play":
+        return (DQNConfig().environment(TICTACTOE).env_runners(num_envs_per_env_runner=8)
+                .training(**DQN_TICTACTOE).debugging(seed=seed)
+                .multi_agent(policies={"main", "main_v1", "main_v2", "main_v3"}, policy_mapping_fn="self_play",
+                             self_play={"main": ["main_v1", "main_v2", "main_v3"]}, self_play_interval=5))
     config = (PPOConfig().environment(TICTACTOE).env_runners(num_envs_per_env_runner=16)
               .training(**{**PPO_SETTINGS, "gamma": 1.0}, model={"fcnet_hiddens": [128, 128]}).debugging(seed=seed))
     if mode == "self-play":
@@ -101,7 +115,8 @@ def run_tictactoe(mode: str, seed: int, steps: int) -> dict:
         pass
     seconds = time.perf_counter() - start
     sides = {"self-play": {"player_1": "main", "player_2": "main"}, "shared": {"player_1": "main", "player_2": "main"},
-             "separate": {"player_1": "player_1", "player_2": "player_2"}}[mode]
+             "separate": {"player_1": "player_1", "player_2": "player_2"},
+             "dqn-self-play": {"player_1": "main", "player_2": "main"}}[mode]
     scores = {side: _score_vs_random(algo.get_policy(pid), side, seed) for side, pid in sides.items()}
     algo.stop()
     return {**scores, "seconds": seconds}
@@ -159,6 +174,7 @@ def main() -> None:
     parser.add_argument("args", nargs="*")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=150_000)
+    parser.add_argument("--modes", nargs="+", help="only these modes (default: all of the task's)")
     opts = parser.parse_args()
     if opts.what == "_run":
         kind, mode, seed, steps = opts.args
@@ -171,7 +187,8 @@ def main() -> None:
             result = _subprocess(["throughput", str(runners), "0", "0"])
             print(json.dumps({"runners": runners, **result}), flush=True)
         return
-    modes = ["random", "shared", "separate"] + (["self-play"] if opts.what == "tictactoe" else [])
+    modes = ["random", "shared", "separate"] + (["self-play", "dqn-self-play"] if opts.what == "tictactoe" else [])
+    modes = [mode for mode in modes if mode in (opts.modes or modes)]
     rows = {}
     for mode in modes:
         for seed in opts.seeds:

@@ -165,7 +165,7 @@ class AlgorithmConfig:
     supports_lstm: bool = False
     #: Whether fragments carry raw observations and rewards (replay buffers normalise each replayed batch).
     stores_raw_transitions: bool = False
-    #: Whether ``.multi_agent()`` runs can use it (on-policy algorithms whose learner takes fragments).
+    #: Whether ``.multi_agent()`` runs can use it (its learner trains one policy per id: PPO, A2C, TRPO, DQN).
     supports_multi_agent: bool = False
     #: The result key the algorithm is judged by: its "solved" and default stop criterion, what ``herd plot`` draws
     #: and what keeps the best checkpoint. The training return, or for algorithms that explore while they train
@@ -885,6 +885,8 @@ class AlgorithmConfig:
         from it and never import torch, see :mod:`herdrl.rollout.light`); None: runners act in torch."""
         from herdrl.models.actor_critic import numpy_blueprint
 
+        if type(self).runner_policy is not AlgorithmConfig.runner_policy:
+            return None  # a runner policy of the algorithm's own, which a blueprint would not describe
         return numpy_blueprint(module)
 
     def runner_policy(self, module: Any, rng: Any) -> Any:

@@ -228,3 +228,67 @@ def test_an_epsilon_schedule_out_of_order_is_refused():
     with pytest.raises(ConfigError, match="config key 'epsilon' got env steps \\[10000, 0\\]"):
         DQNConfig().environment("CartPole-v1").training(epsilon=[[10000, 0.05], [0, 1.0]]).validate()
     DQNConfig().environment("CartPole-v1").training(epsilon=[[0, 1.0], [10000, 0.05]]).validate()
+
+
+@pytest.mark.parametrize("double_q", [False, True])
+def test_masked_targets_are_the_bellman_backup_over_the_allowed_actions(double_q):
+    """DQN's target with an action mask, against a backup computed here by hand from the networks' Q values:
+    r + discount * Q_target(s', a*), a* the best action s' allows (by the online net with double Q; by the target
+    net itself without), never a ruled-out one even where its Q value is the largest."""
+    import gymnasium as gym
+
+    from herdrl.algorithms.dqn import DQNLearner
+
+    space = gym.spaces.Dict({"observation": gym.spaces.Box(-1, 1, (3,)),
+                             "action_mask": gym.spaces.Box(0, 1, (4,), np.int8)})
+    config = DQNConfig().environment("CartPole-v1").training(double_q=double_q, model={"fcnet_hiddens": [8]})
+    config.validate()
+    learner = DQNLearner(config, space, gym.spaces.Discrete(4))
+    torch.manual_seed(1)
+    for p in learner.target.parameters():  # a target that differs from the online net
+        torch.nn.init.normal_(p)
+    rng = np.random.default_rng(0)
+    n = 64
+    masks = (rng.random((n, 4)) < 0.5).astype(np.int8)
+    masks[np.arange(n), rng.integers(0, 4, n)] = 1  # at least one allowed action
+    masks[:4] = 0  # terminal rows: the game is over, nothing allowed (their discount is 0)
+    masks[4] = 0  # a truncated row whose next observation allows nothing: bootstrapped from every action
+    batch = {"obs": {"observation": torch.randn(n, 3), "action_mask": torch.ones(n, 4, dtype=torch.int8)},
+             "next_obs": {"observation": torch.randn(n, 3), "action_mask": torch.from_numpy(masks)},
+             "actions": torch.from_numpy(rng.integers(0, 4, n)), "rewards": torch.randn(n),
+             "discounts": torch.cat([torch.zeros(4), torch.full((n - 4,), 0.9)]), "weights": torch.ones(n)}
+    _, stats = learner.loss(batch)
+    with torch.no_grad():
+        q = learner.module(batch["obs"]).gather(1, batch["actions"][:, None])[:, 0].numpy()
+        online_next = learner.module(batch["next_obs"]).numpy()
+        target_next = learner.target(batch["next_obs"]).numpy()
+    expected = np.empty(n)
+    for i in range(n):
+        allowed = np.flatnonzero(masks[i])
+        if not len(allowed):
+            allowed = np.arange(4)
+        chooser = online_next if double_q else target_next
+        best = allowed[np.argmax(chooser[i, allowed])]
+        expected[i] = float(batch["rewards"][i]) + float(batch["discounts"][i]) * target_next[i, best]
+    np.testing.assert_allclose(stats["td_error"].numpy() + q, expected, rtol=1e-5, atol=1e-5)
+    # The unmasked argmax of s' is often a ruled-out action: the mask really decided these targets.
+    assert (masks[np.arange(5, n), target_next[5:].argmax(1)] == 0).sum() > 5
+
+
+def test_epsilon_greedy_with_a_mask_explores_and_exploits_only_allowed_actions():
+    from herdrl.models.numpy_policy import EpsilonGreedy
+
+    rng = np.random.default_rng(0)
+    masks = np.zeros((20_000, 5), np.int8)
+    masks[:, [1, 3, 4]] = 1
+    masks[::2, 4] = 0  # half the rows allow 1 and 3 only
+    policy = EpsilonGreedy(lambda obs: np.full(len(obs["action_mask"]), 3), 5, rng, masked=True)
+    policy.epsilon = 1.0  # every action random
+    actions = policy.act({"action_mask": masks})
+    assert masks[np.arange(len(masks)), actions].all()
+    odd = np.bincount(actions[1::2], minlength=5) / len(actions[1::2])  # 1, 3, 4 allowed: a third each
+    np.testing.assert_allclose(odd[[1, 3, 4]], 1 / 3, atol=0.02)
+    even = np.bincount(actions[::2], minlength=5) / len(actions[::2])
+    np.testing.assert_allclose(even[[1, 3]], 1 / 2, atol=0.02)
+    policy.epsilon = 0.0
+    assert (policy.act({"action_mask": masks}) == 3).all()  # the greedy choice

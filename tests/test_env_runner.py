@@ -207,6 +207,8 @@ def test_numpy_policy_follows_load_state_dict():
     ("DQN", "CartPole-v1", {"dueling": True}),
     ("SAC", "Pendulum-v1", {}),
     ("TD3", "Pendulum-v1", {}),
+    ("SAC", "Pendulum-v1", {"normalize": True}),  # replay stores raw rewards: the config class says so
+    ("PPO", "Pendulum-v1", {"normalize": True}),  # on-policy fragments carry scaled ones
 ])
 def test_a_light_runner_samples_exactly_what_the_torch_runner_samples(algorithm, env, training):
     """A runner given its policy as a blueprint (no torch module: what a light Ray runner gets) and loaded with the
@@ -217,7 +219,9 @@ def test_a_light_runner_samples_exactly_what_the_torch_runner_samples(algorithm,
     from herdrl.registry import get_config_class
     from herdrl.rollout.light import RunnerConfig
 
-    config = get_config_class(algorithm)().environment(env).env_runners(num_envs_per_env_runner=3) \
+    training = dict(training)
+    normalize = {"observation_filter": "MeanStdFilter", "norm_reward": True} if training.pop("normalize", False) else {}
+    config = get_config_class(algorithm)().environment(env).env_runners(num_envs_per_env_runner=3, **normalize) \
         .training(**training).debugging(seed=5)
     config.validate()
     reference = EnvRunner(config)
@@ -242,6 +246,33 @@ def test_a_light_runner_samples_exactly_what_the_torch_runner_samples(algorithm,
             if want is not None:
                 np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6, err_msg=name)
     assert np.unique(expected.actions).size > 1  # not a constant policy
+
+
+@pytest.mark.parametrize("algorithm,env,training", [
+    ("DQN", "CartPole-v1", {"dueling": True}), ("TD3", "Pendulum-v1", {}), ("SAC", "Pendulum-v1", {})])
+def test_the_off_policy_numpy_twins_act_as_their_torch_networks(algorithm, env, training):
+    """DQN's, TD3's and SAC's runner policies (numpy on views of the weights) choose what the torch networks
+    choose: DQN the argmax of Q (dueling: V + A - mean A), TD3 and SAC their deterministic action."""
+    import gymnasium as gym
+
+    from herdrl.registry import get_config_class
+
+    config = get_config_class(algorithm)().environment(env).training(**training)
+    config.validate()
+    probe = gym.make(env)
+    module = config.build_module(probe.observation_space, probe.action_space)
+    torch.manual_seed(0)
+    for p in module.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    policy = config.runner_policy(module, np.random.default_rng(0))
+    obs = np.random.default_rng(1).normal(size=(256, *probe.observation_space.shape)).astype(np.float32)
+    with torch.no_grad():
+        expected = module.act(torch.from_numpy(obs), explore=False).numpy()
+    got = policy.act(obs, explore=False)
+    if algorithm == "DQN":
+        assert np.array_equal(got, expected) and np.unique(got).size > 1
+    else:
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_import_herdrl_does_not_import_ray_or_torch():

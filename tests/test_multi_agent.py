@@ -119,7 +119,7 @@ def test_bad_mappings_name_the_agent_and_the_policies():
     with pytest.raises(ConfigError, match="policies_to_train"):
         relay_config(policies={"p0"}, policies_to_train=["p9"]).validate()
     with pytest.raises(ConfigError, match="does not train multi-agent runs yet"):
-        herdrl.DQNConfig().environment("relay").multi_agent(policies={"p"}).validate()
+        herdrl.SACConfig().environment("relay").multi_agent(policies={"p"}).validate()
 
 
 LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
@@ -376,8 +376,11 @@ def test_the_documented_multi_agent_algorithms_are_the_ones_that_take_a_multi_ag
 def test_every_multi_agent_algorithm_trains_turn_based_and_parallel_envs(algo_name, env):
     from herdrl.registry import get_config_class
 
+    training = {"train_batch_size": 256}
+    if algo_name == "DQN":  # learning from the first iteration's replay
+        training = {"train_batch_size": 32, "num_steps_sampled_before_learning_starts": 64}
     config = (get_config_class(algo_name)().environment(env).env_runners(num_envs_per_env_runner=4)
-              .training(train_batch_size=256).multi_agent(**MULTI_AGENT_ENVS[env]).debugging(seed=0))
+              .training(**training).multi_agent(**MULTI_AGENT_ENVS[env]).debugging(seed=0))
     algo = config.build()
     before = {pid: {k: v.clone() for k, v in algo.module[pid].state_dict().items()} for pid in algo.policies}
     result = algo.train()
@@ -389,14 +392,37 @@ def test_every_multi_agent_algorithm_trains_turn_based_and_parallel_envs(algo_na
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_trpo_trains_a_turn_based_game_on_two_ray_runners():
-    from herdrl import TRPOConfig
+@pytest.mark.parametrize("algo_name,training", [
+    ("TRPO", {"train_batch_size": 128}),
+    ("DQN", {"num_steps_sampled_before_learning_starts": 64, "min_sample_timesteps_per_iteration": 128}),
+])
+def test_a_turn_based_game_trains_on_two_ray_runners(algo_name, training):
+    from herdrl.registry import get_config_class
 
-    algo = (TRPOConfig().environment("pettingzoo/classic/tictactoe-v3").env_runners(
-        num_env_runners=2, num_envs_per_env_runner=2).training(train_batch_size=128)
+    algo = (get_config_class(algo_name)().environment("pettingzoo/classic/tictactoe-v3").env_runners(
+        num_env_runners=2, num_envs_per_env_runner=2).training(**training)
         .multi_agent(policies={"main"}).debugging(seed=0)).build()
     results = [algo.train() for _ in range(2)]
     assert results[-1]["num_healthy_env_runners"] == 2 and results[-1]["num_episodes_lifetime"] > 0
+    algo.stop()
+
+
+def test_dqn_learns_a_shared_policy_from_each_agents_own_replayed_rows():
+    """DQN with one policy for two agents that join late and leave early: it must read the id bit to answer both
+    (best return 11, random 5.5), learning from a buffer of both agents' decisions, each in its own time."""
+    from herdrl import DQNConfig
+
+    algo = (DQNConfig().environment("relay").env_runners(num_envs_per_env_runner=4)
+            .training(lr=3e-3, train_batch_size=32, num_steps_sampled_before_learning_starts=200,
+                      min_sample_timesteps_per_iteration=256, epsilon=[[0, 1.0], [1000, 0.05]],
+                      training_intensity=4.0, model={"fcnet_hiddens": [32]})
+            .multi_agent(policies={"shared"}).debugging(seed=3)).build()
+    results = [algo.train() for _ in range(6)]
+    assert results[0]["episode_return_mean"] < 7
+    # Greedy play near the best; the training mean (epsilon 0.05, over the last 100 episodes) well past random.
+    assert results[-1]["evaluation/episode_return_mean"] >= 10.5 and results[-1]["episode_return_mean"] > 9
+    assert results[-1]["epsilon/shared"] == pytest.approx(0.05) and results[-1]["replay_buffer_size/shared"] > 1000
+    assert results[-1]["shared/loss"] >= 0 and results[-1]["num_gradient_updates"] > 0
     algo.stop()
 
 
@@ -436,3 +462,59 @@ def test_a_zero_sum_turn_based_run_reports_its_score_against_random_legal_moves(
     relay = relay_config(policies={"shared"}).multi_agent(random_opponent_interval=1).build()
     assert not [key for key in relay.train() if key.startswith("score_vs_random")]  # not zero-sum, not turn-based
     relay.stop()
+
+
+def test_dqn_explores_each_policy_at_its_own_agent_steps_and_snapshots_at_the_schedules_end():
+    """Relay: a0 decides at every env step, a1 at 3 of every 8; a linear epsilon over 1,000 agent steps is then
+    further along for a0's policy than a1's, computed here from the env steps; a policy that does not learn plays
+    at the schedule's end (0.05). The runner's policies act with those epsilons."""
+    from herdrl import DQNConfig
+
+    def linear(env_steps: int) -> dict[str, float]:  # each policy's epsilon after env_steps, by its agents' moves
+        return {"a0": 1.0 - 0.95 * min(1.0, env_steps / 1000), "a1": 1.0 - 0.95 * min(1.0, env_steps * 3 / 8 / 1000)}
+
+    for trained in (["a0", "a1"], ["a0"]):
+        algo = (DQNConfig().environment("relay").env_runners(num_envs_per_env_runner=2, rollout_fragment_length=64)
+                .training(epsilon=[[0, 1.0], [1000, 0.05]], min_sample_timesteps_per_iteration=128,
+                          num_steps_sampled_before_learning_starts=10_000)
+                .multi_agent(policies={"a0", "a1"}, policy_mapping_fn="per_agent", policies_to_train=trained)
+                .debugging(seed=0)).build()
+        algo.train()
+        row = algo.train()  # one round of 2 x 64 steps (whole 8-step episodes) per iteration
+        assert row["num_env_steps_sampled_lifetime"] == 256
+        at_row, at_round = linear(256), linear(128)  # the row's; the one its round was sampled with
+        assert {k: v for k, v in row.items() if k.startswith("epsilon/")} == pytest.approx(
+            {f"epsilon/{pid}": at_row[pid] for pid in trained})
+        runner = algo.runners.runner
+        assert {pid: runner.policies[pid].epsilon for pid in ("a0", "a1")} == pytest.approx(
+            {pid: at_round[pid] if pid in trained else 0.05 for pid in ("a0", "a1")})
+        algo.stop()
+    assert at_row["a0"] < at_row["a1"] < 1.0  # (each policy its own count)
+
+
+def test_a_multi_agent_dqn_checkpoint_keeps_each_policys_buffer_targets_and_replay_accounting(tmp_path):
+    from herdrl import Algorithm, DQNConfig
+
+    config = (DQNConfig().environment("relay").env_runners(num_envs_per_env_runner=2)
+              .training(num_steps_sampled_before_learning_starts=64, min_sample_timesteps_per_iteration=100,
+                        train_batch_size=16, store_buffer_in_checkpoints=True)
+              .multi_agent(policies={"a0", "a1"}, policy_mapping_fn="per_agent").debugging(seed=0))
+    algo = config.build()
+    algo.train()
+    algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    assert {p.name for p in path.glob("replay_buffer*.npz")} == {"replay_buffer.a0.npz", "replay_buffer.a1.npz"}
+    restored = Algorithm.from_checkpoint(path)
+    for pid in ("a0", "a1"):
+        mine, theirs = algo.streams[pid], restored.streams[pid]
+        assert len(theirs.buffer) == len(mine.buffer) > 0
+        for key, value in mine.buffer.state().items():
+            assert np.array_equal(theirs.buffer.state()[key], value), (pid, key)
+        assert (theirs.debt, theirs.pending_clock) == (mine.debt, mine.pending_clock)
+        for a, b in zip(algo.learner.learners[pid].target.parameters(),
+                        restored.learner.learners[pid].target.parameters(), strict=True):
+            assert torch.equal(a, b)
+    assert len(algo.streams["a0"].buffer) != len(algo.streams["a1"].buffer)  # each its own agent's rows
+    assert restored.train()["num_gradient_updates"] > 0
+    algo.stop()
+    restored.stop()

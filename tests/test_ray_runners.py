@@ -150,6 +150,20 @@ def test_light_runners_hold_no_torch_and_learn_exactly_as_torch_runners(monkeypa
         assert np.array_equal(np.asarray(value), np.asarray(torch_weights[key])), key
 
 
+def test_a_config_the_spaces_refuse_is_one_line_and_leaves_no_runner_behind(ray_session):
+    """The driver builds the network for the first runner's spaces (to choose the runners' policy): DQN on Box
+    actions fails there, in one line, and the runners and their reserved CPUs are given back."""
+    from herdrl import DQNConfig
+
+    free = ray_session.available_resources().get("CPU", 0)
+    with pytest.raises(herdrl.ConfigError, match="DQN needs Discrete actions"):
+        DQNConfig().environment("Pendulum-v1").env_runners(num_env_runners=2).build()
+    deadline = time.monotonic() + 30
+    while ray_session.available_resources().get("CPU", 0) < free and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray_session.available_resources().get("CPU", 0) >= free
+
+
 def test_seeded_ray_runs_with_torch_inference_reproduce():
     """An activation without a numpy twin samples with torch on the runners: seeded runs still repeat exactly."""
     from herdrl.logger import TIMING_KEYS

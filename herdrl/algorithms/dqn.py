@@ -8,6 +8,8 @@ the driver or as N data-parallel learners (the sampling/replay loop is shared wi
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch import nn
@@ -22,6 +24,7 @@ class DQNConfig(OffPolicyConfig):
     """DQN settings (RLlib's key names). Defaults follow rl-baselines3-zoo's CartPole-v1 DQN."""
 
     algo_name = "DQN"
+    supports_multi_agent = True
     FIELDS = {
         "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 4),
         "rollout_fragment_length": shared_field("rollout_fragment_length", 64),
@@ -47,9 +50,6 @@ class DQNConfig(OffPolicyConfig):
 
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ConfigError(f"DQN needs Discrete actions; this env has {action_space} (use PPO or SAC)")
-        if isinstance(observation_space, gym.spaces.Dict) and "action_mask" in observation_space.spaces:
-            raise ConfigError("DQN does not read action masks yet (it could pick a ruled-out action): use PPO, A2C, "
-                              "IMPALA or APPO, whose policies never sample a masked action")
         return QNetwork(observation_space, action_space, self.model, dueling=self.dueling)
 
     def runner_policy(self, module: nn.Module, rng: np.random.Generator) -> object:
@@ -89,13 +89,14 @@ class DQNLearner(OffPolicyLearner):
             stats["td_error"]
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Huber loss towards r + discount * Q_target(s', a*) (a* by the online net with double Q), weighted by
-        the importance weights; the TD errors in the stats."""
+        """Huber loss towards r + discount * Q_target(s', a*) (a* by the online net with double Q; both over the
+        actions an ``action_mask`` of s' allows), weighted by the importance weights; the TD errors in the stats."""
         q = self.module(batch["obs"]).gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
         with torch.no_grad():
-            next_target = self.target(batch["next_obs"])
+            next_obs = batch["next_obs"]
+            next_target = self.target.allowed(self.target(next_obs), next_obs)  # actions s' allows only
             if self.config.double_q:  # pick with the online net, evaluate with the target net
-                best = self.module(batch["next_obs"]).argmax(1, keepdim=True)
+                best = self.module.allowed(self.module(next_obs), next_obs).argmax(1, keepdim=True)
                 next_q = next_target.gather(1, best).squeeze(1)
             else:
                 next_q = next_target.max(1).values
@@ -127,9 +128,24 @@ class DQN(OffPolicyAlgorithm):
     config: DQNConfig
     learner_class = DQNLearner
 
-    def exploration(self, env_steps: int) -> dict[str, float]:
-        """The epsilon schedule at ``env_steps``."""
-        return {"epsilon": self.schedules["epsilon"](env_steps)}
+    def exploration(self, env_steps: int) -> dict[str, Any]:
+        """The epsilon schedule at ``env_steps``; in a multi-agent run each policy's own, at its agent steps."""
+        if not self.multi_agent:
+            return {"epsilon": self.schedules["epsilon"](env_steps)}
+        return {"policies": {pid: {"epsilon": epsilon} for pid, epsilon in self._epsilons().items()}}
+
+    def exploration_metrics(self) -> dict[str, Any]:
+        """``epsilon`` now (``epsilon/<policy>`` for each trained policy of a multi-agent run)."""
+        if not self.multi_agent:
+            return super().exploration_metrics()
+        return {f"epsilon/{pid}": epsilon for pid, epsilon in self._epsilons().items() if pid in self.streams}
+
+    def _epsilons(self) -> dict[str, float]:
+        """Each policy's epsilon: a trained one's schedule at its agent steps; one that does not learn (a
+        self-play snapshot) plays at its schedule's end, as the policy it copies had come to play."""
+        steps = self._policy_steps()
+        return {pid: schedules["epsilon"](steps.get(pid, 0) if pid in self.streams else 2**62)
+                for pid, schedules in self._policy_schedules.items()}
 
 
 @torch.no_grad()

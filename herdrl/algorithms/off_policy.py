@@ -23,6 +23,7 @@ from herdrl.checkpoint import CheckpointError, read_arrays
 from herdrl.config import AlgorithmConfig, Field, shared_field
 from herdrl.learner import Learner
 from herdrl.models.encoders import to_torch
+from herdrl.obs import ObsSpec
 from herdrl.rollout.transport import resolve
 
 logger = logging.getLogger("herdrl")
@@ -105,59 +106,135 @@ class OffPolicyLearner(Learner):
         self.target.load_state_dict(state["target"])
 
 
+class _Replay:
+    """One replay stream: a buffer and its replay accounting (the run's one, or one per trained policy of a
+    multi-agent run, each filled with that policy's rows in its agents' own time)."""
+
+    def __init__(self, config: AlgorithmConfig, buffer: ReplayBuffer) -> None:
+        self.config, self.buffer = config, buffer
+        self.debt = 0.0  # replayed transitions owed to keep training_intensity
+        self.pending_clock = 0  # sampled steps the learner's clock has not seen yet
+
+    @property
+    def learning(self) -> bool:
+        """Whether the buffer holds enough to learn from."""
+        cfg = self.config
+        return len(self.buffer) >= max(1, min(cfg.num_steps_sampled_before_learning_starts, self.buffer.capacity))
+
+    def due(self, new_steps: int) -> int:
+        """Gradient steps due after ``new_steps`` more sampled steps."""
+        cfg = self.config
+        self.debt += cfg.training_intensity * new_steps
+        due = int(self.debt // cfg.train_batch_size)
+        self.debt -= due * cfg.train_batch_size
+        return due
+
+
 class OffPolicyAlgorithm(Algorithm):
     """The sampling/replay loop; subclasses give their learner (``learner_class``) and may override
-    :meth:`exploration`."""
+    :meth:`exploration`. A multi-agent run (DQN) replays each trained policy's own rows: a buffer, a replay ratio
+    and gradient steps per policy, counted in its agent steps."""
 
     def setup(self) -> None:
-        """The replay buffer."""
-        self.buffer = self._empty_buffer()
-        self._replay_debt = 0.0  # replayed transitions owed to keep training_intensity
-        self._pending_clock = 0  # sampled env steps the learner's clock has not seen yet
+        """The replay buffers."""
+        self.streams = self._empty_streams()
 
-    def _empty_buffer(self) -> ReplayBuffer:
-        """A new buffer as ``replay_buffer_config`` says (vector actions for Box spaces)."""
-        return make_buffer(self.config.replay_buffer_config, self.obs_spec, self.rng,
-                           None if self.module.discrete else self.module.action_dim)
+    @property
+    def buffer(self) -> ReplayBuffer:
+        """The replay buffer (single-agent runs; a multi-agent run has one per policy: ``streams[policy_id]``)."""
+        if self.multi_agent:
+            raise AttributeError("a multi-agent run has a replay buffer per trained policy: streams[policy_id].buffer")
+        return self.streams[None].buffer
+
+    def _empty_streams(self) -> dict[str | None, _Replay]:
+        """A stream with an empty buffer for the run (key None), or for each trained policy of a multi-agent run
+        (key: the policy id), each by its policy's own config."""
+        if not self.multi_agent:
+            return {None: _Replay(self.config, self._empty_buffer(None))}
+        from herdrl.multi_agent import policy_config, trained_policies
+
+        return {pid: _Replay(policy_config(self.config, pid), self._empty_buffer(pid))
+                for pid in trained_policies(self.config)}
+
+    def _empty_buffer(self, key: str | None) -> ReplayBuffer:
+        """A new buffer for stream ``key`` as ``replay_buffer_config`` says (vector actions for Box spaces)."""
+        if key is None:
+            config, spec, module = self.config, self.obs_spec, self.module
+        else:
+            from herdrl.multi_agent import policy_config
+
+            config, spec, module = policy_config(self.config, key), ObsSpec(self.observation_space[key]), \
+                self.module[key]
+        return make_buffer(config.replay_buffer_config, spec, self.rng, None if module.discrete else module.action_dim)
 
     def exploration(self, env_steps: int) -> dict[str, Any] | None:
         """Exploration settings sent to the runners for the next round (DQN: epsilon)."""
         return None
 
+    def exploration_metrics(self) -> dict[str, Any]:
+        """The exploration settings now, for the row (a single-agent run's :meth:`exploration`)."""
+        if self.multi_agent:
+            return {}
+        return dict(self.exploration(self.env_steps_lifetime + self._iter_steps) or {})
+
     def training_step(self) -> dict[str, float]:
         """Sample rounds and gradient steps until this iteration sampled its share of env steps."""
         cfg = self.config
-        sampled, updates, sums = 0, 0, {}
+        sampled, updates, sums, counts = 0, 0, {}, {}
         while sampled < cfg.min_sample_timesteps_per_iteration:
-            # The replay buffer lives here, so its fragments are fetched here (a lost one is only lost data).
-            fragments, lost = resolve([item.data for item in self.sample(self.exploration(
-                self.env_steps_lifetime + self._iter_steps))])
+            # The replay buffers live here, so their fragments are fetched here (a lost one is only lost data).
+            items = self.sample(self.exploration(self.env_steps_lifetime + self._iter_steps))
+            fragments, lost = resolve([item.data for item in items])
             self._iter_fragments_lost += len(lost)
+            new_steps = {}  # sampled steps of each stream in this round: env steps, or a policy's agent steps
             for fragment in fragments:
-                self.buffer.add(fragment_transitions(fragment, cfg.gamma, cfg.n_step))
-            new_steps, sampled = self._iter_steps - sampled, self._iter_steps
-            if len(self.buffer) < max(1, min(cfg.num_steps_sampled_before_learning_starts, self.buffer.capacity)):
-                continue
-            self._replay_debt += cfg.training_intensity * new_steps
-            due = int(self._replay_debt // cfg.train_batch_size)
-            self._replay_debt -= due * cfg.train_batch_size
-            clock = 0
-            for j in range(due):  # the round's env steps, spread evenly over its gradient steps
-                data, slots, weights = self.buffer.sample(cfg.train_batch_size)
-                data = self.normalized(data)
-                # The learner's clock (target updates) moves with each gradient step; steps after the round's last
-                # one reach it with the next round's first (the target is only read by gradient steps).
-                passed = self._pending_clock + new_steps * j // due - clock
-                metrics, td_errors = self.learners.update(data, weights, passed)
-                self._pending_clock, clock = 0, new_steps * j // due
-                self.buffer.update_priorities(slots, td_errors)
-                for key, value in metrics.items():
-                    sums[key] = sums.get(key, 0.0) + value
-                updates += 1
-            self._pending_clock += new_steps - clock
-        means = {k: v / updates for k, v in sums.items()} if updates else {}
-        return {**means, "num_gradient_updates": updates, "replay_buffer_size": len(self.buffer),
-                **(self.exploration(self.env_steps_lifetime + sampled) or {})}
+                for key, part in self._parts(fragment):
+                    stream_cfg = self.streams[key].config
+                    self.streams[key].buffer.add(fragment_transitions(part, stream_cfg.gamma, stream_cfg.n_step))
+                    new_steps[key] = new_steps.get(key, 0) + part.env_steps
+            if not self.multi_agent:  # env steps sampled, lost fragments' too (as num_env_steps_sampled counts)
+                new_steps[None] = self._iter_steps - sampled
+            sampled = self._iter_steps
+            for key, stream in self.streams.items():
+                if not stream.learning:
+                    continue
+                round_sums, due = self._replay(key, stream, new_steps.get(key, 0))
+                updates += due
+                for name, value in round_sums.items():
+                    sums[name] = sums.get(name, 0.0) + value
+                    counts[name] = counts.get(name, 0) + due
+        means = {k: v / counts[k] for k, v in sums.items()}  # over each metric's gradient steps
+        sizes = {"replay_buffer_size": len(self.buffer)} if not self.multi_agent else \
+            {f"replay_buffer_size/{pid}": len(stream.buffer) for pid, stream in self.streams.items()}
+        return {**means, "num_gradient_updates": updates, **sizes, **self.exploration_metrics()}
+
+    def _parts(self, fragment: Any) -> list[tuple[str | None, Any]]:
+        """(stream key, fragment) pairs: the fragment itself, or each trained policy's part of it."""
+        if not self.multi_agent:
+            return [(None, fragment)]
+        return [(pid, part) for pid, part in fragment.policies.items() if pid in self.streams]
+
+    def _replay(self, key: str | None, stream: _Replay, new_steps: int) -> tuple[dict[str, float], int]:
+        """The gradient steps a round of ``new_steps`` sampled steps makes due on one stream: their metrics summed
+        (``<policy>/<name>`` in multi-agent runs), and how many they were."""
+        cfg = stream.config
+        due = stream.due(new_steps)
+        sums: dict[str, float] = {}
+        clock = 0
+        for j in range(due):  # the round's sampled steps, spread evenly over its gradient steps
+            data, slots, weights = stream.buffer.sample(cfg.train_batch_size)
+            data = self.normalized(data)
+            # The learner's clock (target updates) moves with each gradient step; steps after the round's last one
+            # reach it with the next round's first (the target is only read by gradient steps).
+            passed = stream.pending_clock + new_steps * j // due - clock
+            args = (data, weights, passed) if key is None else (key, data, weights, passed)
+            metrics, td_errors = self.learners.update(*args)
+            stream.pending_clock, clock = 0, new_steps * j // due
+            stream.buffer.update_priorities(slots, td_errors)
+            for name, value in metrics.items():
+                sums[name] = sums.get(name, 0.0) + value
+        stream.pending_clock += new_steps - clock
+        return sums, due
 
     def normalized(self, data: dict[str, Any]) -> dict[str, Any]:
         """A replayed batch of raw transitions as the learner reads it: observations filtered and rewards scaled
@@ -169,28 +246,49 @@ class OffPolicyAlgorithm(Algorithm):
                 "rewards": norm.scale_rewards(data["rewards"])}
 
     # ------------------------------------------------------------ the buffer in checkpoints
+    def _buffer_names(self) -> dict[str | None, str]:
+        """Each stream's array file in a checkpoint: ``replay_buffer``, or ``replay_buffer.<policy id, quoted>``."""
+        from urllib.parse import quote
+
+        return {key: "replay_buffer" if key is None else f"replay_buffer.{quote(key, safe='')}" for key in self.streams}
+
     def checkpoint_arrays(self) -> dict[str, dict[str, np.ndarray]]:
-        """The replay buffer, when ``store_buffer_in_checkpoints`` is on."""
-        return {"replay_buffer": self.buffer.state()} if self.config.store_buffer_in_checkpoints else {}
+        """The replay buffers, when ``store_buffer_in_checkpoints`` is on."""
+        if not self.config.store_buffer_in_checkpoints:
+            return {}
+        return {name: self.streams[key].buffer.state() for key, name in self._buffer_names().items()}
 
     def load_checkpoint_arrays(self, path: Path) -> None:
-        """Refill the buffer from a checkpoint that holds one (with or without the setting on now); without one
-        (or with one that cannot be read) the buffer starts empty: no transitions of another timeline stay."""
-        self.buffer = self._empty_buffer()
-        try:
-            state = read_arrays(path, "replay_buffer")
-            if state is not None:
-                self.buffer.load_state(state)
-        except (CheckpointError, KeyError, ValueError) as exc:
-            self.buffer = self._empty_buffer()
-            logger.warning("herdrl: %s; resuming with an empty replay buffer", str(exc).splitlines()[0])
+        """Refill the buffers from a checkpoint that holds them (with or without the setting on now); without one
+        (or with one that cannot be read) a buffer starts empty: no transitions of another timeline stay."""
+        for key, name in self._buffer_names().items():
+            stream = self.streams[key]
+            stream.buffer = self._empty_buffer(key)
+            try:
+                state = read_arrays(path, name)
+                if state is not None:
+                    stream.buffer.load_state(state)
+            except (CheckpointError, KeyError, ValueError) as exc:
+                stream.buffer = self._empty_buffer(key)
+                logger.warning("herdrl: %s; resuming with an empty replay buffer%s", str(exc).splitlines()[0],
+                               "" if key is None else f" for policy '{key}'")
 
     def learner_state(self) -> dict[str, Any]:
         """The learner's state plus the replayed transitions still owed (so a resume replays as before)."""
-        return {**super().learner_state(), "replay_debt": self._replay_debt, "pending_clock": self._pending_clock}
+        if not self.multi_agent:
+            stream = self.streams[None]
+            return {**super().learner_state(), "replay_debt": stream.debt, "pending_clock": stream.pending_clock}
+        return {**super().learner_state(),
+                "replay": {pid: [stream.debt, stream.pending_clock] for pid, stream in self.streams.items()}}
 
     def load_learner_state(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`learner_state`."""
         super().load_learner_state(state)
-        self._replay_debt = float(state.get("replay_debt", 0.0))  # format 1 did not save it
-        self._pending_clock = int(state.get("pending_clock", 0))
+        if not self.multi_agent:
+            stream = self.streams[None]
+            stream.debt = float(state.get("replay_debt", 0.0))  # format 1 did not save it
+            stream.pending_clock = int(state.get("pending_clock", 0))
+            return
+        for pid, (debt, clock) in (state.get("replay") or {}).items():
+            if pid in self.streams:
+                self.streams[pid].debt, self.streams[pid].pending_clock = float(debt), int(clock)

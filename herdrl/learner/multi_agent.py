@@ -49,9 +49,16 @@ class MultiAgentLearner(Learner):
             learner.at_step(steps.get(pid, 0))  # each with its own config's schedules (policies' own lr, ...)
         self.hp = {f"{key}/{pid}": value for pid, learner in self.learners.items() for key, value in learner.hp.items()}
 
-    def update(self, fragments: list[Any], *args: Any) -> dict[str, float]:
+    def update(self, fragments: list[Any] | str, *args: Any) -> Any:
         """Each trained policy's update on its fragments, in sorted order; metrics ``<policy id>/<name>``.
-        ``args`` (PPO's and TRPO's seed) give each policy its own seed, drawn in that order."""
+        ``args`` (PPO's and TRPO's seed) give each policy its own seed, drawn in that order.
+
+        Replay algorithms (DQN) update one policy at a time: ``update(policy_id, batch, weights, steps)`` is that
+        policy's learner's update on a batch replayed from its own buffer; returns its metrics (named as above)
+        and TD errors."""
+        if isinstance(fragments, str):
+            metrics, td_errors = self.learners[fragments].update(*args)
+            return {f"{fragments}/{key}": value for key, value in metrics.items()}, td_errors
         rng = np.random.default_rng(args[0]) if args else None
         metrics: dict[str, float] = {}
         for pid in self.trained:

@@ -154,25 +154,43 @@ class NumpyPolicy:
 
 
 class EpsilonGreedy:
-    """Epsilon-greedy actions (DQN; ``epsilon`` set per sample call) on ``greedy``: observations -> argmax_a Q."""
+    """Epsilon-greedy actions (DQN; ``epsilon`` set per sample call) on ``greedy``: observations -> argmax_a Q
+    (over the allowed actions). ``masked``: observations carry an ``action_mask`` leaf, and a random action is
+    drawn uniformly among the allowed ones."""
 
-    def __init__(self, greedy: Callable[[Any], np.ndarray], action_dim: int, rng: np.random.Generator) -> None:
-        self.rng, self.epsilon, self.action_dim = rng, 0.0, action_dim
+    def __init__(self, greedy: Callable[[Any], np.ndarray], action_dim: int, rng: np.random.Generator,
+                 masked: bool = False) -> None:
+        self.rng, self.epsilon, self.action_dim, self.masked = rng, 0.0, action_dim, masked
         self._greedy = greedy
 
     def noise(self, steps: int, batch: int) -> np.ndarray:
-        """Per step and env: a uniform draw (explore?) and a random action, packed as (steps, batch, 2)."""
-        return np.stack([self.rng.random((steps, batch)),
-                         self.rng.integers(0, self.action_dim, (steps, batch))], axis=-1)
+        """Per step and env: a uniform draw (explore?) and a random action, packed as (steps, batch, 2); with a
+        mask, a uniform draw that picks among the allowed actions instead of the action."""
+        explore = self.rng.random((steps, batch))  # drawn first: seeded runs act as in earlier releases
+        pick = self.rng.random((steps, batch)) if self.masked else self.rng.integers(0, self.action_dim, (steps, batch))
+        return np.stack([explore, pick], axis=-1)
 
     def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
-        """Greedy actions, replaced by random ones with probability ``epsilon`` when exploring."""
+        """Greedy actions, replaced by random (allowed) ones with probability ``epsilon`` when exploring."""
         greedy = self._greedy(obs)
         if not explore or self.epsilon <= 0:
             return greedy
         if noise is None:
             noise = self.noise(1, len(greedy))[0]
-        return np.where(noise[:, 0] < self.epsilon, noise[:, 1].astype(np.int64), greedy)
+        if self.masked:
+            random = random_allowed(np.asarray(obs["action_mask"]), noise[:, 1])
+        else:
+            random = noise[:, 1].astype(np.int64)
+        return np.where(noise[:, 0] < self.epsilon, random, greedy)
+
+
+def random_allowed(mask: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """For each row of ``mask`` (1: allowed), the allowed action a uniform draw in [0, 1) picks: the
+    ``floor(u * allowed)``-th allowed one (a row with none allowed gives action 0)."""
+    allowed = mask > 0
+    count = allowed.sum(1)
+    k = np.minimum((uniform * count).astype(np.int64), np.maximum(count - 1, 0))
+    return (allowed.cumsum(1) > k[:, None]).argmax(1)
 
 
 class SquashedGaussian:

@@ -8,9 +8,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from herdrl.models.actor_critic import mlp_blueprint, weight_views
+from herdrl.models.actor_critic import ACTION_MASK, action_mask_size, mlp_blueprint, weight_views
 from herdrl.models.encoders import LegacyNames, build_encoder, head, module_device, to_torch
 from herdrl.models.numpy_policy import EpsilonGreedy, MLPBlueprint
+
+#: A ruled-out action's Q value for argmax and max (see :meth:`QNetwork.allowed`).
+MASKED_Q = -1e9
 
 
 class QNetwork(LegacyNames):
@@ -27,6 +30,9 @@ class QNetwork(LegacyNames):
         self.encoder = build_encoder(observation_space, model_config)
         self.head = head(self.encoder.out_dim, self.action_dim, 1.0)
         self.value_head = head(self.encoder.out_dim, 1, 1.0) if dueling else None
+        #: Whether observations carry an ``action_mask`` leaf (PettingZoo's classic games): ruled-out actions are
+        #: never greedy, never explored, and never the max of a target.
+        self.masked = action_mask_size(observation_space, action_space) is not None
 
     def forward(self, obs: Any) -> torch.Tensor:
         """Q-values, (batch, actions)."""
@@ -36,9 +42,19 @@ class QNetwork(LegacyNames):
             q = self.value_head(features).float() + q - q.mean(-1, keepdim=True)
         return q
 
+    def allowed(self, q: torch.Tensor, obs: Any) -> torch.Tensor:
+        """``q`` with the actions an ``action_mask`` leaf rules out set to :data:`MASKED_Q` (below any real Q value,
+        finite: a terminal row's discount of 0 times it is 0, not NaN); ``q`` as it is without a mask. A row whose
+        mask allows nothing (a game over; an env that gives a waiting agent an empty mask at a truncation, whose
+        value is still bootstrapped) keeps its Q values: a backup from them, not from -1e9."""
+        if not self.masked:
+            return q
+        ruled_out = obs[ACTION_MASK] == 0
+        return q.masked_fill(ruled_out & ~ruled_out.all(-1, keepdim=True), MASKED_Q)
+
     def greedy(self, obs: Any) -> torch.Tensor:
-        """argmax_a Q(s, a)."""
-        return self.forward(obs).argmax(-1)
+        """argmax_a Q(s, a) over the allowed actions."""
+        return self.allowed(self.forward(obs), obs).argmax(-1)
 
     @torch.no_grad()
     def act(self, obs: Any, explore: bool = False) -> torch.Tensor:
@@ -49,6 +65,8 @@ class QNetwork(LegacyNames):
 def q_blueprint(module: QNetwork) -> MLPBlueprint | None:
     """The greedy policy's numpy twin as plain data, for an MLP Q-network on a vector (dueling's V(s) shifts every
     action's Q equally: the argmax needs only the advantages)."""
+    if module.masked:  # (its observations are Dicts, which have no numpy input anyway)
+        return None
     return mlp_blueprint(module, module.encoder, module.head, kind="epsilon_greedy", action_dim=module.action_dim)
 
 
@@ -69,4 +87,4 @@ class EpsilonGreedyPolicy(EpsilonGreedy):
             with torch.inference_mode():
                 return module.greedy(to_torch(obs, device)).cpu().numpy()
 
-        super().__init__(greedy, module.action_dim, rng)
+        super().__init__(greedy, module.action_dim, rng, masked=module.masked)

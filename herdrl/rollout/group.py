@@ -332,16 +332,20 @@ class RayRunnerGroup:
             start_timeout = None if config.sample_timeout_s is None else max(120.0, config.sample_timeout_s)
             self.observation_space, self.action_space = ray.get(self.actors[0].spaces.remote(),
                                                                 timeout=start_timeout)
-            if isinstance(self._actor_config, RunnerConfig) and self._actor_config.policy == PENDING:
-                # The network for these spaces decides: its numpy twin's blueprint, or torch. Told to every
-                # runner before any other call (an actor runs its calls in order) and to the ones started later.
-                policy = runner_policy_for(config, self.observation_space, self.action_space)
-                self._actor_config = self._actor_config.with_policy(policy)
-                for actor in self.actors:
-                    actor.use_policy.remote(policy)
         except ray.exceptions.RayError as exc:
             self.stop()
             raise _herd_cause(exc) or RunnerFailure(f"{label} 1 could not start: {_one_line(exc)}") from exc
+        if isinstance(self._actor_config, RunnerConfig) and self._actor_config.policy == PENDING:
+            # The network for these spaces decides: its numpy twin's blueprint, or torch. Told to every runner
+            # before any other call (an actor runs its calls in order) and to the ones started later.
+            try:
+                policy = runner_policy_for(config, self.observation_space, self.action_space)
+            except BaseException:  # (a config the spaces refuse: DQN on Box actions, ...)
+                self.stop()
+                raise
+            self._actor_config = self._actor_config.with_policy(policy)
+            for actor in self.actors:
+                actor.use_policy.remote(policy)
 
     @property
     def num_healthy(self) -> int:

@@ -26,28 +26,31 @@ PENDING = "pending"
 class RunnerConfig:
     """What a runner reads of an algorithm's config, shippable to a process without the algorithm's module.
 
-    Attributes read as on the config (``config.env``, ``config.seed``, ...: its values); ``fragment_length()``
-    and ``behaviour_logp`` are resolved on the driver; :meth:`full` is the config object itself (imports the
-    algorithm's module, hence torch). ``policy``: a blueprint, :data:`TORCH` or :data:`PENDING`.
+    Attributes read as on the config: its values (``config.env``, ``config.seed``, ...) and its class's constants
+    (``algo_name``, ``behaviour_logp``, ``stores_raw_transitions``, ...); ``fragment_length()`` is resolved on the
+    driver; :meth:`full` is the config object itself (imports the algorithm's module, hence torch). ``policy``: a
+    blueprint, :data:`TORCH` or :data:`PENDING`.
     """
 
     def __init__(self, config: Any, packed: bytes, policy: Any = PENDING) -> None:
         """``packed``: ``config`` pickled by the driver (Ray's cloudpickle: env creators and callbacks classes
         defined in a script travel by value)."""
         self._values = config.to_dict()
+        # The config class's constants runners read (behaviour_logp, stores_raw_transitions, ...): plain data.
+        self._constants = {name: value for name, value in vars_of_class(type(config)).items()
+                           if isinstance(value, (bool, int, float, str))}
         self._fragment_length = config.fragment_length()
-        self.behaviour_logp = bool(getattr(config, "behaviour_logp", False))
         self.is_multi_agent = bool(config.is_multi_agent)
-        self.algo_name = config.algo_name
         self._packed = packed
         self._full: Any = None
         self.policy = policy
 
     def __getattr__(self, name: str) -> Any:
-        values = self.__dict__.get("_values")
-        if values is not None and name in values:
-            return values[name]
-        raise AttributeError(f"'RunnerConfig' has no attribute '{name}'")
+        for found in (self.__dict__.get("_values"), self.__dict__.get("_constants")):
+            if found is not None and name in found:
+                return found[name]
+        raise AttributeError(f"a Ray runner's config has no '{name}' (it holds the config's values and its class's "
+                             "constants; config.full() is the config object, which imports torch)")
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_full": None}  # (the bytes travel; the object is rebuilt where needed)
@@ -70,6 +73,14 @@ class RunnerConfig:
         clone = object.__new__(RunnerConfig)
         clone.__dict__.update({**self.__dict__, "policy": policy})
         return clone
+
+
+def vars_of_class(cls: type) -> dict[str, Any]:
+    """Every attribute a class defines or inherits (the nearest definition wins), callables included."""
+    found: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        found.update({k: v for k, v in vars(klass).items() if not k.startswith("_")})
+    return found
 
 
 def may_run_light(config: Any) -> bool:

@@ -168,9 +168,11 @@ class MultiAgentEnvRunner:
         load_weights(self.module, weights)
 
     def set_exploration(self, params: dict[str, Any] | None) -> None:
-        """Exploration settings for every policy."""
-        for policy in self.policies.values():
-            for key, value in (params or {}).items():
+        """Exploration settings for every policy, or ``{"policies": {policy id: settings}}`` for each its own."""
+        params = params or {}
+        own = params.get("policies", {})
+        for pid, policy in self.policies.items():
+            for key, value in own.get(pid, {} if "policies" in params else params).items():
                 setattr(policy, key, value)
 
     def normalizer_state(self) -> dict[str, np.ndarray]:

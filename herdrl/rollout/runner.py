@@ -134,12 +134,8 @@ class EnvRunner:
         self.weights_version = -1  # no versioned weights yet
         self.explore = True  # False: greedy actions (evaluation runners)
         self._evaluation: Any = None  # the evaluation this runner last took weights for
-        self.recurrent = bool(getattr(self.module, "recurrent", False))
-        if hasattr(self.env, "parts") and not self.recurrent:  # envs stepped in parts the runner overlaps with
-            # acting (atari.TwoHalves); a recurrent policy steps all its envs' states at once
-            self._parts, self._send, self._recv = self.env.parts, self.env.send, self.env.recv
-        else:
-            self._parts, self._send, self._recv = (slice(None),), self._stash, self._step
+        self._policy_error: BaseException | None = None  # why use_policy failed (said at the next sample)
+        self._choose_stepping()
         self.callbacks, self.metrics_logger, self._episodes = runner_callbacks(self, EpisodeTracker, self.env)
         self.reseed(epoch)
 
@@ -176,6 +172,15 @@ class EnvRunner:
         self._episode_return = np.zeros(self.num_envs)
         self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
 
+    def _choose_stepping(self) -> None:
+        """Step the envs in parts the runner overlaps with acting (atari.TwoHalves), or all at once (any other env,
+        and a recurrent policy, which steps all its envs' states together)."""
+        self.recurrent = bool(getattr(self.module, "recurrent", False))
+        if hasattr(self.env, "parts") and not self.recurrent:
+            self._parts, self._send, self._recv = self.env.parts, self.env.send, self.env.recv
+        else:
+            self._parts, self._send, self._recv = (slice(None),), self._stash, self._step
+
     def _algorithm_config(self) -> AlgorithmConfig:
         """The algorithm's config object (a Ray runner's comes as bytes, unpickled here: it imports torch)."""
         return self.config.full() if isinstance(self.config, RunnerConfig) else self.config
@@ -202,11 +207,15 @@ class EnvRunner:
         network (:data:`~herdrl.rollout.light.TORCH`)."""
         if self.module is not None or self._weights is not None:
             return  # told already (a runner started after the driver knew)
-        if policy == TORCH:
-            self.module = self._build_module(self._model_space)
-        else:
-            self._weights = MLPWeights(policy)
-        self.policy = self._make_policy()
+        try:
+            if policy == TORCH:
+                self.module = self._build_module(self._model_space)
+                self._choose_stepping()
+            else:
+                self._weights = MLPWeights(policy)
+            self.policy = self._make_policy()
+        except Exception as exc:  # said by the next sample call, which the driver waits on
+            self._policy_error = exc
 
     def _stash(self, part: int, env_actions: Any) -> None:
         self._env_actions = env_actions
@@ -228,7 +237,12 @@ class EnvRunner:
         elif self._weights is not None:
             self._weights.load(weights)
         else:
-            raise RuntimeError("weights sent before the runner was told its policy (use_policy)")
+            self._no_policy()
+
+    def _no_policy(self) -> None:
+        if self._policy_error is not None:
+            raise self._policy_error
+        raise RuntimeError("the runner was never told its policy (use_policy)")
 
     def normalizer_state(self) -> dict[str, np.ndarray]:
         """The normalisation statistics this runner normalises with (empty without normalisation)."""
@@ -245,6 +259,8 @@ class EnvRunner:
 
     def sample(self, num_steps: int | None = None) -> Fragment:
         """Step every env ``num_steps`` times (default: the config's fragment length)."""
+        if self.policy is None:
+            self._no_policy()
         steps = num_steps or self.config.fragment_length()
         envs = self.num_envs
         obs = self.obs_spec.empty((steps + 1, envs))
