@@ -165,7 +165,7 @@ class AlgorithmConfig:
     supports_lstm: bool = False
     #: Whether fragments carry raw observations and rewards (replay buffers normalise each replayed batch).
     stores_raw_transitions: bool = False
-    #: Whether ``.multi_agent()`` runs can use it (its learner trains one policy per id: PPO, A2C, TRPO, DQN).
+    #: Whether ``.multi_agent()`` runs can use it (its learner trains one policy per id: all but IMPALA and APPO).
     supports_multi_agent: bool = False
     #: The result key the algorithm is judged by: its "solved" and default stop criterion, what ``herd plot`` draws
     #: and what keeps the best checkpoint. The training return, or for algorithms that explore while they train

@@ -49,7 +49,11 @@ class PolicySpec(NamedTuple):
 
 
 #: Keys a policy's ``config`` may not set: what all policies share (how the batch is cut, what runners step).
-SHARED_KEYS = ("train_batch_size", "train_batch_size_per_learner", "minibatch_size", "num_epochs", "model")
+SHARED_KEYS = ("train_batch_size", "train_batch_size_per_learner", "minibatch_size", "num_epochs", "model",
+               # the networks runners build (by the run's config), the runners' exploration, an iteration's
+               # sampling and what checkpoints keep: one for the run
+               "twin_q", "dueling", "exploration_noise", "min_sample_timesteps_per_iteration",
+               "store_buffer_in_checkpoints")
 
 
 def policy_config(config: Any, pid: str) -> Any:
@@ -65,7 +69,8 @@ def policy_config(config: Any, pid: str) -> Any:
         if field is None or field.group != "training" or name in SHARED_KEYS:
             why = "is not a config key" if field is None else "is shared by every policy of the run"
             raise ConfigError(f"policy '{pid}' config key '{key}' {why}; a policy's config takes the algorithm's "
-                              f"learning keys (lr, gamma, entropy_coeff, ...) but not {', '.join(SHARED_KEYS)}")
+                              f"learning keys (lr, gamma, entropy_coeff, replay_buffer_config, ...) but not "
+                              f"{', '.join(SHARED_KEYS)}")
         own._values[name] = field.check(f"policy '{pid}' {key}", value)
     own.schedules()  # a named decay without steps: one line
     return own
@@ -126,7 +131,8 @@ def trained_policies(config: Any) -> list[str]:
 def validate_multi_agent(config: Any) -> None:
     """Cross-key rules of ``.multi_agent()``; normalises ``policies`` in place."""
     if not getattr(config, "supports_multi_agent", False):
-        raise ConfigError(f"{config.algo_name} does not train multi-agent runs yet: use PPO, A2C, TRPO or DQN")
+        raise ConfigError(f"{config.algo_name} does not train multi-agent runs yet: use PPO, A2C, TRPO, DQN, SAC, "
+                          "TD3 or DDPG")
     config._values["policies"] = policies = normalize_policies(config.policies)
     mapping = config.policy_mapping_fn
     if not (mapping is None or callable(mapping) or mapping in MAPPING_NAMES or isinstance(mapping, dict)):

@@ -119,7 +119,7 @@ def test_bad_mappings_name_the_agent_and_the_policies():
     with pytest.raises(ConfigError, match="policies_to_train"):
         relay_config(policies={"p0"}, policies_to_train=["p9"]).validate()
     with pytest.raises(ConfigError, match="does not train multi-agent runs yet"):
-        herdrl.SACConfig().environment("relay").multi_agent(policies={"p"}).validate()
+        herdrl.IMPALAConfig().environment("relay").multi_agent(policies={"p"}).validate()
 
 
 LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
@@ -340,7 +340,7 @@ def test_fragments_of_two_runners_with_different_lengths_learn_together():
 
 # The multi-agent matrix: every algorithm the docs call multi-agent, on a turn-based and a parallel env.
 def documented_multi_agent_algorithms() -> list[str]:
-    """The algorithms docs/multi_agent.md lists ("Algorithms: **PPO, A2C and TRPO**")."""
+    """The algorithms docs/multi_agent.md lists ("Algorithms: **PPO, A2C, TRPO, ...**")."""
     import re
     from pathlib import Path
 
@@ -354,6 +354,10 @@ MULTI_AGENT_ENVS = {  # env id -> multi_agent settings
     "pettingzoo/classic/tictactoe-v3": {"policies": {"main"}},  # turn-based, masked moves, one shared policy
     "relay": SEPARATE,  # parallel, agents join late and leave early, a policy each
 }
+CONTINUOUS = {"SAC", "TD3", "DDPG"}  # Box actions: the relay with continuous actions, shared and separate policies
+CONTINUOUS_ENVS = ["relay-continuous-shared", "relay-continuous"]
+MATRIX = [(algo, env) for algo in MULTI_AGENT_ALGORITHMS
+          for env in (CONTINUOUS_ENVS if algo in CONTINUOUS else sorted(MULTI_AGENT_ENVS))]
 
 
 def test_an_algorithm_overriding_build_module_is_refused_where_it_is_defined():
@@ -371,16 +375,24 @@ def test_the_documented_multi_agent_algorithms_are_the_ones_that_take_a_multi_ag
     assert MULTI_AGENT_ALGORITHMS == supported
 
 
-@pytest.mark.parametrize("env", sorted(MULTI_AGENT_ENVS))
-@pytest.mark.parametrize("algo_name", MULTI_AGENT_ALGORITHMS)
+@pytest.mark.parametrize("algo_name,env", MATRIX)
 def test_every_multi_agent_algorithm_trains_turn_based_and_parallel_envs(algo_name, env):
+    """Discrete algorithms on tic-tac-toe (turn-based) and the relay (parallel); SAC, TD3 and DDPG on the relay with
+    continuous actions, once with a policy per agent and once with one shared policy."""
     from herdrl.registry import get_config_class
 
     training = {"train_batch_size": 256}
-    if algo_name == "DQN":  # learning from the first iteration's replay
-        training = {"train_batch_size": 32, "num_steps_sampled_before_learning_starts": 64}
-    config = (get_config_class(algo_name)().environment(env).env_runners(num_envs_per_env_runner=4)
-              .training(**training).multi_agent(**MULTI_AGENT_ENVS[env]).debugging(seed=0))
+    if algo_name in {"DQN", *CONTINUOUS}:  # learning from the first iteration's replay
+        training = {"train_batch_size": 32, "num_steps_sampled_before_learning_starts": 64,
+                    "min_sample_timesteps_per_iteration": 256, "training_intensity": 32.0}
+    env_config, multi_agent = {}, MULTI_AGENT_ENVS.get(env)
+    if env.startswith("relay-continuous"):
+        env_config = {"continuous": True}
+        multi_agent = {"policies": {"shared"}} if env.endswith("shared") else SEPARATE
+        env = "relay"
+    config = (get_config_class(algo_name)().environment(env, env_config=env_config)
+              .env_runners(num_envs_per_env_runner=4).training(**training).multi_agent(**multi_agent)
+              .debugging(seed=0))
     algo = config.build()
     before = {pid: {k: v.clone() for k, v in algo.module[pid].state_dict().items()} for pid in algo.policies}
     result = algo.train()
@@ -388,6 +400,9 @@ def test_every_multi_agent_algorithm_trains_turn_based_and_parallel_envs(algo_na
         after = algo.module[pid].state_dict()
         assert any(not torch.equal(after[k], before[pid][k]) for k in after), pid
     assert result["num_agent_steps_sampled"] >= 100
+    if "replay_buffer_size/p1" in result:  # relay, a replay buffer per agent's policy: a0 decides at every step,
+        steps = result["num_env_steps_sampled_lifetime"]  # a1 at 3 of 8 (whole episodes per fragment)
+        assert (result["replay_buffer_size/p0"], result["replay_buffer_size/p1"]) == (steps, steps * 3 // 8)
     algo.stop()
 
 
@@ -464,6 +479,22 @@ def test_a_zero_sum_turn_based_run_reports_its_score_against_random_legal_moves(
     relay.stop()
 
 
+def test_sac_learns_a_shared_continuous_policy_from_each_agents_own_replayed_rows():
+    """SAC, one policy for both relay agents with continuous actions (pay 1 - |action - side| / 2: best 11, uniform
+    random 5.5; ignoring the id bit at most 8): it must read the id bit to answer both, learning from both agents'
+    decisions in their own time."""
+    from herdrl import SACConfig
+
+    algo = (SACConfig().environment("relay", env_config={"continuous": True}).env_runners(num_envs_per_env_runner=4)
+            .training(num_steps_sampled_before_learning_starts=200, min_sample_timesteps_per_iteration=256, lr=3e-3,
+                      training_intensity=64.0, train_batch_size=64, model={"fcnet_hiddens": [32, 32]})
+            .multi_agent(policies={"shared"}).debugging(seed=3)).build()
+    results = [algo.train() for _ in range(8)]
+    assert results[0]["episode_return_mean"] < 7  # its first episodes: the initial, near-random policy
+    assert results[-1]["evaluation/episode_return_mean"] >= 9.8 and results[-1]["shared/critic_loss"] >= 0
+    algo.stop()
+
+
 def test_dqn_explores_each_policy_at_its_own_agent_steps_and_snapshots_at_the_schedules_end():
     """Relay: a0 decides at every env step, a1 at 3 of every 8; a linear epsilon over 1,000 agent steps is then
     further along for a0's policy than a1's, computed here from the env steps; a policy that does not learn plays
@@ -490,6 +521,34 @@ def test_dqn_explores_each_policy_at_its_own_agent_steps_and_snapshots_at_the_sc
             {pid: at_round[pid] if pid in trained else 0.05 for pid in ("a0", "a1")})
         algo.stop()
     assert at_row["a0"] < at_row["a1"] < 1.0  # (each policy its own count)
+
+
+def test_td3_acts_at_random_for_each_trained_policys_first_agent_steps_and_keys_every_policy_shares_are_refused():
+    from herdrl import TD3Config
+
+    def relay(**training):
+        return (TD3Config().environment("relay", env_config={"continuous": True}).env_runners(
+            num_envs_per_env_runner=2).training(min_sample_timesteps_per_iteration=32, **training)
+            .multi_agent(policies={"a0", "a1", "a2"}, policy_mapping_fn="per_agent", policies_to_train=["a0", "a1"])
+            .debugging(seed=0))
+
+    algo = relay(num_steps_sampled_before_learning_starts=40).build()  # a0: 32 agent steps a round, a1: 12
+    algo.train()
+    algo.train()  # the second round was sampled after a0's 32 and a1's 12 agent steps
+    assert {pid: policy.random_actions for pid, policy in algo.runners.runner.policies.items()} == \
+        {"a0": True, "a1": True, "a2": False}  # a2 never learns: its actor acts from the start
+    algo.train()  # a0 at 64 >= 40: its actor; a1 at 24: still at random
+    assert {pid: policy.random_actions for pid, policy in algo.runners.runner.policies.items()} == \
+        {"a0": False, "a1": True, "a2": False}
+    algo.stop()
+    for key, value in (("twin_q", False), ("exploration_noise", 0.5), ("min_sample_timesteps_per_iteration", 8)):
+        config = relay().multi_agent(policies={"a0": {"config": {key: value}}, "a1": None, "a2": None})
+        with pytest.raises(ConfigError, match=f"policy 'a0' config key '{key}' is shared by every policy"):
+            config.validate()
+    config = relay().multi_agent(policies={"a0": {"config": {"replay_buffer_config": {"type": "prioritised"}}},
+                                           "a1": None, "a2": None})
+    with pytest.raises(ConfigError, match="prioritised"):
+        config.validate()
 
 
 def test_a_multi_agent_dqn_checkpoint_keeps_each_policys_buffer_targets_and_replay_accounting(tmp_path):

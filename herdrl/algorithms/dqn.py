@@ -24,7 +24,6 @@ class DQNConfig(OffPolicyConfig):
     """DQN settings (RLlib's key names). Defaults follow rl-baselines3-zoo's CartPole-v1 DQN."""
 
     algo_name = "DQN"
-    supports_multi_agent = True
     FIELDS = {
         "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 4),
         "rollout_fragment_length": shared_field("rollout_fragment_length", 64),

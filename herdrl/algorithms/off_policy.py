@@ -1,4 +1,4 @@
-"""What DQN and SAC share: a replay buffer in the driver, sampling rounds, and a replay ratio.
+"""What DQN, SAC, TD3 and DDPG share: a replay buffer in the driver, sampling rounds, and a replay ratio.
 
 An iteration samples ``min_sample_timesteps_per_iteration`` env steps in rounds of one fragment per runner.
 Once the buffer holds ``num_steps_sampled_before_learning_starts`` transitions, each round is followed by as
@@ -34,6 +34,8 @@ class OffPolicyConfig(AlgorithmConfig):
 
     #: Training episodes explore: stop and "solved" use the greedy evaluation metric.
     stop_metric = "evaluation/episode_return_mean"
+    #: A replay buffer per trained policy (OffPolicyAlgorithm's streams).
+    supports_multi_agent = True
     #: The replay buffer holds raw transitions; each replayed batch is normalised with the current statistics.
     stores_raw_transitions = True
     FIELDS = {
@@ -52,8 +54,13 @@ class OffPolicyConfig(AlgorithmConfig):
     ALIASES = {"learning_starts": "num_steps_sampled_before_learning_starts"}
 
     def validate_algorithm(self) -> None:
-        """Replay settings."""
+        """Replay settings (each policy's own, in a multi-agent run)."""
         check_replay_config(self.replay_buffer_config, self.train_batch_size)
+        if self.is_multi_agent:
+            from herdrl.multi_agent import policy_config
+
+            for pid in self.policies or {}:
+                check_replay_config(policy_config(self, pid).replay_buffer_config, self.train_batch_size)
 
 
 #: Defaults SAC and TD3 share (SB3's): one env per runner, a gradient step of 256 per env step, soft targets.
@@ -132,7 +139,7 @@ class _Replay:
 
 class OffPolicyAlgorithm(Algorithm):
     """The sampling/replay loop; subclasses give their learner (``learner_class``) and may override
-    :meth:`exploration`. A multi-agent run (DQN) replays each trained policy's own rows: a buffer, a replay ratio
+    :meth:`exploration`. A multi-agent run replays each trained policy's own rows: a buffer, a replay ratio
     and gradient steps per policy, counted in its agent steps."""
 
     def setup(self) -> None:
@@ -198,12 +205,12 @@ class OffPolicyAlgorithm(Algorithm):
             for key, stream in self.streams.items():
                 if not stream.learning:
                     continue
-                round_sums, due = self._replay(key, stream, new_steps.get(key, 0))
+                round_sums, round_counts, due = self._replay(key, stream, new_steps.get(key, 0))
                 updates += due
                 for name, value in round_sums.items():
                     sums[name] = sums.get(name, 0.0) + value
-                    counts[name] = counts.get(name, 0) + due
-        means = {k: v / counts[k] for k, v in sums.items()}  # over each metric's gradient steps
+                    counts[name] = counts.get(name, 0) + round_counts[name]
+        means = {k: v / counts[k] for k, v in sums.items()}  # over the gradient steps that reported each metric
         sizes = {"replay_buffer_size": len(self.buffer)} if not self.multi_agent else \
             {f"replay_buffer_size/{pid}": len(stream.buffer) for pid, stream in self.streams.items()}
         return {**means, "num_gradient_updates": updates, **sizes, **self.exploration_metrics()}
@@ -214,12 +221,15 @@ class OffPolicyAlgorithm(Algorithm):
             return [(None, fragment)]
         return [(pid, part) for pid, part in fragment.policies.items() if pid in self.streams]
 
-    def _replay(self, key: str | None, stream: _Replay, new_steps: int) -> tuple[dict[str, float], int]:
+    def _replay(self, key: str | None, stream: _Replay,
+                new_steps: int) -> tuple[dict[str, float], dict[str, int], int]:
         """The gradient steps a round of ``new_steps`` sampled steps makes due on one stream: their metrics summed
-        (``<policy>/<name>`` in multi-agent runs), and how many they were."""
+        (``<policy>/<name>`` in multi-agent runs), how many steps reported each (TD3's actor loss: every
+        ``policy_delay``-th), and how many steps there were."""
         cfg = stream.config
         due = stream.due(new_steps)
         sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
         clock = 0
         for j in range(due):  # the round's sampled steps, spread evenly over its gradient steps
             data, slots, weights = stream.buffer.sample(cfg.train_batch_size)
@@ -233,8 +243,9 @@ class OffPolicyAlgorithm(Algorithm):
             stream.buffer.update_priorities(slots, td_errors)
             for name, value in metrics.items():
                 sums[name] = sums.get(name, 0.0) + value
+                counts[name] = counts.get(name, 0) + 1
         stream.pending_clock += new_steps - clock
-        return sums, due
+        return sums, counts, due
 
     def normalized(self, data: dict[str, Any]) -> dict[str, Any]:
         """A replayed batch of raw transitions as the learner reads it: observations filtered and rewards scaled

@@ -214,8 +214,15 @@ class TD3(OffPolicyAlgorithm):
     learner_class = TD3Learner
 
     def exploration(self, env_steps: int) -> dict[str, Any] | None:
-        """Uniform random actions until learning starts, then the actor with Gaussian noise."""
-        return {"random_actions": bool(env_steps < self.config.num_steps_sampled_before_learning_starts)}
+        """Uniform random actions until learning starts, then the actor with Gaussian noise; in a multi-agent run
+        each trained policy for its first ``num_steps_sampled_before_learning_starts`` agent steps (a policy that
+        does not learn: never)."""
+        if not self.multi_agent:
+            return {"random_actions": bool(env_steps < self.config.num_steps_sampled_before_learning_starts)}
+        steps = self._policy_steps()
+        return {"policies": {pid: {"random_actions": pid in self.streams and steps.get(pid, 0)
+                                   < self.streams[pid].config.num_steps_sampled_before_learning_starts}
+                             for pid in self.config.policies}}
 
 
 class DDPG(TD3):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -183,6 +184,9 @@ class CueRelay:
 
     ``a0`` plays steps 0-7 (then truncated); ``a1`` joins at step 2 and leaves after step 4 (terminated). Best
     return 11 (8 + 3), random 5.5. One policy shared by both must read the id bit; separate policies need not.
+
+    ``env_config={"continuous": True}``: the action is a number in [-1, 1] (Box(1)), paid ``1 - |action -
+    side| / 2`` with ``side`` +1 or -1 (the side to name): best 11 again, uniform random actions 5.5.
     """
 
     metadata: dict = {"name": "cue_relay", "render_modes": []}
@@ -191,7 +195,8 @@ class CueRelay:
 
     def __init__(self, env_config: dict | None = None) -> None:
         self._obs_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-        self._act_space = gym.spaces.Discrete(2)
+        self.continuous = bool((env_config or {}).get("continuous", False))
+        self._act_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32) if self.continuous else gym.spaces.Discrete(2)
         self.agents: list[str] = []
         self._rng = np.random.default_rng()
 
@@ -200,7 +205,7 @@ class CueRelay:
         return self._obs_space
 
     def action_space(self, agent: str) -> gym.Space:
-        """Discrete(2): 1 names a positive cue (for a0; a negative one for a1)."""
+        """Discrete(2): 1 names a positive cue (for a0; a negative one for a1); Box(1) when continuous."""
         return self._act_space
 
     def _observe(self) -> dict[str, np.ndarray]:
@@ -214,10 +219,9 @@ class CueRelay:
         self.t, self.agents = 0, ["a0"]
         return self._observe(), {agent: {} for agent in self.agents}
 
-    def step(self, actions: dict[str, int]) -> tuple[dict, dict, dict, dict, dict]:
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         """Pay each agent, then let ``a1`` join or leave and ``a0`` run out of time."""
-        rewards = {agent: float((int(actions[agent]) == 1) == ((self._cues[agent] > 0) == (agent == "a0")))
-                   for agent in self.agents}
+        rewards = {agent: self._paid(agent, actions[agent]) for agent in self.agents}
         terminated = {agent: False for agent in self.agents}
         truncated = {agent: False for agent in self.agents}
         self.t += 1
@@ -231,6 +235,12 @@ class CueRelay:
         for agent in ended:  # a final observation: no cue left to read
             obs[agent] = np.array([0.0, float(agent == "a1")], np.float32)
         return obs, rewards, terminated, truncated, {agent: {} for agent in obs}
+
+    def _paid(self, agent: str, action: Any) -> float:
+        positive = (self._cues[agent] > 0) == (agent == "a0")  # whether the side to name is +1
+        if self.continuous:
+            return float(1.0 - abs(float(np.asarray(action).reshape(-1)[0]) - (1.0 if positive else -1.0)) / 2)
+        return float((int(action) == 1) == positive)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -349,9 +349,9 @@ class RayLearnerGroup:
         updates and :class:`FragmentsLost` names them. A learner that dies: the group restarts and updates again."""
         import ray
 
-        # Data goes into the object store once for all learners; small arguments (a seed, a count) go by value, and
-        # a list of references as it is (Ray keeps the objects alive for the learners that borrow them).
-        refs = [a if isinstance(a, (int, float)) or _all_refs(a) else ray.put(a) for a in args]
+        # Data goes into the object store once for all learners; small arguments (a seed, a count, a policy id) go by
+        # value, and a list of references as it is (Ray keeps the objects alive for the learners that borrow them).
+        refs = [a if isinstance(a, (int, float, str)) or _all_refs(a) else ray.put(a) for a in args]
         # Every rank takes the scheduled hyperparameters (lr, ...) at the same env-step count: they agree.
         step = self.step_source() if self.step_source else None
         results = self._call("update", lambda: [actor.call.remote("update_at", step, *self._aggregated(refs, rank))

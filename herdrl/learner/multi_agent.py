@@ -53,9 +53,9 @@ class MultiAgentLearner(Learner):
         """Each trained policy's update on its fragments, in sorted order; metrics ``<policy id>/<name>``.
         ``args`` (PPO's and TRPO's seed) give each policy its own seed, drawn in that order.
 
-        Replay algorithms (DQN) update one policy at a time: ``update(policy_id, batch, weights, steps)`` is that
-        policy's learner's update on a batch replayed from its own buffer; returns its metrics (named as above)
-        and TD errors."""
+        Replay algorithms (DQN, SAC, TD3, DDPG) update one policy at a time: ``update(policy_id, batch, weights,
+        steps)`` is that policy's learner's update on a batch replayed from its own buffer; returns its metrics
+        (named as above) and TD errors."""
         if isinstance(fragments, str):
             metrics, td_errors = self.learners[fragments].update(*args)
             return {f"{fragments}/{key}": value for key, value in metrics.items()}, td_errors

@@ -1,8 +1,8 @@
 """Light runners: Ray runner processes that never import torch when their policy runs in numpy.
 
-A Ray runner holding torch takes ~320 MB of memory; without it ~80 MB (numpy, Gymnasium, Ray), which is what
-lets dozens of runners share a node. Two things would pull torch into a runner: the algorithm's config class
-(it lives beside the algorithm's torch code) and the policy network. So a runner is sent a
+A Ray runner holding torch takes ~320 MB of memory; without it ~130 MB (about an idle Ray worker's 125 MB),
+which is what lets dozens of runners share a node. Two things would pull torch into a runner: the algorithm's
+config class (it lives beside the algorithm's torch code) and the policy network. So a runner is sent a
 :class:`RunnerConfig` (the config's values, plain data; the config object itself travels as bytes, unpickled
 only if the runner turns out to need torch) and starts without a policy. Once the first runner reports the
 env's spaces, the driver builds the network, reads its numpy twin's :class:`~herdrl.models.numpy_policy.
