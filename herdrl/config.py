@@ -819,12 +819,15 @@ class AlgorithmConfig:
         filled = dict(values)
         for key, value in values.items():
             field = fields.get(aliases.get(key, key))
-            if field is None or not field.schedule or with_steps(value, steps) == value:
+            if field is None or not field.schedule:
+                continue
+            given = with_steps(value, steps)
+            if given == value:
                 continue
             if multi_agent:
                 raise ConfigError(f"{key}: a multi-agent run counts schedules in each policy's own agent steps, "
                                   "not env steps: give the decay its steps")
-            filled[key] = with_steps(value, steps)
+            filled[key] = given
         return filled
 
     def schedules(self) -> dict[str, Any]:

@@ -247,12 +247,15 @@ def read_tracker_state(logdir: Path) -> dict[str, Any]:
     return state if isinstance(state, dict) else {}
 
 
-def save_tracker_state(logdir: Path, trackers: list[Any]) -> None:
+def save_tracker_state(logdir: Path, trackers: list[Any], known: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write every tracker's ``state()`` (run id, last row) to the trial's ``trackers.json`` in one write; entries
-    of trackers not used this time are kept (a later run with them continues their runs)."""
+    of trackers not used this time are kept (a later run with them continues their runs). ``known``: the file's
+    content as last read or written (read here when None); returns what was written."""
+    state = {**(read_tracker_state(logdir) if known is None else known),
+             **{tracker.name: tracker.state() for tracker in trackers}}
     if trackers:
-        write_json_atomic(Path(logdir) / TRACKERS_FILE,
-                          {**read_tracker_state(logdir), **{tracker.name: tracker.state() for tracker in trackers}})
+        write_json_atomic(Path(logdir) / TRACKERS_FILE, state)
+    return state
 
 
 class Logger:
@@ -275,6 +278,7 @@ class Logger:
         write_json_atomic(self.logdir / "params.json", params)
         self.console = console
         self.trackers = list(trackers or [])
+        self._tracker_state = read_tracker_state(self.logdir) if self.trackers else {}  # (read once, kept here)
         #: How the run ended, for the trackers: FINISHED, FAILED, or KILLED (stopped to be resumed).
         self.end_status = "FINISHED"
         self._tracker_said: set[str] = set()
@@ -319,7 +323,8 @@ class Logger:
             write_tensorboard(self._tb, result)
         if self.trackers:
             self._to_trackers("log", result)
-            save_tracker_state(self.logdir, self.trackers)  # (run ids, last rows: a resumed run logs no row twice)
+            # (run ids, last rows: a resumed run logs no row twice)
+            self._tracker_state = save_tracker_state(self.logdir, self.trackers, self._tracker_state)
         if self.console is not None:
             self.console.report(result)
 

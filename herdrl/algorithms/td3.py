@@ -20,7 +20,7 @@ from torch import nn
 from herdrl.algorithms.dqn import polyak_update
 from herdrl.algorithms.off_policy import ACTOR_CRITIC_FIELDS, OffPolicyAlgorithm, OffPolicyConfig, OffPolicyLearner
 from herdrl.config import MODEL_DEFAULTS, Field, shared_field
-from herdrl.models.actor_critic import mlp_blueprint, weight_views
+from herdrl.models.actor_critic import box_scaling, mlp_blueprint, weight_views
 from herdrl.models.encoders import build_encoder, head, module_device, to_torch
 from herdrl.models.numpy_policy import MLPBlueprint, NoisyTanh
 from herdrl.models.sac_networks import QCritic, check_bounded_box
@@ -125,8 +125,7 @@ class TD3Module(nn.Module):
 def td3_blueprint(module: TD3Module, noise_std: float) -> MLPBlueprint | None:
     """The runners' noisy actor as plain data, for an MLP on a vector."""
     return mlp_blueprint(module, module.pi_encoder, module.pi_head, kind="noisy_tanh", action_dim=module.action_dim,
-                         params={"scale": module.action_scale.cpu().tolist(), "bias": module.action_bias.cpu().tolist(),
-                                 "noise_std": float(noise_std)})
+                         params={**box_scaling(module), "noise_std": float(noise_std)})
 
 
 class NoisyActor(NoisyTanh):

@@ -207,6 +207,11 @@ def mlp_blueprint(module: nn.Module, encoder: nn.Module, head: nn.Linear, *, kin
         params=params or {})
 
 
+def box_scaling(module: nn.Module) -> dict[str, list[float]]:
+    """A tanh actor's scaling into its Box (``action_scale``, ``action_bias`` buffers) as blueprint params."""
+    return {"scale": module.action_scale.cpu().tolist(), "bias": module.action_bias.cpu().tolist()}
+
+
 def weight_views(module: nn.Module, blueprint: MLPBlueprint) -> MLPWeights:
     """The blueprint's MLP on views of ``module``'s weights: loading the module updates it."""
     state = module.state_dict(keep_vars=True)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from herdrl.models.actor_critic import mlp_blueprint, weight_views
+from herdrl.models.actor_critic import box_scaling, mlp_blueprint, weight_views
 from herdrl.models.encoders import LegacyNames, build_encoder, head, mlp_body, module_device, to_torch
 from herdrl.models.numpy_policy import MLPBlueprint, SquashedGaussian, split_mean_log_std
 
@@ -117,8 +117,7 @@ def sac_blueprint(module: SACModule) -> MLPBlueprint | None:
     """The actor's numpy twin as plain data, for an MLP on a vector."""
     return mlp_blueprint(module, module.pi_encoder, module.pi_head, kind="squashed_gaussian",
                          action_dim=module.action_dim,
-                         params={"scale": module.action_scale.cpu().tolist(), "bias": module.action_bias.cpu().tolist(),
-                                 "log_std_min": LOG_STD_MIN, "log_std_max": LOG_STD_MAX})
+                         params={**box_scaling(module), "log_std_min": LOG_STD_MIN, "log_std_max": LOG_STD_MAX})
 
 
 class NumpySACPolicy(SquashedGaussian):
