@@ -131,8 +131,8 @@ def trained_policies(config: Any) -> list[str]:
 def validate_multi_agent(config: Any) -> None:
     """Cross-key rules of ``.multi_agent()``; normalises ``policies`` in place."""
     if not getattr(config, "supports_multi_agent", False):
-        raise ConfigError(f"{config.algo_name} does not train multi-agent runs yet: use PPO, A2C, TRPO, DQN, SAC, "
-                          "TD3 or DDPG")
+        raise ConfigError(f"{config.algo_name} does not train multi-agent runs: use PPO, A2C, TRPO, IMPALA, APPO, "
+                          "DQN, SAC, TD3 or DDPG")
     config._values["policies"] = policies = normalize_policies(config.policies)
     mapping = config.policy_mapping_fn
     if not (mapping is None or callable(mapping) or mapping in MAPPING_NAMES or isinstance(mapping, dict)):

@@ -118,8 +118,9 @@ def test_bad_mappings_name_the_agent_and_the_policies():
         relay_config(policies={"x", "y"}).build()
     with pytest.raises(ConfigError, match="policies_to_train"):
         relay_config(policies={"p0"}, policies_to_train=["p9"]).validate()
-    with pytest.raises(ConfigError, match="does not train multi-agent runs yet"):
-        herdrl.IMPALAConfig().environment("relay").multi_agent(policies={"p"}).validate()
+    solo = type("SoloConfig", (PPOConfig,), {"algo_name": "Solo", "supports_multi_agent": False})
+    with pytest.raises(ConfigError, match="Solo does not train multi-agent runs: use PPO, A2C, TRPO, IMPALA, APPO"):
+        solo().environment("relay").multi_agent(policies={"p"}).validate()
 
 
 LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
@@ -410,6 +411,7 @@ def test_every_multi_agent_algorithm_trains_turn_based_and_parallel_envs(algo_na
 @pytest.mark.parametrize("algo_name,training", [
     ("TRPO", {"train_batch_size": 128}),
     ("DQN", {"num_steps_sampled_before_learning_starts": 64, "min_sample_timesteps_per_iteration": 128}),
+    ("APPO", {"train_batch_size": 400}),  # asynchronous: fragments as they come
 ])
 def test_a_turn_based_game_trains_on_two_ray_runners(algo_name, training):
     from herdrl.registry import get_config_class
@@ -419,6 +421,8 @@ def test_a_turn_based_game_trains_on_two_ray_runners(algo_name, training):
         .multi_agent(policies={"main"}).debugging(seed=0)).build()
     results = [algo.train() for _ in range(2)]
     assert results[-1]["num_healthy_env_runners"] == 2 and results[-1]["num_episodes_lifetime"] > 0
+    if algo_name == "APPO":  # the policy's own lag, from the versions its fragments were stamped with
+        assert results[-1]["policy_lag_max/main"] == results[-1]["policy_lag_max"] >= 0
     algo.stop()
 
 
@@ -576,4 +580,117 @@ def test_a_multi_agent_dqn_checkpoint_keeps_each_policys_buffer_targets_and_repl
     assert len(algo.streams["a0"].buffer) != len(algo.streams["a1"].buffer)  # each its own agent's rows
     assert restored.train()["num_gradient_updates"] > 0
     algo.stop()
+    restored.stop()
+
+
+def impala_relay_config(algo_name="IMPALA", **training):
+    from herdrl.registry import get_config_class
+
+    return (get_config_class(algo_name)().environment("relay")
+            .env_runners(num_envs_per_env_runner=4, rollout_fragment_length=16)
+            .training(**{"train_batch_size": 64, "lr": 3e-3, **training}).multi_agent(**SEPARATE).debugging(seed=3))
+
+
+def test_vtrace_targets_follow_each_agent_through_padding_episode_breaks_and_fragment_ends():
+    """IMPALA's V-trace on a policy's fragment (padded in front, as beside a longer one) gives each decision the
+    targets of the V-trace recursion walked over that agent's own real rows, here: importance weights of the
+    moved policy against the logged behaviour log-probabilities, clipped at rho-bar and c-bar, cut at
+    terminations, bootstrapped from the final observation on truncation and from the last observation at the
+    fragment's end."""
+    from herdrl.algorithms.impala import vtrace_batch
+    from herdrl.rollout.multi_agent import pad_front
+
+    config = impala_relay_config(gamma=0.9, vtrace_clip_rho_threshold=1.2)
+    config.validate()
+    runner = MultiAgentEnvRunner(config)
+    runner.sample(7)
+    fragment = runner.sample(13)
+    torch.manual_seed(0)
+    for pid, part in fragment.policies.items():
+        module = runner.module[pid]
+        with torch.no_grad():  # the learner has moved on since the rows were sampled: ratios differ from 1
+            for weight in module.parameters():
+                weight.add_(0.3 * torch.randn_like(weight))
+        value = lambda o, module=module: float(module.value(torch.as_tensor(o[None]))[0])  # noqa: E731
+
+        def logp(o, a, module=module):
+            dist_inputs, _ = module(torch.as_tensor(o[None]))
+            return float(module.log_prob_entropy(dist_inputs, torch.as_tensor(a[None]))[0][0])
+
+        expected = np.zeros(part.valid.shape)
+        for b in range(part.valid.shape[1]):
+            rows = list(np.nonzero(part.valid[:, b])[0])
+            later = None  # (vs, V) of the row after, in the same episode
+            for t in reversed(rows):
+                ratio = np.exp(logp(part.obs[t, b], part.actions[t, b]) - part.logp[t, b])
+                rho, c = min(1.2, ratio), min(1.0, ratio)
+                v = value(part.obs[t, b])
+                if part.terminateds[t, b]:
+                    next_v, later = 0.0, None
+                elif part.truncateds[t, b]:
+                    next_v, later = value(part.obs[t + 1, b]), None
+                elif later is None:  # the column's last row, its episode still going: bootstrap
+                    next_v = value(part.obs[-1, b])
+                else:
+                    next_v = later[1]
+                vs = v + rho * (part.rewards[t, b] + 0.9 * next_v - v)
+                if later is not None:
+                    vs += 0.9 * c * (later[0] - later[1])
+                expected[t, b] = vs
+                later = (vs, v)
+        batch = vtrace_batch(module, [pad_front(part, len(part.valid) + 3)], config, torch.device("cpu"))
+        np.testing.assert_allclose(batch["vs"].numpy(), expected[part.valid], atol=1e-5)
+
+
+def test_impala_learns_a_policy_per_agent_from_v_trace_on_each_agents_rows():
+    algo = impala_relay_config().build()
+    results = [algo.train() for _ in range(8)]
+    assert results[-1]["episode_return_mean"] > 10  # 11 at best, 5.5 at random
+    algo.stop()
+
+
+@pytest.mark.parametrize("algo_name", ["IMPALA", "APPO"])
+def test_asynchronous_algorithms_version_each_policy_by_its_own_updates_and_resume_them(algo_name, tmp_path):
+    """Policy "b" plays a1 in one episode of three: it is updated only on batches with its rows, so its version
+    (its updates) trails "a"'s; the runner samples with the versions of the last broadcast (every 3rd update), and
+    a restored run (with another lr) goes on from the saved versions."""
+    from herdrl.learner.multi_agent import MultiAgentLearner
+
+    def rare_b(agent, episode, **kw):
+        return "b" if agent == "a1" and episode.episode_index % 3 == 0 else "a"
+
+    config = (impala_relay_config(algo_name, train_batch_size=16, broadcast_interval=3, num_updates_per_iteration=4)
+              .env_runners(num_envs_per_env_runner=1, rollout_fragment_length=16)
+              .multi_agent(policies={"a", "b"}, policy_mapping_fn=rare_b))
+    algo = config.build()
+    counts, history = {"a": 0, "b": 0}, [{"a": 0, "b": 0}]  # history[n]: each policy's updates after n batches
+    inner = algo.learners.learner
+    passes = config.circular_buffer_iterations_per_batch
+    for pid, learner in inner.learners.items():
+        def counted(*args, pid=pid, update=learner.update):
+            counts[pid] += passes
+            return update(*args)
+        learner.update = counted
+    outer = inner.update
+
+    def recorded(*args):
+        result = outer(*args)
+        history.append(dict(counts))
+        return result
+    inner.update = recorded
+    results = [algo.train() for _ in range(6)]
+    batches = len(history) - 1
+    assert algo.policy_updates == counts and 0 < counts["b"] < counts["a"] == batches * passes
+    broadcast_at = max(n for n in range(batches + 1) if n == 0 or n * passes // 3 > (n - 1) * passes // 3)
+    assert algo.sampler.runner.weights_version == history[broadcast_at]
+    lags = [r for r in results if "policy_lag_max/a" in r]
+    assert lags and all(0 <= r["policy_lag_max/a"] <= 2 and "policy_lag_mean/b" in r for r in lags)
+    assert isinstance(algo.learners.learner, MultiAgentLearner)
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    restored = config.copy().training(lr=1e-4).build()
+    restored.restore(path)
+    assert restored.policy_updates == counts and restored.learners.learner.learners["a"].hp["lr"] == 1e-4
+    restored.train()
+    assert restored.policy_updates["a"] > counts["a"]
     restored.stop()

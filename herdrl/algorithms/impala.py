@@ -25,6 +25,7 @@ from herdrl.config import AlgorithmConfig, Field, shared_field
 from herdrl.errors import ConfigError
 from herdrl.learner import Learner
 from herdrl.models.encoders import to_torch
+from herdrl.multi_agent import trained_policies
 from herdrl.obs import obs_concat, obs_map
 from herdrl.optim import Adam
 from herdrl.rollout import Fragment
@@ -40,6 +41,7 @@ class IMPALAConfig(AlgorithmConfig):
 
     algo_name = "IMPALA"
     supports_lstm = True
+    supports_multi_agent = True  # V-trace on each policy's rows, in its agents' own time
     behaviour_logp = True  # runners record the sampling policy's log-probabilities
     FIELDS = {
         "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 8),
@@ -154,6 +156,7 @@ class IMPALALearner(Learner):
     targets - entropy bonus, per train batch."""
 
     config: IMPALAConfig
+    seed_arg = 1  # update(fragments, passes, seed)
 
     def setup(self) -> None:
         """Adam over the actor-critic (RLlib's IMPALA default optimizer)."""
@@ -219,13 +222,34 @@ class IMPALA(Algorithm):
             if isinstance(self.runners, RayRunnerGroup) else LocalSampler(self.runners))
         self.queue: deque[Sampled] = deque()  # fragments' infos, and the fragments or references to them
         self.num_updates = 0  # the learner's version: fragments carry the version that sampled them
+        # Multi-agent runs: each trained policy's own version (its updates so far; a policy with no rows in a batch
+        # is not updated on it), stamped on fragments as a dict, so each policy's lag is its own.
+        self.policy_updates: dict[str, int] = (dict.fromkeys(trained_policies(self.config), 0) if self.multi_agent
+                                               else {})
         self.num_env_steps_trained_lifetime = 0
         self.num_broadcasts = 0
         self._broadcast()
 
+    def _version(self) -> int | dict[str, int]:
+        """What runners stamp on their fragments: the update count, or each trained policy's."""
+        return dict(self.policy_updates) if self.multi_agent else self.num_updates
+
     def _broadcast(self) -> None:
-        self.sampler.set_weights(self.runner_weights(), self.num_updates)
+        self.sampler.set_weights(self.runner_weights(), self._version())
         self.num_broadcasts += 1
+
+    def _lags(self, batch: list[Sampled], lags: dict[str, list[int]]) -> None:
+        """Add each fragment's policy lag (updates since its weights) to ``lags``: under ``""``, and in multi-agent
+        runs per trained policy with rows in it (a policy's own updates since its weights)."""
+        for item in batch:
+            version = item.info.weights_version
+            if not isinstance(version, dict):
+                lags.setdefault("", []).append(self.num_updates - version)
+                continue
+            for pid, rows in item.info.policy_steps.items():
+                if rows and pid in version:
+                    lags.setdefault(pid, []).append(self.policy_updates[pid] - version[pid])
+                    lags.setdefault("", []).append(self.policy_updates[pid] - version[pid])
 
     def training_step(self) -> dict[str, float]:
         """Fetch fragments as they arrive and learn on every full train batch, until ``num_updates_per_iteration``
@@ -237,8 +261,9 @@ class IMPALA(Algorithm):
         capacity = cfg.circular_buffer_num_batches * per_batch
         updates, gradient_steps, trained = 0, 0, 0
         broadcasts, dropped = self.num_broadcasts, self.sampler.num_dropped
-        lags: list[int] = []
+        lags: dict[str, list[int]] = {}  # "" -> every fragment's; policy id -> its own (multi-agent)
         sums: dict[str, float] = {}
+        counts: dict[str, int] = {}  # updates that reported each metric (a policy with no rows reports none)
         max_queue = 0
         deadline = None if cfg.min_time_s_per_iteration is None else start + cfg.min_time_s_per_iteration
         while updates < cfg.num_updates_per_iteration and (deadline is None or time.perf_counter() < deadline):
@@ -260,10 +285,15 @@ class IMPALA(Algorithm):
                     self.queue.extendleft(reversed([item for i, item in enumerate(batch) if i not in lost]))
                     learn_time += time.perf_counter() - learning
                     continue
-                lags += [self.num_updates - item.info.weights_version for item in batch]
-                gradient_steps += int(metrics.pop("num_gradient_steps"))
+                self._lags(batch, lags)
+                for key in [key for key in metrics if key.rsplit("/", 1)[-1] == "num_gradient_steps"]:
+                    gradient_steps += int(metrics.pop(key))  # (per policy in multi-agent runs)
                 for key, value in metrics.items():
                     sums[key] = sums.get(key, 0.0) + value * passes
+                    counts[key] = counts.get(key, 0) + passes
+                for pid in self.policy_updates:  # the policies this batch updated: those with rows in it
+                    if any(item.info.policy_steps.get(pid) for item in batch):
+                        self.policy_updates[pid] += passes
                 before, self.num_updates = self.num_updates, self.num_updates + passes
                 updates += passes
                 if self.num_updates // cfg.broadcast_interval > before // cfg.broadcast_interval:
@@ -273,10 +303,15 @@ class IMPALA(Algorithm):
                 trained += steps * cfg.circular_buffer_iterations_per_batch
         self.num_env_steps_trained_lifetime += trained
         elapsed = time.perf_counter() - start
-        return {**{k: v / max(updates, 1) for k, v in sums.items()},
+        lag_rows = {}
+        for pid, values in sorted(lags.items()):
+            suffix = f"/{pid}" if pid else ""
+            lag_rows.update({f"policy_lag_mean{suffix}": float(np.mean(values)),
+                             f"policy_lag_max{suffix}": max(values)})
+        return {**{k: v / counts[k] for k, v in sums.items()},
                 "num_gradient_updates": gradient_steps, "num_env_steps_trained": trained,
                 "num_env_steps_trained_lifetime": self.num_env_steps_trained_lifetime,
-                "policy_lag_mean": float(np.mean(lags)) if lags else 0.0, "policy_lag_max": max(lags, default=0),
+                "policy_lag_mean": 0.0, "policy_lag_max": 0, **lag_rows,
                 "learner_busy_fraction": learn_time / elapsed if elapsed > 0 else 0.0,
                 "queue_depth": len(self.queue), "queue_depth_max": max_queue,
                 "queue_bytes": sum(item.info.nbytes for item in self.queue),
@@ -287,7 +322,8 @@ class IMPALA(Algorithm):
     def learner_state(self) -> dict[str, Any]:
         """The learner's state plus the update count (the weights' version) and the trained env steps."""
         return {**super().learner_state(), "num_updates": self.num_updates,
-                "num_env_steps_trained_lifetime": self.num_env_steps_trained_lifetime}
+                "num_env_steps_trained_lifetime": self.num_env_steps_trained_lifetime,
+                **({"policy_updates": dict(self.policy_updates)} if self.multi_agent else {})}
 
     def load_learner_state(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`learner_state`; fragments of the old timeline (queued or in flight) are dropped and
@@ -295,6 +331,8 @@ class IMPALA(Algorithm):
         super().load_learner_state(state)
         self.num_updates = int(state.get("num_updates", 0))
         self.num_env_steps_trained_lifetime = int(state.get("num_env_steps_trained_lifetime", 0))
+        saved = state.get("policy_updates", {})
+        self.policy_updates = {pid: int(saved.get(pid, 0)) for pid in self.policy_updates}
         self.queue.clear()
         self.sampler.forget_in_flight()
         self._broadcast()

@@ -62,6 +62,10 @@ class Learner:
     def setup(self) -> None:
         """Create optimizers (and target networks, ...); called at the end of ``__init__``."""
 
+    #: Where ``update``'s seed is among its arguments after the fragments (PPO's ``update(fragments, seed)``: 0;
+    #: IMPALA's ``update(fragments, passes, seed)``: 1): the multi-agent learner draws each policy's own from it.
+    seed_arg = 0
+
     def update(self, *args: Any, **kwargs: Any) -> Any:
         """Learn from one batch; return metrics (a dict of floats)."""
         raise NotImplementedError

@@ -33,6 +33,7 @@ class MultiAgentLearner(Learner):
         self.device = device if device is not None else learner_device(config)
         self.rank, self.world_size = rank, world_size
         self._sum_seconds = 0.0
+        self.seed_arg = inner.seed_arg
         self.learners: dict[str, Learner] = {
             pid: inner(policy_config(config, pid), observation_space[pid], action_space[pid], self.device, rank,
                        world_size)
@@ -51,7 +52,8 @@ class MultiAgentLearner(Learner):
 
     def update(self, fragments: list[Any] | str, *args: Any) -> Any:
         """Each trained policy's update on its fragments, in sorted order; metrics ``<policy id>/<name>``.
-        ``args`` (PPO's and TRPO's seed) give each policy its own seed, drawn in that order.
+        ``args`` are the algorithm's (PPO's seed; IMPALA's passes and seed): the seed among them (the inner
+        learner's ``seed_arg``) gives each policy its own seed, drawn in that order.
 
         Replay algorithms (DQN, SAC, TD3, DDPG) update one policy at a time: ``update(policy_id, batch, weights,
         steps)`` is that policy's learner's update on a batch replayed from its own buffer; returns its metrics
@@ -59,16 +61,17 @@ class MultiAgentLearner(Learner):
         if isinstance(fragments, str):
             metrics, td_errors = self.learners[fragments].update(*args)
             return {f"{fragments}/{key}": value for key, value in metrics.items()}, td_errors
-        rng = np.random.default_rng(args[0]) if args else None
+        at = self.seed_arg
+        rng = np.random.default_rng(args[at]) if len(args) > at else None
         metrics: dict[str, float] = {}
         for pid in self.trained:
-            seed = () if rng is None else (int(rng.integers(2**63)),)
+            own = args if rng is None else (*args[:at], int(rng.integers(2**63)), *args[at + 1:])
             parts = [f.policies[pid] for f in fragments if pid in f.policies and f.policies[pid].valid.any()]
             if not parts:
                 continue
             length = max(len(part.valid) for part in parts)  # runners' fragments differ in length: align them
             parts = [pad_front(part, length) for part in parts]
-            for key, value in self.learners[pid].update(parts, *seed).items():
+            for key, value in self.learners[pid].update(parts, *own).items():
                 metrics[f"{pid}/{key}"] = value
         return metrics
 

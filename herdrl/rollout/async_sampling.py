@@ -31,7 +31,7 @@ class LocalSampler:
     def __init__(self, group: LocalRunnerGroup) -> None:
         self.runner = group.runner
 
-    def set_weights(self, weights: dict[str, Any], version: int) -> None:
+    def set_weights(self, weights: dict[str, Any], version: int | dict[str, int]) -> None:
         """Sample with these weights from now on."""
         self.runner.set_weights(weights, version)
 
@@ -68,8 +68,9 @@ class AsyncSampler:
         """Sample calls submitted and not yet fetched."""
         return len(self._calls)
 
-    def set_weights(self, weights: dict[str, Any], version: int) -> None:
-        """Calls made from now on carry these weights (one object-store copy for all of them)."""
+    def set_weights(self, weights: dict[str, Any], version: int | dict[str, int]) -> None:
+        """Calls made from now on carry these weights (one object-store copy for all of them) and their version
+        (multi-agent runs: each trained policy's)."""
         import ray
 
         self._weights_ref, self._version = ray.put(weights), version

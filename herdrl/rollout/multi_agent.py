@@ -49,7 +49,7 @@ class MultiAgentFragment:
     agent_returns: dict[str, list[float]] = field(default_factory=dict)  # agent id -> its returns
     policy_returns: dict[str, list[float]] = field(default_factory=dict)  # policy id -> its agents' summed returns
     worker_index: int = 0
-    weights_version: int = -1
+    weights_version: int | dict[str, int] = -1  # asynchronous algorithms: each trained policy's version
     filter_delta: None = None  # no observation filter in multi-agent runs (yet)
     metrics: list | None = None  # custom metrics its callbacks logged (herdrl.callbacks.MetricsLogger.take)
     policy_steps: dict[str, int] = field(default_factory=dict)  # trained policy -> its rows shipped (agent steps)
@@ -161,8 +161,9 @@ class MultiAgentEnvRunner:
         return EnvError(f"env '{self.config.env}' raised {type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------ weights
-    def set_weights(self, weights: dict[str, Any], version: int | None = None) -> None:
-        """Load every policy's weights (``<policy id>.<weight>`` numpy arrays), in place."""
+    def set_weights(self, weights: dict[str, Any], version: int | dict[str, int] | None = None) -> None:
+        """Load every policy's weights (``<policy id>.<weight>`` numpy arrays), in place; ``version`` (asynchronous
+        algorithms: each trained policy's update count) is stamped on the fragments sampled with them."""
         if version is not None:
             self.weights_version = version
         load_weights(self.module, weights)

@@ -40,7 +40,7 @@ class FragmentInfo:
     env_steps: int
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
-    weights_version: int = -1
+    weights_version: int | dict[str, int] = -1  # multi-agent runs: by policy id
     worker_index: int = 0
     filter_delta: dict[str, np.ndarray] | None = None
     nbytes: int = 0  # as shipped (packed)
