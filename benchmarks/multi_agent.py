@@ -1,14 +1,17 @@
 """Multi-agent (issue 17): a cooperative MPE env and a competitive board game with action masks.
 
     python benchmarks/multi_agent.py spread --seeds 1 2 3 --steps 150000
+    python benchmarks/multi_agent.py spread --modes shared mappo --seeds 1 2 3 --steps 300000
     python benchmarks/multi_agent.py tictactoe --seeds 1 2 3 --steps 150000
     python benchmarks/multi_agent.py tictactoe --modes random dqn-self-play --seeds 1 2 3
     python benchmarks/multi_agent.py throughput
 
 ``spread``: MPE ``simple_spread_v3`` (mpe2; 3 agents cover 3 landmarks, 25 steps, a shared reward plus
-collision penalties), PPO with one policy shared by the 3 agents vs one policy per agent (independent PPO per
-agent), each for the same env-step budget, beside a uniformly random policy. The score is the greedy return
-(summed over agents) of 100 evaluation episodes after training.
+collision penalties), PPO with one policy shared by the 3 agents (IPPO: each agent's critic sees its own
+observation) vs one policy per agent (independent PPO per agent) vs MAPPO (``mappo``: the shared policy with a
+centralised critic that sees the env's global state, and value normalisation), each for the same env-step
+budget, beside a uniformly random policy. The score is the greedy return (summed over agents) of 100 evaluation
+episodes after training.
 
 ``tictactoe``: PettingZoo's ``classic/tictactoe-v3`` (turn-based, action masks), PPO trained by self-play (the
 learning policy plays both sides in turn against its last 3 snapshots, refreshed every 5 iterations), by one
@@ -48,6 +51,8 @@ def spread_config(mode: str, seed: int):
               .debugging(seed=seed))
     if mode == "shared":
         return config.multi_agent(policies={"shared"})
+    if mode == "mappo":  # the shared actor, a critic that sees the env's global state, normalised values
+        return config.multi_agent(policies={"shared"}, centralized_critic=True).training(value_normalization=True)
     return config.multi_agent(policies={"agent_0", "agent_1", "agent_2"}, policy_mapping_fn="per_agent")
 
 
@@ -187,7 +192,8 @@ def main() -> None:
             result = _subprocess(["throughput", str(runners), "0", "0"])
             print(json.dumps({"runners": runners, **result}), flush=True)
         return
-    modes = ["random", "shared", "separate"] + (["self-play", "dqn-self-play"] if opts.what == "tictactoe" else [])
+    modes = ["random", "shared", "separate"] + (["self-play", "dqn-self-play"] if opts.what == "tictactoe" else
+                                                ["mappo"])
     modes = [mode for mode in modes if mode in (opts.modes or modes)]
     rows = {}
     for mode in modes:

@@ -81,19 +81,19 @@ class _Producer:
         return sorted({name.split(".")[0] for name in sys.modules})
 
 
-def _unpacked(part: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A fragment with packed frame stacks rebuilt (``frames[index]``, as ``herdrl.rollout.transport`` does)."""
-    if "frames" not in part:
-        return part
-    rest = {key: value for key, value in part.items() if key not in ("frames", "index")}
-    return {"obs": part["frames"][part["index"]], **rest}
+def _concatenate(parts: list[dict[str, np.ndarray]], side_by_side: bool = True) -> dict[str, np.ndarray]:
+    """Fragments side by side along their env axis (axis 1), key by key: the first thing a learner does, as
+    herdrl's does it (packed stacks rebuilt straight into the batch: ``herdrl.rollout.transport``; an aggregator
+    rebuilds each fragment's own, ``side_by_side=False``)."""
+    from herdrl.obs import obs_concat
+    from herdrl.rollout.transport import PackedFrames, rebuild_side_by_side
 
-
-def _concatenate(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Fragments (stacks rebuilt) side by side along their env axis (axis 1), key by key: the first thing a
-    learner does."""
-    parts = [_unpacked(part) for part in parts]
-    return {key: np.concatenate([part[key] for part in parts], axis=1) for key in parts[0]}
+    if "frames" in parts[0]:
+        packed = [PackedFrames(part["frames"], part["index"]) for part in parts]
+        obs = rebuild_side_by_side(packed) if side_by_side else [leaf.unpack() for leaf in packed]
+        parts = [{"obs": leaf, **{k: v for k, v in part.items() if k not in ("frames", "index")}}
+                 for leaf, part in zip(obs, parts, strict=True)]
+    return {key: obs_concat([part[key] for part in parts], axis=1) for key in parts[0]}
 
 
 class _Aggregator:
@@ -103,7 +103,7 @@ class _Aggregator:
         """The fragments behind ``refs``, concatenated."""
         import ray
 
-        return _concatenate(ray.get(refs))
+        return _concatenate(ray.get(refs), side_by_side=False)
 
 
 class _Learner:

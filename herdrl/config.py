@@ -114,6 +114,13 @@ def _note(call: str, why: str) -> None:
 _NOTED: set[str] = set()
 
 
+#: PPO's, A2C's and TRPO's ``value_normalization`` (``herdrl.models.actor_critic.ValueNormalizer``).
+VALUE_NORMALIZATION = Field(
+    False, (bool,), "training",
+    doc="the value head learns targets standardised by their running mean and std (MAPPO's value normalisation); "
+        "values are de-standardised for GAE and bootstrapping")
+
+
 def shared_field(key: str, default: Any, base: type | None = None) -> Field:
     """A key declared by ``base`` (default: the keys every algorithm has), with an algorithm's own default."""
     return dataclasses.replace((base or AlgorithmConfig).fields()[key], default=default)
@@ -165,8 +172,10 @@ class AlgorithmConfig:
     supports_lstm: bool = False
     #: Whether fragments carry raw observations and rewards (replay buffers normalise each replayed batch).
     stores_raw_transitions: bool = False
-    #: Whether ``.multi_agent()`` runs can use it (its learner trains one policy per id: all but IMPALA and APPO).
+    #: Whether ``.multi_agent()`` runs can use it (its learner trains one policy per id).
     supports_multi_agent: bool = False
+    #: Whether its multi-agent runs can have critics that see the global state (``centralized_critic``, MAPPO).
+    supports_centralized_critic: bool = False
     #: The result key the algorithm is judged by: its "solved" and default stop criterion, what ``herd plot`` draws
     #: and what keeps the best checkpoint. The training return, or for algorithms that explore while they train
     #: (DQN, SAC, TD3) the greedy evaluation return.
@@ -270,6 +279,10 @@ class AlgorithmConfig:
                            doc="{policy: [snapshot, ...]}: copy the policy into its snapshots (newest first)"),
         "self_play_interval": Field(10, (int,), "multi_agent", low=1,
                                     doc="iterations between self-play snapshots"),
+        "centralized_critic": Field(
+            False, (bool,), "multi_agent",
+            doc="MAPPO: each policy's critic sees the global state (the env's state(), else every agent's latest "
+                "observation) beside its agent's own observation; actors see their own (PPO, A2C, TRPO)"),
         "random_opponent_interval": Field(
             5, (int,), "multi_agent", low=0,
             doc="turn-based zero-sum games (their returns sum to 0): every N iterations, each trained policy plays "
@@ -517,7 +530,7 @@ class AlgorithmConfig:
         """Set several agents' policies (PettingZoo envs, ``herdrl.multi_agent``): ``policies``,
         ``policy_mapping_fn``, ``policies_to_train`` (RLlib's names), ``self_play`` and ``self_play_interval``,
         ``random_opponent_interval`` and ``random_opponent_games`` (turn-based zero-sum games: a score against
-        random legal moves)."""
+        random legal moves), ``centralized_critic`` (MAPPO: critics that see the global state)."""
         return self._set("multi_agent", kwargs)
 
     # ------------------------------------------- RLlib calls with little or nothing to set here
@@ -874,14 +887,24 @@ class AlgorithmConfig:
         return self.build_policy_module(observation_space, action_space)
 
     def build_policy_module(self, observation_space: Any, action_space: Any) -> Any:
-        """One policy's network (an actor-critic by default, recurrent with ``use_lstm``)."""
+        """One policy's network (an actor-critic by default: :meth:`actor_critic`)."""
+        return self.actor_critic(observation_space, action_space, self.model)
+
+    def actor_critic(self, observation_space: Any, action_space: Any, model: dict[str, Any]) -> Any:
+        """An actor-critic sized by ``model``: recurrent with ``use_lstm``, with a critic that sees the global state
+        with ``centralized_critic`` (MAPPO), its values normalised with ``value_normalization`` (PPO, A2C, TRPO)."""
         from herdrl.models import ActorCritic
 
-        if self.model["use_lstm"]:
+        model = {**model, "value_normalization": bool(getattr(self, "value_normalization", False))}
+        if model["use_lstm"]:
             from herdrl.models.recurrent import RecurrentActorCritic
 
-            return RecurrentActorCritic(observation_space, action_space, self.model)
-        return ActorCritic(observation_space, action_space, self.model)
+            return RecurrentActorCritic(observation_space, action_space, model)
+        if self.centralized_critic:
+            from herdrl.models.actor_critic import CentralCriticActorCritic
+
+            return CentralCriticActorCritic(observation_space, action_space, model)
+        return ActorCritic(observation_space, action_space, model)
 
     def runner_blueprint(self, module: Any) -> Any:
         """The runner policy's numpy twin as plain data (an ``MLPBlueprint``: light Ray runners build their policy

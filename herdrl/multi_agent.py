@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import gymnasium as gym
+import numpy as np
 from torch import nn
 
 from herdrl.errors import ConfigError
@@ -36,6 +37,37 @@ from herdrl.errors import ConfigError
 #: The policy a multi-agent run gets when it names none (RLlib's name).
 DEFAULT_POLICY = "default_policy"
 MAPPING_NAMES = ("shared", "per_agent", "self_play")
+
+
+#: Centralised critics (``centralized_critic=True``, MAPPO): the observation leaf holding the global state, beside
+#: the agent's own leaves (a Dict observation's) or beside ``"own_observation"`` (any other observation).
+GLOBAL_STATE, OWN_OBSERVATION = "global_state", "own_observation"
+
+
+def with_global_state(space: gym.Space, state_space: gym.Space) -> gym.spaces.Dict:
+    """An agent's observation space with the global state beside it: what a centralised critic's policy stores
+    and its critic reads (its actor reads :func:`actor_observation_space`)."""
+    if isinstance(space, gym.spaces.Dict):
+        if GLOBAL_STATE in space.spaces or list(space.spaces) == [OWN_OBSERVATION]:
+            raise ConfigError(f"centralized_critic: the agents' observations have a leaf named '{GLOBAL_STATE}' or "
+                              f"only '{OWN_OBSERVATION}', the names it gives the global state and the agent's own")
+        return gym.spaces.Dict({**space.spaces, GLOBAL_STATE: state_space})
+    return gym.spaces.Dict({OWN_OBSERVATION: space, GLOBAL_STATE: state_space})
+
+
+def actor_observation_space(space: gym.Space) -> gym.Space:
+    """The agent's own observation space inside one :func:`with_global_state` made (any other space as it is)."""
+    if not (isinstance(space, gym.spaces.Dict) and GLOBAL_STATE in space.spaces):
+        return space
+    rest = {key: sub for key, sub in space.spaces.items() if key != GLOBAL_STATE}
+    return rest[OWN_OBSERVATION] if list(rest) == [OWN_OBSERVATION] else gym.spaces.Dict(rest)
+
+
+def with_state_value(raw: Any, state: np.ndarray, space: gym.Space) -> dict[str, Any]:
+    """An agent's raw observation with the global state beside it, as :func:`with_global_state` lays it out."""
+    if isinstance(space, gym.spaces.Dict):
+        return {**raw, GLOBAL_STATE: state}
+    return {OWN_OBSERVATION: raw, GLOBAL_STATE: state}
 
 
 class PolicySpec(NamedTuple):
@@ -162,6 +194,8 @@ def validate_multi_agent(config: Any) -> None:
                           "off (normalise inside the env)")
     if config.model["use_lstm"]:
         raise ConfigError("model use_lstm is not built for multi-agent runs yet")
+    if config.centralized_critic and not getattr(config, "supports_centralized_critic", False):
+        raise ConfigError(f"centralized_critic=True is for PPO (MAPPO), A2C and TRPO, not {config.algo_name}")
     for pid in policies:
         policy_config(config, pid)  # each policy's own keys are known learning keys with good values
 

@@ -178,8 +178,33 @@ def obs_map(fn: Callable[..., Any], *batches: ObsArray) -> Any:
 
 
 def obs_concat(batches: list[ObsArray], axis: int = 0) -> ObsArray:
-    """Concatenate batches of the same structure along ``axis``."""
-    return obs_map(lambda *arrays: np.concatenate(arrays, axis=axis), *batches)
+    """Concatenate batches of the same structure along ``axis``; leaves that are consecutive blocks of one array
+    along ``axis`` (frames rebuilt side by side: ``herdrl.rollout.transport``) are joined without a copy."""
+
+    def join(*arrays: np.ndarray) -> np.ndarray:
+        view = joined_view(arrays, axis) if len(arrays) > 1 else None
+        return np.concatenate(arrays, axis=axis) if view is None else view
+
+    return obs_map(join, *batches)
+
+
+def joined_view(arrays: tuple[np.ndarray, ...], axis: int) -> np.ndarray | None:
+    """The view that ``arrays`` make side by side along ``axis`` — views of one buffer with the same
+    strides, each starting where the one before ends — or None."""
+    first = arrays[0]
+    owner, step = first.base, first.strides[axis]
+    if owner is None or step <= 0:
+        return None
+    address = first.__array_interface__["data"][0]
+    for before, array in zip(arrays[:-1], arrays[1:], strict=True):
+        address += before.shape[axis] * step
+        if array.base is not owner or array.strides != first.strides or \
+                array.__array_interface__["data"][0] != address or \
+                array.shape[:axis] + array.shape[axis + 1:] != first.shape[:axis] + first.shape[axis + 1:]:
+            return None
+    shape = list(first.shape)
+    shape[axis] = sum(array.shape[axis] for array in arrays)
+    return np.lib.stride_tricks.as_strided(first, tuple(shape), first.strides, writeable=first.flags.writeable)
 
 
 def obs_len(obs: ObsArray) -> int:

@@ -50,6 +50,7 @@ class Policy:
         """Load the policy of a checkpoint (or of the newest valid checkpoint in a trial directory); for a
         multi-agent run's, the policy ``policy_id`` (which may be left out when the run had one policy)."""
         from herdrl.checkpoint import CheckpointError, checkpoint_config, read_meta, read_tensors, space_from_json
+        from herdrl.multi_agent import actor_observation_space
         from herdrl.registry import get_config_class
 
         meta = read_meta(Path(path))
@@ -76,6 +77,8 @@ class Policy:
         except (KeyError, RuntimeError) as exc:
             raise CheckpointError(f"checkpoint '{meta['path']}': weights do not fit its model ({exc})") from None
         module.eval()
+        # A centralised critic's policy (MAPPO) acts on its agent's own observation: the global state is its critic's.
+        obs_space = actor_observation_space(obs_space)
         normalizer = Normalizer(obs_space, config)
         normalizer.load_state(tensors.get("filters", {}))
         return cls(module, obs_space, action_space, normalizer)

@@ -187,7 +187,9 @@ def test_an_action_mask_rules_actions_out_of_sampling_greedy_choice_and_log_prob
 
 @pytest.mark.usefixtures("ray_session")
 def test_multi_agent_training_on_two_ray_runners():
-    algo = relay_config(**SEPARATE).env_runners(num_env_runners=2, num_envs_per_env_runner=2).build()
+    """With centralised critics and value normalisation (MAPPO): Ray runners store the global state too."""
+    algo = (relay_config(**SEPARATE, centralized_critic=True).training(value_normalization=True)
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=2).build())
     results = [algo.train() for _ in range(15)]
     assert results[-1]["num_healthy_env_runners"] == 2
     assert results[-1]["episode_return_mean"] > 10
@@ -694,3 +696,135 @@ def test_asynchronous_algorithms_version_each_policy_by_its_own_updates_and_resu
     restored.train()
     assert restored.policy_updates["a"] > counts["a"]
     restored.stop()
+
+
+def test_a_global_state_without_the_envs_state_is_every_agents_latest_observation():
+    """CueRelay has no state(): the global state is a0's and a1's latest observations side by side, zeros for a1
+    before it joins, its final observation after it left — built here from what each step returned."""
+    from herdrl.env.multi_agent import make_agent_env
+
+    env = make_agent_env("relay")
+    env.track_observations = True
+    step = env.reset(seed=1)
+    assert env.global_state_space().shape == (4,)
+    latest = {"a0": np.zeros(2, np.float32), "a1": np.zeros(2, np.float32)}
+    steps = 0
+    while True:
+        for agent, obs in step.decide.items():
+            latest[agent] = obs
+        for agent, (_, _, obs) in step.ended.items():
+            latest[agent] = obs
+        np.testing.assert_array_equal(env.global_state(), np.concatenate([latest["a0"], latest["a1"]]))
+        if step.over:
+            break
+        step = env.step({agent: 1 for agent in step.decide})
+        steps += 1
+    assert steps == 8 and latest["a1"][0] == 0.0  # a1 left: its final observation (no cue) stays in the state
+
+
+def test_a_centralised_critic_reads_the_envs_global_state_at_each_decision_and_the_actor_its_own_observation(
+        tmp_path):
+    """MPE simple_spread's state() is its three agents' observations side by side: every row a shared policy
+    stores holds, beside its agent's observation, the state whose blocks are the observations of the three rows
+    of that env step. The checkpoint's policy acts on an agent's observation alone, as its export does."""
+    from herdrl.export import export_policy
+
+    config = (PPOConfig().environment("mpe2.simple_spread_v3", env_config={"max_cycles": 25})
+              .env_runners(num_envs_per_env_runner=2).training(train_batch_size=150, minibatch_size=50)
+              .multi_agent(policies={"shared"}, centralized_critic=True).debugging(seed=0))
+    config.validate()
+    runner = MultiAgentEnvRunner(config)
+    part = runner.sample(30).policies["shared"]
+    own, state = part.obs["own_observation"], part.obs["global_state"]
+    assert own.shape[-1] == 18 and state.shape[-1] == 54
+    checked = 0
+    for t in range(len(part.valid)):
+        rows = [b for b in range(part.valid.shape[1]) if part.valid[t, b]]
+        by_state: dict[bytes, list[int]] = {}
+        for b in rows:
+            by_state.setdefault(state[t, b].tobytes(), []).append(b)
+        assert len(by_state) <= 2  # one state per env copy (fewer where an episode break or padding is)
+        for columns in by_state.values():
+            assert len(columns) == 3
+            blocks = sorted(state[t, columns[0]].reshape(3, 18).tolist())
+            assert blocks == sorted(own[t, b].tolist() for b in columns)
+            checked += 1
+    assert checked == 2 * 30
+    runner.stop()
+
+    algo = config.build()
+    algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    policy = Policy.from_checkpoint(path, policy_id="shared")
+    assert policy.observation_space == gym.spaces.Box(-np.inf, np.inf, (18,), np.float32)
+    obs = own[-1, :4].copy()
+    program = torch.export.load(export_policy(path, "torch-export", tmp_path / "p.pt2", "shared")).module()
+    assert program(torch.as_tensor(obs)).tolist() == policy.compute_actions(obs).tolist()
+
+
+@pytest.mark.parametrize("algo_name", ["PPO", "A2C", "TRPO"])
+def test_centralised_critics_learn_beside_actors_that_see_their_own_observations(algo_name):
+    """Each policy's actor and critic move; PPO's learns the relay (11 at best, 5.5 at random)."""
+    from herdrl.registry import get_config_class
+
+    training = {"train_batch_size": 256, "lr": 3e-3, **({"minibatch_size": 64} if algo_name == "PPO" else {})}
+    algo = (get_config_class(algo_name)().environment("relay").env_runners(num_envs_per_env_runner=4)
+            .training(**training).multi_agent(**SEPARATE, centralized_critic=True).debugging(seed=3)).build()
+    before = {pid: {k: v.clone() for k, v in algo.module[pid].state_dict().items()} for pid in algo.policies}
+    module = algo.module["p0"]  # the actor: its agent's observation; the critic: that and both agents'
+    assert (module.pi_encoder.mlp[0].in_features, module.vf_encoder.mlp[0].in_features) == (2, 2 + 4)
+    results = [algo.train() for _ in range(12 if algo_name == "PPO" else 1)]
+    for pid in algo.policies:
+        after = algo.module[pid].state_dict()
+        for prefix in ("pi_", "vf_"):
+            assert any(not torch.equal(after[k], before[pid][k]) for k in after if k.startswith(prefix)), (pid, prefix)
+    if algo_name == "PPO":
+        assert results[-1]["episode_return_mean"] > 10
+    algo.stop()
+
+
+def test_a_centralised_critic_is_refused_where_the_algorithm_has_none():
+    with pytest.raises(ConfigError, match="centralized_critic=True is for PPO \\(MAPPO\\), A2C and TRPO, not DQN"):
+        herdrl.DQNConfig().environment("relay").multi_agent(**SEPARATE, centralized_critic=True).validate()
+
+
+def test_value_normalization_standardises_the_critics_targets_by_their_running_statistics():
+    """The statistics after two updates are the mean and variance of both batches' value targets (computed here
+    from the same fragments with the critic as it was), and the critic's values are its head's output
+    de-standardised by them."""
+    from herdrl.models.actor_critic import ValueNormalizer
+    from herdrl.rollout.batch import on_policy_batch
+
+    rng = np.random.default_rng(0)
+    norm, seen = ValueNormalizer(), []
+    for size in (5, 1, 40):
+        batch = rng.normal(3.0, 7.0, size)
+        seen.append(batch)
+        norm.observe(torch.as_tensor(batch))
+    every = np.concatenate(seen)
+    np.testing.assert_allclose([norm.mean.item(), norm.var.item()], [every.mean(), every.var()], rtol=1e-10)
+
+    config = relay_config(**SEPARATE, centralized_critic=True).training(value_normalization=True)
+    algo = config.build()
+    runner, learner = algo.runners.runner, algo.learners.learner
+    targets = {pid: [] for pid in algo.policies}
+    for seed in range(2):
+        fragment = runner.sample()
+        for pid, part in fragment.policies.items():
+            module = learner.learners[pid].module
+            targets[pid].append(on_policy_batch(module, [part], config.gamma, config.lambda_, torch.device("cpu"))
+                                ["returns"].numpy())
+        learner.update([fragment], seed)
+        runner.set_weights(algo.get_weights())
+    for pid, module in algo.module.items():
+        every = np.concatenate(targets[pid])
+        stats = module.value_normalizer
+        np.testing.assert_allclose([stats.mean.item(), stats.var.item()], [every.mean(), every.var()], rtol=1e-5)
+        obs = {key: torch.as_tensor(value[:, 0]) for key, value in fragment.policies[pid].obs.items()}
+        raw = module.vf_head(module.vf_encoder(obs)).squeeze(-1)
+        torch.testing.assert_close(module.value(obs), raw * stats.std().float() + stats.mean.float())
+    for _ in range(12):
+        result = algo.train()
+    assert result["episode_return_mean"] > 10
+    algo.stop()

@@ -74,6 +74,55 @@ def test_packed_fragments_rebuild_exactly_the_stacks_the_env_returned():
     runner.stop()
 
 
+def test_fragments_laid_side_by_side_rebuild_their_stacks_once_straight_into_the_batch():
+    """Three fragments (3, 2 and 3 envs; the last shipped unpacked) resolved together: the batch the learner
+    concatenates equals the stacks the envs returned, side by side, and is one array the fragments' leaves are
+    views of (no second copy); a Dict observation's unpacked image leaf is concatenated as before."""
+    from herdrl.obs import obs_concat
+
+    herdrl.register_env("stacked_dots", _stacked_dots)
+    herdrl.register_env("dots_dict", _dict_of_stacks_and_images)
+    for env in ("stacked_dots", "dots_dict"):
+        fragments, recorded = [], []
+        for index, envs in enumerate((3, 2, 3)):
+            config = PPOConfig().environment(env).env_runners(num_envs_per_env_runner=envs, rollout_fragment_length=20)
+            config.validate()
+            runner = EnvRunner(config, worker_index=index + 1)
+            fragment = runner.sample()
+            runner.stop()
+            recorded.append({key: value.copy() for key, value in fragment.obs.items()}
+                            if isinstance(fragment.obs, dict) else fragment.obs.copy())
+            fragments.append(pack(fragment) if index < 2 else fragment)
+        rebuilt, lost = resolve(list(fragments))
+        batch = obs_concat([f.obs for f in rebuilt], axis=1)
+        expected = obs_concat(recorded, axis=1)
+        stacks = batch["stack"] if env == "dots_dict" else batch
+        assert lost == [] and np.array_equal(stacks, expected["stack"] if env == "dots_dict" else expected)
+        first = rebuilt[0].obs["stack"] if env == "dots_dict" else rebuilt[0].obs
+        assert np.shares_memory(stacks, first) and stacks.flags.c_contiguous
+        if env == "dots_dict":
+            assert np.array_equal(batch["image"], expected["image"])
+            assert not np.shares_memory(batch["image"], rebuilt[0].obs["image"])  # concatenated: a copy
+
+
+def test_only_consecutive_blocks_of_one_array_are_joined_without_a_copy():
+    from herdrl.obs import joined_view, obs_concat
+
+    base = np.arange(3 * 10 * 2).reshape(3, 10, 2)
+    cases = [(base[:, 0:4], base[:, 4:7], base[:, 7:10]),  # consecutive: joined
+             (base[:, 1:4], base[:, 4:7]),  # consecutive, not from the start: joined
+             (base[:, 0:4], base[:, 5:7]),  # a gap
+             (base[:, 4:7], base[:, 0:4]),  # out of order
+             (base[:2, 1:4], base[1:3, 4:7]),  # other rows
+             (base[:, 0:4], np.arange(3 * 3 * 2).reshape(3, 3, 2)),  # another buffer
+             (base[:, 0:4:2], base[:, 4:6])]  # strided
+    for i, arrays in enumerate(cases):
+        assert (joined_view(arrays, 1) is not None) == (i < 2), i
+        joined = obs_concat(list(arrays), axis=1)
+        assert np.array_equal(joined, np.concatenate(arrays, axis=1)), i
+        assert np.shares_memory(joined, base) == (i < 2), i
+
+
 def test_packing_trusts_no_pattern_only_equal_frames():
     """Stacks that shift, restart, or only look like a shift (all but one frame equal) in random order: every one
     comes back byte for byte."""

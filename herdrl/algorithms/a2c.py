@@ -13,12 +13,12 @@ from typing import Any
 import torch
 
 from herdrl.algorithms.base import Algorithm
-from herdrl.config import AlgorithmConfig, Field, migrate_value_loss_coeff, shared_field
+from herdrl.config import VALUE_NORMALIZATION, AlgorithmConfig, Field, migrate_value_loss_coeff, shared_field
 from herdrl.errors import ConfigError
 from herdrl.learner import Learner
 from herdrl.optim import RMSprop
 from herdrl.rollout import Fragment
-from herdrl.rollout.batch import forward_flat, learner_batch, normalize_advantages
+from herdrl.rollout.batch import forward_flat, learner_batch, normalize_advantages, real_steps
 
 
 class A2CConfig(AlgorithmConfig):
@@ -27,7 +27,9 @@ class A2CConfig(AlgorithmConfig):
     algo_name = "A2C"
     supports_lstm = True
     supports_multi_agent = True
+    supports_centralized_critic = True  # MAPPO: critics that see the global state
     FIELDS = {
+        "value_normalization": VALUE_NORMALIZATION,
         "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 8),
         "rollout_fragment_length": shared_field("rollout_fragment_length", 5),
         "train_batch_size": shared_field("train_batch_size", 2000),
@@ -78,6 +80,7 @@ class A2CLearner(Learner):
         """One gradient step on the batch the fragments make."""
         cfg = self.config
         batch = learner_batch(self.module, fragments, cfg, self.device)
+        self.module.observe_value_targets(real_steps(batch, "returns"))
         if cfg.normalize_advantages:
             normalize_advantages(batch)
         stats = self.gradient_step(self.optimizer, self.loss, batch, None,
@@ -91,7 +94,7 @@ class A2CLearner(Learner):
         dist_inputs, values, batch = forward_flat(self.module, batch)
         logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"])
         policy_loss = -(logp * batch["advantages"]).mean()
-        vf_loss = (values - batch["returns"]).pow(2).mean()
+        vf_loss = (values - batch["returns"]).pow(2).mean() * self.module.value_loss_scale()
         entropy_mean = entropy.mean()
         loss = policy_loss + cfg.vf_loss_coeff * vf_loss - self.hp["entropy_coeff"] * entropy_mean
         return loss, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from herdrl.algorithms.base import Algorithm
-from herdrl.config import AlgorithmConfig, Field, migrate_value_loss_coeff, shared_field
+from herdrl.config import VALUE_NORMALIZATION, AlgorithmConfig, Field, migrate_value_loss_coeff, shared_field
 from herdrl.errors import ConfigError
 from herdrl.learner import Learner
 from herdrl.optim import Adam
@@ -27,7 +27,9 @@ class PPOConfig(AlgorithmConfig):
     algo_name = "PPO"
     supports_lstm = True
     supports_multi_agent = True
+    supports_centralized_critic = True  # MAPPO: critics that see the global state
     FIELDS = {
+        "value_normalization": VALUE_NORMALIZATION,
         # Shared keys with PPO's defaults.
         "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 16),
         "train_batch_size": shared_field("train_batch_size", 1024),
@@ -85,6 +87,7 @@ class PPOLearner(Learner):
         order, the same on every learner)."""
         cfg = self.config
         batch = learner_batch(self.module, fragments, cfg, self.device)
+        self.module.observe_value_targets(real_steps(batch, "returns"))
         if cfg.normalize_advantages:
             normalize_advantages(batch)
         rng = np.random.default_rng(seed)
@@ -128,7 +131,7 @@ class PPOLearner(Learner):
         if clip is not None:
             clipped = old_values + (values - old_values).clamp(-clip, clip)
             loss = torch.max(loss, (clipped - returns).pow(2))
-        return loss.mean()
+        return loss.mean() * self.module.value_loss_scale()
 
 
 class PPO(Algorithm):

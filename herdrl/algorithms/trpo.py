@@ -17,7 +17,7 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from herdrl.algorithms.base import Algorithm
-from herdrl.config import AlgorithmConfig, Field, shared_field
+from herdrl.config import VALUE_NORMALIZATION, AlgorithmConfig, Field, shared_field
 from herdrl.errors import ConfigError
 from herdrl.learner import Learner
 from herdrl.optim import Adam
@@ -30,8 +30,10 @@ class TRPOConfig(AlgorithmConfig):
 
     algo_name = "TRPO"
     supports_multi_agent = True
+    supports_centralized_critic = True  # MAPPO: critics that see the global state
     data_parallel = False  # see TRPOLearner
     FIELDS = {
+        "value_normalization": VALUE_NORMALIZATION,
         "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 8),
         "train_batch_size": shared_field("train_batch_size", 1024),
         "lr": shared_field("lr", 1e-3),  # the value function's Adam
@@ -55,9 +57,7 @@ class TRPOConfig(AlgorithmConfig):
 
     def build_policy_module(self, observation_space: Any, action_space: Any) -> Any:
         """An actor-critic with separate encoders, images included (the value fit could not train a shared CNN)."""
-        from herdrl.models import ActorCritic
-
-        return ActorCritic(observation_space, action_space, {**self.model, "vf_share_layers": False})
+        return self.actor_critic(observation_space, action_space, {**self.model, "vf_share_layers": False})
 
     @classmethod
     def algo_class(cls) -> type:
@@ -124,6 +124,7 @@ class TRPOLearner(Learner):
         """One natural-gradient policy step and one value fit on the batch the fragments make."""
         cfg = self.config
         batch = on_policy_batch(self.module, fragments, cfg.gamma, cfg.lambda_, self.device)
+        self.module.observe_value_targets(batch["returns"])
         metrics = self._policy_step(batch)
         metrics["vf_loss"] = self._fit_value(batch, np.random.default_rng(seed))
         return metrics
@@ -183,7 +184,7 @@ class TRPOLearner(Learner):
         return total / count
 
     def _value_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        loss = 0.5 * (self.module.value(batch["obs"]) - batch["returns"]).pow(2).mean()
+        loss = 0.5 * (self.module.value(batch["obs"]) - batch["returns"]).pow(2).mean() * self.module.value_loss_scale()
         return loss, {"vf_loss": loss.detach()}
 
 

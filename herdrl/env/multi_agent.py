@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from herdrl.env.imports import _MODULE_NAME
 from herdrl.errors import EnvError
@@ -98,16 +99,62 @@ class AgentStep:
 class AgentEnv:
     """A PettingZoo env (Parallel or AEC) as :class:`AgentStep` s."""
 
+    #: Whether to keep every agent's latest observation (a centralised critic's global state without ``state()``).
+    track_observations = False
+
     def __init__(self, env: Any, name: str) -> None:
         self.env, self.name = env, name
         self.turns = _takes_turns(env)
         self.possible_agents: list[str] = list(env.possible_agents)
         if not self.possible_agents:
             raise EnvError(f"multi-agent env '{name}' has no possible_agents")
+        self._latest: dict[str, np.ndarray] = {}  # agent -> its latest observation, flattened (when tracked)
+        self._state_width: int | None = None  # the global state's width, once asked
+        self._own_state = False  # whether the env answers state() itself
 
     def observation_space(self, agent: str) -> gym.Space:
         """The observation space of ``agent``."""
         return self.env.observation_space(agent)
+
+    # ------------------------------------------------------------------ the global state (centralised critics)
+    def global_state_space(self) -> gym.spaces.Box:
+        """The space of :meth:`global_state` (call it once an episode has begun): the env's ``state()`` flattened
+        (as wide as its first answer), else every possible agent's observation flattened and concatenated in
+        ``possible_agents`` order (a Discrete leaf one-hot, a Dict's leaves in order: ``gymnasium.spaces.flatten``)."""
+        if self._state_width is None:
+            state = self._env_state()
+            self._own_state = state is not None
+            self._state_width = int(np.asarray(state).size) if self._own_state else sum(
+                gym.spaces.flatdim(self.observation_space(agent)) for agent in self.possible_agents)
+        return gym.spaces.Box(-np.inf, np.inf, (self._state_width,), np.float32)
+
+    def global_state(self) -> np.ndarray:
+        """The state a centralised critic sees now (see :meth:`global_state_space`), float32: an agent that has
+        not yet observed anything in this episode counts as zeros; one that ended, as its last observation."""
+        self.global_state_space()
+        if self._own_state:
+            state = np.asarray(self._env_state(), np.float32).reshape(-1)
+            if state.size != self._state_width:
+                raise EnvError(f"env '{self.name}' state() gave {state.size} numbers, earlier {self._state_width}")
+            return state
+        return np.concatenate([self._latest.get(agent, np.zeros(gym.spaces.flatdim(self.observation_space(agent)),
+                                                                np.float32)) for agent in self.possible_agents])
+
+    def _env_state(self) -> Any:
+        """The env's own ``state()``, or None where it has none (PettingZoo's default raises)."""
+        state = getattr(self.env, "state", None)
+        if not callable(state):
+            return None
+        try:
+            return state()
+        except (NotImplementedError, AttributeError):
+            return None
+
+    def _observed(self, observations: dict[str, Any]) -> None:
+        """Keep each agent's latest observation, flattened (the global state where the env has no ``state()``)."""
+        for agent, obs in observations.items():
+            if obs is not None:
+                self._latest[agent] = gym.spaces.flatten(self.observation_space(agent), obs).astype(np.float32)
 
     def action_space(self, agent: str) -> gym.Space:
         """The action space of ``agent``."""
@@ -115,14 +162,25 @@ class AgentEnv:
 
     def reset(self, seed: int | None = None) -> AgentStep:
         """Start an episode: the agents that act first."""
+        self._latest = {}
         if self.turns:
             self.env.reset(seed=seed)
-            return self._advance(AgentStep())
+            return self._tracked(self._advance(AgentStep()))
         obs, infos = self.env.reset(seed=seed)
-        return AgentStep(decide={agent: obs[agent] for agent in self.env.agents}, infos=dict(infos or {}))
+        return self._tracked(AgentStep(decide={agent: obs[agent] for agent in self.env.agents},
+                                       infos=dict(infos or {})))
 
     def step(self, actions: dict[str, Any]) -> AgentStep:
         """Apply the deciding agents' actions; return who decides next, what each was paid, who ended."""
+        return self._tracked(self._step(actions))
+
+    def _tracked(self, result: AgentStep) -> AgentStep:
+        if self.track_observations:
+            self._observed({agent: obs for agent, (_, _, obs) in result.ended.items()})
+            self._observed(result.decide)
+        return result
+
+    def _step(self, actions: dict[str, Any]) -> AgentStep:
         if self.turns:
             (agent, action), = actions.items()
             self.env.step(action)

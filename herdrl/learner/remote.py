@@ -118,5 +118,6 @@ class FragmentAggregator:
         return True
 
     def gather(self, refs: list[Any]) -> tuple[list[Any], list[int]]:
-        """The fragments behind ``refs`` (frames unpacked) and the indices of those lost with their node."""
-        return resolve(list(refs))
+        """The fragments behind ``refs`` (frames unpacked, each fragment its own arrays: they travel on to the
+        learner) and the indices of those lost with their node."""
+        return resolve(list(refs), side_by_side=False)

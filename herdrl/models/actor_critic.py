@@ -37,6 +37,40 @@ def action_mask_size(observation_space: gym.Space, action_space: gym.Space) -> i
     return int(action_space.n)
 
 
+class ValueNormalizer(nn.Module):
+    """Running mean and variance of a critic's value targets (MAPPO's value normalisation): the value head
+    predicts targets standardised by them, and the critic's values are de-standardised, so GAE and bootstrapping
+    see returns as they are while the head's regression target stays near unit scale whatever the rewards'."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("var", torch.ones((), dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    @torch.no_grad()
+    def observe(self, targets: torch.Tensor) -> None:
+        """Merge a batch of value targets into the running statistics (Chan et al.'s parallel update)."""
+        targets = targets.detach().double().reshape(-1)
+        n = float(len(targets))
+        if n == 0:
+            return
+        mean, var = targets.mean(), targets.var(unbiased=False)
+        total = self.count + n
+        delta = mean - self.mean
+        self.var.copy_((self.var * self.count + var * n + delta**2 * self.count * n / total) / total)
+        self.mean.add_(delta * n / total)
+        self.count.copy_(total)
+
+    def std(self) -> torch.Tensor:
+        """The targets' running standard deviation (floored: a constant target divides by no zero)."""
+        return self.var.clamp_min(1e-8).sqrt()
+
+    def denormalize(self, head_out: torch.Tensor) -> torch.Tensor:
+        """Values in return units from the head's standardised output."""
+        return (head_out * self.std() + self.mean).to(head_out.dtype)
+
+
 class ActorCritic(LegacyNames):
     """Policy and value networks on encoders sized by RLlib's ``model`` config keys.
 
@@ -70,6 +104,9 @@ class ActorCritic(LegacyNames):
             if self.free_log_std else None
         #: Whether observations carry an ``action_mask`` leaf that rules actions out (PettingZoo's convention).
         self.masked = action_mask_size(observation_space, action_space) is not None
+        #: ``value_normalization``: the value head's targets standardised by running statistics (see
+        #: :class:`ValueNormalizer`); the learners update them and scale the value loss by :meth:`value_loss_scale`.
+        self.value_normalizer = ValueNormalizer() if model_config.get("value_normalization") else None
 
     # ----------------------------------------------------------- learner side
     def forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,7 +114,22 @@ class ActorCritic(LegacyNames):
         pi_features = self.pi_encoder(obs)
         vf_features = pi_features if self.vf_encoder is None else self.vf_encoder(obs)
         dist_inputs = self._with_log_std(self.pi_head(pi_features))
-        return self.apply_mask(dist_inputs, obs), self.vf_head(vf_features).squeeze(-1).float()
+        return self.apply_mask(dist_inputs, obs), self._values(vf_features)
+
+    def _values(self, features: torch.Tensor) -> torch.Tensor:
+        values = self.vf_head(features).squeeze(-1).float()
+        return values if self.value_normalizer is None else self.value_normalizer.denormalize(values)
+
+    def observe_value_targets(self, targets: torch.Tensor) -> None:
+        """With value normalisation, merge a batch's value targets into its statistics (before its gradient
+        steps, as MAPPO does); nothing without."""
+        if self.value_normalizer is not None:
+            self.value_normalizer.observe(targets)
+
+    def value_loss_scale(self) -> torch.Tensor | float:
+        """What the squared value error is multiplied by: 1 / the targets' variance with value normalisation (the
+        error of the head's standardised output), else 1."""
+        return 1.0 if self.value_normalizer is None else (1.0 / self.value_normalizer.std() ** 2).float()
 
     def dist_inputs(self, obs: Any) -> torch.Tensor:
         """Every parameter of the action distribution for a batch of observations: logits, or a
@@ -104,7 +156,7 @@ class ActorCritic(LegacyNames):
     def value(self, obs: Any) -> torch.Tensor:
         """State values V(obs)."""
         encoder = self.pi_encoder if self.vf_encoder is None else self.vf_encoder
-        return self.vf_head(encoder(obs)).squeeze(-1).float()
+        return self._values(encoder(obs))
 
     @staticmethod
     def _mean_log_std(dist_inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -154,6 +206,47 @@ class ActorCritic(LegacyNames):
         lead = dist_inputs.shape[:-1]
         gumbel = -torch.log(-torch.log(torch.rand(*lead, self.dist.num_logits).clamp_min(1e-12)))
         return torch.cat([gumbel, torch.randn(*lead, self.dist.gaussian_dim)], -1).to(dist_inputs.device)
+
+
+class CentralCriticActorCritic(ActorCritic):
+    """MAPPO's network: the actor reads the agent's own observation, the critic that and the global state
+    (``herdrl.multi_agent.with_global_state``: the observation space holds both; the MAPPO paper's agent-specific
+    global state). The actor's weights are named as a plain :class:`ActorCritic`'s; the critic has its own encoder
+    (never shared: the two read different inputs)."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, model_config: dict) -> None:
+        from herdrl.multi_agent import GLOBAL_STATE, OWN_OBSERVATION, actor_observation_space
+
+        actor_space = actor_observation_space(observation_space)
+        if actor_space is observation_space:
+            raise ConfigError(f"a centralised critic needs the observation with its '{GLOBAL_STATE}' leaf, got "
+                              f"{observation_space}")
+        super().__init__(actor_space, action_space, {**model_config, "vf_share_layers": False})
+        self.vf_encoder = build_encoder(observation_space, model_config)
+        self.vf_head = head(self.vf_encoder.out_dim, 1, 1.0)
+        self._wrapped = OWN_OBSERVATION if not isinstance(actor_space, gym.spaces.Dict) else None
+        self._state_key = GLOBAL_STATE
+
+    def actor_input(self, obs: Any) -> Any:
+        """The agent's own observation out of one with the global state (an observation without it as it is:
+        a trained actor acts on its own observations alone, in evaluation and export)."""
+        if not isinstance(obs, dict) or self._state_key not in obs:
+            return obs
+        if self._wrapped is not None:
+            return obs[self._wrapped]
+        return {key: value for key, value in obs.items() if key != self._state_key}
+
+    def forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """(distribution inputs from the actor's view, values from the critic's)."""
+        return self.dist_inputs(obs), self.value(obs)
+
+    def dist_inputs(self, obs: Any) -> torch.Tensor:
+        """The actor's distribution inputs, from the agent's own observation."""
+        return super().dist_inputs(self.actor_input(obs))
+
+    def value(self, obs: Any) -> torch.Tensor:
+        """V(own observation, global state)."""
+        return self._values(self.vf_encoder(obs))
 
 
 class TorchPolicy:
@@ -221,7 +314,8 @@ def weight_views(module: nn.Module, blueprint: MLPBlueprint) -> MLPWeights:
 def numpy_blueprint(module: nn.Module) -> MLPBlueprint | None:
     """An :class:`ActorCritic`'s numpy twin as plain data: an MLP (see :func:`mlp_blueprint`), Discrete or Box
     actions, no action mask, no LSTM; None for anything else (its runners act in torch)."""
-    if not isinstance(module, ActorCritic) or getattr(module, "recurrent", False) or module.masked \
+    if not isinstance(module, ActorCritic) or isinstance(module, CentralCriticActorCritic) \
+            or getattr(module, "recurrent", False) or module.masked \
             or len(module.dist.parts) != 1 or not (module.dist.discrete or not module.dist.num_logits):
         return None
     return mlp_blueprint(module, module.pi_encoder, module.pi_head, kind="actor_critic", action_dim=module.action_dim,

@@ -32,7 +32,14 @@ from herdrl.config import AlgorithmConfig
 from herdrl.env.multi_agent import AgentEnv, AgentStep, make_agent_env
 from herdrl.errors import ConfigError, EnvError
 from herdrl.models.distributions import ActionDistribution
-from herdrl.multi_agent import EpisodeInfo, PolicyMapper, policy_spaces, trained_policies
+from herdrl.multi_agent import (
+    EpisodeInfo,
+    PolicyMapper,
+    policy_spaces,
+    trained_policies,
+    with_global_state,
+    with_state_value,
+)
 from herdrl.obs import ObsSpec, obs_concat, obs_map
 from herdrl.rollout.runner import Fragment, load_weights, runner_module
 
@@ -79,7 +86,18 @@ class MultiAgentEnvRunner:
         self.envs: list[AgentEnv] = [make_agent_env(config.env, config.env_config, worker_index, k)
                                      for k in range(config.num_envs_per_env_runner)]
         self.num_envs = len(self.envs)
-        self.observation_space, self.action_space = policy_spaces(config, self.envs[0])
+        #: Each policy's agents' own observation space; ``observation_space`` is what the policy stores and reads,
+        #: with the global state beside it when critics are centralised (``centralized_critic``, MAPPO).
+        self.agent_spaces, self.action_space = policy_spaces(config, self.envs[0])
+        self.observation_space = dict(self.agent_spaces)
+        self._state: list[np.ndarray | None] = [None] * self.num_envs  # each env copy's global state, when used
+        if config.centralized_critic:
+            for agent_env in self.envs:
+                agent_env.track_observations = True
+            self.envs[0].reset()  # an env's state() answers once an episode has begun (reseed starts the real one)
+            state_space = self.envs[0].global_state_space()
+            self.observation_space = {pid: with_global_state(space, state_space)
+                                      for pid, space in self.agent_spaces.items()}
         self.mapper = PolicyMapper(config.policy_mapping_fn, list(config.policies), self.envs[0].possible_agents,
                                    config.self_play)
         self.trained = set(trained_policies(config))
@@ -131,31 +149,44 @@ class MultiAgentEnvRunner:
             step = self.envs[k].reset(seed=seed)
         except Exception as exc:
             raise self._env_error(exc) from exc
+        self._observe_state(k)
         self._decide[k] = step.decide
         self._take(k, step)
         if self._episodes is not None:
             self._episodes.start(k, step)
+
+    def _observe_state(self, k: int) -> None:
+        """Env copy ``k``'s global state after its last reset or step (centralised critics only)."""
+        if self.config.centralized_critic:
+            try:
+                self._state[k] = self.envs[k].global_state()
+            except EnvError:
+                raise
+            except Exception as exc:
+                raise self._env_error(exc) from exc
 
     def _policy_of(self, k: int, agent: str) -> str:
         mapping = self._mapping[k]
         if agent not in mapping:
             pid = self.mapper(agent, self._episode[k])
             env = self.envs[k]
-            if (env.observation_space(agent), env.action_space(agent)) != (self.observation_space[pid],
+            if (env.observation_space(agent), env.action_space(agent)) != (self.agent_spaces[pid],
                                                                             self.action_space[pid]):
                 raise ConfigError(f"policy_mapping_fn mapped agent {agent!r} to policy {pid!r}, whose spaces "
-                                  f"({self.observation_space[pid]}, {self.action_space[pid]}) are not the agent's")
+                                  f"({self.agent_spaces[pid]}, {self.action_space[pid]}) are not the agent's")
             mapping[agent] = pid
         return mapping[agent]
 
     def _stored(self, pid: str, k: int, agent: str, raw: Any) -> Any:
         """An observation in stored form, copied: rows keep it for a fragment or more, and an env may reuse its
-        arrays."""
+        arrays. With centralised critics, env copy ``k``'s global state as it is now goes beside it."""
+        if self._state[k] is not None:
+            raw = with_state_value(raw, self._state[k], self.agent_spaces[pid])
         try:
             return obs_map(np.array, self.specs[pid].one(raw))
         except (ValueError, TypeError) as exc:
             raise EnvError(f"env '{self.config.env}' gave agent {agent!r} an observation that does not fit "
-                           f"{self.observation_space[pid]}: {exc}") from None
+                           f"{self.agent_spaces[pid]}: {exc}") from None
 
     def _env_error(self, exc: Exception) -> EnvError:
         return EnvError(f"env '{self.config.env}' raised {type(exc).__name__}: {exc}")
@@ -206,6 +237,7 @@ class MultiAgentEnvRunner:
                 raise self._env_error(exc) from exc
             self._lengths[k] += 1
             result.env_steps += 1
+            self._observe_state(k)
             self._decide[k] = step.decide
             self._take(k, step)
             if self._episodes is not None:
@@ -247,7 +279,7 @@ class MultiAgentEnvRunner:
         score is what says whether it learned to play."""
         env = self.envs[0]
         fits = [agent for agent in env.possible_agents if (env.observation_space(agent), env.action_space(agent))
-                == (self.observation_space[policy_id], self.action_space[policy_id])]
+                == (self.agent_spaces[policy_id], self.action_space[policy_id])]
         # The seats the run's mapping gives this policy (a policy per player plays its own side only; a shared or
         # self-play one, every side), probed over a few episodes; else every seat that fits.
         probes = [EpisodeInfo(f"score.{i}", 0, 0, i) for i in range(8)]

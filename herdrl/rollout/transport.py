@@ -187,6 +187,49 @@ def unpack(fragment: Any) -> Any:
     return fragment
 
 
+def rebuild_side_by_side(leaves: list[np.ndarray | PackedFrames]) -> list[np.ndarray]:
+    """One observation leaf of fragments a learner lays side by side (their env axis, 1), as arrays. Where one is
+    packed and all agree in every other axis, they are rebuilt into one array as its consecutive column blocks,
+    so :func:`~herdrl.obs.obs_concat` joins them without a copy: each stack is written once, straight where the
+    batch reads it (rebuilding each fragment, then concatenating, copied every frame twice)."""
+    shapes = {(leaf.index.shape[0], *leaf.index.shape[2:], *leaf.frames.shape[1:], leaf.frames.dtype)
+              if isinstance(leaf, PackedFrames) else (leaf.shape[0], *leaf.shape[2:], leaf.dtype) for leaf in leaves}
+    if len(leaves) < 2 or len(shapes) != 1 or not any(isinstance(leaf, PackedFrames) for leaf in leaves):
+        return [leaf.unpack() if isinstance(leaf, PackedFrames) else leaf for leaf in leaves]
+    widths = [(leaf.index if isinstance(leaf, PackedFrames) else leaf).shape[1] for leaf in leaves]
+    steps, *rest, dtype = next(iter(shapes))
+    batch = np.empty((steps, sum(widths), *rest), dtype)
+    out, column = [], 0
+    for leaf, width in zip(leaves, widths, strict=True):
+        block = batch[:, column:column + width]
+        column += width
+        if isinstance(leaf, PackedFrames):
+            for t in range(steps):  # a contiguous row at a time: np.take writes it in place, unbuffered
+                np.take(leaf.frames, leaf.index[t], axis=0, out=block[t], mode="clip")
+        else:
+            block[...] = leaf
+        out.append(block)
+    return out
+
+
+def unpack_side_by_side(fragments: list[Any]) -> list[Any]:
+    """:func:`unpack` for fragments a learner concatenates in this order: single-agent fragments' packed leaves
+    rebuilt side by side (:func:`rebuild_side_by_side`); multi-agent ones each on its own."""
+    if len(fragments) < 2 or any(hasattr(f, "policies") for f in fragments):
+        return [unpack(f) for f in fragments]
+    first = fragments[0].obs
+    if isinstance(first, dict):
+        if any(not isinstance(f.obs, dict) or f.obs.keys() != first.keys() for f in fragments):
+            return [unpack(f) for f in fragments]
+        columns = {key: rebuild_side_by_side([f.obs[key] for f in fragments]) for key in first}
+        for i, fragment in enumerate(fragments):
+            fragment.obs = {key: columns[key][i] for key in first}
+    else:
+        for fragment, leaf in zip(fragments, rebuild_side_by_side([f.obs for f in fragments]), strict=True):
+            fragment.obs = leaf
+    return fragments
+
+
 def nbytes(fragment: Any) -> int:
     """Bytes of a fragment's arrays (packed frames as shipped)."""
     total = 0
@@ -199,12 +242,14 @@ def nbytes(fragment: Any) -> int:
     return total
 
 
-def resolve(items: list[Any]) -> tuple[list[Any], list[int]]:
-    """The fragments of a :class:`FragmentInput` (fetching references, unpacking frames) and the indices of those
-    that were lost with their node."""
+def resolve(items: list[Any], side_by_side: bool = True) -> tuple[list[Any], list[int]]:
+    """The fragments of a :class:`FragmentInput` (fetching references, unpacking frames: ``side_by_side``, as the
+    learner will concatenate them, :func:`unpack_side_by_side`) and the indices of those that were lost with their
+    node."""
+    unpack_all = unpack_side_by_side if side_by_side else lambda fragments: [unpack(f) for f in fragments]
     refs = [i for i, item in enumerate(items) if not hasattr(item, "valid") and not hasattr(item, "policies")]
     if not refs:
-        return [unpack(item) for item in items], []
+        return unpack_all(list(items)), []
     import ray
 
     fetched: dict[int, Any] = {}
@@ -217,5 +262,5 @@ def resolve(items: list[Any]) -> tuple[list[Any], list[int]]:
                 fetched[i] = ray.get(items[i])
             except ray.exceptions.ObjectLostError:
                 lost.append(i)
-    fragments = [unpack(fetched[i] if i in fetched else item) for i, item in enumerate(items) if i not in lost]
-    return fragments, lost
+    fragments = [fetched[i] if i in fetched else item for i, item in enumerate(items) if i not in lost]
+    return unpack_all(fragments), lost
