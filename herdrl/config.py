@@ -685,6 +685,9 @@ class AlgorithmConfig:
             if self.policies is None:  # a PettingZoo env named by its module: one policy for every agent
                 self._values["policies"] = [DEFAULT_POLICY]
             validate_multi_agent(self)
+        elif self.centralized_critic:
+            raise ConfigError("centralized_critic=True is for multi-agent runs (.multi_agent(policies=...)): a "
+                              "single agent's critic already sees everything its observation holds")
         if self.train_batch_size_per_learner is not None:
             total = self.train_batch_size_per_learner * max(self.num_learners, 1)
             if self.is_explicit("train_batch_size") and self.train_batch_size != total:

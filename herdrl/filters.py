@@ -93,10 +93,13 @@ def filtered_leaves(space: gym.Space) -> list[str]:
             if isinstance(leaf, gym.spaces.Box) and image_layout(leaf) is None and name != "action_mask"]
 
 
-def model_observation_space(space: gym.Space, config: Any) -> gym.Space:
-    """What the model sees: ``space`` with each filtered leaf a float32 Box of [-clip_obs, clip_obs]."""
+def model_observation_space(space: gym.Space | dict[str, gym.Space], config: Any) -> Any:
+    """What the model sees: ``space`` with each filtered leaf a float32 Box of [-clip_obs, clip_obs] (multi-agent
+    runs: a dict policy id -> space, each mapped)."""
     if config.observation_filter != "MeanStdFilter":
         return space
+    if isinstance(space, dict):
+        return {pid: model_observation_space(sub, config) for pid, sub in space.items()}
     names = set(filtered_leaves(space))
     clip = float(config.clip_obs)
     return map_leaf_spaces(space, lambda name, leaf: gym.spaces.Box(-clip, clip, leaf.shape, np.float32)
@@ -208,6 +211,57 @@ class Normalizer:
     # -------------------------------------------------------------------------- shipping
     def to_weights(self) -> dict[str, np.ndarray]:
         """The statistics as entries of a weights dict (``filter:<key>/<part>``), sent to runners with the weights."""
+        return {PREFIX + key: value for key, value in self.state().items()}
+
+
+def policy_slice(state: dict[str, Any], pid: str) -> dict[str, Any]:
+    """Policy ``pid``'s entries of a :class:`PolicyNormalizers` state (``<pid>.<key>``), keys without the prefix."""
+    prefix = pid + "."
+    return {key[len(prefix):]: value for key, value in state.items() if key.startswith(prefix)}
+
+
+class PolicyNormalizers:
+    """A multi-agent run's statistics: one :class:`Normalizer` per policy (its agents' observations, their
+    discounted returns), with :class:`Normalizer`'s interface; entries are named ``<policy id>.<key>/<part>``
+    (policy ids have no '.')."""
+
+    def __init__(self, spaces: dict[str, gym.Space], configs: dict[str, Any]) -> None:
+        self.parts = {pid: Normalizer(space, configs[pid]) for pid, space in spaces.items()}
+
+    @property
+    def active(self) -> bool:
+        """Whether any policy normalises anything."""
+        return any(part.active for part in self.parts.values())
+
+    @property
+    def observations(self) -> bool:
+        """Whether any policy's observations are filtered."""
+        return any(part.observations for part in self.parts.values())
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Every policy's :meth:`Normalizer.state`, prefixed with its id."""
+        return {f"{pid}.{key}": value for pid, part in self.parts.items() for key, value in part.state().items()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state` (a policy missing from it starts empty)."""
+        for pid, part in self.parts.items():
+            part.load_state(policy_slice(state, pid))
+
+    def merge(self, delta: dict[str, Any]) -> None:
+        """Merge a runner's delta (prefixed as :meth:`state`) into each policy's statistics."""
+        for pid, part in self.parts.items():
+            part.merge(policy_slice(delta, pid))
+
+    def reset(self) -> None:
+        """Forget every sample."""
+        self.load_state({})
+
+    def copy(self, source: str, target: str) -> None:
+        """Give policy ``target`` the statistics of ``source`` (a self-play snapshot of it)."""
+        self.parts[target].load_state(self.parts[source].state())
+
+    def to_weights(self) -> dict[str, np.ndarray]:
+        """The statistics as entries of a weights dict, sent to runners with the weights."""
         return {PREFIX + key: value for key, value in self.state().items()}
 
 

@@ -85,7 +85,9 @@ SHARED_KEYS = ("train_batch_size", "train_batch_size_per_learner", "minibatch_si
                # the networks runners build (by the run's config), the runners' exploration, an iteration's
                # sampling and what checkpoints keep: one for the run
                "twin_q", "dueling", "exploration_noise", "min_sample_timesteps_per_iteration",
-               "store_buffer_in_checkpoints")
+               "store_buffer_in_checkpoints",
+               # the policy network's own shape (value normalisation's statistics are part of its weights)
+               "value_normalization")
 
 
 def policy_config(config: Any, pid: str) -> Any:
@@ -189,9 +191,12 @@ def validate_multi_agent(config: Any) -> None:
         config._values["self_play"][source] = list(copies)
     if not trained_policies(config):
         raise ConfigError("no policy to train: policies_to_train is empty (or every policy is a snapshot)")
-    if config.observation_filter != "NoFilter" or config.norm_reward:
-        raise ConfigError("observation_filter and norm_reward are not built for multi-agent runs yet: leave them "
-                          "off (normalise inside the env)")
+    if (config.observation_filter != "NoFilter" or config.norm_reward) and config.stores_raw_transitions:
+        raise ConfigError(f"observation_filter and norm_reward are not built for multi-agent {config.algo_name} "
+                          "runs yet (replayed batches would need each policy's statistics): leave them off")
+    if config.observation_filter != "NoFilter" and config.centralized_critic:
+        raise ConfigError("observation_filter with centralized_critic is not built yet: leave one of them off "
+                          "(norm_reward works with it)")
     if config.model["use_lstm"]:
         raise ConfigError("model use_lstm is not built for multi-agent runs yet")
     if config.centralized_critic and not getattr(config, "supports_centralized_critic", False):

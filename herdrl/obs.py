@@ -189,11 +189,12 @@ def obs_concat(batches: list[ObsArray], axis: int = 0) -> ObsArray:
 
 
 def joined_view(arrays: tuple[np.ndarray, ...], axis: int) -> np.ndarray | None:
-    """The view that ``arrays`` make side by side along ``axis`` — views of one buffer with the same
-    strides, each starting where the one before ends — or None."""
+    """The view that ``arrays`` make side by side along ``axis`` — plain arrays of one dtype viewing one buffer
+    with the same strides, each starting where the one before ends — or None. Writable only if all of them are."""
     first = arrays[0]
     owner, step = first.base, first.strides[axis]
-    if owner is None or step <= 0:
+    if owner is None or step <= 0 or any(type(array) is not np.ndarray or array.dtype != first.dtype
+                                         for array in arrays):
         return None
     address = first.__array_interface__["data"][0]
     for before, array in zip(arrays[:-1], arrays[1:], strict=True):
@@ -204,7 +205,8 @@ def joined_view(arrays: tuple[np.ndarray, ...], axis: int) -> np.ndarray | None:
             return None
     shape = list(first.shape)
     shape[axis] = sum(array.shape[axis] for array in arrays)
-    return np.lib.stride_tricks.as_strided(first, tuple(shape), first.strides, writeable=first.flags.writeable)
+    writeable = all(array.flags.writeable for array in arrays)
+    return np.lib.stride_tricks.as_strided(first, tuple(shape), first.strides, writeable=writeable)
 
 
 def obs_len(obs: ObsArray) -> int:

@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from herdrl.filters import Normalizer, model_observation_space
+from herdrl.filters import Normalizer, model_observation_space, policy_slice
 from herdrl.models.distributions import ActionDistribution
 from herdrl.models.encoders import to_torch
 from herdrl.obs import ObsSpec
@@ -80,7 +80,8 @@ class Policy:
         # A centralised critic's policy (MAPPO) acts on its agent's own observation: the global state is its critic's.
         obs_space = actor_observation_space(obs_space)
         normalizer = Normalizer(obs_space, config)
-        normalizer.load_state(tensors.get("filters", {}))
+        filters = tensors.get("filters", {})
+        normalizer.load_state(policy_slice(filters, policy_id) if config.policies is not None else filters)
         return cls(module, obs_space, action_space, normalizer)
 
     def _model_input(self, obs: Any) -> Any:

@@ -115,12 +115,17 @@ def test_only_consecutive_blocks_of_one_array_are_joined_without_a_copy():
              (base[:, 4:7], base[:, 0:4]),  # out of order
              (base[:2, 1:4], base[1:3, 4:7]),  # other rows
              (base[:, 0:4], np.arange(3 * 3 * 2).reshape(3, 3, 2)),  # another buffer
-             (base[:, 0:4:2], base[:, 4:6])]  # strided
+             (base[:, 0:4:2], base[:, 4:6]),  # strided
+             (base[:, 0:4], base[:, 4:10].view(np.uint64))]  # another dtype
     for i, arrays in enumerate(cases):
         assert (joined_view(arrays, 1) is not None) == (i < 2), i
         joined = obs_concat(list(arrays), axis=1)
         assert np.array_equal(joined, np.concatenate(arrays, axis=1)), i
         assert np.shares_memory(joined, base) == (i < 2), i
+    right = base[:, 4:10]
+    right.flags.writeable = False  # a read-only part makes the joined view read-only
+    assert not joined_view((base[:, 0:4], right), 1).flags.writeable
+    assert joined_view((base[:, 0:4], base[:, 4:10]), 1).flags.writeable
 
 
 def test_packing_trusts_no_pattern_only_equal_frames():

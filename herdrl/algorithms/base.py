@@ -37,7 +37,7 @@ from herdrl.env import env_reward_threshold
 from herdrl.env.imports import env_origin
 from herdrl.env.previous import previous_inputs
 from herdrl.errors import ConfigError
-from herdrl.filters import Normalizer, model_observation_space
+from herdrl.filters import Normalizer, PolicyNormalizers, model_observation_space
 from herdrl.learner import Learner
 from herdrl.learner.group import LearnerFailure, make_learner_group
 from herdrl.models.encoders import encoding_differs
@@ -82,7 +82,12 @@ class Algorithm:
         self.obs_spec = ObsSpec(single_space)
         # The run's normalisation statistics (herdrl.filters), merged from the runners' fragments; the model reads
         # filtered leaves as float32.
-        self.normalizer = Normalizer(single_space, config)
+        self.normalizer: Normalizer | PolicyNormalizers = Normalizer(single_space, config)
+        if self.multi_agent:  # a policy's statistics are its own (its agents' observations and returns)
+            from herdrl.multi_agent import policy_config
+
+            self.normalizer = PolicyNormalizers(self.observation_space, {
+                pid: policy_config(config, pid) for pid in self.observation_space})
         if (config.observation_filter == "MeanStdFilter" and not self.normalizer.observations
                 and config.is_explicit("observation_filter")):  # (an LSTM default has nothing to say here)
             logger.warning("herdrl: observation_filter=MeanStdFilter has nothing to filter in %s (it normalises "
@@ -119,9 +124,12 @@ class Algorithm:
         #: The trained policy; a multi-agent run has one per policy id in ``policies`` (and ``policy`` is None).
         self.policies: dict[str, Policy] = {}
         if self.multi_agent:
-            self.policy = None
-            self.policies = {pid: Policy(self.module[pid], space, self.action_space[pid])
-                             for pid, space in self.observation_space.items()}
+            from herdrl.multi_agent import actor_observation_space
+
+            self.policy = None  # (a centralised critic's policy acts on its agent's own observation)
+            parts = self.normalizer.parts if self.normalizer.active else {}
+            self.policies = {pid: Policy(self.module[pid], actor_observation_space(space), self.action_space[pid],
+                                         parts.get(pid)) for pid, space in self.observation_space.items()}
         else:
             self.policy = Policy(self.module, self.observation_space, self.action_space,
                                  self.normalizer if self.normalizer.active else None)
@@ -151,9 +159,11 @@ class Algorithm:
         self.metrics_logger = MetricsLogger()
         self._runner_metrics, self._driver_metrics = MetricsReducer(), MetricsReducer()
         if config.self_play:  # snapshots begin as copies of the policy they follow, not as random networks
-            self.learners.apply("copy_policy", [(source, copy) for source, copies in config.self_play.items()
-                                                for copy in copies])
+            pairs = [(source, copy) for source, copies in config.self_play.items() for copy in copies]
+            self.learners.apply("copy_policy", pairs)
             self.learners.sync()
+            for source, target in pairs:
+                self.normalizer.copy(source, target)
         try:
             self.setup()
             self._callback("on_algorithm_init", algorithm=self)
@@ -406,7 +416,7 @@ class Algorithm:
         player = self._multi_agent_player()
         if not player.envs[0].turns or len(player.envs[0].possible_agents) < 2:
             return {}
-        player.set_weights(self.get_weights())
+        player.set_weights(self.runner_weights())  # (with the normalisation statistics, if any)
         seed = None if self.config.seed is None else self.config.seed * 1_000_033 + self.iteration
         scores = {pid: player.score_against_random(pid, self.config.random_opponent_games, seed)
                   for pid in trained_policies(self.config)}
@@ -418,6 +428,8 @@ class Algorithm:
         for source, copies in self.config.self_play.items():
             pairs += [(copies[i - 1], copies[i]) for i in range(len(copies) - 1, 0, -1)] + [(source, copies[0])]
         self.learners.apply("copy_policy", pairs)
+        for source, target in pairs:  # a snapshot acts on observations normalised as its policy's were
+            self.normalizer.copy(source, target)
 
     def get_policy(self, policy_id: str | None = None) -> Policy:
         """The trained policy (RLlib's ``algo.get_policy``); a multi-agent run's by ``policy_id``."""
@@ -501,7 +513,7 @@ class Algorithm:
         seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self.iteration
         explore = bool(cfg.evaluation_config.get("explore", False))
         player = self._multi_agent_player()
-        player.set_weights(self.get_weights())
+        player.set_weights(self.runner_weights())  # (with the normalisation statistics, if any)
         played = player.play(cfg.evaluation_duration, explore, seed, cfg.evaluation_config.get("max_steps"),
                              progress)
         parts = {f"evaluation/{kind}_return_mean/{name}": float(np.mean(values))

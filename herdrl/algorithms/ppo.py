@@ -87,7 +87,7 @@ class PPOLearner(Learner):
         order, the same on every learner)."""
         cfg = self.config
         batch = learner_batch(self.module, fragments, cfg, self.device)
-        self.module.observe_value_targets(real_steps(batch, "returns"))
+        batch["old_values"] = self.module.observe_value_targets(real_steps(batch, "returns"), batch["old_values"])
         if cfg.normalize_advantages:
             normalize_advantages(batch)
         rng = np.random.default_rng(seed)

@@ -175,8 +175,12 @@ class AgentEnv:
         return self._tracked(self._step(actions))
 
     def _tracked(self, result: AgentStep) -> AgentStep:
+        """Keep the agents' latest observations (when tracked): those that ended or decide; in a turn-based
+        game every live agent's as it is now (``observe``), not as it was at its own last turn."""
         if self.track_observations:
             self._observed({agent: obs for agent, (_, _, obs) in result.ended.items()})
+            if self.turns and callable(getattr(self.env, "observe", None)):
+                self._observed({agent: self.env.observe(agent) for agent in self.env.agents})
             self._observed(result.decide)
         return result
 

@@ -4,6 +4,7 @@ Tuple) and a value head."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import gymnasium as gym
@@ -16,6 +17,8 @@ from herdrl.models.distributions import ActionDistribution
 from herdrl.models.encoders import LegacyNames, build_encoder, has_image, head, module_device, to_torch
 from herdrl.models.numpy_policy import ACTIVATIONS, MLPBlueprint, MLPWeights, NumpyPolicy
 from herdrl.obs import obs_len
+
+logger = logging.getLogger(__name__)
 
 #: The observation leaf that says which Discrete actions are allowed (1) and ruled out (0), as PettingZoo's
 #: classic games have it: ``{"observation": ..., "action_mask": ...}``.
@@ -62,9 +65,13 @@ class ValueNormalizer(nn.Module):
         self.mean.add_(delta * n / total)
         self.count.copy_(total)
 
+    #: The variance's floor (MAPPO's ValueNorm's): near-constant early targets must not blow the first real return
+    #: up into a huge standardised target.
+    MIN_VAR = 1e-2
+
     def std(self) -> torch.Tensor:
-        """The targets' running standard deviation (floored: a constant target divides by no zero)."""
-        return self.var.clamp_min(1e-8).sqrt()
+        """The targets' running standard deviation (floored at ``sqrt(MIN_VAR)``)."""
+        return self.var.clamp_min(self.MIN_VAR).sqrt()
 
     def denormalize(self, head_out: torch.Tensor) -> torch.Tensor:
         """Values in return units from the head's standardised output."""
@@ -114,17 +121,26 @@ class ActorCritic(LegacyNames):
         pi_features = self.pi_encoder(obs)
         vf_features = pi_features if self.vf_encoder is None else self.vf_encoder(obs)
         dist_inputs = self._with_log_std(self.pi_head(pi_features))
-        return self.apply_mask(dist_inputs, obs), self._values(vf_features)
+        return self.apply_mask(dist_inputs, obs), self.values_from_features(vf_features)
 
-    def _values(self, features: torch.Tensor) -> torch.Tensor:
+    def values_from_features(self, features: torch.Tensor) -> torch.Tensor:
+        """State values from the critic's features (in return units: de-standardised with value normalisation)."""
         values = self.vf_head(features).squeeze(-1).float()
         return values if self.value_normalizer is None else self.value_normalizer.denormalize(values)
 
-    def observe_value_targets(self, targets: torch.Tensor) -> None:
+    def observe_value_targets(self, targets: torch.Tensor, values: torch.Tensor | None = None) -> Any:
         """With value normalisation, merge a batch's value targets into its statistics (before its gradient
-        steps, as MAPPO does); nothing without."""
-        if self.value_normalizer is not None:
-            self.value_normalizer.observe(targets)
+        steps, as MAPPO does); nothing without. ``values`` (computed under the statistics as they were: PPO's old
+        values, which its value clip compares with) come back as the same head outputs de-standardised by the new
+        ones, so a change of statistics alone never moves a value past the clip."""
+        norm = self.value_normalizer
+        if norm is None:
+            return values
+        mean, std = norm.mean.clone(), norm.std()
+        norm.observe(targets)
+        if values is None:
+            return None
+        return ((values.double() - mean) / std * norm.std() + norm.mean).to(values.dtype)
 
     def value_loss_scale(self) -> torch.Tensor | float:
         """What the squared value error is multiplied by: 1 / the targets' variance with value normalisation (the
@@ -135,6 +151,21 @@ class ActorCritic(LegacyNames):
         """Every parameter of the action distribution for a batch of observations: logits, or a
         Gaussian's means followed by its log stds (the free log std included, so a stored copy is frozen)."""
         return self.apply_mask(self._with_log_std(self.pi_head(self.pi_encoder(obs))), obs)
+
+    def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False) -> Any:
+        """As torch's (old names too), with value normalisation's statistics optional: a checkpoint written without
+        it starts them fresh, one written with it, read by a run without it, leaves them out (the head's weights
+        then read in the units it learned them in: a warning says so)."""
+        prefix = "value_normalizer."
+        saved = any(key.startswith(prefix) for key in state_dict)
+        if self.value_normalizer is None and saved:
+            logger.warning("herdrl: the checkpoint's critic was trained with value_normalization, this run has it "
+                           "off: its value head's outputs are standardised returns until it relearns them")
+            state_dict = {key: value for key, value in state_dict.items() if not key.startswith(prefix)}
+        elif self.value_normalizer is not None and not saved:
+            state_dict = {**state_dict, **{prefix + key: value for key, value in
+                                           ValueNormalizer().state_dict().items()}}
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def apply_mask(self, logits: torch.Tensor, obs: Any) -> torch.Tensor:
         """Logits of the actions an ``action_mask`` leaf rules out set to :data:`MASKED_LOGIT` (probability 0:
@@ -156,7 +187,7 @@ class ActorCritic(LegacyNames):
     def value(self, obs: Any) -> torch.Tensor:
         """State values V(obs)."""
         encoder = self.pi_encoder if self.vf_encoder is None else self.vf_encoder
-        return self._values(encoder(obs))
+        return self.values_from_features(encoder(obs))
 
     @staticmethod
     def _mean_log_std(dist_inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -246,7 +277,7 @@ class CentralCriticActorCritic(ActorCritic):
 
     def value(self, obs: Any) -> torch.Tensor:
         """V(own observation, global state)."""
-        return self._values(self.vf_encoder(obs))
+        return self.values_from_features(self.vf_encoder(obs))
 
 
 class TorchPolicy:

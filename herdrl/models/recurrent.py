@@ -57,7 +57,7 @@ class RecurrentActorCritic(ActorCritic):
             h, c = self.lstm(features[:, t], (h * keep, c * keep))
             outputs.append(h)
         out = torch.stack(outputs, dim=1)
-        return self.apply_mask(self._with_log_std(self.pi_head(out)), obs), self._values(out)
+        return self.apply_mask(self._with_log_std(self.pi_head(out)), obs), self.values_from_features(out)
 
     def step_dist_inputs(self, obs: Any, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step for a batch: (distribution inputs, LSTM output, next state)."""

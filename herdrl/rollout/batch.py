@@ -143,7 +143,7 @@ def sequence_batch(module: Any, fragments: list[Fragment], seq_len: int,
     dist_inputs, values = module.unroll(batch["obs"], batch["state"], batch["starts"])
     last_state = torch.from_numpy(np.concatenate([f.state_last for f in fragments])).to(device)
     last_out, _ = module.step(to_torch(obs_map(lambda o: o[-1], obs), device), last_state)
-    bootstrap = module.vf_head(last_out).squeeze(-1).float()
+    bootstrap = module.values_from_features(last_out)  # (in return units, as every other value)
     grid_values = np.concatenate([from_sequences(batch, values.cpu().numpy(), steps, envs),
                                   bootstrap.cpu().numpy()[None]])
     batch["old_values"] = values

@@ -31,10 +31,12 @@ from herdrl.callbacks import MultiAgentEpisodeTracker, runner_callbacks
 from herdrl.config import AlgorithmConfig
 from herdrl.env.multi_agent import AgentEnv, AgentStep, make_agent_env
 from herdrl.errors import ConfigError, EnvError
+from herdrl.filters import RunnerNormalizer, model_observation_space, policy_slice, split_weights
 from herdrl.models.distributions import ActionDistribution
 from herdrl.multi_agent import (
     EpisodeInfo,
     PolicyMapper,
+    policy_config,
     policy_spaces,
     trained_policies,
     with_global_state,
@@ -57,7 +59,7 @@ class MultiAgentFragment:
     policy_returns: dict[str, list[float]] = field(default_factory=dict)  # policy id -> its agents' summed returns
     worker_index: int = 0
     weights_version: int | dict[str, int] = -1  # asynchronous algorithms: each trained policy's version
-    filter_delta: None = None  # no observation filter in multi-agent runs (yet)
+    filter_delta: dict[str, np.ndarray] | None = None  # normalisation statistics of its samples, <policy id>.<key>
     metrics: list | None = None  # custom metrics its callbacks logged (herdrl.callbacks.MetricsLogger.take)
     policy_steps: dict[str, int] = field(default_factory=dict)  # trained policy -> its rows shipped (agent steps)
 
@@ -101,8 +103,16 @@ class MultiAgentEnvRunner:
         self.mapper = PolicyMapper(config.policy_mapping_fn, list(config.policies), self.envs[0].possible_agents,
                                    config.self_play)
         self.trained = set(trained_policies(config))
+        # Each policy's normalisation statistics (observation_filter, norm_reward), its own agents': a
+        # RunnerNormalizer per policy; running discounted returns per (env copy, agent) lane.
+        self.normalizers = {pid: norm for pid, space in self.observation_space.items()
+                            if (norm := RunnerNormalizer(space, policy_config(config, pid), 0)).local.active}
+        self._lane_returns: dict[tuple[int, str], float] = {}
         self.module = runner_module(config, self.observation_space, self.action_space)
-        self.specs = {pid: ObsSpec(space) for pid, space in self.observation_space.items()}
+        self.specs = {pid: ObsSpec(space) for pid, space in self.observation_space.items()}  # raw, as stored
+        # ... and as fragments carry them: filtered leaves normalised to float32 (herdrl.filters)
+        self.fragment_specs = {pid: ObsSpec(model_observation_space(space, config))
+                               for pid, space in self.observation_space.items()}
         self.actions = {pid: ActionDistribution(space) for pid, space in self.action_space.items()}
         self._with_logp = bool(getattr(config, "behaviour_logp", False))
         self.weights_version = -1
@@ -126,6 +136,9 @@ class MultiAgentEnvRunner:
         self._episodes_begun = [0] * self.num_envs
         self._run_tag = f"{self.worker_index}.{self.incarnation}.{epoch}"
         self._lanes: dict[tuple[int, str], list[_Row]] = {}  # (env copy, agent) -> rows not shipped yet
+        for norm in self.normalizers.values():  # a new timeline: nothing of the old one is shipped or carried
+            norm.restart()
+        self._lane_returns = {}
         self._episode: dict[int, EpisodeInfo] = {}
         self._decide: list[dict[str, Any]] = []
         self._mapping: list[dict[str, str]] = []
@@ -193,10 +206,15 @@ class MultiAgentEnvRunner:
 
     # ------------------------------------------------------------------ weights
     def set_weights(self, weights: dict[str, Any], version: int | dict[str, int] | None = None) -> None:
-        """Load every policy's weights (``<policy id>.<weight>`` numpy arrays), in place; ``version`` (asynchronous
-        algorithms: each trained policy's update count) is stamped on the fragments sampled with them."""
+        """Load every policy's weights (``<policy id>.<weight>`` numpy arrays), in place, and the normalisation
+        statistics sent along (``<policy id>.<key>``); ``version`` (asynchronous algorithms: each trained policy's
+        update count) is stamped on the fragments sampled with them."""
         if version is not None:
             self.weights_version = version
+        weights, stats = split_weights(weights)
+        if stats is not None:
+            for pid, norm in self.normalizers.items():
+                norm.load(policy_slice(stats, pid))
         load_weights(self.module, weights)
 
     def set_exploration(self, params: dict[str, Any] | None) -> None:
@@ -208,8 +226,14 @@ class MultiAgentEnvRunner:
                 setattr(policy, key, value)
 
     def normalizer_state(self) -> dict[str, np.ndarray]:
-        """No observation filter in multi-agent runs."""
-        return {}
+        """The statistics each policy normalises with, ``<policy id>.<key>`` (empty without normalisation)."""
+        return {f"{pid}.{key}": value for pid, norm in self.normalizers.items()
+                for key, value in norm.local.state().items()}
+
+    def _normalized(self, pid: str, stored: Any) -> Any:
+        """Stored observations as policy ``pid`` reads them (filtered with its statistics, if it filters)."""
+        norm = self.normalizers.get(pid)
+        return stored if norm is None or not norm.local.observations else norm.local.normalize(stored)
 
     # ------------------------------------------------------------------ sampling
     def sample(self, num_steps: int | None = None) -> MultiAgentFragment:
@@ -221,6 +245,9 @@ class MultiAgentEnvRunner:
             self._step(self._act(), result)
         result.policies = self._ship()
         result.policy_steps = {pid: part.env_steps for pid, part in result.policies.items()}
+        if self.normalizers:  # the samples since the last fragment, for the run's statistics
+            result.filter_delta = {f"{pid}.{key}": value for pid, norm in self.normalizers.items()
+                                   for key, value in norm.take_delta().items()}
         if self.callbacks is not None:
             self.callbacks("on_sample_end", env_runner=self, worker=self, metrics_logger=self.metrics_logger,
                            samples=[result])
@@ -259,7 +286,7 @@ class MultiAgentEnvRunner:
         result = MultiAgentFragment({}, env_steps=0, agent_steps=0)
         ticker = Ticker()
         while len(result.episode_returns) < episodes and result.env_steps < (max_steps or 1_000_000):
-            actions = self._act(explore)
+            actions = self._act(explore, count=False)
             self._lanes.clear()  # nothing to learn from
             self._step(actions, result)
             if progress is not None and ticker.due():
@@ -304,7 +331,8 @@ class MultiAgentEnvRunner:
                 actions = {}
                 for agent, raw in step.decide.items():
                     if agent == seat:
-                        stored = policy.act(self._stored(policy_id, 0, agent, raw), False)  # greedy: no noise
+                        obs = self._normalized(policy_id, self._stored(policy_id, 0, agent, raw))
+                        stored = policy.act(obs, False)  # greedy: no noise
                         actions[agent] = _item(space, self.actions[policy_id].to_env(stored), 0)
                     else:
                         actions[agent] = _random_legal(env.action_space(agent), raw, rng)
@@ -313,8 +341,9 @@ class MultiAgentEnvRunner:
             results.append(float(np.sign(total)))
         return float(np.mean(results))
 
-    def _act(self, explore: bool = True) -> list[dict[str, Any]]:
-        """Every deciding agent's action, one forward pass per policy; opens a row per decision."""
+    def _act(self, explore: bool = True, count: bool = True) -> list[dict[str, Any]]:
+        """Every deciding agent's action, one forward pass per policy; opens a row per decision, holding the
+        observation as the policy read it. ``count``: add the observations to the normalisation statistics."""
         who: dict[str, list[tuple[int, str, Any]]] = {}
         for k, decide in enumerate(self._decide):
             for agent, raw in decide.items():
@@ -323,6 +352,13 @@ class MultiAgentEnvRunner:
         actions: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         for pid, items in who.items():
             obs = obs_concat([item[2] for item in items])
+            norm = self.normalizers.get(pid)
+            if norm is not None and norm.local.observations:
+                if count:
+                    norm.observe(obs)
+                    norm.count(obs)
+                obs = norm.local.normalize(obs)
+                items = [(k, agent, obs_map(lambda a, i=i: a[i:i + 1], obs)) for i, (k, agent, _) in enumerate(items)]
             policy = self.policies[pid]
             noise = policy.noise(1, len(items))[0]
             if self._with_logp and explore:
@@ -348,7 +384,8 @@ class MultiAgentEnvRunner:
             row = self._open_row(k, agent)
             if row is not None:
                 row.terminated, row.truncated, row.complete = terminated, truncated, True
-                row.final_obs = row.obs if raw is None else self._stored(row.policy, k, agent, raw)
+                row.final_obs = row.obs if raw is None else self._normalized(
+                    row.policy, self._stored(row.policy, k, agent, raw))
         for agent in step.decide:
             row = self._open_row(k, agent)
             if row is not None:
@@ -380,7 +417,7 @@ class MultiAgentEnvRunner:
     def _ship(self) -> dict[str, Fragment]:
         """The complete rows of the trained policies as one Fragment per policy (columns: see the module doc);
         open rows stay for the next fragment."""
-        columns: dict[str, list[tuple[list[_Row], Any]]] = {}
+        columns: dict[str, list[tuple[tuple[int, str], list[_Row], Any]]] = {}
         for (k, agent), rows in self._lanes.items():
             done = len(rows) if not rows or rows[-1].complete else len(rows) - 1
             self._lanes[k, agent] = rows[done:]
@@ -396,13 +433,13 @@ class MultiAgentEnvRunner:
                 elif index[-1] + 1 < len(rows):  # the agent decided again: its next row holds that observation
                     after = rows[index[-1] + 1].obs
                 else:  # it decides at the next step
-                    after = self._stored(pid, k, agent, self._decide[k][agent])
-                columns.setdefault(pid, []).append(([rows[i] for i in index], after))
+                    after = self._normalized(pid, self._stored(pid, k, agent, self._decide[k][agent]))
+                columns.setdefault(pid, []).append(((k, agent), [rows[i] for i in index], after))
         return {pid: self._fragment(pid, cols) for pid, cols in sorted(columns.items())}
 
-    def _fragment(self, pid: str, columns: list[tuple[list[_Row], Any]]) -> Fragment:
-        spec, dist = self.specs[pid], self.actions[pid]
-        laid_out = [_with_episode_breaks(rows) for rows, _ in columns]
+    def _fragment(self, pid: str, columns: list[tuple[tuple[int, str], list[_Row], Any]]) -> Fragment:
+        spec, dist = self.fragment_specs[pid], self.actions[pid]
+        laid_out = [_with_episode_breaks(rows) for _, rows, _ in columns]
         length = max(len(rows) for rows in laid_out)
         width = len(columns)
         obs = spec.zeros((length + 1, width))
@@ -412,7 +449,7 @@ class MultiAgentEnvRunner:
         truncateds = np.zeros((length, width), bool)
         valid = np.zeros((length, width), bool)
         logp = np.zeros((length, width), np.float32) if self._with_logp else None
-        for b, (rows, (_, after)) in enumerate(zip(laid_out, columns, strict=True)):
+        for b, (rows, (_, _, after)) in enumerate(zip(laid_out, columns, strict=True)):
             start = length - len(rows)  # right-aligned: the padding in front is invalid
             for t, (row, real) in enumerate(rows, start):
                 _write(obs, (t, b), row.obs if real else row.final_obs)
@@ -423,8 +460,31 @@ class MultiAgentEnvRunner:
                     if logp is not None:
                         logp[t, b] = row.logp
             _write(obs, (length, b), after)
+        norm = self.normalizers.get(pid)
+        if norm is not None and norm.local.rewards:
+            rewards = self._scaled_rewards(norm, [lane for lane, _, _ in columns], rewards, terminateds, truncateds,
+                                           valid)
         return Fragment(obs, actions, rewards, terminateds, truncateds, valid, logp=logp,
                         weights_version=self.weights_version, worker_index=self.worker_index)
+
+    def _scaled_rewards(self, norm: RunnerNormalizer, lanes: list[tuple[int, str]], rewards: np.ndarray,
+                        terminateds: np.ndarray, truncateds: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        """A policy fragment's rewards as its learner takes them (``norm_reward``): each column's running discounted
+        return (its agent's, carried across fragments, reset at its episode ends) counted in the policy's
+        statistics, then the rewards scaled by them (VecNormalize's scheme, per agent)."""
+        gamma, seen = norm.gamma, []
+        for b, lane in enumerate(lanes):
+            running = self._lane_returns.get(lane, 0.0)
+            for t in np.nonzero(valid[:, b])[0]:
+                running = running * gamma + float(rewards[t, b])
+                seen.append(running)
+                if terminateds[t, b] or truncateds[t, b]:
+                    running = 0.0
+            self._lane_returns[lane] = running
+        returns = np.asarray(seen)
+        norm.local.stats["reward"].update(returns)
+        norm.delta.stats["reward"].update(returns)
+        return norm.local.scale_rewards(rewards)
 
     def stop(self) -> None:
         """Close the env copies."""

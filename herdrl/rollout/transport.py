@@ -204,6 +204,8 @@ def rebuild_side_by_side(leaves: list[np.ndarray | PackedFrames]) -> list[np.nda
         block = batch[:, column:column + width]
         column += width
         if isinstance(leaf, PackedFrames):
+            if leaf.index.size and not 0 <= leaf.index.min() <= leaf.index.max() < len(leaf.frames):
+                raise ValueError(f"a packed fragment indexes frames up to {leaf.index.max()} of {len(leaf.frames)}")
             for t in range(steps):  # a contiguous row at a time: np.take writes it in place, unbuffered
                 np.take(leaf.frames, leaf.index[t], axis=0, out=block[t], mode="clip")
         else:
