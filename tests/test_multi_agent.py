@@ -849,7 +849,7 @@ def test_each_policy_normalises_its_own_agents_observations_and_returns(tmp_path
     fragment = runner.sample(16)  # two whole episodes in each of 4 env copies
     delta = {key: np.asarray(value) for key, value in fragment.filter_delta.items()}
     assert (delta["p0.obs/count"], delta["p1.obs/count"]) == (4 * 16, 4 * 2 * 3)
-    np.testing.assert_allclose(delta["p1.obs/mean"], [delta["p1.obs/mean"][0], 1.0])
+    assert delta["p1.obs/mean"][1] == 1.0 and delta["p0.obs/mean"][1] == 0.0  # the id bits: a1's 1, a0's 0
     assert np.all(fragment.policies["p1"].obs[:-1, :, 1][fragment.policies["p1"].valid] == 0.0)
     for pid, part in fragment.policies.items():
         scale = runner.normalizers[pid].local.reward_scale()
@@ -952,3 +952,35 @@ def test_value_normalization_keeps_values_in_return_units_everywhere_and_clips_o
                      policy_mapping_fn=SEPARATE["policy_mapping_fn"]).validate()
     with pytest.raises(ConfigError, match="centralized_critic=True is for multi-agent runs"):
         PPOConfig().environment("CartPole-v1").multi_agent(centralized_critic=True).validate()
+
+
+class IntegerRelay(CueRelay):
+    """The relay with integer observations in [0, 4] (the cue + 1 and the id bit): an integer Box encoders scale."""
+
+    def __init__(self, env_config=None):
+        super().__init__(env_config)
+        self._obs_space = gym.spaces.Box(0, 4, (2,), np.int64)
+
+    def _observe(self):
+        return {agent: np.array([obs[0] + 1, obs[1]], np.int64) for agent, obs in super()._observe().items()}
+
+
+def test_filtered_runners_act_as_the_learner_reads_and_frozen_policies_keep_their_statistics():
+    """Integer observations, filtered: the runner's network reads the fragment's rows as the learner's does (both
+    on the filtered float leaves, not one of them rescaling them as raw integers); a policy that does not learn
+    counts nothing, so its statistics stay what they were (here: none)."""
+    herdrl.register_env("int_relay", lambda cfg: IntegerRelay(cfg))
+    config = (PPOConfig().environment("int_relay").env_runners(num_envs_per_env_runner=4,
+                                                                observation_filter="MeanStdFilter")
+              .training(train_batch_size=256, minibatch_size=64)
+              .multi_agent(**SEPARATE, policies_to_train=["p0"]).debugging(seed=3))
+    algo = config.build()
+    algo.train()
+    runner = algo.runners.runner
+    runner.set_weights(algo.runner_weights())
+    part = runner.sample(16).policies["p0"]
+    rows = torch.as_tensor(part.obs[:-1][part.valid])
+    torch.testing.assert_close(runner.module["p0"].dist_inputs(rows), algo.module["p0"].dist_inputs(rows))
+    stats = algo.normalizer.state()
+    assert stats["p0.obs/count"] > 0 and stats["p1.obs/count"] == 0
+    algo.stop()

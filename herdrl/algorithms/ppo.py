@@ -87,7 +87,8 @@ class PPOLearner(Learner):
         order, the same on every learner)."""
         cfg = self.config
         batch = learner_batch(self.module, fragments, cfg, self.device)
-        batch["old_values"] = self.module.observe_value_targets(real_steps(batch, "returns"), batch["old_values"])
+        gae_values = batch["old_values"]  # (what GAE used: the explained variance below reads them)
+        batch["old_values"] = self.module.observe_value_targets(real_steps(batch, "returns"), gae_values)
         if cfg.normalize_advantages:
             normalize_advantages(batch)
         rng = np.random.default_rng(seed)
@@ -100,7 +101,8 @@ class PPOLearner(Learner):
                     sums[key] = sums.get(key, 0.0) + float(value)
                 updates += 1
         metrics = {key: value / updates for key, value in sums.items()}
-        returns, old_values = real_steps(batch, "returns"), real_steps(batch, "old_values")
+        returns = real_steps(batch, "returns")
+        old_values = real_steps({**batch, "old_values": gae_values}, "old_values")
         residual = (returns - old_values).var()
         metrics["vf_explained_var"] = float(1 - residual / returns.var()) if len(returns) > 1 else float("nan")
         metrics["num_gradient_updates"] = updates

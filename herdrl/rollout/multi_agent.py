@@ -104,11 +104,12 @@ class MultiAgentEnvRunner:
                                    config.self_play)
         self.trained = set(trained_policies(config))
         # Each policy's normalisation statistics (observation_filter, norm_reward), its own agents': a
-        # RunnerNormalizer per policy; running discounted returns per (env copy, agent) lane.
+        # RunnerNormalizer per policy; running discounted returns per (env copy, agent, policy) lane.
         self.normalizers = {pid: norm for pid, space in self.observation_space.items()
                             if (norm := RunnerNormalizer(space, policy_config(config, pid), 0)).local.active}
-        self._lane_returns: dict[tuple[int, str], float] = {}
-        self.module = runner_module(config, self.observation_space, self.action_space)
+        self._lane_returns: dict[tuple[int, str, str], float] = {}
+        # (built on what the policy reads, as the learner's: filtered leaves are float32, not the raw integers)
+        self.module = runner_module(config, model_observation_space(self.observation_space, config), self.action_space)
         self.specs = {pid: ObsSpec(space) for pid, space in self.observation_space.items()}  # raw, as stored
         # ... and as fragments carry them: filtered leaves normalised to float32 (herdrl.filters)
         self.fragment_specs = {pid: ObsSpec(model_observation_space(space, config))
@@ -245,9 +246,9 @@ class MultiAgentEnvRunner:
             self._step(self._act(), result)
         result.policies = self._ship()
         result.policy_steps = {pid: part.env_steps for pid, part in result.policies.items()}
-        if self.normalizers:  # the samples since the last fragment, for the run's statistics
+        if self.normalizers:  # the trained policies' samples since the last fragment, for the run's statistics
             result.filter_delta = {f"{pid}.{key}": value for pid, norm in self.normalizers.items()
-                                   for key, value in norm.take_delta().items()}
+                                   if pid in self.trained for key, value in norm.take_delta().items()}
         if self.callbacks is not None:
             self.callbacks("on_sample_end", env_runner=self, worker=self, metrics_logger=self.metrics_logger,
                            samples=[result])
@@ -354,7 +355,7 @@ class MultiAgentEnvRunner:
             obs = obs_concat([item[2] for item in items])
             norm = self.normalizers.get(pid)
             if norm is not None and norm.local.observations:
-                if count:
+                if count and pid in self.trained:  # (a frozen policy's statistics are its own, as its weights)
                     norm.observe(obs)
                     norm.count(obs)
                 obs = norm.local.normalize(obs)
@@ -462,16 +463,17 @@ class MultiAgentEnvRunner:
             _write(obs, (length, b), after)
         norm = self.normalizers.get(pid)
         if norm is not None and norm.local.rewards:
-            rewards = self._scaled_rewards(norm, [lane for lane, _, _ in columns], rewards, terminateds, truncateds,
-                                           valid)
+            rewards = self._scaled_rewards(norm, [(*lane, pid) for lane, _, _ in columns], rewards, terminateds,
+                                           truncateds, valid)
         return Fragment(obs, actions, rewards, terminateds, truncateds, valid, logp=logp,
                         weights_version=self.weights_version, worker_index=self.worker_index)
 
-    def _scaled_rewards(self, norm: RunnerNormalizer, lanes: list[tuple[int, str]], rewards: np.ndarray,
+    def _scaled_rewards(self, norm: RunnerNormalizer, lanes: list[tuple[int, str, str]], rewards: np.ndarray,
                         terminateds: np.ndarray, truncateds: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """A policy fragment's rewards as its learner takes them (``norm_reward``): each column's running discounted
-        return (its agent's, carried across fragments, reset at its episode ends) counted in the policy's
-        statistics, then the rewards scaled by them (VecNormalize's scheme, per agent)."""
+        return (its agent's while it plays this policy: ``lanes`` are (env copy, agent, policy); carried across
+        fragments, reset at its episode ends) counted in the policy's statistics, then the rewards scaled by them
+        (VecNormalize's scheme, per agent)."""
         gamma, seen = norm.gamma, []
         for b, lane in enumerate(lanes):
             running = self._lane_returns.get(lane, 0.0)
