@@ -1,0 +1,97 @@
+"""MAPPO on MPE ``simple_spread`` with BenchMARL's settings, herdrl beside BenchMARL (TorchRL's multi-agent
+benchmark), one invocation: each tool in its own subprocess, BenchMARL in its own venv.
+
+    python benchmarks/benchmarl_spread.py --frames 120000 --seeds 1 --benchmarl-python /tmp/benchmarl-venv/bin/python
+
+BenchMARL's venv (its torchrl pulls its own torch; PettingZoo 1.24 still ships MPE, which torchrl's PettingZoo
+wrapper imports): ``python3.11 -m venv /tmp/benchmarl-venv && /tmp/benchmarl-venv/bin/pip install torch==2.13.0
+benchmarl "pettingzoo[mpe]==1.24.3"``.
+
+The task as BenchMARL's ``pettingzoo/simple_spread`` config has it: 3 agents, ``max_cycles=100``,
+``local_ratio=0.5``; discrete actions (``prefer_continuous_actions=False``) for both. BenchMARL's MAPPO defaults
+(its ``mappo.yaml``, ``base_experiment.yaml``, ``mlp.yaml``), given to herdrl as the same keys: 6,000 env steps per
+batch from 10 env copies, 45 passes of 400-step minibatches, lr 5e-5, gamma 0.99, GAE lambda 0.9, clip 0.2, no
+entropy bonus, value loss weight 1, [256, 256] tanh networks, one actor shared by the agents and a centralised
+critic (herdrl's ``centralized_critic``: the env's global state beside the agent's observation). The score is the
+training return of the last batch's episodes, summed over the agents (BenchMARL reports the mean over agents:
+multiplied by 3 here), and the wall-clock seconds of the run. Prints ``RESULT {json}`` lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+
+FRAMES_PER_BATCH, MINIBATCH, EPOCHS, ENVS = 6000, 400, 45, 10
+ENV_CONFIG = {"N": 3, "max_cycles": 100, "local_ratio": 0.5, "continuous_actions": False}
+
+
+def run_herdrl(seed: int, frames: int) -> dict:
+    """herdrl's MAPPO with BenchMARL's settings, in-process."""
+    from herdrl import PPOConfig
+
+    algo = (PPOConfig().environment("mpe2.simple_spread_v3", env_config=ENV_CONFIG)
+            .env_runners(num_envs_per_env_runner=ENVS, rollout_fragment_length=FRAMES_PER_BATCH // ENVS)
+            .training(train_batch_size=FRAMES_PER_BATCH, minibatch_size=MINIBATCH, num_epochs=EPOCHS, lr=5e-5,
+                      gamma=0.99, lambda_=0.9, clip_param=0.2, entropy_coeff=0.0, vf_loss_coeff=1.0,
+                      model={"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh"})
+            .multi_agent(policies={"shared"}, centralized_critic=True).debugging(seed=seed).build())
+    start = time.perf_counter()
+    while (result := algo.train())["num_env_steps_sampled_lifetime"] < frames:
+        pass
+    seconds = time.perf_counter() - start
+    algo.stop()
+    return {"return": result["episode_return_mean"], "frames": result["num_env_steps_sampled_lifetime"],
+            "seconds": seconds}
+
+
+def run_benchmarl(seed: int, frames: int) -> dict:
+    """BenchMARL's MAPPO, its defaults, on CPU, no loggers, no evaluation (run in BenchMARL's venv)."""
+    from benchmarl.algorithms import MappoConfig
+    from benchmarl.environments import PettingZooTask
+    from benchmarl.experiment import Experiment, ExperimentConfig
+    from benchmarl.models.mlp import MlpConfig
+
+    config = ExperimentConfig.get_from_yaml()
+    config.max_n_frames, config.loggers, config.evaluation = frames, [], False
+    config.prefer_continuous_actions = False
+    config.sampling_device = config.train_device = config.buffer_device = "cpu"
+    config.save_folder, config.checkpoint_interval, config.checkpoint_at_end = tempfile.mkdtemp(), 0, False
+    task = PettingZooTask.SIMPLE_SPREAD.get_from_yaml()
+    experiment = Experiment(task=task, algorithm_config=MappoConfig.get_from_yaml(),
+                            model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
+                            seed=seed, config=config)
+    start = time.perf_counter()
+    experiment.run()
+    seconds = time.perf_counter() - start
+    return {"return": 3 * float(experiment.mean_return), "frames": experiment.total_frames, "seconds": seconds}
+
+
+def main() -> None:
+    """Each (tool, seed) in its own subprocess; one RESULT line each, then a side-by-side summary."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frames", type=int, default=300_000)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--tools", nargs="+", default=["herdrl", "benchmarl"], choices=["herdrl", "benchmarl"])
+    parser.add_argument("--benchmarl-python", default="/tmp/benchmarl-venv/bin/python")
+    parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # (tool, seed): run it here
+    args = parser.parse_args()
+    if args.one:
+        tool, seed = args.one
+        result = (run_herdrl if tool == "herdrl" else run_benchmarl)(int(seed), args.frames)
+        print("RESULT " + json.dumps({"tool": tool, "seed": int(seed), **result}), flush=True)
+        return
+    for seed in args.seeds:
+        for tool in args.tools:
+            python = sys.executable if tool == "herdrl" else args.benchmarl_python
+            out = subprocess.run([python, __file__, "--frames", str(args.frames), "--one", tool, str(seed)],
+                                 capture_output=True, text=True, check=True).stdout
+            print(next(line for line in out.splitlines() if line.startswith("RESULT ")), flush=True)
+
+
+if __name__ == "__main__":
+    main()
