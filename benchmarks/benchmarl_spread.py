@@ -1,7 +1,7 @@
 """MAPPO on MPE ``simple_spread`` with BenchMARL's settings, herdrl beside BenchMARL (TorchRL's multi-agent
 benchmark), one invocation: each tool in its own subprocess, BenchMARL in its own venv.
 
-    python benchmarks/benchmarl_spread.py --frames 120000 --seeds 1 --benchmarl-python /tmp/benchmarl-venv/bin/python
+    python benchmarks/benchmarl_spread.py --frames 150000 --seeds 1 --benchmarl-python /tmp/benchmarl-venv/bin/python
 
 BenchMARL's venv (its torchrl pulls its own torch; PettingZoo 1.24 still ships MPE, which torchrl's PettingZoo
 wrapper imports): ``python3.11 -m venv /tmp/benchmarl-venv && /tmp/benchmarl-venv/bin/pip install torch==2.13.0
@@ -10,11 +10,12 @@ benchmarl "pettingzoo[mpe]==1.24.3"``.
 The task as BenchMARL's ``pettingzoo/simple_spread`` config has it: 3 agents, ``max_cycles=100``,
 ``local_ratio=0.5``; discrete actions (``prefer_continuous_actions=False``) for both. BenchMARL's MAPPO defaults
 (its ``mappo.yaml``, ``base_experiment.yaml``, ``mlp.yaml``), given to herdrl as the same keys: 6,000 env steps per
-batch from 10 env copies, 45 passes of 400-step minibatches, lr 5e-5, gamma 0.99, GAE lambda 0.9, clip 0.2, no
-entropy bonus, value loss weight 1, [256, 256] tanh networks, one actor shared by the agents and a centralised
-critic (herdrl's ``centralized_critic``: the env's global state beside the agent's observation). The score is the
-training return of the last batch's episodes, summed over the agents (BenchMARL reports the mean over agents:
-multiplied by 3 here), and the wall-clock seconds of the run. Prints ``RESULT {json}`` lines.
+batch from 10 env copies, 45 passes of minibatches of 400 env steps (1,200 agent rows: herdrl counts rows), lr
+5e-5, gamma 0.99, GAE lambda 0.9, clip 0.2, no entropy bonus, value loss weight 1, [256, 256] tanh networks, one
+actor shared by the agents and a centralised critic (herdrl's ``centralized_critic``: the env's global state beside
+the agent's observation). The score is the training return of the last batch's episodes, summed over the agents
+(BenchMARL reports the mean over agents: multiplied by 3 here), and the wall-clock seconds of the run. Prints
+``RESULT {json}`` lines.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import tempfile
 import time
 
 FRAMES_PER_BATCH, MINIBATCH, EPOCHS, ENVS = 6000, 400, 45, 10
+AGENTS = 3  # BenchMARL's minibatch is 400 frames of all 3 agents; herdrl's minibatch_size counts agent rows
 ENV_CONFIG = {"N": 3, "max_cycles": 100, "local_ratio": 0.5, "continuous_actions": False}
 
 
@@ -36,7 +38,7 @@ def run_herdrl(seed: int, frames: int) -> dict:
 
     algo = (PPOConfig().environment("mpe2.simple_spread_v3", env_config=ENV_CONFIG)
             .env_runners(num_envs_per_env_runner=ENVS, rollout_fragment_length=FRAMES_PER_BATCH // ENVS)
-            .training(train_batch_size=FRAMES_PER_BATCH, minibatch_size=MINIBATCH, num_epochs=EPOCHS, lr=5e-5,
+            .training(train_batch_size=FRAMES_PER_BATCH, minibatch_size=MINIBATCH * AGENTS, num_epochs=EPOCHS, lr=5e-5,
                       gamma=0.99, lambda_=0.9, clip_param=0.2, entropy_coeff=0.0, vf_loss_coeff=1.0,
                       model={"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh"})
             .multi_agent(policies={"shared"}, centralized_critic=True).debugging(seed=seed).build())

@@ -274,8 +274,9 @@ def run_ingest(address: str | None, node_ip_address: str | None, modes: list[str
     config = AlgorithmConfig()
     config.address, config.node_ip_address, config.include_dashboard = address, node_ip_address, False
     owns_ray = connect(config, num_cpus=1)
-    # The actors' classes travel by value, so their processes import numpy only (importing this module would
-    # import herdrl, and with it torch).
+    # The actors' classes travel by value, so the producers' processes import numpy only (importing this module
+    # would import herdrl, and with it torch); the learner and aggregators import herdrl's rebuild of packed frames
+    # (herdrl.rollout.transport, herdrl.obs) when they first meet one, as a learner does.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     rows: list[IngestRow] = []
     try:
