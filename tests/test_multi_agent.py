@@ -984,3 +984,33 @@ def test_filtered_runners_act_as_the_learner_reads_and_frozen_policies_keep_thei
     stats = algo.normalizer.state()
     assert stats["p0.obs/count"] > 0 and stats["p1.obs/count"] == 0
     algo.stop()
+
+
+def test_a_filtered_policy_exports_with_its_own_statistics_and_turn_based_rewards_scale_per_row(tmp_path):
+    """The relay with an observation filter: policy p1's exported program takes raw observations and acts as
+    its checkpoint's Policy does. Tic-tac-toe with reward scaling: each shipped row (a move, paid what happened
+    until the player's next move) counts one running return, and its scaled reward is the game's -1, 0 or +1
+    times the policy's scale."""
+    from herdrl.export import export_policy
+
+    algo = relay_config(**SEPARATE).env_runners(observation_filter="MeanStdFilter").build()
+    algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    policy = Policy.from_checkpoint(path, policy_id="p1")
+    raw = np.array([[1.0, 1.0], [-1.0, 1.0], [0.5, 1.0]], np.float32)
+    program = torch.export.load(export_policy(path, "torch-export", tmp_path / "p1.pt2", "p1")).module()
+    assert program(torch.as_tensor(raw)).tolist() == policy.compute_actions(raw).tolist()
+
+    config = (PPOConfig().environment("pettingzoo/classic/tictactoe-v3")
+              .env_runners(num_envs_per_env_runner=4, norm_reward=True)
+              .training(train_batch_size=256, minibatch_size=64).multi_agent(policies={"main"}).debugging(seed=0))
+    config.validate()
+    runner = MultiAgentEnvRunner(config)
+    fragment = runner.sample(40)
+    part, delta = fragment.policies["main"], fragment.filter_delta
+    assert delta["main.reward/count"] == part.valid.sum() > 0
+    scale = runner.normalizers["main"].local.reward_scale()
+    paid = part.rewards[part.valid] / scale
+    assert np.allclose(paid, np.round(paid)) and set(np.round(paid)) <= {-1.0, 0.0, 1.0} and paid.any()
+    runner.stop()
