@@ -316,10 +316,14 @@ class RunnerNormalizer:
             self.returns = np.where(valid[t], self.returns * self.gamma + rewards[t], self.returns)
             seen.append(self.returns[valid[t]])
             self.returns[terminateds[t] | truncateds[t]] = 0.0
-        returns = np.concatenate(seen)
+        self.count_returns(np.concatenate(seen))
+        return self.local.scale_rewards(rewards) if self.scale_fragments else rewards
+
+    def count_returns(self, returns: np.ndarray) -> None:
+        """Count running discounted returns in the reward statistics (what this runner scales with, and its
+        delta); the multi-agent runner keeps them per agent and counts them here too."""
         self.local.stats["reward"].update(returns)
         self.delta.stats["reward"].update(returns)
-        return self.local.scale_rewards(rewards) if self.scale_fragments else rewards
 
     def take_delta(self) -> dict[str, np.ndarray]:
         """The samples since the last call, as a state to merge; forgets them."""

@@ -248,8 +248,9 @@ class IMPALA(Algorithm):
                 continue
             for pid, rows in item.info.policy_steps.items():
                 if rows and pid in version:
-                    lags.setdefault(pid, []).append(self.policy_updates[pid] - version[pid])
-                    lags.setdefault("", []).append(self.policy_updates[pid] - version[pid])
+                    lag = self.policy_updates[pid] - version[pid]
+                    lags.setdefault(pid, []).append(lag)
+                    lags.setdefault("", []).append(lag)
 
     def training_step(self) -> dict[str, float]:
         """Fetch fragments as they arrive and learn on every full train batch, until ``num_updates_per_iteration``

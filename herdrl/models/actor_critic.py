@@ -53,17 +53,18 @@ class ValueNormalizer(nn.Module):
 
     @torch.no_grad()
     def observe(self, targets: torch.Tensor) -> None:
-        """Merge a batch of value targets into the running statistics (Chan et al.'s parallel update)."""
-        targets = targets.detach().double().reshape(-1)
-        n = float(len(targets))
-        if n == 0:
-            return
-        mean, var = targets.mean(), targets.var(unbiased=False)
-        total = self.count + n
-        delta = mean - self.mean
-        self.var.copy_((self.var * self.count + var * n + delta**2 * self.count * n / total) / total)
-        self.mean.add_(delta * n / total)
-        self.count.copy_(total)
+        """Merge a batch of value targets into the running statistics (``herdrl.filters.RunningStats``: Chan et
+        al.'s parallel update, in float64)."""
+        from herdrl.filters import RunningStats
+
+        stats = RunningStats()
+        count = float(self.count)
+        stats.count, stats.mean, stats.m2 = count, self.mean.cpu().numpy(), self.var.cpu().numpy() * count
+        stats.update(targets.detach().double().reshape(-1).cpu().numpy())
+        if stats.count > count:
+            self.mean.fill_(float(stats.mean))
+            self.var.fill_(float(stats.var))
+            self.count.fill_(stats.count)
 
     #: The variance's floor (MAPPO's ValueNorm's): near-constant early targets must not blow the first real return
     #: up into a huge standardised target.

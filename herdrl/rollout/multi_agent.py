@@ -483,9 +483,7 @@ class MultiAgentEnvRunner:
                 if terminateds[t, b] or truncateds[t, b]:
                     running = 0.0
             self._lane_returns[lane] = running
-        returns = np.asarray(seen)
-        norm.local.stats["reward"].update(returns)
-        norm.delta.stats["reward"].update(returns)
+        norm.count_returns(np.asarray(seen))
         return norm.local.scale_rewards(rewards)
 
     def stop(self) -> None:
