@@ -5,6 +5,7 @@ traffic is loopback TCP between raylets: no NIC limits it, only this host's CPUs
     python benchmarks/ingest.py                                  # Pong-shaped fragments, 4 nodes, all four paths
     python benchmarks/ingest.py --shape atari-packed --producers 1,4,16,32
     python benchmarks/ingest.py --shape cartpole --envs 1 --steps 100 --placement same-node
+    python benchmarks/ingest.py --shape mujoco --producers 4 --rate 5 --modes reference   # 20 fragments/s in all
 
 Prints each table (also in results/bench-ingest/<shape>-<placement>/ingest.csv and .png).
 """
@@ -65,6 +66,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--aggregators", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="fragments/s per producer (0: as fast as they can); a fixed rate compares shapes at "
+                             "the same fragments/s")
     args = parser.parse_args()
     counts = [int(x) for x in args.producers.split(",")]
     modes = [m for m in args.modes.split(",") if m]
@@ -72,7 +76,7 @@ def main() -> None:
         for placement in args.placement or ["same-node", "cross-node"]:
             run_ingest(address, "127.0.0.2", modes, counts, args.shape,
                        Path("results/bench-ingest") / f"{args.shape}-{placement}", steps=args.steps,
-                       envs=args.envs, batch=args.batch, seconds=args.seconds, rate=0.0,
+                       envs=args.envs, batch=args.batch, seconds=args.seconds, rate=args.rate,
                        aggregators=args.aggregators, placement=placement)
 
 

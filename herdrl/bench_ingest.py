@@ -10,7 +10,8 @@ paths compared:
 * ``via-driver``: the learner-actor path before herdrl 0.4: the driver fetched every fragment and put it in the
   object store again for the learner actor (two hops through one process).
 * ``reference``: the learner-actor path now: the driver fetches only the infos and hands the fragments'
-  references to the learner actor, which fetches them from the producers' nodes itself.
+  references to the learner actor, which fetches them from the producers' nodes itself. Fragments over Ray's
+  inline limit are put by their producers, which own them (as herdrl's runners do).
 * ``aggregators``: as ``reference``, but K aggregator actors beside the learner fetch and concatenate the fragments
   (each a share of the batch); the learner fetches K partial batches.
 
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from herdrl.errors import ConfigError
-from herdrl.rollout.transport import shares
+from herdrl.rollout.transport import RUNNER_PUT_BYTES, shares
 
 MODES = ("driver", "via-driver", "reference", "aggregators")
 
@@ -66,13 +67,21 @@ class _Producer:
         self.nbytes = sum(a.nbytes for a in self.fragment.values())
         self.last = 0.0
 
-    def produce(self, period_s: float) -> tuple[dict[str, int], dict[str, np.ndarray]]:
-        """One fragment and its info (env steps, bytes)."""
+    def produce(self, period_s: float, put_here: bool = False) -> tuple[dict[str, Any], Any]:
+        """One fragment and its info (env steps, bytes). ``put_here``: as herdrl's runners ship a fragment over
+        Ray's inline limit (``herdrl.rollout.transport``): put by this producer, which owns it, its reference in
+        the info."""
         wait = self.last + period_s - time.monotonic()
         if wait > 0:
             time.sleep(wait)
         self.last = time.monotonic()
-        return {"env_steps": self.env_steps, "nbytes": self.nbytes}, self.fragment
+        info: dict[str, Any] = {"env_steps": self.env_steps, "nbytes": self.nbytes}
+        if put_here and self.nbytes > RUNNER_PUT_BYTES:
+            import ray
+
+            info["ref"] = ray.put(self.fragment)
+            return info, None
+        return info, self.fragment
 
     def modules(self) -> list[str]:
         """Top-level modules this process imported (is torch among them?)."""
@@ -193,7 +202,7 @@ def measure(mode: str, producers: int, shape: str, *, steps: int, envs: int, bat
     calls: dict[Any, tuple[Any, Any]] = {}  # info ref -> (producer, fragment ref)
 
     def submit(actor: Any) -> None:
-        info, data = actor.produce.options(num_returns=2).remote(period)
+        info, data = actor.produce.options(num_returns=2).remote(period, mode in ("reference", "aggregators"))
         calls[info] = (actor, data)
 
     def absorb(refs: list[Any]) -> None:
@@ -232,7 +241,7 @@ def measure(mode: str, producers: int, shape: str, *, steps: int, envs: int, bat
             for ref in ready:
                 actor, data = calls.pop(ref)
                 info = ray.get(ref)
-                queue.append(data)
+                queue.append(info.pop("ref", data))
                 nbytes += info["nbytes"]
                 env_steps += info["env_steps"]
                 submit(actor)

@@ -187,6 +187,46 @@ def test_fragments_reach_learner_actors_without_entering_the_driver(monkeypatch)
 
 
 @pytest.mark.usefixtures("whole_ray_cluster")
+def test_fragments_over_the_inline_limit_are_owned_by_their_runner():
+    """A fragment over Ray's 100 KiB inline limit is put in the object store by its runner, which owns it (the
+    driver only borrows the reference, so the owner's bookkeeping is not the driver's); a smaller one still comes
+    as the call's second return, which the driver owns. The learner actor learns from both, and the infos kept
+    for reporting hold no reference (that would pin the fragment)."""
+    import ray
+    from ray.core.generated.common_pb2 import Address
+
+    def owner(ref):
+        address = Address()
+        address.ParseFromString(ref.owner_address())
+        return address.worker_id.hex()
+
+    herdrl.register_env("dots_chw", lambda config=None: MovingDot({"chw": True}))  # 200 bytes per observation
+    driver = ray.get_runtime_context().get_worker_id()
+    for length, owned_by_runner in ((300, True), (20, False)):  # 2 envs x 300 steps: ~130 KB; x 20: ~9 KB
+        algo = (PPOConfig().environment("dots_chw")
+                .env_runners(num_env_runners=2, num_envs_per_env_runner=2, rollout_fragment_length=length)
+                .training(train_batch_size=4 * length, minibatch_size=2 * length, num_epochs=1)
+                .learners(num_learners=1).debugging(seed=0).build())
+        runners = {ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_worker_id()))
+                   for actor in algo.runners.actors}
+        seen = []
+
+        def recorded(*args, sample=algo.runners.sample, seen=seen):
+            seen.extend(sample(*args))
+            return seen[-2:]
+
+        algo.runners.sample = recorded
+        before = algo.get_weights()
+        algo.train()
+        moved = max(float(np.abs(algo.get_weights()[k] - before[k]).max()) for k in before)
+        algo.stop()
+        assert len(seen) == 2 and moved > 0, length
+        assert all((item.info.nbytes > 100 * 1024) == owned_by_runner for item in seen), length
+        assert {owner(item.data) for item in seen} == (runners if owned_by_runner else {driver}), length
+        assert all(item.info.fragment_ref is None for item in seen)
+
+
+@pytest.mark.usefixtures("whole_ray_cluster")
 def test_a_fragment_lost_before_the_learner_reads_it_is_sampled_again(caplog, monkeypatch):
     """A fragment whose object is gone when the learner in the driver fetches it (Ray raises ObjectLostError, as
     when its node died: tests/test_multinode.py kills a real node under two learner actors) is dropped, replaced

@@ -187,6 +187,10 @@ class CueRelay:
 
     ``env_config={"continuous": True}``: the action is a number in [-1, 1] (Box(1)), paid ``1 - |action -
     side| / 2`` with ``side`` +1 or -1 (the side to name): best 11 again, uniform random actions 5.5.
+
+    ``env_config={"recall": True}``: each agent's cue is drawn once, at its first step, and shown only then (0
+    after): a policy must remember it (an LSTM: best 11; without memory, right at first sight and at chance after:
+    6.5).
     """
 
     metadata: dict = {"name": "cue_relay", "render_modes": []}
@@ -196,6 +200,7 @@ class CueRelay:
     def __init__(self, env_config: dict | None = None) -> None:
         self._obs_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.continuous = bool((env_config or {}).get("continuous", False))
+        self.recall = bool((env_config or {}).get("recall", False))
         self._act_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32) if self.continuous else gym.spaces.Discrete(2)
         self.agents: list[str] = []
         self._rng = np.random.default_rng()
@@ -209,14 +214,19 @@ class CueRelay:
         return self._act_space
 
     def _observe(self) -> dict[str, np.ndarray]:
-        self._cues = {agent: float(self._rng.choice([-1.0, 1.0])) for agent in self.agents}
-        return {agent: np.array([self._cues[agent], float(agent == "a1")], np.float32) for agent in self.agents}
+        if not self.recall:
+            self._cues = {agent: float(self._rng.choice([-1.0, 1.0])) for agent in self.agents}
+            return {agent: np.array([self._cues[agent], float(agent == "a1")], np.float32) for agent in self.agents}
+        new = [agent for agent in self.agents if agent not in self._cues]  # shown once, kept for the episode
+        self._cues.update({agent: float(self._rng.choice([-1.0, 1.0])) for agent in new})
+        return {agent: np.array([self._cues[agent] if agent in new else 0.0, float(agent == "a1")], np.float32)
+                for agent in self.agents}
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         """Start with ``a0`` alone."""
         if seed is not None:
             self._rng = np.random.default_rng(seed)
-        self.t, self.agents = 0, ["a0"]
+        self.t, self.agents, self._cues = 0, ["a0"], {}
         return self._observe(), {agent: {} for agent in self.agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:

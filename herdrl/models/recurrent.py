@@ -122,3 +122,8 @@ class RecurrentPolicy:
     def get_state(self) -> np.ndarray:
         """Every env's state, ``(num_envs, 2, H)`` float32 (a copy)."""
         return self.state.cpu().numpy().copy()
+
+    def set_state(self, state: np.ndarray) -> None:
+        """Act next from ``state``, ``(batch, 2, H)`` (multi-agent runners keep a state per agent and set the
+        states of the agents deciding before each step)."""
+        self.state = torch.as_tensor(state, dtype=torch.float32, device=self.device)

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from herdrl.rollout.group import LocalRunnerGroup, RayRunnerGroup, RunnerFailure, _one_line
-from herdrl.rollout.transport import Sampled, info_of
+from herdrl.rollout.transport import Sampled, info_of, sampled
 
 
 class LocalSampler:
@@ -103,7 +103,7 @@ class AsyncSampler:
                 continue  # a call of a runner that failed earlier in this loop: already counted as dropped
             index, actor, data = self._calls.pop(ref)
             try:
-                fragments.append(Sampled(ray.get(ref), data))
+                fragments.append(sampled(ray.get(ref), data))
                 self._heard[index] = (actor, time.monotonic())
             except ray.exceptions.RayError as exc:
                 self._runner_failed(index, actor, exc)

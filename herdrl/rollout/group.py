@@ -27,7 +27,7 @@ from herdrl.env import imports
 from herdrl.errors import HerdError
 from herdrl.rollout.multi_agent import MultiAgentEnvRunner
 from herdrl.rollout.runner import EnvRunner
-from herdrl.rollout.transport import Sampled, info_of
+from herdrl.rollout.transport import Sampled, info_of, sampled
 from herdrl.survival import forget_nodes, node_changes
 
 logger = logging.getLogger("herdrl")
@@ -429,7 +429,7 @@ class RayRunnerGroup:
             index, exc = failures[0]
             raise RunnerFailure(f"every env runner failed in this iteration (runner {index + 1}: "
                                 f"{_one_line(exc)})")
-        return [Sampled(info, data[ref]) for ref, info in results]
+        return [sampled(info, data[ref]) for ref, info in results]
 
     def settle(self, timeout_s: float) -> None:
         """Wait at most ``timeout_s`` for every replacement to start (or fail), then put those started into service."""

@@ -15,6 +15,13 @@ end (the next decision's, or the final one when the agent ended), right-aligned,
 a column is shorter than the longest. Between two episodes of a column comes one invalid row holding the first
 episode's final observation — the layout the single-agent runner gives NEXT_STEP's reset-only steps — so the
 learners' GAE, value bootstrapping on truncation and masking apply unchanged.
+
+**Recurrent policies** (``model={"use_lstm": True}``): each (env copy, agent) carries its own state from decision
+to decision and across fragments, zero when its episode begins. A row keeps the state entering its decision and
+the one after it; a policy fragment records, as a single-agent runner's does, the state entering each of its
+training sequences (:func:`herdrl.rollout.batch.sequence_index` over its columns: an episode break row starts from
+the state after the episode's last decision, the padding in front from zeros) and the state entering the
+observation after each column's last row, so the learner unrolls exactly what the runner computed.
 """
 
 from __future__ import annotations
@@ -77,6 +84,8 @@ class _Row:
     truncated: bool = False
     final_obs: Any = None  # the agent ended: its last observation (stored form)
     complete: bool = False
+    state: np.ndarray | None = None  # recurrent policies: the state entering this decision, (2, H)
+    state_after: np.ndarray | None = None  # ... and the state after it
 
 
 class MultiAgentEnvRunner:
@@ -115,6 +124,10 @@ class MultiAgentEnvRunner:
         self.fragment_specs = {pid: ObsSpec(model_observation_space(space, config))
                                for pid, space in self.observation_space.items()}
         self.actions = {pid: ActionDistribution(space) for pid, space in self.action_space.items()}
+        #: Recurrent policies' state size; each (env copy, agent) lane's state lives in ``_hidden``.
+        self._cells = {pid: module.cell_size for pid, module in self.module.items()
+                       if getattr(module, "recurrent", False)}
+        self._seq_len = int(config.model.get("max_seq_len", 20))
         self._with_logp = bool(getattr(config, "behaviour_logp", False))
         self.weights_version = -1
         self.callbacks, self.metrics_logger, self._episodes = runner_callbacks(
@@ -132,7 +145,8 @@ class MultiAgentEnvRunner:
             [seed, self.worker_index, self.incarnation, epoch]).spawn(3)
         self._rng = np.random.default_rng(streams[1])
         self.torch_stream = streams[2]  # a Ray runner seeds its process's torch with it
-        self.policies = {pid: self.config.runner_policy(module, self._rng) for pid, module in self.module.items()}
+        self.policies = {pid: self._runner_policy(pid) for pid in self.module}
+        self._hidden: dict[tuple[int, str], np.ndarray] = {}  # recurrent: (env copy, agent) -> its state
         base = None if streams[0] is None else int(streams[0].generate_state(1)[0])
         self._episodes_begun = [0] * self.num_envs
         self._run_tag = f"{self.worker_index}.{self.incarnation}.{epoch}"
@@ -151,8 +165,16 @@ class MultiAgentEnvRunner:
             self._returns.append({})
             self._begin(k, None if base is None else base + k)
 
+    def _runner_policy(self, pid: str) -> Any:
+        if pid in self._cells:
+            from herdrl.models.recurrent import RecurrentPolicy
+
+            return RecurrentPolicy(self.module[pid], self._rng, 0)  # states are set per call, lane by lane
+        return self.config.runner_policy(self.module[pid], self._rng)
+
     def _begin(self, k: int, seed: int | None) -> None:
         """Reset env copy ``k``: a new episode, its agents' policies picked as they appear."""
+        self._hidden = {lane: state for lane, state in self._hidden.items() if lane[0] != k}  # zero: a new episode
         self._episode[k] = EpisodeInfo(f"{self._run_tag}.{k}.{self._episodes_begun[k]}", self.worker_index, k,
                                        self._episodes_begun[k])
         self._episodes_begun[k] += 1
@@ -325,6 +347,7 @@ class MultiAgentEnvRunner:
             seat = seats[game % len(seats)]
             step = env.reset(seed=None if seed is None else seed + game)
             total, steps = 0.0, 0
+            state = np.zeros((1, 2, self._cells[policy_id]), np.float32) if policy_id in self._cells else None
             while True:
                 total += step.rewards.get(seat, 0.0)
                 if step.over or seat in step.ended or steps >= max_steps:
@@ -333,7 +356,11 @@ class MultiAgentEnvRunner:
                 for agent, raw in step.decide.items():
                     if agent == seat:
                         obs = self._normalized(policy_id, self._stored(policy_id, 0, agent, raw))
+                        if state is not None:
+                            policy.set_state(state)
                         stored = policy.act(obs, False)  # greedy: no noise
+                        if state is not None:
+                            state = policy.get_state()
                         actions[agent] = _item(space, self.actions[policy_id].to_env(stored), 0)
                     else:
                         actions[agent] = _random_legal(env.action_space(agent), raw, rng)
@@ -361,16 +388,26 @@ class MultiAgentEnvRunner:
                 obs = norm.local.normalize(obs)
                 items = [(k, agent, obs_map(lambda a, i=i: a[i:i + 1], obs)) for i, (k, agent, _) in enumerate(items)]
             policy = self.policies[pid]
+            entering = after = None
+            if pid in self._cells:  # each lane's own state, zero where its episode begins
+                zero = np.zeros((2, self._cells[pid]), np.float32)
+                entering = np.stack([self._hidden.get((k, agent), zero) for k, agent, _ in items])
+                policy.set_state(entering)
             noise = policy.noise(1, len(items))[0]
             if self._with_logp and explore:
                 stored, logp = policy.act_logp(obs, noise)
             else:
                 stored, logp = policy.act(obs, explore, noise), np.zeros(len(items), np.float32)
+            if entering is not None:
+                after = policy.get_state()
+                for i, (k, agent, _) in enumerate(items):
+                    self._hidden[k, agent] = after[i]
             env_actions = self.actions[pid].to_env(stored)
             for i, (k, agent, agent_obs) in enumerate(items):
                 actions[k][agent] = _item(self.action_space[pid], env_actions, i)
-                self._lanes.setdefault((k, agent), []).append(
-                    _Row(pid, agent_obs, stored[i], float(logp[i])))
+                self._lanes.setdefault((k, agent), []).append(_Row(
+                    pid, agent_obs, stored[i], float(logp[i]), state=None if entering is None else entering[i],
+                    state_after=None if after is None else after[i]))
         return actions
 
     def _take(self, k: int, step: AgentStep) -> None:
@@ -382,6 +419,7 @@ class MultiAgentEnvRunner:
             if row is not None:
                 row.reward += reward
         for agent, (terminated, truncated, raw) in step.ended.items():
+            self._hidden.pop((k, agent), None)  # (should it come back, it begins from zero)
             row = self._open_row(k, agent)
             if row is not None:
                 row.terminated, row.truncated, row.complete = terminated, truncated, True
@@ -465,8 +503,28 @@ class MultiAgentEnvRunner:
         if norm is not None and norm.local.rewards:
             rewards = self._scaled_rewards(norm, [(*lane, pid) for lane, _, _ in columns], rewards, terminateds,
                                            truncateds, valid)
+        state_in = state_last = None
+        if pid in self._cells:
+            state_in, state_last = self._sequence_states(pid, laid_out, length, valid)
         return Fragment(obs, actions, rewards, terminateds, truncateds, valid, logp=logp,
-                        weights_version=self.weights_version, worker_index=self.worker_index)
+                        weights_version=self.weights_version, worker_index=self.worker_index,
+                        state_in=state_in, state_last=state_last)
+
+    def _sequence_states(self, pid: str, laid_out: list[list[tuple[_Row, bool]]], length: int,
+                         valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A recurrent policy fragment's states: entering each training sequence, in the order the learner cuts
+        them (:func:`~herdrl.rollout.batch.sequence_index`), and entering the observation after each column."""
+        width = len(laid_out)
+        grid = np.zeros((length, width, 2, self._cells[pid]), np.float32)  # padding in front: zeros
+        state_last = np.zeros((width, 2, self._cells[pid]), np.float32)
+        for b, rows in enumerate(laid_out):
+            for t, (row, real) in enumerate(rows, length - len(rows)):
+                grid[t, b] = row.state if real else row.state_after  # a break row: after the episode's last
+            state_last[b] = rows[-1][0].state_after
+        from herdrl.rollout.batch import sequence_index
+
+        starts = sequence_index(valid, self._seq_len)[:, 0]
+        return grid[starts // width, starts % width], state_last
 
     def _scaled_rewards(self, norm: RunnerNormalizer, lanes: list[tuple[int, str, str]], rewards: np.ndarray,
                         terminateds: np.ndarray, truncateds: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -503,10 +561,16 @@ def pad_front(fragment: Fragment, length: int) -> Fragment:
     if pad <= 0:
         return fragment
     front = lambda a: np.concatenate([np.zeros((pad, *a.shape[1:]), a.dtype), a])  # noqa: E731
+    # Recurrent: each padding row is a training sequence of its own (sequence_index cuts after every invalid row),
+    # entered from zeros; they come first in its order (by step, then column), the fragment's own after them.
+    state_in = fragment.state_in
+    if state_in is not None:
+        state_in = np.concatenate([np.zeros((pad * len(fragment.valid[0]), *state_in.shape[1:]), state_in.dtype),
+                                   state_in])
     return replace(fragment, obs=obs_map(front, fragment.obs), actions=front(fragment.actions),
                    rewards=front(fragment.rewards), terminateds=front(fragment.terminateds),
                    truncateds=front(fragment.truncateds), valid=front(fragment.valid),
-                   logp=None if fragment.logp is None else front(fragment.logp))
+                   logp=None if fragment.logp is None else front(fragment.logp), state_in=state_in)
 
 
 def _with_episode_breaks(rows: list[_Row]) -> list[tuple[_Row, bool]]:

@@ -14,7 +14,7 @@ import ray
 
 from herdrl.rollout.light import RunnerConfig
 from herdrl.rollout.runner import EnvRunner
-from herdrl.rollout.transport import FragmentInfo, info_of, nbytes, pack
+from herdrl.rollout.transport import RUNNER_PUT_BYTES, FragmentInfo, info_of, nbytes, pack
 
 
 class _Remote:
@@ -67,7 +67,11 @@ class _Remote:
             self._loaded_broadcast = broadcast
         self.set_exploration(exploration)
         fragment = pack(self.sample())
-        return info_of(fragment, nbytes(fragment)), fragment
+        info = info_of(fragment, nbytes(fragment))
+        if info.nbytes > RUNNER_PUT_BYTES:  # owned here, not by the driver (herdrl.rollout.transport)
+            info.fragment_ref = ray.put(fragment)
+            return info, None
+        return info, fragment
 
     def has_module(self, name: str) -> bool:
         """Whether module ``name`` is loaded in this runner's process (light runners hold no ``torch``)."""

@@ -7,6 +7,12 @@ list to whoever learns: learner actors fetch them from the runners' nodes themse
 the driver never deserialises an array (fragments under Ray's 100 KiB inline limit travel through its memory as
 bytes). A learner in the driver (the default) fetches them once, as before.
 
+A fragment over that limit is put in the object store by the runner itself (``ray.put``), its reference sent in
+the info (:attr:`FragmentInfo.fragment_ref`), so the runner, not the driver, owns it: the owner's bookkeeping
+(locations, pins, frees) is then done in the runners' processes, spread over them, and the driver's CPU per
+fragment no longer grows with its size (benchmarks/README.md). A fragment then dies with its runner as well as
+with its node: either way it is lost, dropped and sampled again.
+
 Stacked image observations (Atari's 4-frame stacks) repeat three of every four frames from the step before;
 :func:`pack` ships each distinct frame once plus indices, found by comparing the frames (never assumed: a stack
 that is not a shift of the one before, e.g. after a reset, is shipped whole), and :func:`unpack` rebuilds exactly
@@ -28,6 +34,9 @@ from herdrl.errors import HerdError
 #: Image leaves whose first axis is a stack of this many frames are packed (a single frame has no repeats; a first
 #: axis longer than 16 is an image's height, not a stack).
 MIN_STACK, MAX_STACK = 2, 16
+#: A fragment of more bytes than this (Ray's limit for returning an object inline, in the caller's memory) is put in
+#: the object store by its runner, which then owns it.
+RUNNER_PUT_BYTES = 100 * 1024
 #: A leaf is shipped as packed only if packing saves at least this share of its bytes (an RGB channels-first image
 #: is never a shift of the one before: it is sent as it is, having cost one comparison).
 MIN_SAVING = 0.2
@@ -49,6 +58,7 @@ class FragmentInfo:
     policy_returns: dict[str, list[float]] = field(default_factory=dict)
     metrics: list | None = None  # custom metrics logged by callbacks (herdrl.callbacks.MetricsLogger.take)
     policy_steps: dict[str, int] = field(default_factory=dict)  # multi-agent: agent steps of each trained policy
+    fragment_ref: Any = None  # the fragment, put by its runner (which owns it), or None: it came as the 2nd return
 
 
 def info_of(fragment: Any, size: int = 0) -> FragmentInfo:
@@ -71,6 +81,14 @@ class Sampled:
 
     info: FragmentInfo
     data: Any
+
+
+def sampled(info: FragmentInfo, data: Any) -> Sampled:
+    """A :class:`Sampled` from a runner's two returns: its info and ``data`` (the fragment's reference), or the
+    reference the runner put in the info. The info lets go of that reference (infos are kept for reporting; a
+    reference kept would pin its fragment in the object store)."""
+    ref, info.fragment_ref = info.fragment_ref, None
+    return Sampled(info, data if ref is None else ref)
 
 
 class FragmentInput(list):
