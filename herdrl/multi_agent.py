@@ -191,9 +191,6 @@ def validate_multi_agent(config: Any) -> None:
         config._values["self_play"][source] = list(copies)
     if not trained_policies(config):
         raise ConfigError("no policy to train: policies_to_train is empty (or every policy is a snapshot)")
-    if (config.observation_filter != "NoFilter" or config.norm_reward) and config.stores_raw_transitions:
-        raise ConfigError(f"observation_filter and norm_reward are not built for multi-agent {config.algo_name} "
-                          "runs yet (replayed batches would need each policy's statistics): leave them off")
     if config.observation_filter != "NoFilter" and config.centralized_critic:
         raise ConfigError("observation_filter with centralized_critic is not built yet: leave one of them off "
                           "(norm_reward works with it)")

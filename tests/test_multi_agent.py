@@ -880,9 +880,45 @@ def test_each_policy_normalises_its_own_agents_observations_and_returns(tmp_path
     assert policy.compute_actions(raw).tolist() == greedy.tolist()
 
 
+def test_replay_algorithms_keep_raw_rows_and_normalise_each_replayed_batch_with_its_policys_statistics():
+    """DQN, a policy per agent, observation filter and reward scaling: fragments keep raw observations and rewards
+    (a1's id bit stays 1, rewards 0 or 1) while the runner counts each policy's own statistics (a1 decides at 3 of
+    an episode's 8 steps); a batch replayed from p1's buffer is filtered and scaled with p1's statistics (computed
+    by hand here, p0's differ), and the run learns."""
+    from herdrl import DQNConfig
+
+    config = (DQNConfig().environment("relay")
+              .env_runners(num_envs_per_env_runner=4, observation_filter="MeanStdFilter", norm_reward=True)
+              .training(lr=3e-3, train_batch_size=32, num_steps_sampled_before_learning_starts=200,
+                        min_sample_timesteps_per_iteration=256, epsilon=[[0, 1.0], [1000, 0.05]],
+                        training_intensity=4.0, model={"fcnet_hiddens": [32]})
+              .multi_agent(**SEPARATE).debugging(seed=3))
+    config.validate()
+    runner = MultiAgentEnvRunner(config)
+    fragment = runner.sample(16)
+    part = fragment.policies["p1"]
+    assert np.all(part.obs[:-1, :, 1][part.valid] == 1.0) and set(np.unique(part.rewards[part.valid])) <= {0.0, 1.0}
+    assert (fragment.filter_delta["p0.obs/count"], fragment.filter_delta["p1.obs/count"]) == (4 * 16, 4 * 2 * 3)
+    assert fragment.filter_delta["p1.reward/count"] == 4 * 2 * 3
+    runner.stop()
+
+    algo = config.build()
+    results = [algo.train() for _ in range(6)]
+    assert results[-1]["evaluation/episode_return_mean"] >= 10.5
+    data, _, _ = algo.streams["p1"].buffer.sample(16)
+    stats = algo.normalizer.parts["p1"].state()
+    assert not np.allclose(stats["obs/mean"], algo.normalizer.parts["p0"].state()["obs/mean"])
+    mean, var = stats["obs/mean"], stats["obs/m2"] / stats["obs/count"]
+    scale = 1.0 / np.sqrt(stats["reward/m2"] / stats["reward/count"] + 1e-8)
+    batch = algo.normalized(data, "p1")
+    for key in ("obs", "next_obs"):
+        np.testing.assert_allclose(batch[key], np.clip((data[key] - mean) / np.sqrt(var + 1e-8), -10, 10), atol=1e-5)
+    np.testing.assert_allclose(batch["rewards"], np.clip(data["rewards"] * scale, -10, 10), rtol=1e-5)
+    assert scale != pytest.approx(1.0, abs=0.05)
+    algo.stop()
+
+
 def test_normalisation_is_refused_where_multi_agent_runs_do_not_build_it():
-    with pytest.raises(ConfigError, match="not built for multi-agent DQN runs yet"):
-        herdrl.DQNConfig().environment("relay").env_runners(norm_reward=True).multi_agent(**SEPARATE).validate()
     with pytest.raises(ConfigError, match="observation_filter with centralized_critic is not built yet"):
         relay_config(**SEPARATE, centralized_critic=True).env_runners(observation_filter="MeanStdFilter").validate()
 
@@ -1108,3 +1144,29 @@ def test_lstm_with_a_centralised_critic_or_previous_actions_is_refused_in_one_li
         relay_config(centralized_critic=True, **SEPARATE).training(model=RECALL_LSTM).validate()
     with pytest.raises(ConfigError, match="lstm_use_prev_action/lstm_use_prev_reward are not built for multi"):
         relay_config(**SEPARATE).training(model={**RECALL_LSTM, "lstm_use_prev_action": True}).validate()
+
+
+@pytest.mark.parametrize("algo_name", ["SAC", "TD3"])
+def test_continuous_replay_algorithms_resume_each_policys_weights_and_statistics(algo_name, tmp_path):
+    """SAC and TD3 with a policy per agent and normalisation: a checkpoint restores every policy's weights and
+    statistics (the same arrays) and the run goes on from its iteration."""
+    from herdrl.registry import get_config_class
+
+    config = (get_config_class(algo_name)().environment("relay", env_config={"continuous": True})
+              .env_runners(num_envs_per_env_runner=2, observation_filter="MeanStdFilter", norm_reward=True)
+              .training(train_batch_size=32, num_steps_sampled_before_learning_starts=32,
+                        min_sample_timesteps_per_iteration=64)
+              .multi_agent(**SEPARATE).debugging(seed=0))
+    algo = config.build()
+    result = algo.train()
+    assert result["p0/critic_loss"] >= 0  # (p1 has decided at 3 of every 8 steps: not learning yet)
+    path = algo.save(tmp_path / "ckpt")
+    weights, stats = algo.get_weights(), algo.normalizer.state()
+    algo.stop()
+    restored = config.build()
+    restored.restore(path)
+    assert all(np.array_equal(restored.get_weights()[k], weights[k]) for k in weights)
+    assert stats["p1.obs/count"] > 0
+    assert all(np.array_equal(restored.normalizer.state()[k], value) for k, value in stats.items())
+    assert restored.train()["training_iteration"] == 2
+    restored.stop()

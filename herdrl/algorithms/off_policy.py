@@ -233,7 +233,7 @@ class OffPolicyAlgorithm(Algorithm):
         clock = 0
         for j in range(due):  # the round's sampled steps, spread evenly over its gradient steps
             data, slots, weights = stream.buffer.sample(cfg.train_batch_size)
-            data = self.normalized(data)
+            data = self.normalized(data, key)
             # The learner's clock (target updates) moves with each gradient step; steps after the round's last one
             # reach it with the next round's first (the target is only read by gradient steps).
             passed = stream.pending_clock + new_steps * j // due - clock
@@ -247,10 +247,11 @@ class OffPolicyAlgorithm(Algorithm):
         stream.pending_clock += new_steps - clock
         return sums, counts, due
 
-    def normalized(self, data: dict[str, Any]) -> dict[str, Any]:
+    def normalized(self, data: dict[str, Any], key: str | None = None) -> dict[str, Any]:
         """A replayed batch of raw transitions as the learner reads it: observations filtered and rewards scaled
-        with the run's current statistics (``herdrl.filters``); as it is without normalisation."""
-        norm = self.normalizer
+        with the run's current statistics (``herdrl.filters``; policy ``key``'s own in multi-agent runs); as it is
+        without normalisation."""
+        norm = self.normalizer if key is None else self.normalizer.parts[key]
         if not norm.active:
             return data
         return {**data, "obs": norm.normalize(data["obs"]), "next_obs": norm.normalize(data["next_obs"]),

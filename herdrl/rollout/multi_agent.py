@@ -258,6 +258,12 @@ class MultiAgentEnvRunner:
         norm = self.normalizers.get(pid)
         return stored if norm is None or not norm.local.observations else norm.local.normalize(stored)
 
+    def _kept(self, pid: str, stored: Any) -> Any:
+        """Stored observations as policy ``pid``'s rows keep them: as it reads them (on-policy), or raw (replay
+        algorithms normalise each replayed batch with the statistics of the moment)."""
+        norm = self.normalizers.get(pid)
+        return self._normalized(pid, stored) if norm is None or norm.scale_fragments else stored
+
     # ------------------------------------------------------------------ sampling
     def sample(self, num_steps: int | None = None) -> MultiAgentFragment:
         """Step every env copy ``num_steps`` times (default: the fragment length) and ship the complete rows."""
@@ -372,7 +378,7 @@ class MultiAgentEnvRunner:
     def _act(self, explore: bool = True, count: bool = True) -> list[dict[str, Any]]:
         """Every deciding agent's action, one forward pass per policy; opens a row per decision, holding the
         observation as the policy read it. ``count``: add the observations to the normalisation statistics."""
-        who: dict[str, list[tuple[int, str, Any]]] = {}
+        who: dict[str, list[tuple[int, str, Any]]] = {}  # policy -> (env copy, agent, observation as rows keep it)
         for k, decide in enumerate(self._decide):
             for agent, raw in decide.items():
                 pid = self._policy_of(k, agent)
@@ -386,7 +392,9 @@ class MultiAgentEnvRunner:
                     norm.observe(obs)
                     norm.count(obs)
                 obs = norm.local.normalize(obs)
-                items = [(k, agent, obs_map(lambda a, i=i: a[i:i + 1], obs)) for i, (k, agent, _) in enumerate(items)]
+                if norm.scale_fragments:  # (else rows keep the raw observations)
+                    items = [(k, agent, obs_map(lambda a, i=i: a[i:i + 1], obs)) for i, (k, agent, _) in
+                             enumerate(items)]
             policy = self.policies[pid]
             entering = after = None
             if pid in self._cells:  # each lane's own state, zero where its episode begins
@@ -423,7 +431,7 @@ class MultiAgentEnvRunner:
             row = self._open_row(k, agent)
             if row is not None:
                 row.terminated, row.truncated, row.complete = terminated, truncated, True
-                row.final_obs = row.obs if raw is None else self._normalized(
+                row.final_obs = row.obs if raw is None else self._kept(
                     row.policy, self._stored(row.policy, k, agent, raw))
         for agent in step.decide:
             row = self._open_row(k, agent)
@@ -472,7 +480,7 @@ class MultiAgentEnvRunner:
                 elif index[-1] + 1 < len(rows):  # the agent decided again: its next row holds that observation
                     after = rows[index[-1] + 1].obs
                 else:  # it decides at the next step
-                    after = self._normalized(pid, self._stored(pid, k, agent, self._decide[k][agent]))
+                    after = self._kept(pid, self._stored(pid, k, agent, self._decide[k][agent]))
                 columns.setdefault(pid, []).append(((k, agent), [rows[i] for i in index], after))
         return {pid: self._fragment(pid, cols) for pid, cols in sorted(columns.items())}
 
@@ -531,7 +539,7 @@ class MultiAgentEnvRunner:
         """A policy fragment's rewards as its learner takes them (``norm_reward``): each column's running discounted
         return (its agent's while it plays this policy: ``lanes`` are (env copy, agent, policy); carried across
         fragments, reset at its episode ends) counted in the policy's statistics, then the rewards scaled by them
-        (VecNormalize's scheme, per agent)."""
+        (VecNormalize's scheme, per agent); raw for replay algorithms, which scale replayed batches."""
         gamma, seen = norm.gamma, []
         for b, lane in enumerate(lanes):
             running = self._lane_returns.get(lane, 0.0)
@@ -542,7 +550,7 @@ class MultiAgentEnvRunner:
                     running = 0.0
             self._lane_returns[lane] = running
         norm.count_returns(np.asarray(seen))
-        return norm.local.scale_rewards(rewards)
+        return norm.local.scale_rewards(rewards) if norm.scale_fragments else rewards  # (replay scales batches)
 
     def stop(self) -> None:
         """Close the env copies."""
