@@ -2,6 +2,7 @@
 
     python benchmarks/multi_agent.py spread --seeds 1 2 3 --steps 150000
     python benchmarks/multi_agent.py spread --modes shared mappo --seeds 1 2 3 --steps 300000
+    python benchmarks/multi_agent.py spread --modes qmix vdn --seeds 1 2 3 --steps 300000
     python benchmarks/multi_agent.py tictactoe --seeds 1 2 3 --steps 150000
     python benchmarks/multi_agent.py tictactoe --modes random dqn-self-play --seeds 1 2 3
     python benchmarks/multi_agent.py throughput
@@ -9,9 +10,10 @@
 ``spread``: MPE ``simple_spread_v3`` (mpe2; 3 agents cover 3 landmarks, 25 steps, a shared reward plus
 collision penalties), PPO with one policy shared by the 3 agents (IPPO: each agent's critic sees its own
 observation) vs one policy per agent (independent PPO per agent) vs MAPPO (``mappo``: the shared policy with a
-centralised critic that sees the env's global state, and value normalisation), each for the same env-step
-budget, beside a uniformly random policy. The score is the greedy return (summed over agents) of 100 evaluation
-episodes after training.
+centralised critic that sees the env's global state, and value normalisation), QMIX and VDN (``qmix``, ``vdn``:
+the three agents as one team, value decomposition; their team reward is the agents' mean, so their score is
+multiplied by 3 to be summed over agents as the others'), each for the same env-step budget, beside a uniformly
+random policy. The score is the greedy return (summed over agents) of 100 evaluation episodes after training.
 
 ``tictactoe``: PettingZoo's ``classic/tictactoe-v3`` (turn-based, action masks), PPO trained by self-play (the
 learning policy plays both sides in turn against its last 3 snapshots, refreshed every 5 iterations), by one
@@ -56,17 +58,34 @@ def spread_config(mode: str, seed: int):
     return config.multi_agent(policies={"agent_0", "agent_1", "agent_2"}, policy_mapping_fn="per_agent")
 
 
+#: QMIX/VDN on spread: MLP agents on replayed transitions (BenchMARL's setup), epsilon over the first 100k steps.
+QMIX_SPREAD = {"lr": 5e-4, "gamma": 0.99, "train_batch_size": 128, "training_intensity": 4.0,
+               "epsilon": [[0, 1.0], [100_000, 0.05]], "target_network_update_freq": 5000,
+               "num_steps_sampled_before_learning_starts": 1000, "model": {"fcnet_hiddens": [128, 128]}}
+
+
+def qmix_config(mode: str, seed: int):
+    from herdrl import QMIXConfig
+
+    return (QMIXConfig().environment(SPREAD, env_config={"max_cycles": 25, "continuous_actions": False})
+            .env_runners(num_envs_per_env_runner=16, rollout_fragment_length=25)
+            .training(mixer=mode, **QMIX_SPREAD).evaluation(evaluation_interval=None).debugging(seed=seed))
+
+
 def run_spread(mode: str, seed: int, steps: int) -> dict:
     if mode == "random":
         return {"score": _random_spread(seed)}
-    algo = spread_config(mode, seed).evaluation(evaluation_duration=100).build()
+    team = mode in ("qmix", "vdn")  # (a team's return is the agents' mean: x 3 to sum over agents)
+    config = qmix_config(mode, seed) if team else spread_config(mode, seed)
+    algo = config.evaluation(evaluation_duration=100).build()
     start = time.perf_counter()
     while (result := algo.train())["num_env_steps_sampled_lifetime"] < steps:
         pass
     seconds = time.perf_counter() - start
-    score = algo.evaluate()["evaluation/episode_return_mean"]
+    agents = 3 if team else 1
+    score = agents * algo.evaluate()["evaluation/episode_return_mean"]
     algo.stop()
-    return {"score": score, "train_return": result["episode_return_mean"], "seconds": seconds,
+    return {"score": score, "train_return": agents * result["episode_return_mean"], "seconds": seconds,
             "steps": result["num_env_steps_sampled_lifetime"]}
 
 
@@ -193,7 +212,7 @@ def main() -> None:
             print(json.dumps({"runners": runners, **result}), flush=True)
         return
     modes = ["random", "shared", "separate"] + (["self-play", "dqn-self-play"] if opts.what == "tictactoe" else
-                                                ["mappo"])
+                                                ["mappo", "qmix", "vdn"])
     modes = [mode for mode in modes if mode in (opts.modes or modes)]
     rows = {}
     for mode in modes:

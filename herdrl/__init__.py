@@ -41,6 +41,8 @@ _LAZY = {
     "IMPALAConfig": "herdrl.algorithms.impala",
     "APPO": "herdrl.algorithms.appo",
     "APPOConfig": "herdrl.algorithms.appo",
+    "QMIX": "herdrl.algorithms.qmix",
+    "QMIXConfig": "herdrl.algorithms.qmix",
     "import_envs": "herdrl.env.imports",
     "RLlibCallback": "herdrl.callbacks",
     "DefaultCallbacks": "herdrl.callbacks",
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from herdrl.algorithms.dqn import DQN, DQNConfig
     from herdrl.algorithms.impala import IMPALA, IMPALAConfig
     from herdrl.algorithms.ppo import PPO, PPOConfig
+    from herdrl.algorithms.qmix import QMIX, QMIXConfig
     from herdrl.algorithms.sac import SAC, SACConfig
     from herdrl.algorithms.td3 import DDPG, TD3, DDPGConfig, TD3Config
     from herdrl.algorithms.trpo import TRPO, TRPOConfig
@@ -77,6 +80,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["A2C", "A2CConfig", "APPO", "APPOConfig", "Algorithm", "AlgorithmConfig", "AlgorithmNotFound",
            "ConfigError", "DDPG", "DDPGConfig", "DefaultCallbacks", "DQN", "DQNConfig", "EnvError", "HerdError",
-           "IMPALA", "IMPALAConfig", "MetricsLogger", "PPO", "PPOConfig", "Policy", "PolicySpec", "RLlibCallback",
+           "IMPALA", "IMPALAConfig", "MetricsLogger", "PPO", "PPOConfig", "Policy", "PolicySpec", "QMIX", "QMIXConfig",
+           "RLlibCallback",
            "SAC", "SACConfig", "TD3", "TD3Config", "TRPO", "TRPOConfig", "import_envs", "register_encoder",
            "register_env", "tune", "__version__"]

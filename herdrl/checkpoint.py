@@ -218,10 +218,12 @@ def env_to_make(meta: dict[str, Any], given: str | None = None) -> str | None:
     """The env a loader of this checkpoint makes: ``given`` (the user's own choice) if any, else the one the
     checkpoint names, provided every module it needs was imported by the user (``--import``): a file never
     decides what is imported, so a missing one is an error naming the flag to add."""
-    from herdrl.env.imports import check_env_importable
+    from herdrl.env.imports import TEAM_PREFIX, check_env_importable
 
     stored = meta["config"].get("env")
-    if given is not None and (given != stored or ":" in given):
+    if given is not None and isinstance(stored, str) and stored.startswith(TEAM_PREFIX):
+        given = TEAM_PREFIX + given.removeprefix(TEAM_PREFIX)  # a team's checkpoint (QMIX) plays as a team
+    if given is not None and (given != stored or ":" in given.removeprefix(TEAM_PREFIX)):
         return given
     check_env_importable(stored, meta, f"checkpoint '{meta.get('path')}'")
     return stored

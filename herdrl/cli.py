@@ -368,6 +368,8 @@ def _train(args: argparse.Namespace) -> int:
         args.resume = experiment is not None and trial_dir.is_dir() and newest_valid_checkpoint(trial_dir) is not None
         start_over = not args.resume
     if args.resume:
+        from herdrl.env.imports import plain_env
+
         experiment = name or (env and experiment_name(env))
         if not experiment:
             raise ConfigError("--resume needs the experiment: give --env (or --name, or -f) as in the original run")
@@ -375,7 +377,7 @@ def _train(args: argparse.Namespace) -> int:
         meta = read_meta(checkpoint)
         if algorithm and str(algorithm).upper() != meta["algorithm"]:
             raise ConfigError(f"--resume: {trial_dir} is a {meta['algorithm']} trial, not {algorithm}")
-        if env and meta["config"]["env"] and env != meta["config"]["env"]:
+        if env and meta["config"]["env"] and plain_env(env) != plain_env(meta["config"]["env"]):
             raise ConfigError(f"--resume: {trial_dir} trained on {meta['config']['env']}, not {env}")
         config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta, env))
         if env and not meta["config"]["env"]:

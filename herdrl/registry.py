@@ -22,6 +22,7 @@ ALGORITHMS: dict[str, str] = {
     "SAC": "herdrl.algorithms.sac:SACConfig",
     "TD3": "herdrl.algorithms.td3:TD3Config",
     "DDPG": "herdrl.algorithms.td3:DDPGConfig",
+    "QMIX": "herdrl.algorithms.qmix:QMIXConfig",
 }
 
 class EnvContext(dict):

@@ -447,7 +447,8 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     if steps:  # named schedules without steps decay over the sweep's step limit, as in `herd train`
         from herdrl.env.multi_agent import is_pettingzoo_id
 
-        multi_agent = config.get("policies") is not None or is_pettingzoo_id(config.get("env"))
+        multi_agent = config_class.supports_multi_agent and (config.get("policies") is not None
+                                                             or is_pettingzoo_id(config.get("env")))
         config = config_class.decay_values_over(config, int(steps), multi_agent=multi_agent)
     env = config.get("env")
     name = name or (str(env).replace("/", "_") if isinstance(env, str) else config_class.algo_name)

@@ -264,8 +264,8 @@ class Algorithm:
                 return result
             lost = set(result.indices)
             self._iter_fragments_lost += len(lost)
-            logger.warning("herdrl: %d fragment%s lost with %s node before the learner read %s; sampling again",
-                           len(lost), "" if len(lost) == 1 else "s", "its" if len(lost) == 1 else "their",
+            logger.warning("herdrl: %d fragment%s lost with %s node or runner before the learner read %s; sampling "
+                           "again", len(lost), "" if len(lost) == 1 else "s", "its" if len(lost) == 1 else "their",
                            "it" if len(lost) == 1 else "them")
             sampled = [item for i, item in enumerate(sampled) if i not in lost]
             if round_ == RESAMPLE_ROUNDS:

@@ -20,6 +20,15 @@ from types import ModuleType
 
 from herdrl.errors import EnvError
 
+#: ``team:<env>``: the PettingZoo env ``<env>`` with its agents as one team (``herdrl.env.team``; QMIX, VDN). Not a
+#: module to import: the env named after it is what is checked and made.
+TEAM_PREFIX = "team:"
+
+
+def plain_env(env: object) -> object:
+    """``env`` without the team prefix (the env the user named)."""
+    return env.removeprefix(TEAM_PREFIX) if isinstance(env, str) else env
+
 #: Env id prefix -> the package whose import registers those ids (imported on demand).
 KNOWN_ENV_PACKAGES: dict[str, str] = {
     "ALE/": "ale_py",
@@ -208,6 +217,7 @@ def check_env_importable(env: str | None, meta: dict, source: str) -> None:
 
     if not isinstance(env, str):
         return
+    env = env.removeprefix(TEAM_PREFIX)  # a team of a PettingZoo env's agents (QMIX): the env itself is checked
     env_shown = "".join(c if c.isprintable() else "?" for c in env)  # a file's text reaches the terminal
     module, sep, name = env.partition(":")
     if sep and not _MODULE_NAME.match(module):

@@ -10,6 +10,7 @@
   previous action and reward tell which it is (``lstm_use_prev_action``/``lstm_use_prev_reward``).
 * :class:`CueRelay` (multi-agent, PettingZoo's Parallel API, no PettingZoo needed): two agents read cues, one of
   them joins late and leaves early.
+* :class:`TwoStepGame` (multi-agent, Parallel API): the QMIX paper's two-step cooperative matrix game.
 """
 
 from __future__ import annotations
@@ -251,6 +252,60 @@ class CueRelay:
         if self.continuous:
             return float(1.0 - abs(float(np.asarray(action).reshape(-1)[0]) - (1.0 if positive else -1.0)) / 2)
         return float((int(action) == 1) == positive)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class TwoStepGame:
+    """The two-step cooperative matrix game of the QMIX paper (Rashid et al. 2018, section 6.1), PettingZoo's
+    Parallel API. Two agents; at the first step ``a0``'s action picks the second step's game (0: 2A, 1: 2B; ``a1``'s
+    action does not matter); at the second both are paid the joint payoff: 7 whatever they do in 2A, and in 2B
+    ``[[0, 1], [1, 8]]`` (row: ``a0``'s action). The best team return is 8; value decomposition that sums the agents'
+    values (VDN) settles for 7 when it learns under uniform exploration, QMIX finds 8. Each agent observes the state
+    one-hot (first step, 2A, 2B), which is also ``state()``."""
+
+    metadata: dict = {"name": "two_step", "render_modes": []}
+    possible_agents = ["a0", "a1"]
+    PAYOFF_2B = np.array([[0.0, 1.0], [1.0, 8.0]], np.float32)
+
+    def __init__(self, env_config: dict | None = None) -> None:
+        self._obs_space = gym.spaces.Box(0.0, 1.0, (3,), np.float32)
+        self._act_space = gym.spaces.Discrete(2)
+        self.agents: list[str] = []
+        self._state = 0
+
+    def observation_space(self, agent: str) -> gym.Space:
+        """Box(3): the state one-hot."""
+        return self._obs_space
+
+    def action_space(self, agent: str) -> gym.Space:
+        """Discrete(2)."""
+        return self._act_space
+
+    def state(self) -> np.ndarray:
+        """The state one-hot (first step, 2A, 2B)."""
+        return np.eye(3, dtype=np.float32)[self._state]
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        return {agent: self.state() for agent in self.agents}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        """The first step."""
+        self.agents, self._state = list(self.possible_agents), 0
+        return self._observe(), {agent: {} for agent in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        """First step: ``a0`` picks the game (no reward). Second: the payoff, and the episode ends."""
+        if self._state == 0:
+            self._state = 1 + int(actions["a0"])
+            return self._observe(), dict.fromkeys(self.agents, 0.0), dict.fromkeys(self.agents, False), \
+                dict.fromkeys(self.agents, False), {agent: {} for agent in self.agents}
+        payoff = 7.0 if self._state == 1 else float(self.PAYOFF_2B[int(actions["a0"]), int(actions["a1"])])
+        obs, agents = self._observe(), self.agents
+        self.agents = []
+        return obs, dict.fromkeys(agents, payoff), dict.fromkeys(agents, True), dict.fromkeys(agents, False), \
+            {agent: {} for agent in agents}
 
     def close(self) -> None:
         """Nothing to release."""

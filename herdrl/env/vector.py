@@ -17,6 +17,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from herdrl.env import atari, imports
+from herdrl.env.imports import TEAM_PREFIX
 from herdrl.env.multi_agent import is_pettingzoo_id
 from herdrl.errors import EnvError, did_you_mean
 from herdrl.registry import ENV_CREATORS, EnvContext
@@ -40,7 +41,14 @@ _plain_gymnasium_warnings()
 
 
 def _creator(env: EnvRef, env_config: dict, worker_index: int = 0) -> Callable[[int], gym.Env] | None:
-    """A factory of copy ``vector_index`` for a registered name or callable env; None for a Gymnasium id."""
+    """A factory of copy ``vector_index`` for a registered name or callable env, or for ``team:<PettingZoo env>``
+    (its agents as one team: ``herdrl.env.team``); None for a Gymnasium id."""
+    if isinstance(env, str) and env.startswith(TEAM_PREFIX):
+        from herdrl.env.multi_agent import make_agent_env
+        from herdrl.env.team import TeamEnv
+
+        inner = env[len(TEAM_PREFIX):]
+        return lambda vector_index=0: TeamEnv(make_agent_env(inner, env_config, worker_index, vector_index))
     creator = env if callable(env) else ENV_CREATORS.get(env)
     if creator is None:
         return None
@@ -148,7 +156,7 @@ def make_vector_env(env: EnvRef, env_config: dict | None = None, num_envs: int =
 
 def env_reward_threshold(env: EnvRef) -> float | None:
     """The env spec's ``reward_threshold`` ("solved"), or None if it has none (PettingZoo envs have none)."""
-    if callable(env) or env in ENV_CREATORS or is_pettingzoo_id(env):
+    if callable(env) or env in ENV_CREATORS or is_pettingzoo_id(env) or env.startswith(TEAM_PREFIX):
         return None
     return _gym_spec(env).reward_threshold
 

@@ -1,0 +1,216 @@
+"""QMIX (Rashid et al. 2018) and VDN (Sunehag et al. 2018): value decomposition for cooperative teams.
+
+A cooperative PettingZoo env is learned as one team (:mod:`herdrl.env.team`, as RLlib's agent groups): each step
+the team observes every agent's observation, the global state and each agent's allowed actions, takes one action
+per agent and is paid the agents' mean reward. One Q network, shared by the agents (each input carries its agent's
+one-hot id), gives every agent's Q values; a mixer turns the Q values of the actions the agents took into the
+team's ``Q_tot``, and the TD target is ``r + gamma * Q_tot_target(s', a'*)``, each agent's ``a'*`` the greedy one
+of the online network among its allowed actions (double Q), valued by the target network.
+
+* ``mixer="vdn"``: ``Q_tot`` is the sum of the agents' Q values.
+* ``mixer="qmix"``: a monotonic mixing network conditioned on the global state: hypernetworks map the state to the
+  weights of a two-layer network over the agents' Q values, kept non-negative (absolute values), so ``dQ_tot/dQ_a
+  >= 0``: each agent's greedy action is the team's (the paper's two-step game: QMIX finds the best joint payoff,
+  8, where VDN settles for 7).
+
+Agents act epsilon-greedily, each on its own draw (DQN's ``epsilon`` schedule). The replay buffer holds team
+transitions (DQN's, with its prioritised and n-step options); checkpoints, evaluation and export (the team's
+observation in, every agent's greedy allowed action out) are DQN's. Not yet: recurrent agent networks with replay
+of episode sequences (the paper's GRU agents).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from herdrl.algorithms.dqn import DQN, DQNConfig, DQNLearner
+from herdrl.config import MODEL_DEFAULTS, Field, shared_field
+from herdrl.env.imports import TEAM_PREFIX
+from herdrl.errors import ConfigError
+from herdrl.models.encoders import ACTIVATION_MODULES, module_device, to_torch
+from herdrl.models.numpy_policy import random_allowed
+from herdrl.models.q_network import MASKED_Q
+
+
+class QMIXConfig(DQNConfig):
+    """QMIX/VDN settings (RLlib's key names: ``mixer``, ``mixing_embed_dim``); the rest are DQN's."""
+
+    algo_name = "QMIX"
+    #: The env's agents are one team, not policies mapped to agents (``.multi_agent()`` is refused).
+    supports_multi_agent = False
+    FIELDS = {
+        "model": shared_field("model", {**MODEL_DEFAULTS, "fcnet_hiddens": [64, 64], "fcnet_activation": "relu"}),
+        "lr": shared_field("lr", 5e-4),
+        "train_batch_size": shared_field("train_batch_size", 128),
+        # (MPE simple_spread, 60k env steps: a hard copy every 200 steps diverged to -191, every 5,000 held -79)
+        "target_network_update_freq": Field(5000, (int,), "training", low=1, doc="env steps between updates"),
+        "mixer": Field("qmix", (str,), "training", choices=("qmix", "vdn"),
+                       doc="qmix: a monotonic mixing network on the global state; vdn: the sum"),
+        "mixing_embed_dim": Field(32, (int,), "training", low=1, doc="QMIX's mixing network width"),
+        "hypernet_embed_dim": Field(64, (int,), "training", low=1, doc="its hypernetworks' hidden width"),
+    }
+
+    @property
+    def is_multi_agent(self) -> bool:
+        """False: the env's agents are one team, a single agent to the rest of herdrl."""
+        return False
+
+    def validate_algorithm(self) -> None:
+        """A team env, no agent mapping, no dueling heads; the env named as ``team:<env>``."""
+        super().validate_algorithm()
+        if self.policies is not None:
+            raise ConfigError("QMIX trains every agent of the env as one team: leave .multi_agent() out")
+        if self.dueling:
+            raise ConfigError("QMIX has no dueling heads (dueling=False)")
+        if isinstance(self.env, str) and not self.env.startswith(TEAM_PREFIX):
+            self._values["env"] = TEAM_PREFIX + self.env  # (kept so in checkpoints: the team env again)
+        elif not isinstance(self.env, str):
+            raise ConfigError("QMIX needs its PettingZoo env by name: herdrl.register_env(name, creator), then "
+                              ".environment(name)")
+
+    def build_policy_module(self, observation_space: object, action_space: object) -> nn.Module:
+        """The agents' shared Q network and the mixer."""
+        if not isinstance(observation_space, gym.spaces.Dict) or "state" not in observation_space.spaces:
+            raise ConfigError(f"QMIX needs a team env (team:<PettingZoo env>), not one observing {observation_space}")
+        return TeamQNetwork(observation_space, action_space, self.model, self.mixer, self.mixing_embed_dim,
+                            self.hypernet_embed_dim)
+
+    def runner_policy(self, module: nn.Module, rng: np.random.Generator) -> object:
+        """Each agent epsilon-greedy among its allowed actions."""
+        return TeamEpsilonGreedy(module, rng)
+
+    def runner_blueprint(self, module: nn.Module) -> object:
+        """None: runners act in torch."""
+        return None
+
+    @classmethod
+    def algo_class(cls) -> type:
+        """:class:`QMIX`."""
+        return QMIX
+
+
+def _mlp(sizes: list[int], activation: str = "relu") -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes, sizes[1:], strict=False)):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers.append(ACTIVATION_MODULES[activation]())
+    return nn.Sequential(*layers)
+
+
+class QMixer(nn.Module):
+    """``Q_tot = w2 . elu(W1 q + b1) + b2`` with ``W1 = |hyper_w1(s)|``, ``w2 = |hyper_w2(s)|`` (monotonic in every
+    agent's Q), ``b1 = hyper_b1(s)`` and ``b2`` a state-dependent bias (a two-layer network), as in the paper."""
+
+    def __init__(self, agents: int, state_dim: int, embed_dim: int, hypernet_dim: int) -> None:
+        super().__init__()
+        self.agents, self.embed_dim = agents, embed_dim
+        self.hyper_w1 = _mlp([state_dim, hypernet_dim, agents * embed_dim])
+        self.hyper_b1 = nn.Linear(state_dim, embed_dim)
+        self.hyper_w2 = _mlp([state_dim, hypernet_dim, embed_dim])
+        self.hyper_b2 = _mlp([state_dim, embed_dim, 1])
+
+    def forward(self, q: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """``q`` (batch, agents), ``state`` (batch, state_dim) -> ``Q_tot`` (batch,)."""
+        w1 = self.hyper_w1(state).abs().view(-1, self.agents, self.embed_dim)
+        hidden = nn.functional.elu(torch.bmm(q.unsqueeze(1), w1).squeeze(1) + self.hyper_b1(state))
+        w2 = self.hyper_w2(state).abs()
+        return (hidden * w2).sum(-1) + self.hyper_b2(state).squeeze(-1)
+
+
+class TeamQNetwork(nn.Module):
+    """Every agent's Q values from one network shared by the agents (an agent's input: its flattened observation
+    and its one-hot id), and the mixer (None: VDN's sum)."""
+
+    def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.spaces.MultiDiscrete, model: dict,
+                 mixer: str, embed_dim: int, hypernet_dim: int) -> None:
+        super().__init__()
+        self.agents, width = observation_space["obs"].shape
+        self.choices = int(action_space.nvec[0])  # each agent's actions
+        # Replay stores a transition's actions as a vector, one per agent (the buffer's float32 holds them exactly).
+        self.discrete, self.action_dim, self.masked = False, self.agents, True
+        self.agent = _mlp([width + self.agents, *model["fcnet_hiddens"], self.choices], model["fcnet_activation"])
+        state_dim = int(np.prod(observation_space["state"].shape))
+        self.mixer = QMixer(self.agents, state_dim, embed_dim, hypernet_dim) if mixer == "qmix" else None
+        self.register_buffer("ids", torch.eye(self.agents), persistent=False)
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Every agent's Q values, (batch, agents, actions)."""
+        own = obs["obs"].float()
+        ids = self.ids.expand(own.shape[0], -1, -1)
+        return self.agent(torch.cat([own, ids], -1)).float()
+
+    def allowed(self, q: torch.Tensor, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``q`` with the actions each agent's mask rules out at :data:`MASKED_Q`."""
+        return q.masked_fill(obs["action_mask"] == 0, MASKED_Q)
+
+    def mix(self, q: torch.Tensor, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``Q_tot`` (batch,) of the agents' Q values ``q`` (batch, agents) in the observation's state."""
+        if self.mixer is None:
+            return q.sum(-1)
+        return self.mixer(q, obs["state"].float().reshape(len(q), -1))
+
+    def greedy(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Each agent's best allowed action, (batch, agents)."""
+        return self.allowed(self.forward(obs), obs).argmax(-1)
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, torch.Tensor], explore: bool = False) -> torch.Tensor:
+        """Greedy actions (exploration is the runner's epsilon)."""
+        return self.greedy(obs)
+
+
+class TeamEpsilonGreedy:
+    """Runner policy: each agent takes its greedy allowed action, or with probability ``epsilon`` (its own draw) a
+    uniformly random allowed one."""
+
+    def __init__(self, module: TeamQNetwork, rng: np.random.Generator) -> None:
+        self.module, self.rng, self.epsilon = module, rng, 0.0
+        self.device = module_device(module)
+
+    def noise(self, steps: int, batch: int) -> np.ndarray:
+        """Per step, env and agent: a uniform draw (explore?) and one that picks the random allowed action."""
+        return self.rng.random((steps, batch, self.module.agents, 2))
+
+    def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
+        """Actions, (batch, agents)."""
+        with torch.inference_mode():
+            greedy = self.module.greedy(to_torch(obs, self.device)).cpu().numpy()
+        if not explore or self.epsilon <= 0:
+            return greedy
+        if noise is None:
+            noise = self.noise(1, len(greedy))[0]
+        mask = np.asarray(obs["action_mask"]).reshape(-1, self.module.choices)
+        random = random_allowed(mask, noise[..., 1].reshape(-1)).reshape(greedy.shape)
+        return np.where(noise[..., 0] < self.epsilon, random, greedy)
+
+
+class QMIXLearner(DQNLearner):
+    """DQN's learner with the team's TD target: ``Q_tot`` of the taken actions against ``r + discount *
+    Q_tot_target(s', a'*)``."""
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Huber loss of the team's TD error, weighted by the importance weights."""
+        obs, next_obs = batch["obs"], batch["next_obs"]
+        q = self.module(obs).gather(-1, batch["actions"].long().unsqueeze(-1)).squeeze(-1)
+        q_tot = self.module.mix(q, obs)
+        with torch.no_grad():
+            next_target = self.target(next_obs)
+            online = self.module if self.config.double_q else self.target
+            best = online.allowed(online(next_obs), next_obs).argmax(-1, keepdim=True)
+            next_tot = self.target.mix(next_target.gather(-1, best).squeeze(-1), next_obs)
+            target = batch["rewards"] + batch["discounts"] * next_tot
+        loss = (batch["weights"] * nn.functional.smooth_l1_loss(q_tot, target, reduction="none")).mean()
+        return loss, {"loss": loss.detach(), "td_error": (target - q_tot).detach()}
+
+
+class QMIX(DQN):
+    """QMIX/VDN on the shared runners and DQN's replay loop."""
+
+    config: QMIXConfig
+    learner_class = QMIXLearner
