@@ -185,6 +185,8 @@ def _add_export_parser(subparsers: Any) -> None:
     p.add_argument("--format", required=True, choices=["torch-export", "onnx"], help="torch.export (.pt2) or ONNX")
     p.add_argument("--out", required=True, help="output file")
     p.add_argument("--policy-id", help="which policy of a multi-agent checkpoint")
+    p.add_argument("--agent", type=int, help="QMIX/VDN: one agent's network alone, by its index in the team "
+                   "(decentralised execution: its own observation and action mask in, its action out)")
     _add_import_option(p)
 
 
@@ -547,7 +549,7 @@ def _evaluate_multi_agent(args: argparse.Namespace, meta: dict, env: str) -> int
 def _export(args: argparse.Namespace) -> int:
     from herdrl.export import export_policy
 
-    path = export_policy(args.checkpoint, args.format, args.out, args.policy_id)
+    path = export_policy(args.checkpoint, args.format, args.out, args.policy_id, args.agent)
     print(f"wrote {args.format} policy to {path}")
     return 0
 

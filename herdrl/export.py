@@ -14,6 +14,7 @@ as Gymnasium orders them, Tuple items in order), named ``obs/<path>`` in ONNX (`
 recurrent policy also takes its state ``(batch, 2, lstm_cell_size)`` (``state_in``, zeros at an episode's start)
 after the observations and returns the next one (``state_out``) after the actions. A run
 with ``observation_filter="MeanStdFilter"`` has its statistics baked into the program: it takes raw observations.
+One agent of a QMIX/VDN team can be exported alone (``agent=``, ``herd export --agent``: :class:`AgentGreedy`).
 """
 
 from __future__ import annotations
@@ -134,16 +135,23 @@ def _stack(samples: list, space: gym.Space):
     return np.stack(samples)
 
 
-def export_policy(checkpoint: str | Path, fmt: str, out: str | Path, policy_id: str | None = None) -> Path:
+def export_policy(checkpoint: str | Path, fmt: str, out: str | Path, policy_id: str | None = None,
+                  agent: int | None = None) -> Path:
     """Write the checkpoint's greedy policy to ``out`` in ``fmt`` (``torch-export`` or ``onnx``); ``policy_id``:
-    which policy of a multi-agent checkpoint."""
+    which policy of a multi-agent checkpoint; ``agent``: one agent of a QMIX/VDN team alone (:class:`AgentGreedy`)."""
     if fmt not in FORMATS:
         raise HerdError(f"unknown export format '{fmt}'; choose one of {list(FORMATS)}")
     policy = Policy.from_checkpoint(checkpoint, policy_id)
-    model = GreedyPolicy(policy).eval().requires_grad_(False)
-    obs = example_obs(policy)
+    if agent is None:
+        model, obs = GreedyPolicy(policy).eval().requires_grad_(False), example_obs(policy)
+        names = input_names(policy), output_names(policy)
+    else:
+        model = AgentGreedy(policy, agent).eval().requires_grad_(False)
+        obs = (torch.ones(2, model.choices, dtype=torch.int8), torch.zeros(2, model.width))
+        names = ["action_mask", "obs"], ["action"]
     batch = torch.export.Dim("batch", min=1)
-    dynamic = {"obs": tuple({0: batch} for _ in obs)}
+    dynamic = {"obs": tuple({0: batch} for _ in obs)} if agent is None else \
+        {"action_mask": {0: batch}, "obs": {0: batch}}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "torch-export":
@@ -167,11 +175,47 @@ def export_policy(checkpoint: str | Path, fmt: str, out: str | Path, policy_id: 
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             # external_data=False: one self-contained file (our policies are far below ONNX's 2 GB limit)
-            torch.onnx.export(model, obs, out, input_names=input_names(policy), output_names=output_names(policy),
+            torch.onnx.export(model, obs, out, input_names=names[0], output_names=names[1],
                               dynamo=True, dynamic_shapes=dynamic, external_data=False, verbose=False)
     finally:
         quiet.setLevel(level)
     return out
+
+
+class AgentGreedy(nn.Module):
+    """One agent of a QMIX/VDN team alone, for decentralised execution: its own flattened observation ``(batch, D)``
+    float32 and action mask ``(batch, A)`` in (that order), its greedy allowed action out (int64 from 0, as the
+    team's; ``herdrl.env.team`` adds a Discrete space's ``start``). The agent network reads only its own row and id,
+    so this is exactly the team's choice for that agent; the team's observation filter's row for it is baked in."""
+
+    def __init__(self, policy: Policy, index: int) -> None:
+        super().__init__()
+        module = policy.module
+        if not hasattr(module, "mix"):
+            raise HerdError("--agent exports one agent of a QMIX/VDN team; this checkpoint is not one (use --policy-id "
+                            "for a policy of a multi-agent run)")
+        if not 0 <= index < module.agents:
+            raise HerdError(f"--agent {index}: the team has agents 0 .. {module.agents - 1}")
+        from herdrl.models.q_network import MASKED_Q
+
+        self.agent, self.masked_q = module.agent, MASKED_Q
+        self.choices, self.width = module.choices, policy.observation_space["obs"].shape[1]
+        self.register_buffer("agent_id", torch.eye(module.agents)[index:index + 1].clone())  # (its own storage)
+        scales = policy.normalizer._obs_scales() if policy.normalizer is not None and \
+            policy.normalizer.observations else {}
+        self.filtered = "obs" in scales
+        if self.filtered:
+            self.clip = policy.normalizer.clip_obs
+            self.register_buffer("mean", torch.as_tensor(scales["obs"][0][index].copy()))
+            self.register_buffer("inv_std", torch.as_tensor(scales["obs"][1][index].copy()))
+
+    def forward(self, action_mask: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """This agent's greedy allowed actions, ``(batch,)``."""
+        x = obs.float()
+        if self.filtered:
+            x = torch.clamp((x - self.mean) * self.inv_std, -self.clip, self.clip)
+        q = self.agent(torch.cat([x, self.agent_id.expand(x.shape[0], -1)], -1))
+        return q.masked_fill(action_mask == 0, self.masked_q).argmax(-1)
 
 
 class ObsNormalizer(nn.Module):

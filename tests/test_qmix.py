@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import herdrl
-from herdrl import ConfigError, EnvError, QMIXConfig
+from herdrl import ConfigError, EnvError, HerdError, QMIXConfig
 from herdrl.algorithms.qmix import QMixer, QMIXLearner
 from herdrl.env.multi_agent import make_agent_env
 from herdrl.env.team import TeamEnv
@@ -224,7 +224,46 @@ def test_qmix_trains_on_two_ray_runners_resumes_and_refuses_what_it_has_not(tmp_
     exported = program(*[torch.as_tensor(obs[key]) for key in sorted(obs)]).numpy()
     assert exported.shape == (6, 2) and (exported[:3, 0] == 0).all()
     np.testing.assert_array_equal(exported, Policy.from_checkpoint(path).compute_actions(obs))
+    # One agent alone (decentralised execution): its own rows in, the team's choice for it out.
+    out = str(tmp_path / "a1.pt2")
+    assert main(["export", str(path), "--format", "torch-export", "--out", out, "--agent", "1"]) == 0
+    alone = torch.export.load(tmp_path / "a1.pt2").module()
+    mask = obs["action_mask"][:, 1].copy()
+    mask[::2, 1] = 0  # and a mask of its own: every other row may take action 0 only
+    team_obs = {**obs, "action_mask": obs["action_mask"].copy()}
+    team_obs["action_mask"][:, 1] = mask
+    team = program(*[torch.as_tensor(team_obs[key]) for key in sorted(team_obs)]).numpy()
+    mine = alone(torch.as_tensor(mask), torch.as_tensor(obs["obs"][:, 1])).numpy()
+    np.testing.assert_array_equal(mine, team[:, 1])
+    assert (mine[::2] == 0).all()
+    with pytest.raises(HerdError, match="the team has agents 0 .. 1"):
+        export_policy(path, "torch-export", tmp_path / "a5.pt2", agent=5)
     with pytest.raises(ConfigError, match="leave .multi_agent\\(\\) out"):
         QMIXConfig().environment("two_step").multi_agent(policies={"p"}).validate()
     with pytest.raises(ConfigError, match="expected one of"):
         QMIXConfig().environment("two_step").training(mixer="sum").validate()
+
+
+def test_one_agent_exported_alone_reads_its_row_of_the_teams_observation_filter(tmp_path):
+    """With the observation filter on, an agent exported alone normalises its raw observation with its own row of
+    the team's statistics: its actions equal the team program's for that agent, on raw observations."""
+    from herdrl.export import export_policy
+    from herdrl.policy import Policy
+
+    algo = two_step_config("vdn").env_runners(observation_filter="MeanStdFilter").build()
+    algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    team = torch.export.load(export_policy(path, "torch-export", tmp_path / "team.pt2")).module()
+    alone = torch.export.load(export_policy(path, "torch-export", tmp_path / "a0.pt2", agent=0)).module()
+    rng = np.random.default_rng(0)
+    rows = 512
+    obs = {"action_mask": np.ones((rows, 2, 2), np.int8), "state": rng.random((rows, 3), dtype=np.float32),
+           "obs": (rng.random((rows, 2, 3), dtype=np.float32) - 0.5) * 4}
+    expected = team(*[torch.as_tensor(obs[key]) for key in sorted(obs)]).numpy()[:, 0]
+    mine = alone(torch.as_tensor(obs["action_mask"][:, 0]), torch.as_tensor(obs["obs"][:, 0])).numpy()
+    np.testing.assert_array_equal(mine, expected)
+    with torch.no_grad():  # the same network on unfiltered observations picks otherwise somewhere: the check can tell
+        raw = torch.cat([torch.as_tensor(obs["obs"][:, 0]), torch.tensor([[1.0, 0.0]]).expand(rows, -1)], -1)
+        unfiltered = Policy.from_checkpoint(path).module.agent(raw).argmax(-1).numpy()
+    assert (unfiltered != expected).any()

@@ -227,6 +227,46 @@ def test_fragments_over_the_inline_limit_are_owned_by_their_runner():
 
 
 @pytest.mark.usefixtures("whole_ray_cluster")
+def test_a_fragment_whose_runner_died_before_the_learner_read_it_is_sampled_again(caplog):
+    """A fragment its runner put (over 100 KiB) dies with that runner, though the node lives: the driver's learner
+    finds it lost (Ray's OwnerDiedError), drops it, samples again (from the runner's replacement) and learns."""
+    import os
+    import signal
+    import time
+
+    import ray
+
+    herdrl.register_env("dots_chw", lambda config=None: MovingDot({"chw": True}))
+    algo = (PPOConfig().environment("dots_chw")
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=2, rollout_fragment_length=300)
+            .training(train_batch_size=1200, minibatch_size=600, num_epochs=1).debugging(seed=0).build())
+    sample, rounds = algo.runners.sample, []
+
+    def sample_then_kill(*args):
+        sampled = sample(*args)
+        rounds.append(sampled)
+        if len(rounds) == 1:  # the first round's fragments are in the store, owned by their runners: kill one
+            pid = ray.get(algo.runners.actors[0].pid.remote())
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+                time.sleep(0.1)
+            time.sleep(2.0)  # (for Ray to hear of the owner's death)
+        return sampled
+
+    algo.runners.sample = sample_then_kill
+    before = algo.get_weights()
+    with caplog.at_level("WARNING", logger="herdrl"):
+        result = algo.train()
+    # One fragment sampled again (a round may find the dead runner first, and come back empty while it restarts)
+    assert result["num_fragments_lost"] == 1 and len(rounds[0]) == 2 and sum(len(r) for r in rounds[1:]) == 1
+    assert any("1 fragment lost with its node or runner" in r.getMessage() for r in caplog.records)
+    assert result["num_env_steps_sampled"] == sum(item.info.env_steps for r in rounds for item in r)  # lost too
+    assert max(float(np.abs(algo.get_weights()[k] - before[k]).max()) for k in before) > 0
+    algo.stop()
+
+
+@pytest.mark.usefixtures("whole_ray_cluster")
 def test_a_fragment_lost_before_the_learner_reads_it_is_sampled_again(caplog, monkeypatch):
     """A fragment whose object is gone when the learner in the driver fetches it (Ray raises ObjectLostError, as
     when its node died: tests/test_multinode.py kills a real node under two learner actors) is dropped, replaced
