@@ -1,7 +1,8 @@
-"""MAPPO on MPE ``simple_spread`` with BenchMARL's settings, herdrl beside BenchMARL (TorchRL's multi-agent
-benchmark), one invocation: each tool in its own subprocess, BenchMARL in its own venv.
+"""MAPPO, QMIX and VDN on MPE ``simple_spread`` with BenchMARL's settings, herdrl beside BenchMARL (TorchRL's
+multi-agent benchmark), one invocation: each tool in its own subprocess, BenchMARL in its own venv.
 
     python benchmarks/benchmarl_spread.py --frames 150000 --seeds 1 --benchmarl-python /tmp/benchmarl-venv/bin/python
+    python benchmarks/benchmarl_spread.py --algorithm qmix --frames 150000 --seeds 1
 
 BenchMARL's venv (its torchrl pulls its own torch; PettingZoo 1.24 still ships MPE, which torchrl's PettingZoo
 wrapper imports): ``python3.11 -m venv /tmp/benchmarl-venv && /tmp/benchmarl-venv/bin/pip install torch==2.13.0
@@ -16,6 +17,14 @@ actor shared by the agents and a centralised critic (herdrl's ``centralized_crit
 the agent's observation). The score is the training return of the last batch's episodes, summed over the agents
 (BenchMARL reports the mean over agents: multiplied by 3 here), and the wall-clock seconds of the run. Prints
 ``RESULT {json}`` lines.
+
+``--algorithm qmix`` / ``vdn``: BenchMARL's off-policy defaults (``base_experiment.yaml``, ``qmix.yaml``,
+``vdn.yaml``) given to herdrl's ``QMIXConfig``: 6,000 env steps per iteration from 10 env copies, 1,000 gradient
+steps of 128 transitions each per iteration (``training_intensity`` 128 x 1,000 / 6,000), lr 5e-5, gamma 0.99,
+gradient norm clipped at 5, a soft target update (tau 0.005) per gradient step (every 6 env steps), epsilon from
+0.8 to 0.01 over the first third of the frames, [256, 256] tanh agent networks, a mixing network of width 32.
+Differences left: herdrl's TD loss is Huber where BenchMARL's is L2, and its Adam epsilon is its own. The team's
+return (the agents' mean reward) is multiplied by 3 as BenchMARL's is.
 """
 
 from __future__ import annotations
@@ -30,6 +39,28 @@ import time
 FRAMES_PER_BATCH, MINIBATCH, EPOCHS, ENVS = 6000, 400, 45, 10
 AGENTS = 3  # BenchMARL's minibatch is 400 frames of all 3 agents; herdrl's minibatch_size counts agent rows
 ENV_CONFIG = {"N": 3, "max_cycles": 100, "local_ratio": 0.5, "continuous_actions": False}
+
+
+def run_herdrl_team(mixer: str, seed: int, frames: int) -> dict:
+    """herdrl's QMIX or VDN with BenchMARL's off-policy settings, in-process."""
+    from herdrl import QMIXConfig
+
+    algo = (QMIXConfig().environment("mpe2.simple_spread_v3", env_config=ENV_CONFIG)
+            .env_runners(num_envs_per_env_runner=ENVS, rollout_fragment_length=FRAMES_PER_BATCH // ENVS)
+            .training(mixer=mixer, train_batch_size=128, training_intensity=128 * 1000 / FRAMES_PER_BATCH, lr=5e-5,
+                      gamma=0.99, grad_clip=5.0, tau=0.005, target_network_update_freq=FRAMES_PER_BATCH // 1000,
+                      epsilon=[[0, 0.8], [frames // 3, 0.01]], num_steps_sampled_before_learning_starts=1,
+                      # one sampling round per iteration (its reset-only steps are not counted: 5,940 of 6,000)
+                      min_sample_timesteps_per_iteration=FRAMES_PER_BATCH // 2, mixing_embed_dim=32,
+                      model={"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh"})
+            .evaluation(evaluation_interval=None).debugging(seed=seed).build())
+    start = time.perf_counter()
+    for _ in range(frames // FRAMES_PER_BATCH):  # BenchMARL's iterations (each 1,000 gradient steps)
+        result = algo.train()
+    seconds = time.perf_counter() - start
+    algo.stop()
+    return {"return": AGENTS * result["episode_return_mean"], "frames": result["num_env_steps_sampled_lifetime"],
+            "seconds": seconds}
 
 
 def run_herdrl(seed: int, frames: int) -> dict:
@@ -51,9 +82,9 @@ def run_herdrl(seed: int, frames: int) -> dict:
             "seconds": seconds}
 
 
-def run_benchmarl(seed: int, frames: int) -> dict:
-    """BenchMARL's MAPPO, its defaults, on CPU, no loggers, no evaluation (run in BenchMARL's venv)."""
-    from benchmarl.algorithms import MappoConfig
+def run_benchmarl(seed: int, frames: int, algorithm: str = "mappo") -> dict:
+    """BenchMARL's MAPPO (or QMIX, VDN), its defaults, on CPU, no loggers, no evaluation (run in BenchMARL's venv)."""
+    from benchmarl.algorithms import MappoConfig, QmixConfig, VdnConfig
     from benchmarl.environments import PettingZooTask
     from benchmarl.experiment import Experiment, ExperimentConfig
     from benchmarl.models.mlp import MlpConfig
@@ -64,7 +95,8 @@ def run_benchmarl(seed: int, frames: int) -> dict:
     config.sampling_device = config.train_device = config.buffer_device = "cpu"
     config.save_folder, config.checkpoint_interval, config.checkpoint_at_end = tempfile.mkdtemp(), 0, False
     task = PettingZooTask.SIMPLE_SPREAD.get_from_yaml()
-    experiment = Experiment(task=task, algorithm_config=MappoConfig.get_from_yaml(),
+    algorithm_config = {"mappo": MappoConfig, "qmix": QmixConfig, "vdn": VdnConfig}[algorithm].get_from_yaml()
+    experiment = Experiment(task=task, algorithm_config=algorithm_config,
                             model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
                             seed=seed, config=config)
     start = time.perf_counter()
@@ -80,18 +112,25 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--tools", nargs="+", default=["herdrl", "benchmarl"], choices=["herdrl", "benchmarl"])
     parser.add_argument("--benchmarl-python", default="/tmp/benchmarl-venv/bin/python")
+    parser.add_argument("--algorithm", default="mappo", choices=["mappo", "qmix", "vdn"])
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # (tool, seed): run it here
     args = parser.parse_args()
     if args.one:
         tool, seed = args.one
-        result = (run_herdrl if tool == "herdrl" else run_benchmarl)(int(seed), args.frames)
-        print("RESULT " + json.dumps({"tool": tool, "seed": int(seed), **result}), flush=True)
+        if tool == "benchmarl":
+            result = run_benchmarl(int(seed), args.frames, args.algorithm)
+        elif args.algorithm == "mappo":
+            result = run_herdrl(int(seed), args.frames)
+        else:
+            result = run_herdrl_team(args.algorithm, int(seed), args.frames)
+        print("RESULT " + json.dumps({"tool": tool, "algorithm": args.algorithm, "seed": int(seed), **result}),
+              flush=True)
         return
     for seed in args.seeds:
         for tool in args.tools:
             python = sys.executable if tool == "herdrl" else args.benchmarl_python
-            out = subprocess.run([python, __file__, "--frames", str(args.frames), "--one", tool, str(seed)],
-                                 capture_output=True, text=True, check=True).stdout
+            out = subprocess.run([python, __file__, "--frames", str(args.frames), "--algorithm", args.algorithm,
+                                  "--one", tool, str(seed)], capture_output=True, text=True, check=True).stdout
             print(next(line for line in out.splitlines() if line.startswith("RESULT ")), flush=True)
 
 

@@ -69,8 +69,10 @@ class Outcome:
 
 def experiment_name(env: Any) -> str:
     """The default experiment (results folder) name of an env: its id with other characters than letters, digits,
-    ``_``, ``.``, ``-`` made ``_`` (``ALE/Pong-v5`` -> ``ALE_Pong-v5``)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(env))
+    ``_``, ``.``, ``-`` made ``_`` (``ALE/Pong-v5`` -> ``ALE_Pong-v5``; a QMIX team's ``team:`` prefix left out)."""
+    from herdrl.env.imports import plain_env
+
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(plain_env(env)))
 
 
 def trial_name(config: AlgorithmConfig) -> str:
