@@ -34,7 +34,7 @@ from herdrl.env.imports import TEAM_PREFIX
 from herdrl.errors import ConfigError
 from herdrl.models.encoders import ACTIVATION_MODULES, module_device, to_torch
 from herdrl.models.numpy_policy import random_allowed
-from herdrl.models.q_network import MASKED_Q
+from herdrl.models.q_network import masked_q
 
 
 class QMIXConfig(DQNConfig):
@@ -146,8 +146,8 @@ class TeamQNetwork(nn.Module):
         return self.agent(torch.cat([own, ids], -1)).float()
 
     def allowed(self, q: torch.Tensor, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``q`` with the actions each agent's mask rules out at :data:`MASKED_Q`."""
-        return q.masked_fill(obs["action_mask"] == 0, MASKED_Q)
+        """``q`` with the actions each agent's mask rules out at ``MASKED_Q`` (DQN's masking, per agent)."""
+        return masked_q(q, obs["action_mask"])
 
     def mix(self, q: torch.Tensor, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """``Q_tot`` (batch,) of the agents' Q values ``q`` (batch, agents) in the observation's state."""

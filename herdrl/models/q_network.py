@@ -47,10 +47,7 @@ class QNetwork(LegacyNames):
         finite: a terminal row's discount of 0 times it is 0, not NaN); ``q`` as it is without a mask. A row whose
         mask allows nothing (a game over; an env that gives a waiting agent an empty mask at a truncation, whose
         value is still bootstrapped) keeps its Q values: a backup from them, not from -1e9."""
-        if not self.masked:
-            return q
-        ruled_out = obs[ACTION_MASK] == 0
-        return q.masked_fill(ruled_out & ~ruled_out.all(-1, keepdim=True), MASKED_Q)
+        return masked_q(q, obs[ACTION_MASK]) if self.masked else q
 
     def greedy(self, obs: Any) -> torch.Tensor:
         """argmax_a Q(s, a) over the allowed actions."""
@@ -60,6 +57,13 @@ class QNetwork(LegacyNames):
     def act(self, obs: Any, explore: bool = False) -> torch.Tensor:
         """Greedy actions (exploration is the runner's epsilon)."""
         return self.greedy(obs)
+
+
+def masked_q(q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``q`` (..., actions) with the actions ``mask`` (same shape) rules out at :data:`MASKED_Q`; a row whose mask
+    allows nothing keeps its Q values (see :meth:`QNetwork.allowed`)."""
+    ruled_out = mask == 0
+    return q.masked_fill(ruled_out & ~ruled_out.all(-1, keepdim=True), MASKED_Q)
 
 
 def q_blueprint(module: QNetwork) -> MLPBlueprint | None:

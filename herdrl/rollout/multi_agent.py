@@ -522,17 +522,17 @@ class MultiAgentEnvRunner:
                          valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """A recurrent policy fragment's states: entering each training sequence, in the order the learner cuts
         them (:func:`~herdrl.rollout.batch.sequence_index`), and entering the observation after each column."""
-        width = len(laid_out)
-        grid = np.zeros((length, width, 2, self._cells[pid]), np.float32)  # padding in front: zeros
-        state_last = np.zeros((width, 2, self._cells[pid]), np.float32)
-        for b, rows in enumerate(laid_out):
-            for t, (row, real) in enumerate(rows, length - len(rows)):
-                grid[t, b] = row.state if real else row.state_after  # a break row: after the episode's last
-            state_last[b] = rows[-1][0].state_after
         from herdrl.rollout.batch import sequence_index
 
+        width = len(laid_out)
         starts = sequence_index(valid, self._seq_len)[:, 0]
-        return grid[starts // width, starts % width], state_last
+        state_in = np.zeros((len(starts), 2, self._cells[pid]), np.float32)  # padding in front: zeros
+        for n, (t, b) in enumerate(zip(starts // width, starts % width, strict=True)):
+            i = t - (length - len(laid_out[b]))  # the column's rows are right-aligned
+            if i >= 0:
+                row, real = laid_out[b][i]
+                state_in[n] = row.state if real else row.state_after  # a break row: after the episode's last
+        return state_in, np.stack([rows[-1][0].state_after for rows in laid_out])
 
     def _scaled_rewards(self, norm: RunnerNormalizer, lanes: list[tuple[int, str, str]], rewards: np.ndarray,
                         terminateds: np.ndarray, truncateds: np.ndarray, valid: np.ndarray) -> np.ndarray:
