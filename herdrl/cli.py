@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 EXIT_BAD_INPUT = 2
@@ -44,6 +45,8 @@ def _add_train_parser(subparsers: Any) -> None:
     p.add_argument("algorithm", nargs="?", help="algorithm name, e.g. ppo (or --run)")
     p.add_argument("--run", dest="run", help="algorithm name (the seed trainer's flag)")
     p.add_argument("--env", help="Gymnasium id, MODULE:ID (imports MODULE), or a register_env name")
+    p.add_argument("--input", dest="input_", metavar="DIR",
+                   help="offline algorithms (bc, marwil): the dataset to learn from (herd record's, or Minari's)")
     _add_import_option(p)
     p.add_argument("--name-env", dest="name_env", help="same as --env (the seed trainer's flag)")
     p.add_argument("--callbacks", metavar="MODULE:CLASS",
@@ -235,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_parser(subparsers)
     _add_evaluate_parser(subparsers)
     _add_export_parser(subparsers)
+    from herdrl.offline.commands import add_parsers as add_offline_parsers
+
+    add_offline_parsers(subparsers, _add_import_option)
     _add_tune_parser(subparsers)
     _add_plot_parser(subparsers)
     from herdrl.cluster.commands import add_cluster_parser, add_launch_parser
@@ -285,7 +291,7 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     for flag, key in (("num_envs_per_env_runner", "num_envs_per_env_runner"), ("num_gpus", "num_gpus"),
                       ("num_learners", "num_learners"), ("num_gpus_per_learner", "num_gpus_per_learner"),
                       ("address", "address"), ("node_ip_address", "node_ip_address"),
-                      ("ray_connect_timeout", "ray_connect_timeout_s"), ("seed", "seed")):
+                      ("ray_connect_timeout", "ray_connect_timeout_s"), ("seed", "seed"), ("input_", "input_")):
         if getattr(args, flag) is not None:
             overrides[key] = getattr(args, flag)
     if args.callbacks:
@@ -352,6 +358,9 @@ def _train(args: argparse.Namespace) -> int:
     file_config = dict(spec["config"])
     env = args.env or args.name_env or spec["env"] or file_config.get("env")
     file_config.pop("env", None)
+    dataset = args.input_ or file_config.get("input_") or file_config.get("input")
+    # What the experiment is named after: the env; an offline run without one, its dataset's folder.
+    subject = env or (dataset and Path(str(dataset)).expanduser().resolve().name)
     overrides = {**file_config, **_flag_overrides(args)}
     output = args.output or "results"
     name = args.name or spec["name"]
@@ -361,9 +370,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume_if_any:
         if args.resume or not trial:
             raise ConfigError("--resume-if-any needs --trial (the trial to continue or start), and no --resume")
-        experiment = name or (env and experiment_name(env))
-        from pathlib import Path
-
+        experiment = name or (subject and experiment_name(subject))
         from herdrl.checkpoint import newest_valid_checkpoint
 
         trial_dir = Path(output) / str(experiment) / trial
@@ -372,7 +379,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume:
         from herdrl.env.imports import plain_env
 
-        experiment = name or (env and experiment_name(env))
+        experiment = name or (subject and experiment_name(subject))
         if not experiment:
             raise ConfigError("--resume needs the experiment: give --env (or --name, or -f) as in the original run")
         trial_dir, checkpoint = find_resume_point(output, experiment, trial, algorithm)
@@ -421,7 +428,7 @@ def _train(args: argparse.Namespace) -> int:
     if outcome.already_done:
         label = f"already done ({label})"
     summary = (f"{label}: {metric} {format_value(result.get(metric))} "
-               f"after {plural(result.get('num_env_steps_sampled_lifetime', 0), 'env step')}, "
+               f"after {_work_done(config, result)}, "
                f"{plural(result.get('training_iteration', 0), 'iteration')}, {result.get('time_total_s', 0.0):.1f} s; "
                f"results in {outcome.logdir}")
     print(summary, file=sys.stderr if outcome.stopped_by == "budget" else sys.stdout)
@@ -436,9 +443,14 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench(args: argparse.Namespace) -> int:
-    from pathlib import Path
+def _work_done(config: Any, result: dict[str, Any]) -> str:
+    """``1,000 env steps`` (``1,000 gradient steps`` for an offline run)."""
+    if config.learns_offline:
+        return plural(result.get("num_gradient_updates_lifetime", 0), "gradient step")
+    return plural(result.get("num_env_steps_sampled_lifetime", 0), "env step")
 
+
+def _bench(args: argparse.Namespace) -> int:
     from herdrl.bench import run_scaling
     from herdrl.errors import ConfigError
     from herdrl.registry import get_config_class
@@ -462,8 +474,6 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _bench_ingest(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from herdrl.bench_ingest import run_ingest
     from herdrl.errors import ConfigError
 
@@ -633,8 +643,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from herdrl.env.imports import import_envs
 
             import_envs(*args.imports)
+        from herdrl.offline.commands import data_command, record_command
+
         commands = {"train": _train, "bench": _bench, "evaluate": _evaluate, "export": _export, "tune": _tune,
-                    "plot": _plot, "launch": launch, "cluster": cluster}
+                    "plot": _plot, "launch": launch, "cluster": cluster, "record": record_command,
+                    "data": data_command}
         return commands[args.command](args)
     except HerdError as exc:
         if args.debug:

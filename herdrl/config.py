@@ -176,6 +176,8 @@ class AlgorithmConfig:
     supports_multi_agent: bool = False
     #: Whether its multi-agent runs can have critics that see the global state (``centralized_critic``, MAPPO).
     supports_centralized_critic: bool = False
+    #: Whether it learns from a recorded dataset (``.offline_data(input_=...)``) instead of sampling an env.
+    learns_offline: bool = False
     #: The result key the algorithm is judged by: its "solved" and default stop criterion, what ``herd plot`` draws
     #: and what keeps the best checkpoint. The training return, or for algorithms that explore while they train
     #: (DQN, SAC, TD3) the greedy evaluation return.
@@ -533,6 +535,14 @@ class AlgorithmConfig:
         random legal moves), ``centralized_critic`` (MAPPO: critics that see the global state)."""
         return self._set("multi_agent", kwargs)
 
+    def offline_data(self, **kwargs: Any) -> AlgorithmConfig:
+        """Set the dataset an offline algorithm (BC, MARWIL) learns from: ``input_`` (a dataset folder, see
+        :mod:`herdrl.offline`; RLlib's name)."""
+        if not self.learns_offline and kwargs:
+            raise ConfigError(f"{self.algo_name} learns from an env; .offline_data({', '.join(kwargs)}=...) is for "
+                              "offline algorithms (BC, MARWIL)")
+        return self._set("offline_data", kwargs)
+
     # ------------------------------------------- RLlib calls with little or nothing to set here
     def api_stack(self, **kwargs: Any) -> AlgorithmConfig:
         """RLlib's switch between its old and new API stacks: herdrl has one; accepted, with a note."""
@@ -675,7 +685,7 @@ class AlgorithmConfig:
             if key == "rollout_fragment_length" and isinstance(value, str):
                 raise ConfigError(f"config key '{key}' got {value!r}; expected 'auto' or int >= 1")
             self._values[key] = f.check(key, value)
-        if self.env is None:
+        if self.env is None and not self.learns_offline:  # (offline: an env only to evaluate in)
             raise ConfigError("no env set: use .environment('CartPole-v1') or --env ID")
         self.schedules()  # a named decay without steps: one line
         self._validate_model(self.model)

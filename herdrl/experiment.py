@@ -29,12 +29,16 @@ from herdrl.trial_dir import TrialLock, create_trial_dir
 
 #: Env steps after which a run with no stop criterion of the user's gives up on "solved".
 DEFAULT_STEP_BUDGET = 1_000_000
+#: An offline run's default budget (gradient steps) when no stop criterion is given.
+DEFAULT_GRADIENT_BUDGET = 100_000
 
 #: Stop keys (a run stops when ``result[key] >= value``) and the older names that mean them.
 STOP_KEYS = ("training_iteration", "num_env_steps_sampled_lifetime", "episode_return_mean", "time_total_s",
-             "evaluation/episode_return_mean")
-#: Stop keys that count up from 0 (iterations, steps, seconds): a limit must be positive.
-COUNT_STOP_KEYS = ("training_iteration", "num_env_steps_sampled_lifetime", "time_total_s")
+             "evaluation/episode_return_mean", "num_gradient_updates_lifetime")
+#: Stop keys that count up from 0 (iterations, steps, seconds, an offline run's gradient steps): a limit must be
+#: positive.
+COUNT_STOP_KEYS = ("training_iteration", "num_env_steps_sampled_lifetime", "time_total_s",
+                   "num_gradient_updates_lifetime")
 #: Stop names beyond RLlib's result names (herdrl.results.flat_name): RLlib's new stack stops on the per-iteration
 #: count's name meaning the lifetime one.
 STOP_ALIASES = {"num_env_steps_sampled": "num_env_steps_sampled_lifetime"}
@@ -75,9 +79,16 @@ def experiment_name(env: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(plain_env(env)))
 
 
+def run_subject(config: AlgorithmConfig) -> Any:
+    """What a run is named after: its env; an offline run without one, its dataset's folder name."""
+    if config.env is None and config.learns_offline and config.input_:
+        return Path(str(config.input_)).expanduser().resolve().name
+    return config.env
+
+
 def trial_name(config: AlgorithmConfig) -> str:
     """``<ALGO>_<env>_<seed>_<timestamp>`` (DESIGN.md, Definitions; no seed part when no seed is set)."""
-    env = experiment_name(config.env)
+    env = experiment_name(run_subject(config))
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     seed = "" if config.seed is None else f"_{config.seed}"
     return f"{config.algo_name}_{env}{seed}_{stamp}"
@@ -218,7 +229,8 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     """Build the algorithm, train until a stop criterion holds, and return the outcome.
 
     With no ``stop``, the run stops when ``episode_return_mean`` reaches the env's
-    ``reward_threshold`` ("solved") or after ``budget`` env steps (default ``DEFAULT_STEP_BUDGET``).
+    ``reward_threshold`` ("solved") or after ``budget`` env steps (default ``DEFAULT_STEP_BUDGET``; an offline run:
+    gradient steps, default ``DEFAULT_GRADIENT_BUDGET``).
     Checkpoints go to ``<trial>/checkpoint_<iteration>`` every ``checkpoint_every`` iterations (None: only
     at the end) and when the run ends or is interrupted; the ``keep_checkpoints_num`` newest and the best
     by ``checkpoint_score_attr`` are kept. ``resume``: continue the trial (``trial``, else the newest of
@@ -240,13 +252,15 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     if checkpoint_every is not None and checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every got {checkpoint_every}; expected an int >= 1 or None")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
-        raise ConfigError(f"budget got {budget!r}; expected an int >= 1 (env steps)")
+        raise ConfigError(f"budget got {budget!r}; expected an int >= 1 (env steps; offline: gradient steps)")
     if isinstance(keep_checkpoints_num, bool) or not isinstance(keep_checkpoints_num, int) or keep_checkpoints_num < 1:
         raise ConfigError(f"keep_checkpoints_num got {keep_checkpoints_num!r}; expected an int >= 1 (the newest "
                           "checkpoint is always kept)")
     criteria = normalize_stop(stop)
     default_stop = not criteria
-    if default_stop:
+    if default_stop and config.learns_offline:  # no env steps: the budget counts gradient steps
+        criteria["num_gradient_updates_lifetime"] = budget or DEFAULT_GRADIENT_BUDGET
+    elif default_stop:
         criteria["num_env_steps_sampled_lifetime"] = budget or DEFAULT_STEP_BUDGET
     if "num_env_steps_sampled_lifetime" in criteria:  # named schedules without steps: over the run's step budget
         config.decay_over(int(criteria["num_env_steps_sampled_lifetime"]))
@@ -254,10 +268,10 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     if keep_best and config.evaluation_parallel_to_training:
         raise ConfigError("--keep-best with evaluation_parallel_to_training: each evaluation scores the weights its "
                           "iteration began with, not those its checkpoint holds; evaluate after training instead")
-    threshold = env_reward_threshold(config.env) if not callable(config.env) else None
+    threshold = env_reward_threshold(config.env) if not callable(config.env) and config.env is not None else None
     if default_stop and threshold is not None:
         criteria = {metric: threshold, **criteria}
-    experiment = name or experiment_name(config.env)
+    experiment = name or experiment_name(run_subject(config))
     console = None if quiet else ConsoleReporter(target=criteria.get(metric), metric=metric, limits=criteria)
     if console and (config.num_env_runners > 0 or config.num_learners > 0):
         where = config.address or os.environ.get("RAY_ADDRESS") or "a private Ray on this machine"
@@ -455,7 +469,7 @@ def _stop_reason(key: str, default_stop: bool, metric: str) -> str:
     """The stop key that held, named "solved" or "budget" when it was the default criterion's."""
     if default_stop and key == metric:
         return "solved"
-    if default_stop and key == "num_env_steps_sampled_lifetime":
+    if default_stop and key in ("num_env_steps_sampled_lifetime", "num_gradient_updates_lifetime"):
         return "budget"
     return key
 

@@ -97,7 +97,10 @@ _NOT_LIVE_ENV = ("SLURM_JOB_ID", "PBS_JOBID", "COBALT_JOBID", "OMPI_COMM_WORLD_S
                  "CI")
 
 #: Stop criteria that count up at a steady rate: an ETA can be given for them (see ConsoleReporter).
-_COUNTED = {"num_env_steps_sampled_lifetime": "steps", "training_iteration": "iterations", "time_total_s": "s"}
+_COUNTED = {"num_env_steps_sampled_lifetime": "steps", "training_iteration": "iterations", "time_total_s": "s",
+            "num_gradient_updates_lifetime": "gradient steps"}
+#: The losses an offline run's progress line shows, when its rows have them.
+OFFLINE_LOSSES = ("policy_loss", "vf_loss", "critic_loss", "actor_loss", "cql_loss", "value_loss")
 
 
 def format_duration(seconds: float) -> str:
@@ -181,9 +184,16 @@ class ConsoleReporter:
                 + quiet
         eta = self.eta(result)
         left = f"  ETA {format_duration(eta[0])}" if eta else ""
-        line = (f"iter {result['training_iteration']:4d}  steps {result['num_env_steps_sampled_lifetime']:>9,}  "
-                f"return {ret_text}{target}  episodes {result['num_episodes_lifetime']:>6,}  "
-                f"{result['env_steps_per_s']:>8,.0f} steps/s  {result['time_total_s']:6.1f} s{left}{quiet}")
+        if "num_gradient_updates_lifetime" in result and not result.get("num_env_steps_sampled_lifetime"):
+            # an offline run: no env steps or training episodes; its gradient steps and losses instead
+            losses = "  ".join(f"{key} {result[key]:.4g}" for key in OFFLINE_LOSSES if key in result)
+            line = (f"iter {result['training_iteration']:4d}  updates {result['num_gradient_updates_lifetime']:>9,}  "
+                    f"eval {format_value(result.get('evaluation/episode_return_mean'), 8)}{target}  {losses}  "
+                    f"{result['time_total_s']:6.1f} s{left}")
+        else:
+            line = (f"iter {result['training_iteration']:4d}  steps {result['num_env_steps_sampled_lifetime']:>9,}  "
+                    f"return {ret_text}{target}  episodes {result['num_episodes_lifetime']:>6,}  "
+                    f"{result['env_steps_per_s']:>8,.0f} steps/s  {result['time_total_s']:6.1f} s{left}{quiet}")
         if eta and not self._said_duration and eta[0] >= 60.0 and result.get("time_total_s", 0.0) - self._first.get(
                 "time_total_s", 0.0) >= 5.0:  # once the pace is known, for runs long enough to plan around
             self._said_duration = True

@@ -23,6 +23,8 @@ ALGORITHMS: dict[str, str] = {
     "TD3": "herdrl.algorithms.td3:TD3Config",
     "DDPG": "herdrl.algorithms.td3:DDPGConfig",
     "QMIX": "herdrl.algorithms.qmix:QMIXConfig",
+    "BC": "herdrl.algorithms.bc:BCConfig",
+    "MARWIL": "herdrl.algorithms.marwil:MARWILConfig",
 }
 
 class EnvContext(dict):

@@ -609,11 +609,11 @@ class Algorithm:
         if self.logger is not None:
             return Path(self.logger.logdir)
         if self._save_dir is None:
-            from herdrl.experiment import experiment_name, trial_name
+            from herdrl.experiment import experiment_name, run_subject, trial_name
             from herdrl.trial_dir import create_trial_dir
 
-            self._save_dir = create_trial_dir(
-                Path("results").resolve() / experiment_name(self.config.env) / trial_name(self.config), exact=False)
+            self._save_dir = create_trial_dir(Path("results").resolve() / experiment_name(run_subject(self.config))
+                                              / trial_name(self.config), exact=False)
             logger.info("herdrl: checkpoints of this algorithm go to %s", self._save_dir)
         return self._save_dir
 

@@ -91,6 +91,36 @@ class ActionLayout:
         columns = iter(np.split(actions, np.cumsum(self.widths)[:-1], axis=1))
         return self._nest(self.space, columns)
 
+    def from_env(self, actions: Any) -> np.ndarray:
+        """Inverse of :meth:`to_env`: a batch of env actions (recorded in a dataset) in stored form, ``start``
+        removed, Box and Tuple actions as float32 columns."""
+        if isinstance(self.space, gym.spaces.Tuple):
+            parts = []
+            self._flatten(self.space, actions, parts)
+            return np.concatenate(parts, axis=1).astype(np.float32)
+        part = self._part_from_env(self.space, actions)
+        return part[:, 0] if self.discrete else part.astype(self.action_dtype, copy=False)
+
+    def _flatten(self, space: gym.Space, actions: Any, out: list[np.ndarray]) -> None:
+        if isinstance(space, gym.spaces.Tuple):
+            for sub, part in zip(space.spaces, actions, strict=True):
+                self._flatten(sub, part, out)
+        else:
+            out.append(self._part_from_env(space, actions))
+
+    @staticmethod
+    def _part_from_env(space: gym.Space, part: Any) -> np.ndarray:
+        """One part's env actions as ``(batch, columns)``."""
+        part = np.asarray(part)
+        batch = len(part)
+        if isinstance(space, gym.spaces.Discrete):
+            return (part.astype(np.int64) - int(space.start)).reshape(batch, 1)
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            return (part.astype(np.int64) - space.start).reshape(batch, -1)
+        if isinstance(space, gym.spaces.MultiBinary):
+            return part.astype(np.int64).reshape(batch, -1)
+        return part.astype(np.float32).reshape(batch, -1)
+
     def _nest(self, space: gym.Space, columns: Any) -> Any:
         if isinstance(space, gym.spaces.Tuple):
             return tuple(self._nest(sub, columns) for sub in space.spaces)

@@ -604,5 +604,9 @@ class RayRunnerGroup:
 
 
 def make_runner_group(config: AlgorithmConfig) -> LocalRunnerGroup | RayRunnerGroup:
-    """In-process for ``num_env_runners=0``, else Ray actors."""
+    """In-process for ``num_env_runners=0``, else Ray actors; an offline algorithm's dataset (no runners)."""
+    if config.learns_offline:
+        from herdrl.offline.source import DatasetSource
+
+        return DatasetSource(config)
     return RayRunnerGroup(config) if config.num_env_runners > 0 else LocalRunnerGroup(config)

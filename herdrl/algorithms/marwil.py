@@ -1,0 +1,103 @@
+"""MARWIL: Monotonic Advantage Re-Weighted Imitation Learning (Wang et al. 2018), offline, on a recorded dataset.
+
+The policy imitates the dataset's actions, each weighted by ``exp(beta * advantage / c)``: actions that did better
+than the value estimate count more. The advantage is the discounted return-to-go recorded in the episode minus a
+learned value ``V(s)``; ``c`` is the root of a running mean of the squared advantages (RLlib's update rate and
+start by default). ``beta = 0`` is behaviour cloning (:mod:`herdrl.algorithms.bc`). The loss:
+
+    -mean(exp(beta * (R - V(s)) / c) * log pi(a|s)) + vf_coeff * 0.5 * mean((R - V(s))^2)
+
+Returns-to-go stop where the recorded episode stops (a truncated episode's tail is not bootstrapped).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from herdrl.config import Field, shared_field
+from herdrl.learner import Learner
+from herdrl.models.encoders import to_torch
+from herdrl.offline.algorithm import OfflineAlgorithm, OfflineConfig
+from herdrl.optim import Adam
+
+
+class MARWILConfig(OfflineConfig):
+    """MARWIL settings (RLlib's names and advantage-normalisation defaults)."""
+
+    algo_name = "MARWIL"
+    FIELDS = {
+        "beta": Field(1.0, (float,), "training", low=0,
+                      doc="advantage weighting: 0 is behaviour cloning; larger imitates the better actions more"),
+        "vf_coeff": Field(1.0, (float,), "training", low=0, doc="weight of the value loss"),
+        "moving_average_sqd_adv_norm_start": Field(100.0, (float,), "training", low=0, low_open=True,
+                                                   doc="the running mean of squared advantages starts here"),
+        "moving_average_sqd_adv_norm_update_rate": Field(
+            1e-8, (float,), "training", low=0, high=1, doc="how fast that running mean follows each batch's"),
+        "gamma": shared_field("gamma", 0.99),
+    }
+
+    @classmethod
+    def algo_class(cls) -> type:
+        """:class:`MARWIL`."""
+        return MARWIL
+
+
+class MARWILLearner(Learner):
+    """MARWIL's loss and update on the shared Learner (N data-parallel learners split each batch)."""
+
+    config: MARWILConfig
+
+    def setup(self) -> None:
+        """Adam over the actor-critic; the running mean of squared advantages."""
+        self.optimizer = Adam(self.module.parameters(), lr=self.hp["lr"])
+        self.sqd_adv_norm = torch.tensor(float(self.config.moving_average_sqd_adv_norm_start))
+
+    def update(self, batch: dict[str, Any], steps: int) -> dict[str, float]:
+        """``steps`` gradient steps, each on the next ``len(batch) / steps`` rows."""
+        batch = {key: to_torch(value, self.device) for key, value in batch.items()}
+        rows = len(batch["rewards"]) // steps
+        sums: dict[str, float] = {}
+        for step in range(steps):
+            stats = self.gradient_step(self.optimizer, self.loss, batch, np.arange(step * rows, (step + 1) * rows),
+                                       self.config.grad_clip or float("inf"))
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+        return {key: value / steps for key, value in sums.items()}
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The MARWIL loss of the rows given (see the module docstring) and its parts."""
+        cfg = self.config
+        dist_inputs, values = self.module(batch["obs"])
+        logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"])
+        stats = {"entropy": entropy.mean().detach()}
+        if cfg.beta == 0.0:  # behaviour cloning: no advantages, no value to learn
+            loss = -logp.mean()
+            return loss, {**stats, "policy_loss": loss.detach()}
+        advantages = batch["returns"] - values
+        if self.module.training and torch.is_grad_enabled():  # (one update per gradient step, not per evaluation)
+            rate = cfg.moving_average_sqd_adv_norm_update_rate
+            self.sqd_adv_norm += rate * (advantages.detach().pow(2).mean().cpu() - self.sqd_adv_norm)
+        weights = torch.exp(cfg.beta * advantages.detach() / (1e-8 + self.sqd_adv_norm.to(values.device).sqrt()))
+        policy_loss = -(weights * logp).mean()
+        vf_loss = 0.5 * advantages.pow(2).mean()
+        loss = policy_loss + cfg.vf_coeff * vf_loss
+        return loss, {**stats, "policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),
+                      "mean_weight": weights.mean(), "sqd_adv_norm": self.sqd_adv_norm.clone()}
+
+    def extra_state(self) -> dict[str, Any]:
+        """The running mean of squared advantages."""
+        return {"sqd_adv_norm": self.sqd_adv_norm.clone()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`extra_state`."""
+        self.sqd_adv_norm = state["sqd_adv_norm"].clone().cpu()
+
+
+class MARWIL(OfflineAlgorithm):
+    """MARWIL (and, with ``beta=0``, behaviour cloning) on a recorded dataset."""
+
+    config: MARWILConfig
+    learner_class = MARWILLearner

@@ -1,0 +1,61 @@
+"""An offline algorithm's stand-in for env runners (:class:`DatasetSource`): its dataset and its spaces."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from herdrl.errors import HerdError
+from herdrl.offline.dataset import DatasetError, open_dataset
+
+
+def _same_space(a: gym.Space, b: gym.Space) -> bool:
+    """Same kind, shape, dtype and size (Box bounds may differ between a dataset's metadata and its env)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, gym.spaces.Dict):
+        return a.spaces.keys() == b.spaces.keys() and all(_same_space(a[k], b[k]) for k in a.spaces)
+    if isinstance(a, gym.spaces.Tuple):
+        return len(a.spaces) == len(b.spaces) and all(_same_space(x, y) for x, y in zip(a.spaces, b.spaces,
+                                                                                          strict=True))
+    if isinstance(a, gym.spaces.Discrete):
+        return a.n == b.n and a.start == b.start
+    return a.shape == b.shape and a.dtype == b.dtype and (
+        not isinstance(a, gym.spaces.MultiDiscrete) or np.array_equal(a.nvec, b.nvec))
+
+
+class DatasetSource:
+    """An offline algorithm's stand-in for env runners: the dataset's spaces (checked against the env's, when one
+    is given), and nothing to sample."""
+
+    num_restarts = num_healthy = num_waiting = 0
+    in_fixed_group = False
+
+    def __init__(self, config: Any) -> None:
+        self.dataset = open_dataset(config.input_)
+        self.observation_space: gym.Space = self.dataset.observation_space
+        self.action_space: gym.Space = self.dataset.action_space
+        if config.env is not None:
+            from herdrl.env import make_single_env
+
+            env = make_single_env(config.env, config.env_config)
+            try:
+                for kind, ours, theirs in (("observation", self.observation_space, env.observation_space),
+                                           ("action", self.action_space, env.action_space)):
+                    if not _same_space(ours, theirs):
+                        raise DatasetError(f"the dataset's {kind} space {ours} is not the env's ({theirs}): "
+                                           f"record it on {config.env}, or evaluate on the env it was recorded on")
+            finally:
+                env.close()
+
+    def sample(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Offline algorithms read their dataset: there is nothing to sample."""
+        raise HerdError("an offline algorithm does not sample env steps")
+
+    def reseed(self, epoch: int) -> None:
+        """Nothing to reseed (batches are drawn from the algorithm's own seeded stream)."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""

@@ -1,0 +1,304 @@
+"""Offline learning: datasets (herdrl's and Minari's), recording, BC and MARWIL."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from herdrl.algorithms.base import Algorithm
+from herdrl.cli import main
+from herdrl.errors import ConfigError
+from herdrl.offline import DatasetError, DatasetWriter, Episode, open_dataset, write_metadata
+
+DICT_OBS = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (3,), np.float32), "mode": gym.spaces.Discrete(4)})
+BOX_ACTIONS = gym.spaces.Box(-1, 1, (2,), np.float32)
+
+
+def random_episodes(count: int, seed: int = 0) -> list[Episode]:
+    """Episodes of a Dict observation space and Box actions, with numeric infos (T+1 rows)."""
+    rng = np.random.default_rng(seed)
+    episodes = []
+    for i in range(count):
+        steps = 3 + i
+        episodes.append(Episode(
+            {"pos": rng.uniform(-1, 1, (steps + 1, 3)).astype(np.float32), "mode": rng.integers(0, 4, steps + 1)},
+            rng.uniform(-1, 1, (steps, 2)).astype(np.float32), rng.standard_normal(steps),
+            np.arange(steps) == steps - 1 if i % 2 == 0 else np.zeros(steps, bool),
+            np.zeros(steps, bool) if i % 2 == 0 else np.arange(steps) == steps - 1,
+            {"speed": rng.standard_normal(steps + 1), "grid": rng.integers(0, 9, (steps + 1, 2, 2))}))
+    return episodes
+
+
+def assert_same_episode(read: Episode, written: Episode) -> None:
+    for key in ("pos", "mode"):
+        np.testing.assert_array_equal(read.observations[key], written.observations[key])
+    for field in ("actions", "rewards", "terminations", "truncations"):
+        np.testing.assert_array_equal(getattr(read, field), getattr(written, field))
+    for key, value in written.infos.items():
+        np.testing.assert_array_equal(read.infos[key], value)
+
+
+@pytest.mark.parametrize("data_format", ["arrow", "hdf5", "parquet"])
+def test_datasets_written_by_minari_read_field_by_field(tmp_path, monkeypatch, data_format):
+    minari = pytest.importorskip("minari")
+    from minari.data_collector import EpisodeBuffer
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    written = random_episodes(3)
+    buffers = [EpisodeBuffer(id=i, observations=e.observations, actions=e.actions, rewards=e.rewards,
+                             terminations=e.terminations, truncations=e.truncations,
+                             infos={"speed": e.infos["speed"]}) for i, e in enumerate(written)]
+    with pytest.warns(UserWarning):  # (minari: "no env_spec")
+        minari.create_dataset_from_buffers(f"test/made{data_format}-v0", buffers, observation_space=DICT_OBS,
+                                           action_space=BOX_ACTIONS, data_format=data_format)
+    dataset = open_dataset(tmp_path / "test" / f"made{data_format}-v0")
+    assert dataset.observation_space == DICT_OBS and dataset.action_space == BOX_ACTIONS
+    read = list(dataset.episodes())
+    assert [e.id for e in read] == [0, 1, 2]
+    for r, w in zip(read, written, strict=True):
+        assert_same_episode(r, Episode(w.observations, w.actions, w.rewards, w.terminations, w.truncations,
+                                       {"speed": w.infos["speed"]}))
+    info = dataset.info()
+    assert info["episodes"] == 3 and info["steps"] == 3 + 4 + 5
+    assert info["return_mean"] == pytest.approx(np.mean([w.rewards.sum() for w in written]))
+
+
+@pytest.mark.parametrize("data_format", ["parquet", "arrow"])
+def test_datasets_herdrl_writes_read_back_and_in_minari(tmp_path, monkeypatch, data_format):
+    written = random_episodes(3)
+    writer = DatasetWriter(tmp_path / "test" / "ours-v0", DICT_OBS, BOX_ACTIONS, data_format)
+    for episode in written:
+        writer.write(episode)
+    write_metadata(tmp_path / "test" / "ours-v0", DICT_OBS, BOX_ACTIONS, data_format, dataset_id="test/ours-v0")
+    for r, w in zip(open_dataset(tmp_path / "test" / "ours-v0").episodes(), written, strict=True):
+        assert_same_episode(r, w)
+    minari = pytest.importorskip("minari")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    theirs = minari.load_dataset("test/ours-v0")
+    assert theirs.total_episodes == 3 and theirs.total_steps == 12
+    for r, w in zip(theirs.iterate_episodes(), written, strict=True):
+        np.testing.assert_array_equal(r.observations["pos"], w.observations["pos"])
+        np.testing.assert_array_equal(r.actions, w.actions)
+        np.testing.assert_array_equal(r.rewards, w.rewards)
+        np.testing.assert_array_equal(r.truncations, w.truncations)
+        np.testing.assert_array_equal(r.infos["grid"], w.infos["grid"])
+
+
+def _write_one(path, episode, obs_space=DICT_OBS, action_space=BOX_ACTIONS):
+    DatasetWriter(path, obs_space, action_space).write(episode)
+
+
+def test_bad_episodes_and_datasets_are_refused_in_one_line(tmp_path):
+    good = random_episodes(1)[0]
+    nan_obs = {**good.observations, "pos": good.observations["pos"].copy()}
+    nan_obs["pos"][2, 1] = np.nan
+    cases = {
+        r"episode 0 observations.pos holds a NaN or infinity \(row 2\)": Episode(
+            nan_obs, good.actions, good.rewards, good.terminations, good.truncations),
+        r"actions has shape \(3, 3\)": Episode(good.observations, np.zeros((3, 3), np.float32), good.rewards,
+                                              good.terminations, good.truncations),
+        "observations.mode holds values outside": Episode({**good.observations, "mode": np.full(4, 7)},
+                                                          good.actions, good.rewards, good.terminations,
+                                                          good.truncations),
+        "ends before its last step": Episode(good.observations, good.actions, good.rewards,
+                                             np.array([True, False, False]), good.truncations),
+        "rewards hold a NaN": Episode(good.observations, good.actions, np.array([0.0, np.inf, 1.0]),
+                                      good.terminations, good.truncations),
+    }
+    for message, episode in cases.items():
+        with pytest.raises(DatasetError, match=message) as caught:
+            _write_one(tmp_path / "w", episode)
+        assert "\n" not in str(caught.value)
+    # A file crafted by hand (bypassing the writer) is refused when read, naming the episode.
+    _write_one(tmp_path / "d", good)
+    write_metadata(tmp_path / "d", DICT_OBS, BOX_ACTIONS)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "d" / "data" / "0" / "part-0.parquet")
+    rewards = table.column("rewards").to_numpy().copy()
+    rewards[1] = np.nan
+    pq.write_table(table.set_column(table.column_names.index("rewards"), "rewards", pa.array(rewards)),
+                   tmp_path / "d" / "data" / "0" / "part-0.parquet")
+    with pytest.raises(DatasetError, match="episode 0 rewards hold a NaN or infinity"):
+        list(open_dataset(tmp_path / "d").episodes())
+    meta = json.loads((tmp_path / "d" / "data" / "metadata.json").read_text())
+    (tmp_path / "d" / "data" / "metadata.json").write_text(json.dumps({**meta, "action_space": '{"type": "Graph"}'}))
+    with pytest.raises(DatasetError, match="action_space has type 'Graph'"):
+        open_dataset(tmp_path / "d")
+    with pytest.raises(DatasetError, match="not a dataset"):
+        open_dataset(tmp_path / "nothing")
+    with pytest.raises(DatasetError, match="cannot record a Text space"):
+        DatasetWriter(tmp_path / "t", gym.spaces.Text(5), BOX_ACTIONS)
+
+
+def cartpole_expert(obs: np.ndarray) -> int:
+    """A hand-written CartPole controller (push towards where the pole falls): 500 on every seed tried."""
+    return int(obs[2] + 0.5 * obs[3] > 0)
+
+
+def record_expert(path, episodes: int, seed: int = 0) -> None:
+    env = gym.make("CartPole-v1")
+    writer = DatasetWriter(path, env.observation_space, env.action_space)
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        observations, actions, rewards, done = [obs], [], [], False
+        while not done:
+            actions.append(cartpole_expert(obs))
+            obs, reward, terminated, truncated, _ = env.step(actions[-1])
+            observations.append(obs)
+            rewards.append(reward)
+            done = terminated or truncated
+        ends = np.arange(len(rewards)) == len(rewards) - 1
+        writer.write(Episode(np.array(observations), np.array(actions), np.array(rewards), ends & terminated,
+                             ends & truncated))
+    write_metadata(path, env.observation_space, env.action_space)
+
+
+def test_bc_learns_a_small_expert_dataset_in_seconds(tmp_path):
+    from herdrl.algorithms.bc import BCConfig
+
+    record_expert(tmp_path / "expert", 4)
+    algo = (BCConfig().offline_data(input_=str(tmp_path / "expert")).environment("CartPole-v1")
+            .training(updates_per_iteration=400).debugging(seed=0).build())
+    result = algo.train()
+    for _ in range(3):
+        if result["evaluation/episode_return_mean"] >= 475:
+            break
+        result = algo.train()
+    algo.stop()
+    assert result["evaluation/episode_return_mean"] >= 475, result["evaluation/episode_return_mean"]
+    assert result["dataset/transitions"] == 2000 and result["num_env_steps_sampled_lifetime"] == 0
+
+
+def test_marwil_loss_on_a_fixed_batch_matches_a_hand_computation(tmp_path):
+    """Weights exp(beta * (R - V) / sqrt(c)) on log-probabilities from a hand-written softmax, a halved squared
+    value error, and the running mean c updated from the batch's squared advantages before it is used."""
+    from herdrl.algorithms.marwil import MARWILConfig
+
+    record_expert(tmp_path / "expert", 1)
+    config = (MARWILConfig().offline_data(input_=str(tmp_path / "expert"))
+              .training(beta=0.7, vf_coeff=0.3, moving_average_sqd_adv_norm_start=4.0,
+                        moving_average_sqd_adv_norm_update_rate=0.1).debugging(seed=1))
+    algo = config.build()
+    learner = algo.learner
+    batch = algo.draw(64)
+    torch_batch = {k: torch.as_tensor(v) for k, v in batch.items()}
+    loss, stats = learner.loss(torch_batch)
+    with torch.no_grad():
+        logits, values = learner.module(torch_batch["obs"])
+        logp = torch.log_softmax(logits, -1)[torch.arange(64), torch_batch["actions"]].numpy()
+        values = values.numpy()
+    advantages = batch["returns"] - values
+    c = 4.0 + 0.1 * (np.mean(advantages ** 2) - 4.0)
+    weights = np.exp(0.7 * advantages / np.sqrt(c))
+    expected = -np.mean(weights * logp) + 0.3 * 0.5 * np.mean(advantages ** 2)
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-4)
+    assert float(stats["sqd_adv_norm"]) == pytest.approx(c, rel=1e-5)
+    # The returns are each step's discounted reward-to-go inside its episode (rewards all 1 in CartPole).
+    steps = 500
+    to_go = (1 - 0.99 ** np.arange(steps, 0, -1)) / (1 - 0.99)
+    np.testing.assert_allclose(np.sort(algo.transitions["returns"]), np.sort(to_go), rtol=1e-5)
+    algo.stop()
+
+
+def test_a_bc_run_resumes_with_its_step_count_and_the_lr_it_is_given(tmp_path):
+    from herdrl.algorithms.bc import BCConfig
+
+    record_expert(tmp_path / "expert", 1)
+    config = (BCConfig().offline_data(input_=str(tmp_path / "expert")).training(updates_per_iteration=20)
+              .debugging(seed=0))
+    algo = config.build()
+    algo.train()
+    path = algo.save(tmp_path / "checkpoint_000001")
+    algo.stop()
+    moved = {}
+    for lr in (1e-9, 1e-2):
+        resumed = Algorithm.from_checkpoint(path, lr=lr)
+        assert resumed.gradient_steps_lifetime == 20
+        before = {k: v.copy() for k, v in resumed.get_weights().items()}
+        row = resumed.train()
+        assert row["num_gradient_updates_lifetime"] == 40 and row["lr"] == lr
+        moved[lr] = max(float(np.abs(v - before[k]).max()) for k, v in resumed.get_weights().items())
+        resumed.stop()
+    assert moved[1e-9] < 1e-6 < 1e-3 < moved[1e-2], moved
+
+
+def test_offline_configs_refuse_what_they_cannot_do_in_one_line(tmp_path):
+    from herdrl.algorithms.bc import BCConfig
+    from herdrl.algorithms.ppo import PPOConfig
+
+    with pytest.raises(ConfigError, match="PPO learns from an env"):
+        PPOConfig().offline_data(input_="x")
+    with pytest.raises(ConfigError, match="learns from a dataset: set .offline_data"):
+        BCConfig().environment("CartPole-v1").build()
+    record_expert(tmp_path / "expert", 1)
+    with pytest.raises(ConfigError, match="evaluation_interval needs an env"):
+        BCConfig().offline_data(input_=str(tmp_path / "expert")).evaluation(evaluation_interval=2).build()
+    with pytest.raises(DatasetError, match="observation space .* is not the env's"):
+        BCConfig().offline_data(input_=str(tmp_path / "expert")).environment("Pendulum-v1").build()
+    with pytest.raises(ConfigError, match="BC has beta=0"):
+        BCConfig().offline_data(input_=str(tmp_path / "expert")).training(beta=1.0).build()
+
+
+def test_herd_record_writes_what_the_policy_plays_and_herd_data_info_sums_it(tmp_path, capsys):
+    """Every field recorded equals an independent replay of the checkpoint's policy on the same seeds; two Ray
+    runners write the same episodes as one process."""
+    from herdrl.algorithms.ppo import PPOConfig
+    from herdrl.policy import Policy
+
+    algo = (PPOConfig().environment("Pendulum-v1").debugging(seed=0)
+            .training(train_batch_size=200, minibatch_size=50).build())
+    algo.train()
+    checkpoint = algo.save(tmp_path / "checkpoint_000001")
+    algo.stop()
+    out = tmp_path / "data"
+    assert main(["record", str(checkpoint), "--episodes", "3", "--out", str(out), "--seed", "5", "--explore"]) == 0
+    printed = capsys.readouterr().out
+    assert "episodes      3    steps 600" in printed and "Pendulum-v1" in printed
+    policy = Policy.from_checkpoint(checkpoint)
+    env = gym.make("Pendulum-v1")
+    read = list(open_dataset(out).episodes())
+    torch.manual_seed(123)
+    for i, episode in enumerate(read):
+        obs, _ = env.reset(seed=5 + i)
+        assert np.array_equal(episode.observations[0], obs)
+        for t in range(len(episode)):
+            np.testing.assert_allclose(episode.observations[t], obs)
+            obs, reward, terminated, truncated, _ = env.step(episode.actions[t])  # the recorded action, replayed
+            assert episode.rewards[t] == pytest.approx(reward) and episode.terminations[t] == terminated
+            assert episode.truncations[t] == truncated
+        np.testing.assert_allclose(episode.observations[-1], obs)
+    greedy = tmp_path / "greedy"
+    assert main(["record", str(checkpoint), "--episodes", "1", "--out", str(greedy), "--seed", "5"]) == 0
+    episode = next(open_dataset(greedy).episodes())
+    expected = np.stack([policy.compute_single_action(o) for o in episode.observations[:-1]])
+    np.testing.assert_allclose(episode.actions, expected, rtol=1e-6)  # greedy: the policy's own actions
+    assert main(["record", str(checkpoint), "--episodes", "3", "--out", str(tmp_path / "two"), "--seed", "5",
+                 "--num-runners", "2"]) == 0
+    two = list(open_dataset(tmp_path / "two").episodes())
+    assert [e.id for e in two] == [0, 1, 2]
+    for a, b in zip(two, read, strict=True):  # exploring with its own noise: the same resets, other actions
+        np.testing.assert_array_equal(a.observations[0], b.observations[0])
+    capsys.readouterr()
+    assert main(["record", str(checkpoint), "--episodes", "1", "--out", str(out)]) == 2
+    assert "is not empty" in capsys.readouterr().err
+    assert main(["data", "info", str(tmp_path / "missing")]) == 2
+    assert "not a dataset" in capsys.readouterr().err
+
+
+def test_herd_train_bc_without_an_env_names_the_run_after_its_dataset(tmp_path, capsys):
+    record_expert(tmp_path / "expert", 1)
+    code = main(["train", "bc", "--input", str(tmp_path / "expert"), "--stop-iters", "1", "--output",
+                 str(tmp_path / "results"), "--no-tensorboard", "--config", "updates_per_iteration=10"])
+    assert code == 0
+    assert "after 10 gradient steps" in capsys.readouterr().out
+    trials = list((tmp_path / "results" / "expert").iterdir())
+    assert len(trials) == 1 and trials[0].name.startswith("BC_expert_")
+    assert main(["export", str(trials[0]), "--format", "onnx", "--out", str(tmp_path / "bc.onnx")]) == 0
+    assert os.path.getsize(tmp_path / "bc.onnx") > 0
