@@ -46,7 +46,10 @@ def _add_train_parser(subparsers: Any) -> None:
     p.add_argument("--run", dest="run", help="algorithm name (the seed trainer's flag)")
     p.add_argument("--env", help="Gymnasium id, MODULE:ID (imports MODULE), or a register_env name")
     p.add_argument("--input", dest="input_", metavar="DIR",
-                   help="offline algorithms (bc, marwil): the dataset to learn from (herd record's, or Minari's)")
+                   help="offline algorithms (bc, marwil, cql, iql): the dataset to learn from (herd record's, or "
+                        "Minari's)")
+    p.add_argument("--init-from", dest="init_from", metavar="CHECKPOINT",
+                   help="start from the matching weights of this checkpoint or trial (BC -> PPO: docs/offline.md)")
     _add_import_option(p)
     p.add_argument("--name-env", dest="name_env", help="same as --env (the seed trainer's flag)")
     p.add_argument("--callbacks", metavar="MODULE:CLASS",
@@ -291,7 +294,8 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     for flag, key in (("num_envs_per_env_runner", "num_envs_per_env_runner"), ("num_gpus", "num_gpus"),
                       ("num_learners", "num_learners"), ("num_gpus_per_learner", "num_gpus_per_learner"),
                       ("address", "address"), ("node_ip_address", "node_ip_address"),
-                      ("ray_connect_timeout", "ray_connect_timeout_s"), ("seed", "seed"), ("input_", "input_")):
+                      ("ray_connect_timeout", "ray_connect_timeout_s"), ("seed", "seed"), ("input_", "input_"),
+                      ("init_from", "init_from")):
         if getattr(args, flag) is not None:
             overrides[key] = getattr(args, flag)
     if args.callbacks:

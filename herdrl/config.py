@@ -271,6 +271,12 @@ class AlgorithmConfig:
         "grad_clip": Field(None, (float,), "training", low=0, low_open=True, allow_none=True),
         "model": Field(MODEL_DEFAULTS, (dict,), "training"),
         "seed": Field(None, (int,), "debugging", low=0, allow_none=True),
+        "init_from": Field(None, (str,), "training", allow_none=True,
+                           doc="a checkpoint (or trial folder) whose matching weights this run starts from: BC -> PPO "
+                               "(herdrl.init_from)"),
+        "init_value_warmup_iters": Field(
+            5, (int,), "training", low=0,
+            doc="with init_from and a fresh value head: iterations in which only the value head learns"),
         "policies": Field(None, (dict, list, tuple, set, frozenset), "multi_agent", allow_none=True,
                           doc="multi-agent: policy ids, or id -> None / {'observation_space', 'action_space'}"),
         "policy_mapping_fn": Field(None, (str, dict), "multi_agent", allow_none=True,

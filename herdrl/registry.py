@@ -25,6 +25,8 @@ ALGORITHMS: dict[str, str] = {
     "QMIX": "herdrl.algorithms.qmix:QMIXConfig",
     "BC": "herdrl.algorithms.bc:BCConfig",
     "MARWIL": "herdrl.algorithms.marwil:MARWILConfig",
+    "CQL": "herdrl.algorithms.cql:CQLConfig",
+    "IQL": "herdrl.algorithms.iql:IQLConfig",
 }
 
 class EnvContext(dict):

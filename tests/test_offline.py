@@ -203,7 +203,7 @@ def test_marwil_loss_on_a_fixed_batch_matches_a_hand_computation(tmp_path):
     # The returns are each step's discounted reward-to-go inside its episode (rewards all 1 in CartPole).
     steps = 500
     to_go = (1 - 0.99 ** np.arange(steps, 0, -1)) / (1 - 0.99)
-    np.testing.assert_allclose(np.sort(algo.transitions["returns"]), np.sort(to_go), rtol=1e-5)
+    np.testing.assert_allclose(np.sort(algo.reader.transitions["returns"]), np.sort(to_go), rtol=1e-5)
     algo.stop()
 
 
@@ -302,3 +302,199 @@ def test_herd_train_bc_without_an_env_names_the_run_after_its_dataset(tmp_path, 
     assert len(trials) == 1 and trials[0].name.startswith("BC_expert_")
     assert main(["export", str(trials[0]), "--format", "onnx", "--out", str(tmp_path / "bc.onnx")]) == 0
     assert os.path.getsize(tmp_path / "bc.onnx") > 0
+
+
+def test_discrete_cql_learns_cartpole_from_expert_data_and_its_penalty_is_the_exact_logsumexp(tmp_path):
+    from herdrl.algorithms.cql import CQLConfig, DiscreteCQLLearner
+
+    record_expert(tmp_path / "expert", 4)
+    algo = (CQLConfig().offline_data(input_=str(tmp_path / "expert")).environment("CartPole-v1")
+            .training(updates_per_iteration=500, target_network_update_freq=500, min_q_weight=2.0,
+                      model={"fcnet_hiddens": [64, 64]}).debugging(seed=0).build())
+    assert isinstance(algo.learner, DiscreteCQLLearner)
+    batch = {k: torch.as_tensor(v) for k, v in algo.draw(32).items()}
+    batch["weights"] = torch.ones(32)
+    with torch.no_grad():
+        loss, stats = algo.learner.loss(batch)
+        q = algo.learner.module(batch["obs"]).numpy()
+        td_loss, _ = super(DiscreteCQLLearner, algo.learner).loss(batch)
+    logsumexp = np.log(np.exp(q.astype(np.float64)).sum(axis=1))
+    penalty = np.mean(logsumexp - q[np.arange(32), batch["actions"].numpy()])
+    assert float(stats["cql_loss"]) == pytest.approx(penalty, rel=1e-5)
+    assert float(loss) == pytest.approx(float(td_loss) + 2.0 * penalty, rel=1e-5)
+    returns = []
+    for _ in range(5):
+        returns.append(algo.train()["evaluation/episode_return_mean"])
+        if returns[-1] >= 475:
+            break
+    algo.stop()
+    assert returns[-1] >= 475, returns
+
+
+def pendulum_dataset(path, episodes: int = 4, seed: int = 0) -> None:
+    """Pendulum episodes of a noisy hand-written swing-up controller (pump energy, then a PD hold near the top:
+    about -800 a episode without the noise), its actions often on the bounds."""
+    env = gym.make("Pendulum-v1")
+    rng = np.random.default_rng(seed)
+    writer = DatasetWriter(path, env.observation_space, env.action_space)
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        observations, actions, rewards = [obs], [], []
+        for _ in range(200):
+            angle, speed = np.arctan2(obs[1], obs[0]), obs[2]
+            torque = -(10 * angle + 2 * speed) if obs[0] > 0.85 else 2.0 * (np.sign(speed) or 1.0)
+            action = np.clip([torque + rng.normal(0, 0.3)], -2, 2).astype(np.float32)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            observations.append(obs)
+            actions.append(action)
+            rewards.append(reward)
+        ends = np.arange(200) == 199
+        writer.write(Episode(np.array(observations), np.array(actions), np.array(rewards), ends & terminated,
+                             ends & truncated))
+    write_metadata(path, env.observation_space, env.action_space)
+
+
+def test_continuous_cql_estimates_the_log_integral_of_exp_q_over_the_action_box(tmp_path):
+    """With critics that output 0, log of the integral of exp(Q) over the squashed action box [-1, 1]^d is d log 2;
+    the penalty's importance-sampled logsumexp over 3n samples estimates it plus log(3n), per critic."""
+    from herdrl.algorithms.cql import CQLConfig, CQLLearner
+
+    pendulum_dataset(tmp_path / "pendulum", 1)
+    n = 2000
+    algo = (CQLConfig().offline_data(input_=str(tmp_path / "pendulum"))
+            .training(num_actions=n, model={"fcnet_hiddens": [16]}).debugging(seed=0).build())
+    learner = algo.learner
+    assert isinstance(learner, CQLLearner)
+    with torch.no_grad():
+        for critic in (learner.module.q1, learner.module.q2):
+            critic.head.weight.zero_()
+            critic.head.bias.zero_()
+    batch = {k: torch.as_tensor(v) for k, v in algo.draw(8).items()}
+    with torch.no_grad():
+        penalty = float(learner.conservative_penalty(batch))
+    d = 1
+    expected = 2 * (np.log(3 * n) + d * np.log(2.0))
+    algo.stop()
+    assert penalty == pytest.approx(expected, rel=0.03), (penalty, expected)
+
+
+def test_iql_losses_on_a_fixed_batch_match_a_hand_computation_and_it_learns(tmp_path):
+    from herdrl.algorithms.iql import IQLConfig
+
+    pendulum_dataset(tmp_path / "pendulum", 4)
+    algo = (IQLConfig().offline_data(input_=str(tmp_path / "pendulum")).environment("Pendulum-v1")
+            .training(expectile=0.8, beta=2.0, max_weight=5.0, updates_per_iteration=400,
+                      model={"fcnet_hiddens": [64, 64], "fcnet_activation": "relu", "free_log_std": False})
+            .evaluation(evaluation_duration=5).debugging(seed=0).build())
+    learner = algo.learner
+    batch = {k: torch.as_tensor(v) for k, v in algo.draw(64).items()}
+    with torch.no_grad():
+        value_loss, _ = learner.value_loss(batch)
+        actor_loss, _ = learner.actor_loss(batch)
+        q1, q2 = learner.target.q_values(batch["obs"], batch["actions"])
+        q = torch.min(q1, q2).numpy()
+        v = learner.module.value(batch["obs"]).numpy()
+        mean, log_std = learner.module.mean_log_std(batch["obs"])
+    u = q - v
+    expected_value = np.mean(np.where(u < 0, 0.2, 0.8) * u ** 2)
+    assert float(value_loss) == pytest.approx(expected_value, rel=1e-5)
+    # The actor's log-probability of the recorded action under tanh(N(mean, std)) scaled to [-2, 2], by hand.
+    a = np.clip(batch["actions"].numpy()[:, 0] / 2.0, -1 + 1e-6, 1 - 1e-6)
+    pre = np.arctanh(a)
+    mean, std = mean.numpy()[:, 0], np.exp(log_std.numpy()[:, 0])
+    logp = -0.5 * ((pre - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi) - np.log(1 - a ** 2)
+    weights = np.minimum(np.exp(2.0 * u), 5.0)
+    assert float(actor_loss) == pytest.approx(-np.mean(weights * logp), rel=1e-4)
+    returns = [algo.train()["evaluation/episode_return_mean"] for _ in range(3)]
+    algo.stop()
+    assert max(returns) > -1000, returns  # random actions score about -1,200, the dataset's episodes -1,056
+
+
+def test_ray_data_streams_a_dataset_larger_than_the_object_store_in_bounded_memory(tmp_path):
+    """A dataset of ~190 MB of transitions, read by Ray Data through an 80 MB object store: every transition of an
+    epoch comes through (each episode's rows whole: its steps' ids), the driver's memory stays far below the
+    dataset's size, and a second epoch begins by itself."""
+    import ray
+
+    from herdrl.algorithms.bc import BCConfig
+
+    obs_space = gym.spaces.Box(-1, 1, (1500,), np.float32)
+    action_space = gym.spaces.Discrete(3)
+    writer = DatasetWriter(tmp_path / "big", obs_space, action_space)
+    rng = np.random.default_rng(0)
+    steps, episodes = 200, 80
+    for i in range(episodes):
+        obs = rng.uniform(-1, 1, (steps + 1, 1500)).astype(np.float32)
+        obs[:, 0] = i  # which episode a row came from,
+        obs[:, 1] = np.arange(steps + 1)  # and which step
+        writer.write(Episode(obs, rng.integers(0, 3, steps), np.ones(steps), np.arange(steps) == steps - 1,
+                             np.zeros(steps, bool)))
+    write_metadata(tmp_path / "big", obs_space, action_space)
+    ray.init(num_cpus=2, object_store_memory=80 * 2**20, include_dashboard=False, logging_level="ERROR")
+    try:
+        algo = (BCConfig().offline_data(input_=str(tmp_path / "big"), offline_read_method="ray_data",
+                                        shuffle_buffer_rows=2000)
+                .training(train_batch_size=500, model={"fcnet_hiddens": [8]}).debugging(seed=0).build())
+        assert algo.read_method == "ray_data"
+        seen = [algo.draw(500)["obs"][:, :2].astype(np.int64)]
+        baseline, peak = _rss_mb(), 0.0  # (after the first batch: Ray Data's own start-up is not the data)
+        for _ in range(episodes * steps // 500 - 1):
+            batch = algo.draw(500)
+            seen.append(batch["obs"][:, :2].astype(np.int64))
+            peak = max(peak, _rss_mb() - baseline)
+        assert algo.reader.epochs == 1
+        seen = np.concatenate(seen)
+        assert len(np.unique(seen[:, 0] * 1000 + seen[:, 1])) == episodes * steps  # each transition once
+        next_obs_step = algo.draw(1)
+        assert algo.reader.epochs == 2 and next_obs_step["obs"].shape == (1, 1500)
+        algo.stop()
+    finally:
+        ray.shutdown()
+    dataset_mb = episodes * steps * 2 * 1500 * 4 / 2**20
+    assert peak < dataset_mb / 3, (peak, dataset_mb)
+
+
+def _rss_mb() -> float:
+    """This process's own memory (RssAnon: the object store's shared pages it maps are not its own)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_ppo_init_from_a_bc_checkpoint_starts_with_its_policy_and_warms_a_fresh_value_head_first(tmp_path):
+    """PPO starts acting as the cloned policy (its greedy actions on the dataset's states are BC's); for
+    init_value_warmup_iters iterations only the value head moves; then the policy learns too."""
+    from herdrl.algorithms.bc import BCConfig
+    from herdrl.algorithms.ppo import PPOConfig
+    from herdrl.checkpoint import CheckpointError
+    from herdrl.policy import Policy
+
+    record_expert(tmp_path / "expert", 2)
+    bc = (BCConfig().offline_data(input_=str(tmp_path / "expert")).training(updates_per_iteration=300)
+          .debugging(seed=0).build())
+    bc.train()
+    checkpoint = bc.save(tmp_path / "bc" / "checkpoint_000001")
+    bc.stop()
+    states = np.stack([e.observations[:-1] for e in open_dataset(tmp_path / "expert").episodes()]).reshape(-1, 4)
+    cloned = Policy.from_checkpoint(checkpoint).compute_actions(states)
+    algo = (PPOConfig().environment("CartPole-v1").training(init_from=str(checkpoint), init_value_warmup_iters=1,
+                                                             train_batch_size=512, minibatch_size=128)
+            .debugging(seed=1).build())
+    np.testing.assert_array_equal(algo.get_policy().compute_actions(states), cloned)
+    policy_names = {n for n, p in algo.module.named_parameters()
+                    if any(p is q for q in algo.module.policy_parameters())}
+    moved = []
+    for _ in range(2):
+        before = {k: v.copy() for k, v in algo.get_weights().items()}
+        row = algo.train()
+        after = algo.get_weights()
+        moved.append({kind: max(float(np.abs(after[k] - before[k]).max()) for k in after
+                                if (k in policy_names) == (kind == "policy")) for kind in ("policy", "value")})
+        moved[-1]["frozen"] = row.get("policy_frozen", 0)
+    algo.stop()
+    assert moved[0]["policy"] == 0.0 and moved[0]["value"] > 1e-4 and moved[0]["frozen"] == 1, moved
+    assert moved[1]["policy"] > 1e-4 and moved[1]["frozen"] == 0, moved
+    with pytest.raises(CheckpointError, match="init_from: checkpoint .* has observation space"):
+        PPOConfig().environment("Acrobot-v1").training(init_from=str(checkpoint)).build()

@@ -94,7 +94,7 @@ class Algorithm:
                            "Box leaves that are not images)", self.observation_space)
         try:
             init_seed = config.seed if config.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
-            learner_class = self.learner_class
+            learner_class = self.learner_class_for(self.action_space)
             if self.multi_agent:
                 from herdrl.learner.multi_agent import MultiAgentLearner
 
@@ -164,7 +164,15 @@ class Algorithm:
             self.learners.sync()
             for source, target in pairs:
                 self.normalizer.copy(source, target)
+        #: Iterations (from the run's first) in which only the value head learns: a fresh one under a policy copied
+        #: by ``init_from`` (herdrl.init_from).
+        self._value_warmup_iters = 0
+        self._policy_frozen = False
         try:
+            if config.init_from:
+                from herdrl.init_from import load_initial_weights
+
+                self._value_warmup_iters = load_initial_weights(self)
             self.setup()
             self._callback("on_algorithm_init", algorithm=self)
         except BaseException:
@@ -178,6 +186,10 @@ class Algorithm:
             self.callbacks(hook, metrics_logger=self.metrics_logger, **kwargs)
 
     # ------------------------------------------------------- for subclasses
+    def learner_class_for(self, action_space: gym.Space) -> type[Learner]:
+        """The learner for this action space: :attr:`learner_class` (CQL: a Q-network's for discrete actions)."""
+        return self.learner_class
+
     def setup(self) -> None:
         """Create the algorithm's driver-side state (a replay buffer); called at the end of ``__init__``."""
 
@@ -321,6 +333,10 @@ class Algorithm:
             started = time.perf_counter()
             pending = self._start_parallel_evaluation()
             waited = time.perf_counter() - started  # (evaluation runners start on the first one)
+        frozen = self.iteration < self._value_warmup_iters
+        if frozen or self._policy_frozen:  # (every warm-up iteration: a restarted learner group forgets it)
+            self.learners.apply("freeze_policy", frozen)
+            self._policy_frozen = frozen
         try:
             learner_metrics = self.training_step()
         except LearnerFailure as exc:
@@ -371,6 +387,7 @@ class Algorithm:
             **({"fragment_bytes_per_env_step": self._iter_fragment_bytes / self._iter_steps}
                if self._iter_fragment_bytes and self._iter_steps else {}),
             **self._scheduled_values(),
+            **({"policy_frozen": 1} if frozen else {}),
             **learner_metrics,
             **self._runner_metrics.reduce(),  # custom metrics of the runners' callbacks: env_runners/<key>
             **self._multi_agent_metrics(),

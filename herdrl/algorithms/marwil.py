@@ -14,13 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from herdrl.config import Field, shared_field
 from herdrl.learner import Learner
-from herdrl.models.encoders import to_torch
-from herdrl.offline.algorithm import OfflineAlgorithm, OfflineConfig
+from herdrl.offline.algorithm import OfflineAlgorithm, OfflineConfig, OfflineUpdates
 from herdrl.optim import Adam
 
 
@@ -45,7 +43,7 @@ class MARWILConfig(OfflineConfig):
         return MARWIL
 
 
-class MARWILLearner(Learner):
+class MARWILLearner(OfflineUpdates, Learner):
     """MARWIL's loss and update on the shared Learner (N data-parallel learners split each batch)."""
 
     config: MARWILConfig
@@ -55,17 +53,10 @@ class MARWILLearner(Learner):
         self.optimizer = Adam(self.module.parameters(), lr=self.hp["lr"])
         self.sqd_adv_norm = torch.tensor(float(self.config.moving_average_sqd_adv_norm_start))
 
-    def update(self, batch: dict[str, Any], steps: int) -> dict[str, float]:
-        """``steps`` gradient steps, each on the next ``len(batch) / steps`` rows."""
-        batch = {key: to_torch(value, self.device) for key, value in batch.items()}
-        rows = len(batch["rewards"]) // steps
-        sums: dict[str, float] = {}
-        for step in range(steps):
-            stats = self.gradient_step(self.optimizer, self.loss, batch, np.arange(step * rows, (step + 1) * rows),
-                                       self.config.grad_clip or float("inf"))
-            for key, value in stats.items():
-                sums[key] = sums.get(key, 0.0) + float(value)
-        return {key: value / steps for key, value in sums.items()}
+    def replay_step(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], None]:
+        """One gradient step on the MARWIL loss of the batch (this learner's share of it, with N learners)."""
+        stats = self.gradient_step(self.optimizer, self.loss, batch, None, self.config.grad_clip or float("inf"))
+        return {key: float(value) for key, value in stats.items()}, None
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The MARWIL loss of the rows given (see the module docstring) and its parts."""

@@ -205,6 +205,18 @@ class Learner:
                  **self.extra_state()}
         return _to_cpu(state)
 
+    def load_matching_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Copy ``weights`` (some of the module's, by name: ``init_from``) into the module; targets follow."""
+        self.module.load_state_dict(weights, strict=False)
+        target = getattr(self, "target", None)
+        if target is not None:
+            target.load_state_dict(self.module.state_dict())
+
+    def freeze_policy(self, frozen: bool) -> None:
+        """While ``frozen``, the policy's weights get no gradient (a fresh value head warms up first)."""
+        for p in getattr(self.module, "policy_parameters", list)():
+            p.requires_grad_(not frozen)
+
     def load_state(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`state` (tensors moved to this learner's device)."""
         self.module.load_state_dict(state["module"])

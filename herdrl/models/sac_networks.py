@@ -90,6 +90,15 @@ class SACModule(LegacyNames):
         log_prob -= (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)  # log(1 - tanh(u)^2), stable
         return squashed * self.action_scale + self.action_bias, log_prob
 
+    def log_prob(self, obs: torch.Tensor, action: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        """The log-probability :meth:`sample` gives a scaled ``action`` (one recorded in a dataset: IQL's actor
+        imitates those), its squashed form clipped to ``1 - eps`` inside [-1, 1] so actions on a bound stay finite."""
+        mean, log_std = self.mean_log_std(obs)
+        squashed = ((action - self.action_bias) / self.action_scale).clamp(-1 + eps, 1 - eps)
+        u = torch.atanh(squashed)
+        log_prob = (-0.5 * ((u - mean) / log_std.exp()).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return log_prob - torch.log1p(-squashed.pow(2)).sum(-1)
+
     def q_values(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Q1 (and Q2) of scaled actions."""
         return self.q1(obs, action), (self.q2(obs, action) if self.q2 is not None else None)

@@ -11,18 +11,12 @@ the run learns and checkpoints without evaluating.
 
 from __future__ import annotations
 
-import math
 from typing import Any
-
-import gymnasium as gym
-import numpy as np
 
 from herdrl.algorithms.base import Algorithm
 from herdrl.config import AlgorithmConfig, Field, shared_field
 from herdrl.errors import ConfigError
-from herdrl.models.distributions import ActionDistribution
 from herdrl.obs import obs_map
-from herdrl.offline.dataset import DatasetError, to_transitions
 
 
 class OfflineConfig(AlgorithmConfig):
@@ -37,6 +31,14 @@ class OfflineConfig(AlgorithmConfig):
                                        doc="gradient steps per iteration (one result row, one evaluation)"),
         "updates_per_call": Field(50, (int,), "training", low=1,
                                   doc="gradient steps per call to the learner (learner actors: per round trip)"),
+        "offline_read_method": Field(
+            "auto", (str,), "offline_data", choices=("auto", "memory", "ray_data"),
+            doc="memory: every transition loaded once, no Ray; ray_data: streamed by Ray Data (bounded memory, any "
+                "size); auto: memory while the transitions take less than offline_memory_limit_mb"),
+        "offline_memory_limit_mb": Field(2048.0, (float,), "offline_data", low=0, low_open=True,
+                                         doc="auto reads in memory up to this many MB of transitions"),
+        "shuffle_buffer_rows": Field(20000, (int,), "offline_data", low=1,
+                                     doc="ray_data: transitions in the local shuffle buffer batches are drawn from"),
         "train_batch_size": shared_field("train_batch_size", 256),
         "lr": shared_field("lr", 1e-3),
         "evaluation_interval": shared_field("evaluation_interval", 1),
@@ -62,32 +64,70 @@ class OfflineConfig(AlgorithmConfig):
             raise ConfigError(f"{self.algo_name} learns single-agent datasets: .multi_agent() is not supported")
 
 
+class OfflineUpdates:
+    """A learner mixin: ``update(batch, steps)`` takes ``steps`` gradient steps, each the learner's
+    ``replay_step`` on the next ``len(batch) / steps`` rows (unit importance weights), after moving its learning
+    clock one gradient step (``advance_learning_clock``: DQN's target copies count gradient steps here)."""
+
+    def update(self, batch: dict[str, Any], steps: int) -> dict[str, float]:
+        """``steps`` gradient steps; their mean metrics."""
+        import torch
+
+        from herdrl.models.encoders import to_torch
+
+        batch = {key: to_torch(value, self.device) for key, value in batch.items()}
+        rows = len(batch["rewards"]) // steps
+        sums: dict[str, float] = {}
+        for step in range(steps):
+            rows_now = slice(step * rows, (step + 1) * rows)
+            part = {key: obs_map(lambda t, r=rows_now: t[r], value) for key, value in batch.items()}
+            part["weights"] = torch.ones(rows, device=self.device)
+            clock = getattr(self, "advance_learning_clock", None)
+            if clock is not None:
+                clock(1)
+            metrics, _ = self.replay_step(part)
+            for key, value in metrics.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+        return {key: value / steps for key, value in sums.items()}
+
+
 class OfflineAlgorithm(Algorithm):
     """Loads the dataset's transitions into memory and takes gradient steps on uniform batches of them.
 
-    Subclasses give ``learner_class``, whose ``update(batch, steps)`` takes ``steps`` gradient steps on consecutive
-    ``train_batch_size`` slices of ``batch`` (numpy arrays: ``obs``, ``actions`` in stored form, ``rewards``,
-    ``next_obs``, ``discounts``, ``returns``) and returns their mean metrics.
+    Subclasses give ``learner_class``, an :class:`OfflineUpdates` learner whose ``replay_step`` takes one gradient
+    step on a batch of tensors (``obs``, ``actions`` in stored form, ``rewards``, ``next_obs``, ``discounts``,
+    ``returns``, ``weights``) and returns its metrics (and per-row errors, unused here).
     """
 
     config: OfflineConfig
 
     def setup(self) -> None:
-        """The dataset's transitions, in memory."""
+        """The reader of the dataset's transitions (:mod:`herdrl.offline.reader`)."""
+        from herdrl.offline.reader import MemoryReader, RayDataReader, stored_row_bytes
+
+        cfg = self.config
         dataset = self.runners.dataset
-        episodes = list(dataset.episodes())
-        transitions = to_transitions(episodes, self.observation_space, self.config.gamma)
-        actions = ActionDistribution(self.action_space)
-        transitions["actions"] = actions.from_env(_stacked_actions(self.action_space, episodes))
-        self.transitions = transitions
-        self.num_transitions = len(transitions["rewards"])
-        if self.num_transitions < 1:
-            raise DatasetError(f"{dataset.path} holds no transitions")
+        megabytes = dataset.total_steps * stored_row_bytes(self.observation_space, self.action_space) / 2**20
+        method = cfg.offline_read_method
+        if method == "auto":
+            method = "memory" if megabytes <= cfg.offline_memory_limit_mb or dataset.data_format == "hdf5" \
+                else "ray_data"
+        self._ray_started = False
+        if method == "ray_data":
+            from herdrl.cluster.connect import connect
+
+            self._ray_started = connect(cfg)
+            self.reader: Any = RayDataReader(dataset, cfg.gamma, self.rng, cfg.train_batch_size,
+                                             cfg.shuffle_buffer_rows)
+            summary = {"dataset/episodes": len(self.reader.files), "dataset/transitions": dataset.total_steps}
+        else:
+            self.reader = MemoryReader(dataset, cfg.gamma, self.rng)
+            summary = {"dataset/episodes": self.reader.episodes, "dataset/transitions": self.reader.size,
+                       "dataset/return_mean": self.reader.return_mean}
+        self.read_method = method
         self.gradient_steps_lifetime = 0
         self._iter_gradient_steps = 0
-        returns = [episode.total_return for episode in episodes]
-        self.dataset_summary = {"dataset/episodes": len(episodes), "dataset/transitions": self.num_transitions,
-                                "dataset/return_mean": float(np.mean(returns)) if returns else math.nan}
+        self.dataset_summary = summary
 
     def _schedule_steps(self) -> int:
         """Schedules count gradient steps (there are no env steps)."""
@@ -97,9 +137,8 @@ class OfflineAlgorithm(Algorithm):
         return {key: schedule(self.gradient_steps_lifetime) for key, schedule in self.schedules.items()}
 
     def draw(self, rows: int) -> dict[str, Any]:
-        """``rows`` transitions drawn uniformly (with replacement) from the dataset."""
-        index = self.rng.integers(0, self.num_transitions, rows)
-        return {key: obs_map(lambda array: array[index], value) for key, value in self.transitions.items()}
+        """The next ``rows`` transitions from the reader."""
+        return self.reader.draw(rows)
 
     def training_step(self) -> dict[str, float]:
         """``updates_per_iteration`` gradient steps, ``updates_per_call`` per learner call."""
@@ -116,8 +155,20 @@ class OfflineAlgorithm(Algorithm):
                 sums[key] = sums.get(key, 0.0) + value * steps
         self.gradient_steps_lifetime += self._iter_gradient_steps
         done = self._iter_gradient_steps
+        epochs = {"dataset/epochs": self.reader.epochs} if hasattr(self.reader, "epochs") else {}
         return {**{key: value / done for key, value in sums.items()}, "num_gradient_updates": done,
-                "num_gradient_updates_lifetime": self.gradient_steps_lifetime, **self.dataset_summary}
+                "num_gradient_updates_lifetime": self.gradient_steps_lifetime, **self.dataset_summary, **epochs}
+
+    def stop(self) -> None:
+        """Release the reader (and a Ray it started), then what every algorithm releases."""
+        reader = getattr(self, "reader", None)
+        if reader is not None:
+            reader.stop()
+        super().stop()
+        if getattr(self, "_ray_started", False):
+            from herdrl.cluster.connect import disconnect
+
+            disconnect()
 
     def learner_state(self) -> dict[str, Any]:
         """The learner's state and the gradient steps taken (what schedules follow)."""
@@ -128,18 +179,3 @@ class OfflineAlgorithm(Algorithm):
         state = dict(state)
         self.gradient_steps_lifetime = int(state.pop("gradient_steps_lifetime", 0))
         super().load_learner_state(state)
-
-
-def _stacked_actions(space: gym.Space, episodes: list[Any]) -> Any:
-    """Every episode's env actions joined along the step axis (tuples part by part)."""
-    if isinstance(space, gym.spaces.Tuple):
-        return tuple(_stacked_actions(sub, [_Part(e.actions[i]) for e in episodes])
-                     for i, sub in enumerate(space.spaces))
-    return np.concatenate([np.asarray(e.actions) for e in episodes])
-
-
-class _Part:
-    """One part of a Tuple space's actions, where :func:`_stacked_actions` expects an episode."""
-
-    def __init__(self, actions: Any) -> None:
-        self.actions = actions

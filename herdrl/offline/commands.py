@@ -28,7 +28,8 @@ def add_parsers(subparsers: Any, add_import_option: Any) -> None:
     add_import_option(p)
     d = subparsers.add_parser("data", help="inspect datasets", description="Inspect recorded datasets.")
     kinds = d.add_subparsers(dest="data_command", metavar="{info}", required=True)
-    i = kinds.add_parser("info", help="summarise a dataset: episodes, steps, returns, spaces")
+    i = kinds.add_parser("info", help="summarise a dataset: episodes, steps, returns, spaces",
+                         description="Summarise a dataset: episodes, steps, returns, spaces, who recorded it.")
     i.add_argument("path", help="a dataset folder (herdrl's or Minari's: parquet, arrow or hdf5)")
 
 

@@ -1,0 +1,170 @@
+"""Conservative Q-Learning (Kumar et al. 2020), offline, on a recorded dataset.
+
+Q-learning on logged data overestimates actions the data never tried; CQL adds a penalty that pushes Q down on
+actions in general and up on the dataset's own:
+
+    min_q_weight * mean_s( logsumexp_a Q(s, a) - Q(s, a_data) )
+
+- Continuous actions (CQL(H) on SAC: the squashed-Gaussian actor, twin critics, entropy tuning): the logsumexp
+  over all actions is estimated from ``num_actions`` uniform random actions and ``num_actions`` of the actor's at
+  s and at s', each corrected by its own density (importance sampling, as in the paper's code and d3rlpy).
+- Discrete actions (on DQN: double Q, Huber loss, hard target copies every ``target_network_update_freq``
+  gradient steps): the logsumexp is exact, over the actions an ``action_mask`` allows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from herdrl.algorithms.dqn import DQNLearner
+from herdrl.algorithms.sac import SACLearner
+from herdrl.config import MODEL_DEFAULTS, Field, shared_field
+from herdrl.errors import ConfigError
+from herdrl.learner import Learner
+from herdrl.obs import obs_map
+from herdrl.offline.algorithm import OfflineAlgorithm, OfflineConfig, OfflineUpdates
+
+
+class CQLConfig(OfflineConfig):
+    """CQL settings (RLlib's names where it has them; d3rlpy's defaults for the rest)."""
+
+    algo_name = "CQL"
+    FIELDS = {
+        "model": shared_field("model", {**MODEL_DEFAULTS, "fcnet_hiddens": [256, 256], "fcnet_activation": "relu",
+                                        "free_log_std": False}),
+        "lr": shared_field("lr", 3e-4),
+        "gamma": shared_field("gamma", 0.99),
+        "min_q_weight": Field(None, (float,), "training", low=0, allow_none=True,
+                              doc="weight of the conservative penalty; None: 5.0 for continuous actions, 1.0 for "
+                                  "discrete (d3rlpy's)"),
+        "num_actions": Field(10, (int,), "training", low=1,
+                             doc="continuous: actions sampled per state (each kind) to estimate the logsumexp"),
+        "tau": Field(0.005, (float,), "training", low=0, low_open=True, high=1,
+                     doc="continuous: Polyak factor of the target critics"),
+        "initial_alpha": Field(1.0, (float,), "training", low=0, low_open=True,
+                               doc="continuous: initial entropy weight (SAC's)"),
+        "target_entropy": Field("auto", (str, float), "training", doc="continuous: SAC's; 'auto': -action dims"),
+        "twin_q": Field(True, (bool,), "training"),
+        "target_network_update_freq": Field(8000, (int,), "training", low=1,
+                                            doc="discrete: gradient steps between hard copies of the Q-network"),
+        "double_q": Field(True, (bool,), "training", doc="discrete: pick the next action with the online network"),
+        "dueling": Field(False, (bool,), "training"),
+    }
+    ALIASES = {"conservative_weight": "min_q_weight", "n_action_samples": "num_actions"}
+
+    def validate_algorithm(self) -> None:
+        """The offline keys, and ``target_entropy``."""
+        super().validate_algorithm()
+        if isinstance(self.target_entropy, str) and self.target_entropy != "auto":
+            raise ConfigError(f"config key 'target_entropy' got {self.target_entropy!r}; expected 'auto' or a float")
+
+    def penalty_weight(self, discrete: bool) -> float:
+        """``min_q_weight``, or its default for the action space."""
+        if self.min_q_weight is not None:
+            return float(self.min_q_weight)
+        return 1.0 if discrete else 5.0
+
+    def build_policy_module(self, observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
+        """A Q-network for Discrete actions, SAC's actor and critics for Box actions."""
+        if isinstance(action_space, gym.spaces.Discrete):
+            from herdrl.models.q_network import QNetwork
+
+            return QNetwork(observation_space, action_space, self.model, dueling=self.dueling)
+        if not isinstance(action_space, gym.spaces.Box):
+            raise ConfigError(f"CQL needs Discrete or Box actions; this dataset has {action_space}")
+        from herdrl.models.sac_networks import SACModule
+
+        return SACModule(observation_space, action_space, self.model, twin_q=self.twin_q)
+
+    @classmethod
+    def algo_class(cls) -> type:
+        """:class:`CQL`."""
+        return CQL
+
+
+class CQLLearner(OfflineUpdates, SACLearner):
+    """Continuous CQL: SAC's update with the conservative penalty added to each critic's loss."""
+
+    config: CQLConfig
+
+    def replay_step(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:
+        """SAC's three steps (the critics' with the penalty); the penalty among the metrics."""
+        metrics, td_errors = super().replay_step(batch)
+        return {**metrics, "cql_loss": self._penalty}, td_errors
+
+    def _critic_loss(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        loss, stats = super()._critic_loss(batch, alpha)
+        penalty = self.conservative_penalty(batch)
+        self._penalty = float(penalty.detach())  # (this learner's rows: a metric)
+        return loss + self.config.penalty_weight(False) * penalty, stats
+
+    def conservative_penalty(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Summed over the critics: the mean over states of logsumexp over sampled actions (each corrected by its
+        density) minus Q of the dataset's action."""
+        module, n = self.module, self.config.num_actions
+        rows = len(batch["rewards"])
+        repeat = lambda obs: obs_map(lambda t: t.repeat_interleave(n, dim=0), obs)  # noqa: E731
+        obs, next_obs = repeat(batch["obs"]), repeat(batch["next_obs"])
+        dim = module.action_dim
+        with torch.no_grad():
+            uniform = torch.rand(rows * n, dim, device=module.action_scale.device) * 2 - 1
+            random_actions = uniform * module.action_scale + module.action_bias
+            current, current_logp = module.sample(obs)
+            following, following_logp = module.sample(next_obs)
+        # Densities in the squashed [-1, 1] units the actor's log-probabilities are in: uniform is 2^-dim there.
+        corrections = (torch.full((rows * n,), dim * math.log(2.0), device=uniform.device), -current_logp,
+                       -following_logp)
+        q_data = module.q_values(batch["obs"], batch["actions"])
+        total = torch.zeros((), device=uniform.device)
+        for i, critic in enumerate(c for c in (module.q1, module.q2) if c is not None):
+            # (rows * n) samples of each kind, row-major by state: (rows, n) each, then (rows, 3n) per state.
+            sampled = [(critic(obs, actions) + correction).view(rows, n) for actions, correction in
+                       zip((random_actions, current, following), corrections, strict=True)]
+            lse = torch.logsumexp(torch.cat(sampled, dim=1), dim=1)
+            total = total + (lse - q_data[i]).mean()
+        return total
+
+
+class DiscreteCQLLearner(OfflineUpdates, DQNLearner):
+    """Discrete CQL: DQN's loss plus the exact conservative penalty."""
+
+    config: CQLConfig
+
+    def advance_learning_clock(self, env_steps: int) -> None:
+        """A hard copy of the Q-network every ``target_network_update_freq`` gradient steps."""
+        from herdrl.algorithms.dqn import polyak_update
+
+        self._since_target_update += env_steps
+        if self._since_target_update >= self.config.target_network_update_freq:
+            self._since_target_update = 0
+            polyak_update(self.target, self.module, 1.0)
+
+    def replay_step(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:
+        """One step on DQN's loss plus the penalty."""
+        stats = self.gradient_step(self.optimizer, self.loss, batch, None, self.config.grad_clip)
+        return {"loss": float(stats["loss"]), "cql_loss": float(stats["cql_loss"]),
+                "mean_abs_td_error": float(stats["td_error"].abs().mean())}, stats["td_error"]
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """DQN's Huber loss + ``min_q_weight * mean(logsumexp_a Q(s, a) - Q(s, a_data))``."""
+        td_loss, stats = super().loss(batch)
+        q_all = self.module(batch["obs"])
+        q_data = q_all.gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
+        penalty = (torch.logsumexp(self.module.allowed(q_all, batch["obs"]), dim=1) - q_data).mean()
+        loss = td_loss + self.config.penalty_weight(True) * penalty
+        return loss, {**stats, "loss": loss.detach(), "cql_loss": penalty.detach()}
+
+
+class CQL(OfflineAlgorithm):
+    """CQL on a recorded dataset: :class:`CQLLearner` for Box actions, :class:`DiscreteCQLLearner` for Discrete."""
+
+    config: CQLConfig
+    learner_class = CQLLearner
+
+    def learner_class_for(self, action_space: gym.Space) -> type[Learner]:
+        """The discrete learner for Discrete actions."""
+        return DiscreteCQLLearner if isinstance(action_space, gym.spaces.Discrete) else CQLLearner

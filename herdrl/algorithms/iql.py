@@ -1,0 +1,137 @@
+"""Implicit Q-Learning (Kostrikov et al. 2021), offline, on a recorded dataset (continuous actions).
+
+IQL never evaluates an action the dataset did not take. Each gradient step:
+
+1. V(s) regresses towards the target critics' ``min Q(s, a_data)`` with the expectile loss
+   ``|expectile - 1(Q - V < 0)| * (Q - V)^2`` (an expectile near 1: V approaches the best in-data action's value);
+2. the actor imitates the dataset's actions weighted by ``min(exp(beta * (Q(s, a) - V(s))), max_weight)``
+   (advantage-weighted regression on the squashed-Gaussian actor's log-probability);
+3. both critics regress towards ``r + discount * V(s')``, and the target critics follow by Polyak averaging.
+
+Defaults are the paper's (and d3rlpy's) for locomotion: expectile 0.7, beta 3, max weight 100.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from herdrl.algorithms.dqn import polyak_update
+from herdrl.algorithms.off_policy import OffPolicyLearner
+from herdrl.config import MODEL_DEFAULTS, Field, shared_field
+from herdrl.errors import ConfigError
+from herdrl.models.encoders import build_encoder, head
+from herdrl.models.sac_networks import SACModule
+from herdrl.offline.algorithm import OfflineAlgorithm, OfflineConfig, OfflineUpdates
+from herdrl.optim import Adam
+
+
+class IQLConfig(OfflineConfig):
+    """IQL settings (the paper's names; RLlib's where it has them)."""
+
+    algo_name = "IQL"
+    FIELDS = {
+        "model": shared_field("model", {**MODEL_DEFAULTS, "fcnet_hiddens": [256, 256], "fcnet_activation": "relu",
+                                        "free_log_std": False}),
+        "lr": shared_field("lr", 3e-4),
+        "gamma": shared_field("gamma", 0.99),
+        "expectile": Field(0.7, (float,), "training", low=0.5, high=0.999,
+                           doc="the value's expectile of Q over the dataset's actions (0.5: their mean)"),
+        "beta": Field(3.0, (float,), "training", low=0, doc="inverse temperature of the actor's advantage weights"),
+        "max_weight": Field(100.0, (float,), "training", low=0, low_open=True, doc="cap on an advantage weight"),
+        "tau": Field(0.005, (float,), "training", low=0, low_open=True, high=1, doc="Polyak factor of the targets"),
+        "twin_q": Field(True, (bool,), "training"),
+    }
+    ALIASES = {"weight_temp": "beta", "temperature": "beta"}
+
+    def build_policy_module(self, observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
+        """SAC's actor and critics plus a state-value network (Box actions)."""
+        if not isinstance(action_space, gym.spaces.Box):
+            raise ConfigError(f"IQL here learns continuous (Box) actions; this dataset has {action_space}: use CQL "
+                              "or BC/MARWIL for discrete actions")
+        return IQLModule(observation_space, action_space, self.model, twin_q=self.twin_q)
+
+    @classmethod
+    def algo_class(cls) -> type:
+        """:class:`IQL`."""
+        return IQL
+
+
+class IQLModule(SACModule):
+    """SAC's squashed-Gaussian actor and twin critics, and ``value``: V(s)."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, model_config: dict,
+                 twin_q: bool = True) -> None:
+        super().__init__(observation_space, action_space, model_config, twin_q=twin_q)
+        self.value_encoder = build_encoder(observation_space, model_config)
+        self.value_head = head(self.value_encoder.out_dim, 1, 1.0)
+
+    def value(self, obs: Any) -> torch.Tensor:
+        """V(s)."""
+        return self.value_head(self.value_encoder(obs)).squeeze(-1).float()
+
+    def value_parameters(self) -> list[nn.Parameter]:
+        """The value network's parameters."""
+        return [*self.value_encoder.parameters(), *self.value_head.parameters()]
+
+
+class IQLLearner(OfflineUpdates, OffPolicyLearner):
+    """IQL's three losses, one optimizer each, and the target critics."""
+
+    config: IQLConfig
+    optimizer_names = ("value_optimizer", "actor_optimizer", "critic_optimizer")
+
+    def setup(self) -> None:
+        """Target networks; Adam for the value, the actor and the critics."""
+        super().setup()
+        self.value_optimizer = Adam(self.module.value_parameters(), lr=self.hp["lr"])
+        self.actor_optimizer = Adam(self.module.actor_parameters(), lr=self.hp["lr"])
+        self.critic_optimizer = Adam(self.module.critic_parameters(), lr=self.hp["lr"])
+
+    def _target_q(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        with torch.no_grad():
+            q1, q2 = self.target.q_values(batch["obs"], batch["actions"])
+            return torch.min(q1, q2) if q2 is not None else q1
+
+    def replay_step(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:
+        """Value, actor, critics, then the targets."""
+        value = self.gradient_step(self.value_optimizer, self.value_loss, batch)
+        actor = self.gradient_step(self.actor_optimizer, self.actor_loss, batch)
+        critic = self.gradient_step(self.critic_optimizer, self.critic_loss, batch)
+        polyak_update(self.target, self.module, self.config.tau)
+        return ({"value_loss": float(value["loss"]), "actor_loss": float(actor["loss"]),
+                 "critic_loss": float(critic["loss"]), "mean_weight": float(actor["weight"])}, critic["td_error"])
+
+    def value_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The expectile loss of V(s) under the target critics' min Q(s, a)."""
+        difference = self._target_q(batch) - self.module.value(batch["obs"])
+        weight = torch.abs(self.config.expectile - (difference < 0).float())
+        loss = (weight * difference.pow(2)).mean()
+        return loss, {"loss": loss.detach()}
+
+    def actor_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Advantage-weighted log-likelihood of the dataset's actions."""
+        cfg = self.config
+        with torch.no_grad():
+            advantage = self._target_q(batch) - self.module.value(batch["obs"])
+            weight = torch.exp(cfg.beta * advantage).clamp(max=cfg.max_weight)
+        loss = -(weight * self.module.log_prob(batch["obs"], batch["actions"])).mean()
+        return loss, {"loss": loss.detach(), "weight": weight.mean()}
+
+    def critic_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Both critics' squared error to ``r + discount * V(s')``."""
+        with torch.no_grad():
+            target = batch["rewards"] + batch["discounts"] * self.module.value(batch["next_obs"])
+        q1, q2 = self.module.q_values(batch["obs"], batch["actions"])
+        loss = (q1 - target).pow(2).mean() + ((q2 - target).pow(2).mean() if q2 is not None else 0.0)
+        return loss, {"loss": loss.detach(), "td_error": (target - q1).detach()}
+
+
+class IQL(OfflineAlgorithm):
+    """IQL on a recorded dataset."""
+
+    config: IQLConfig
+    learner_class = IQLLearner

@@ -1,0 +1,69 @@
+"""``init_from``: start a run from the matching weights of another run's checkpoint (offline to online).
+
+Every weight of the source's network whose name and shape the new network has too is copied (target networks
+follow); the rest start fresh. A behaviour-cloning source never trained its value head, so it is not copied: a
+PPO/A2C run from a BC checkpoint starts with the cloned policy and a fresh value head, and for its first
+``init_value_warmup_iters`` iterations only the value head learns (the policy's weights get no gradient), so the
+advantages the policy first learns from come from a value that has seen its returns, not from random outputs.
+The observation filter's statistics come along when both runs filter observations; a source that filtered and a
+run that does not is refused (the cloned policy expects filtered observations).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from herdrl.checkpoint import CheckpointError, read_meta, read_tensors, space_from_json
+
+logger = logging.getLogger("herdrl")
+
+#: Algorithms whose checkpoints hold a value head they never trained.
+UNTRAINED_VALUE = ("BC",)
+
+
+def value_names(module: torch.nn.Module) -> set[str]:
+    """The names of the module's value-function parameters (none for modules without a value head)."""
+    if not hasattr(module, "value_parameters"):
+        return set()
+    ids = {id(p) for p in module.value_parameters()}
+    return {name for name, p in module.named_parameters() if id(p) in ids}
+
+
+def load_initial_weights(algo: Any) -> int:
+    """Copy the matching weights of ``algo.config.init_from`` into ``algo``'s learners; return how many iterations
+    the policy stays frozen while a fresh value head learns (0: none)."""
+    config = algo.config
+    meta = read_meta(Path(config.init_from))
+    where = meta["path"]
+    if algo.multi_agent or meta["config"].get("policies") is not None:
+        raise CheckpointError("init_from is for single-agent runs (and checkpoints) only, for now")
+    for kind, space in (("observation", algo.observation_space), ("action", algo.action_space)):
+        theirs = space_from_json(meta["spaces"][kind])
+        if theirs != space:
+            raise CheckpointError(f"init_from: checkpoint '{where}' has {kind} space {theirs}; this run has {space}")
+    tensors = read_tensors(where)
+    source = tensors["learner"].get("module", {})
+    target = algo.module.state_dict()
+    skip = value_names(algo.module) if meta["algorithm"] in UNTRAINED_VALUE else set()
+    matched = {key: value for key, value in source.items()
+               if key in target and key not in skip and tuple(value.shape) == tuple(target[key].shape)}
+    if not matched:
+        raise CheckpointError(f"init_from: no weight of checkpoint '{where}' ({meta['algorithm']}) fits this "
+                              f"{config.algo_name} network (a different model config?)")
+    filters = tensors.get("filters") or {}
+    if filters and not algo.normalizer.active:
+        raise CheckpointError(f"init_from: checkpoint '{where}' normalised its observations: set "
+                              "observation_filter='MeanStdFilter' (its statistics come along)")
+    if filters:
+        algo.normalizer.load_state(filters)
+    algo.learners.apply("load_matching_weights", matched)
+    algo.learners.sync()
+    fresh = sorted(set(target) - set(matched))
+    logger.info("herdrl: init_from %s: %d of %d weights copied%s", where, len(matched), len(target),
+                f"; fresh: {', '.join(fresh[:6])}{' ...' if len(fresh) > 6 else ''}" if fresh else "")
+    value_fresh = bool(value_names(algo.module)) and not (value_names(algo.module) & set(matched))
+    return config.init_value_warmup_iters if value_fresh else 0

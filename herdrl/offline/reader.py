@@ -1,0 +1,185 @@
+"""How an offline algorithm gets its batches: from memory, or streamed by Ray Data.
+
+Both readers give ``draw(rows)``: a dict of numpy arrays (``obs``, ``next_obs`` nested as the observation space's
+stored form, ``actions`` in stored form, ``rewards``, ``discounts``, ``returns``).
+
+- :class:`MemoryReader` loads every transition once and draws uniformly with replacement (small datasets: the
+  default while they take less than ``offline_memory_limit_mb``; no Ray).
+- :class:`RayDataReader` streams: a Ray Data pipeline whose tasks each read a few episode files (Parquet or Arrow,
+  in a new random order every pass over the data), turn them into transitions and shuffle them; batches come
+  from a local shuffle buffer over those blocks. Memory stays bounded by the pipeline's blocks in flight and the
+  shuffle buffer, whatever the dataset's size; a dataset is passed over epoch after epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from herdrl.obs import ObsSpec, obs_map
+from herdrl.offline.dataset import DatasetError, Episode, OfflineDataset, to_transitions
+
+#: Episodes each Ray Data task reads into one block of transitions (shuffled inside the block).
+EPISODES_PER_BLOCK = 8
+
+
+def episode_transitions(episodes: list[Episode], observation_space: gym.Space, action_space: gym.Space,
+                        gamma: float) -> dict[str, Any]:
+    """The episodes' transitions with actions in stored form (what learners read)."""
+    from herdrl.models.distributions import ActionDistribution
+
+    transitions = to_transitions(episodes, observation_space, gamma)
+    transitions["actions"] = ActionDistribution(action_space).from_env(_joined_actions(action_space, episodes))
+    return transitions
+
+
+def _joined_actions(space: gym.Space, episodes: list[Episode]) -> Any:
+    """Every episode's env actions joined along the step axis (a Tuple space's part by part)."""
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(np.concatenate([np.asarray(e.actions[i]) for e in episodes]) for i in range(len(space.spaces)))
+    return np.concatenate([np.asarray(e.actions) for e in episodes])
+
+
+def stored_row_bytes(observation_space: gym.Space, action_space: gym.Space) -> int:
+    """Bytes one transition takes in memory (two observations, the action, four float32 scalars)."""
+    from herdrl.models.action_layout import ActionLayout
+
+    spec = ObsSpec(observation_space)
+    obs = sum(int(np.prod(shape)) * np.dtype(spec.dtypes[name]).itemsize for name, shape in spec.shapes.items())
+    layout = ActionLayout(action_space)
+    return 2 * obs + layout.action_width * layout.action_dtype.itemsize + 16
+
+
+class MemoryReader:
+    """Every transition of the dataset in memory; uniform draws with replacement."""
+
+    def __init__(self, dataset: OfflineDataset, gamma: float, rng: np.random.Generator) -> None:
+        episodes = list(dataset.episodes())
+        if not episodes:
+            raise DatasetError(f"{dataset.path} holds no episodes")
+        self.transitions = episode_transitions(episodes, dataset.observation_space, dataset.action_space, gamma)
+        self.size = len(self.transitions["rewards"])
+        self.rng = rng
+        self.episodes = len(episodes)
+        self.return_mean = float(np.mean([e.total_return for e in episodes]))
+
+    def draw(self, rows: int) -> dict[str, Any]:
+        """``rows`` transitions drawn uniformly (with replacement)."""
+        index = self.rng.integers(0, self.size, rows)
+        return {key: obs_map(lambda array: array[index], value) for key, value in self.transitions.items()}
+
+    def stop(self) -> None:
+        """Nothing to release."""
+
+
+def _columns(transitions: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Nested observations as flat columns: ``obs`` for a one-leaf space, else ``obs/<leaf>`` (Ray Data's columns
+    are flat)."""
+    out = {}
+    for key, value in transitions.items():
+        if isinstance(value, dict):
+            out.update({f"{key}/{leaf}": array for leaf, array in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
+def _nested(batch: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Inverse of :func:`_columns`."""
+    out: dict[str, Any] = {}
+    for column, array in batch.items():
+        key, _, leaf = column.partition("/")
+        if leaf:
+            out.setdefault(key, {})[leaf] = array
+        else:
+            out[key] = array
+    return out
+
+
+class _EpisodesToTransitions:
+    """A Ray Data map function: a batch of episode file paths -> their transitions as columns, shuffled."""
+
+    def __init__(self, path: str, gamma: float, seed: int) -> None:
+        self.path, self.gamma, self.seed = path, gamma, seed
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from pathlib import Path
+
+        dataset = OfflineDataset(self.path)
+        episodes = [dataset.read_file(Path(str(p)), int(i)) for p, i in zip(batch["path"], batch["id"], strict=True)]
+        transitions = episode_transitions(episodes, dataset.observation_space, dataset.action_space, self.gamma)
+        rng = np.random.default_rng([self.seed, *(int(i) for i in batch["id"])])
+        order = rng.permutation(len(transitions["rewards"]))
+        return _columns({key: obs_map(lambda array: array[order], value) for key, value in transitions.items()})
+
+
+class RayDataReader:
+    """Transitions streamed by Ray Data, epoch after epoch, each pass over the episode files in a new order."""
+
+    def __init__(self, dataset: OfflineDataset, gamma: float, rng: np.random.Generator, batch_rows: int,
+                 shuffle_buffer_rows: int) -> None:
+        if dataset.data_format == "hdf5":
+            raise DatasetError(f"{dataset.path} is one HDF5 file: Ray Data streams Parquet or Arrow episode files "
+                               "(set offline_read_method='memory', or re-record it with herd record)")
+        quiet_ray_data()
+        self.dataset, self.gamma, self.rng = dataset, gamma, rng
+        self.batch_rows, self.shuffle_buffer_rows = batch_rows, shuffle_buffer_rows
+        self.files = [(str(path), int(path.parent.name)) for path in dataset.episode_files()]
+        if not self.files:
+            raise DatasetError(f"{dataset.path} holds no episodes")
+        self.epochs = 0
+        self._batches: Any = None
+        self._pending: list[dict[str, np.ndarray]] = []
+        self._pending_rows = 0
+
+    def _epoch(self) -> Any:
+        """A new pass over the data: the files in a new random order, read, turned into transitions, shuffled."""
+        import ray
+
+        order = self.rng.permutation(len(self.files))
+        items = [{"path": self.files[i][0], "id": self.files[i][1]} for i in order]
+        seed = int(self.rng.integers(2**31))
+        pipeline = ray.data.from_items(items).map_batches(
+            _EpisodesToTransitions(str(self.dataset.path), self.gamma, seed), batch_size=EPISODES_PER_BLOCK,
+            batch_format="numpy")
+        self.epochs += 1
+        return iter(pipeline.iter_batches(batch_size=self.batch_rows, batch_format="numpy", drop_last=False,
+                                          local_shuffle_buffer_size=self.shuffle_buffer_rows,
+                                          local_shuffle_seed=seed))
+
+    def draw(self, rows: int) -> dict[str, Any]:
+        """The next ``rows`` transitions of the stream (the next epoch begun when one ends)."""
+        while self._pending_rows < rows:
+            if self._batches is None:
+                self._batches = self._epoch()
+            try:
+                batch = next(self._batches)
+            except StopIteration:
+                self._batches = None
+                continue
+            self._pending.append(batch)
+            self._pending_rows += len(batch["rewards"])
+        joined = {key: np.concatenate([b[key] for b in self._pending]) for key in self._pending[0]}
+        taken = {key: array[:rows] for key, array in joined.items()}
+        rest = {key: array[rows:] for key, array in joined.items()}
+        self._pending_rows -= rows
+        self._pending = [rest] if self._pending_rows else []
+        return _nested(taken)
+
+    def stop(self) -> None:
+        """Drop the stream."""
+        self._batches = None
+
+
+def quiet_ray_data() -> None:
+    """Ray Data's progress bars and per-dataset log lines off (a run's console shows herdrl's own progress)."""
+    import ray.data
+
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # ("progress bars disabled": we know)
