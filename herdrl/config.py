@@ -271,6 +271,9 @@ class AlgorithmConfig:
         "grad_clip": Field(None, (float,), "training", low=0, low_open=True, allow_none=True),
         "model": Field(MODEL_DEFAULTS, (dict,), "training"),
         "seed": Field(None, (int,), "debugging", low=0, allow_none=True),
+        "output": Field(None, (str,), "offline_data", allow_none=True,
+                        doc="record every training episode the env runners play into this dataset folder "
+                            "(Minari's format, herdrl.offline.recorder)"),
         "init_from": Field(None, (str,), "training", allow_none=True,
                            doc="a checkpoint (or trial folder) whose matching weights this run starts from: BC -> PPO "
                                "(herdrl.init_from)"),
@@ -542,11 +545,13 @@ class AlgorithmConfig:
         return self._set("multi_agent", kwargs)
 
     def offline_data(self, **kwargs: Any) -> AlgorithmConfig:
-        """Set the dataset an offline algorithm (BC, MARWIL) learns from: ``input_`` (a dataset folder, see
-        :mod:`herdrl.offline`; RLlib's name)."""
-        if not self.learns_offline and kwargs:
-            raise ConfigError(f"{self.algo_name} learns from an env; .offline_data({', '.join(kwargs)}=...) is for "
-                              "offline algorithms (BC, MARWIL)")
+        """Recorded data (RLlib's names): ``output`` (every algorithm that samples an env: record its training
+        episodes into a dataset folder); ``input_`` and its reading keys (offline algorithms: BC, MARWIL, CQL, IQL:
+        the dataset they learn from). See :mod:`herdrl.offline`."""
+        reading = [key for key in kwargs if key not in ("output",)]
+        if not self.learns_offline and reading:
+            raise ConfigError(f"{self.algo_name} learns from an env; .offline_data({', '.join(reading)}=...) is for "
+                              "offline algorithms (BC, MARWIL, CQL, IQL); output=DIR records its episodes")
         return self._set("offline_data", kwargs)
 
     # ------------------------------------------- RLlib calls with little or nothing to set here
@@ -704,6 +709,9 @@ class AlgorithmConfig:
         elif self.centralized_critic:
             raise ConfigError("centralized_critic=True is for multi-agent runs (.multi_agent(policies=...)): a "
                               "single agent's critic already sees everything its observation holds")
+        if self.output and (self.is_multi_agent or self.learns_offline):
+            why = "multi-agent runs are not recorded yet" if self.is_multi_agent else "an offline run plays none"
+            raise ConfigError(f"output={self.output!r} records a single-agent run's training episodes: {why}")
         if self.train_batch_size_per_learner is not None:
             total = self.train_batch_size_per_learner * max(self.num_learners, 1)
             if self.is_explicit("train_batch_size") and self.train_batch_size != total:
@@ -773,7 +781,8 @@ class AlgorithmConfig:
         if "env_config" in runner_keys:  # a partial override of the training env's, as in-process evaluation takes it
             runner_keys["env_config"] = {**self.env_config, **runner_keys["env_config"]}
         config._values.update({**runner_keys, "num_env_runners": self.evaluation_num_env_runners,
-                               "callbacks_class": None, "callbacks_hooks": {}, "evaluation_num_env_runners": 0})
+                               "callbacks_class": None, "callbacks_hooks": {}, "evaluation_num_env_runners": 0,
+                               "output": None})  # (evaluation episodes are not training data)
         return config
 
     def _validate_callbacks(self) -> None:

@@ -498,3 +498,42 @@ def test_ppo_init_from_a_bc_checkpoint_starts_with_its_policy_and_warms_a_fresh_
     assert moved[1]["policy"] > 1e-4 and moved[1]["frozen"] == 0, moved
     with pytest.raises(CheckpointError, match="init_from: checkpoint .* has observation space"):
         PPOConfig().environment("Acrobot-v1").training(init_from=str(checkpoint)).build()
+
+
+def test_training_episodes_recorded_with_output_obey_the_env_and_add_up_across_runs(tmp_path, capsys):
+    """Every recorded CartPole transition is what the env does from the recorded state with the recorded action
+    (stepped again from that state here), each episode ends exactly where the env ended it, the count is the
+    run's own count of finished episodes, and a second run into the same folder adds its episodes to the first's."""
+    from herdrl.algorithms.ppo import PPOConfig
+
+    out = tmp_path / "played"
+    config = (PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=4)
+              .training(train_batch_size=512, minibatch_size=128).offline_data(output=str(out)).debugging(seed=0))
+    algo = config.build()
+    for _ in range(2):
+        algo.train()
+    first = algo.episodes_lifetime
+    algo.stop()
+    dataset = open_dataset(out)
+    assert dataset.total_episodes == first > 0
+    env = gym.make("CartPole-v1").unwrapped
+    env.reset(seed=0)
+    for episode in dataset.episodes():
+        assert (episode.rewards == 1.0).all() and len(episode) <= 500
+        for t in range(len(episode)):
+            env.state, env.steps_beyond_terminated = episode.observations[t].astype(np.float64), None
+            obs, _, terminated, _, _ = env.step(int(episode.actions[t]))
+            np.testing.assert_allclose(obs, episode.observations[t + 1], rtol=1e-5, atol=1e-6)
+            assert terminated == bool(episode.terminations[t])
+        assert episode.terminations[-1] or episode.truncations[-1]
+    algo = config.build()  # a second run recording into the same folder: killed before it stops
+    algo.train()
+    second = algo.episodes_lifetime
+    algo.runners.stop()
+    assert main(["data", "finish", str(out)]) == 0
+    assert f"episodes      {first + second}" in capsys.readouterr().out
+    assert sorted(int(p.name) for p in (out / "data").iterdir() if p.is_dir()) == list(range(first + second))
+    with pytest.raises(ConfigError, match="an offline run plays none"):
+        from herdrl.algorithms.bc import BCConfig
+
+        BCConfig().offline_data(input_=str(out), output=str(tmp_path / "x")).build()

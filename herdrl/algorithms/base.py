@@ -802,6 +802,12 @@ class Algorithm:
             self._runner_evaluation.stop()
         self.learners.stop()
         self.runners.stop()
+        if self.config.output:  # the runners wrote their last episodes: number them, write the metadata
+            from herdrl.offline.recorder import finish_recording
+
+            finish_recording(self.config.output, algorithm_name=self.config.algo_name,
+                             description=f"training episodes of {self.config.algo_name} on {self.config.env}",
+                             herdrl_env=str(self.config.env))
         if self._evaluator is not None:
             (self._evaluator.stop if self.multi_agent else self._evaluator.close)()
         if self.logger is not None:

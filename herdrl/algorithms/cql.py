@@ -22,11 +22,11 @@ from torch import nn
 
 from herdrl.algorithms.dqn import DQNLearner
 from herdrl.algorithms.sac import SACLearner
-from herdrl.config import MODEL_DEFAULTS, Field, shared_field
+from herdrl.config import Field
 from herdrl.errors import ConfigError
 from herdrl.learner import Learner
 from herdrl.obs import obs_map
-from herdrl.offline.algorithm import OfflineAlgorithm, OfflineConfig, OfflineUpdates
+from herdrl.offline.algorithm import ACTOR_CRITIC_OFFLINE_FIELDS, OfflineAlgorithm, OfflineConfig, OfflineUpdates
 
 
 class CQLConfig(OfflineConfig):
@@ -34,21 +34,15 @@ class CQLConfig(OfflineConfig):
 
     algo_name = "CQL"
     FIELDS = {
-        "model": shared_field("model", {**MODEL_DEFAULTS, "fcnet_hiddens": [256, 256], "fcnet_activation": "relu",
-                                        "free_log_std": False}),
-        "lr": shared_field("lr", 3e-4),
-        "gamma": shared_field("gamma", 0.99),
+        **ACTOR_CRITIC_OFFLINE_FIELDS,
         "min_q_weight": Field(None, (float,), "training", low=0, allow_none=True,
                               doc="weight of the conservative penalty; None: 5.0 for continuous actions, 1.0 for "
                                   "discrete (d3rlpy's)"),
         "num_actions": Field(10, (int,), "training", low=1,
                              doc="continuous: actions sampled per state (each kind) to estimate the logsumexp"),
-        "tau": Field(0.005, (float,), "training", low=0, low_open=True, high=1,
-                     doc="continuous: Polyak factor of the target critics"),
         "initial_alpha": Field(1.0, (float,), "training", low=0, low_open=True,
                                doc="continuous: initial entropy weight (SAC's)"),
         "target_entropy": Field("auto", (str, float), "training", doc="continuous: SAC's; 'auto': -action dims"),
-        "twin_q": Field(True, (bool,), "training"),
         "target_network_update_freq": Field(8000, (int,), "training", low=1,
                                             doc="discrete: gradient steps between hard copies of the Q-network"),
         "double_q": Field(True, (bool,), "training", doc="discrete: pick the next action with the online network"),

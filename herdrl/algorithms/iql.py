@@ -21,11 +21,11 @@ from torch import nn
 
 from herdrl.algorithms.dqn import polyak_update
 from herdrl.algorithms.off_policy import OffPolicyLearner
-from herdrl.config import MODEL_DEFAULTS, Field, shared_field
+from herdrl.config import Field
 from herdrl.errors import ConfigError
 from herdrl.models.encoders import build_encoder, head
 from herdrl.models.sac_networks import SACModule
-from herdrl.offline.algorithm import OfflineAlgorithm, OfflineConfig, OfflineUpdates
+from herdrl.offline.algorithm import ACTOR_CRITIC_OFFLINE_FIELDS, OfflineAlgorithm, OfflineConfig, OfflineUpdates
 from herdrl.optim import Adam
 
 
@@ -34,16 +34,11 @@ class IQLConfig(OfflineConfig):
 
     algo_name = "IQL"
     FIELDS = {
-        "model": shared_field("model", {**MODEL_DEFAULTS, "fcnet_hiddens": [256, 256], "fcnet_activation": "relu",
-                                        "free_log_std": False}),
-        "lr": shared_field("lr", 3e-4),
-        "gamma": shared_field("gamma", 0.99),
+        **ACTOR_CRITIC_OFFLINE_FIELDS,
         "expectile": Field(0.7, (float,), "training", low=0.5, high=0.999,
                            doc="the value's expectile of Q over the dataset's actions (0.5: their mean)"),
         "beta": Field(3.0, (float,), "training", low=0, doc="inverse temperature of the actor's advantage weights"),
         "max_weight": Field(100.0, (float,), "training", low=0, low_open=True, doc="cap on an advantage weight"),
-        "tau": Field(0.005, (float,), "training", low=0, low_open=True, high=1, doc="Polyak factor of the targets"),
-        "twin_q": Field(True, (bool,), "training"),
     }
     ALIASES = {"weight_temp": "beta", "temperature": "beta"}
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from herdrl.algorithms.base import Algorithm
-from herdrl.config import AlgorithmConfig, Field, shared_field
+from herdrl.config import MODEL_DEFAULTS, AlgorithmConfig, Field, shared_field
 from herdrl.errors import ConfigError
 from herdrl.obs import obs_map
 
@@ -62,6 +62,18 @@ class OfflineConfig(AlgorithmConfig):
             raise ConfigError(f"{self.algo_name} learns from single transitions: model use_lstm is not supported")
         if self.is_multi_agent:
             raise ConfigError(f"{self.algo_name} learns single-agent datasets: .multi_agent() is not supported")
+
+
+#: Keys the actor-critic offline algorithms (CQL, IQL) share: d3rlpy's network sizes and learning rate.
+ACTOR_CRITIC_OFFLINE_FIELDS = {
+    "model": shared_field("model", {**MODEL_DEFAULTS, "fcnet_hiddens": [256, 256], "fcnet_activation": "relu",
+                                    "free_log_std": False}),
+    "lr": shared_field("lr", 3e-4),
+    "gamma": shared_field("gamma", 0.99),
+    "tau": Field(0.005, (float,), "training", low=0, low_open=True, high=1,
+                 doc="Polyak factor of the target critics (continuous actions)"),
+    "twin_q": Field(True, (bool,), "training"),
+}
 
 
 class OfflineUpdates:

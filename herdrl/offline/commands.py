@@ -27,10 +27,14 @@ def add_parsers(subparsers: Any, add_import_option: Any) -> None:
                    help="episode files: parquet (default; Ray Data reads it) or arrow (Minari's default)")
     add_import_option(p)
     d = subparsers.add_parser("data", help="inspect datasets", description="Inspect recorded datasets.")
-    kinds = d.add_subparsers(dest="data_command", metavar="{info}", required=True)
+    kinds = d.add_subparsers(dest="data_command", metavar="{info,finish}", required=True)
     i = kinds.add_parser("info", help="summarise a dataset: episodes, steps, returns, spaces",
                          description="Summarise a dataset: episodes, steps, returns, spaces, who recorded it.")
     i.add_argument("path", help="a dataset folder (herdrl's or Minari's: parquet, arrow or hdf5)")
+    f = kinds.add_parser("finish", help="number the episodes of a recording a killed run left, write its metadata",
+                         description="A run recording its episodes (output=DIR) numbers them and writes the "
+                                     "dataset's metadata when it stops; for a run killed before that, this does it.")
+    f.add_argument("path", help="the output folder of the run")
 
 
 def record_command(args: argparse.Namespace) -> int:
@@ -44,7 +48,11 @@ def record_command(args: argparse.Namespace) -> int:
 
 
 def data_command(args: argparse.Namespace) -> int:
-    """``herd data info``."""
+    """``herd data info|finish``."""
+    if args.data_command == "finish":
+        from herdrl.offline.recorder import finish_recording
+
+        finish_recording(args.path, algorithm_name="unknown (finished by herd data finish)")
     return data_info(args.path)
 
 

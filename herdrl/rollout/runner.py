@@ -137,6 +137,12 @@ class EnvRunner:
         self._policy_error: BaseException | None = None  # why use_policy failed (said at the next sample)
         self._choose_stepping()
         self.callbacks, self.metrics_logger, self._episodes = runner_callbacks(self, EpisodeTracker, self.env)
+        self.recorder: Any = None  # .offline_data(output=DIR): this runner writes the episodes it plays there
+        if getattr(config, "output", None):
+            from herdrl.offline.recorder import EpisodeRecorder
+
+            self.recorder = EpisodeRecorder(config.output, self.observation_space, self.action_space, self.num_envs,
+                                            worker_index, incarnation)
         self.reseed(epoch)
 
     def reseed(self, epoch: int) -> None:
@@ -374,6 +380,9 @@ class EnvRunner:
                             state_in=np.concatenate(state_in) if recurrent else None,
                             state_last=self.policy.get_state() if recurrent else None)
         self._collect_episodes(fragment)  # whole games, unclipped rewards: what the user's env scores
+        if self.recorder is not None:  # raw observations, env actions and rewards, the env's own episode ends
+            self.recorder.add(obs, [to_env(actions[t]) for t in range(steps)], rewards, terminateds, truncateds,
+                              valid)
         if self._clip_rewards:  # Atari: learn on the reward's sign
             fragment.rewards = np.sign(rewards)
         if norm is not None:

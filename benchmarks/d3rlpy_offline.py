@@ -1,0 +1,120 @@
+"""d3rlpy's side of benchmarks/offline.py: train one d3rlpy algorithm on a herdrl-recorded dataset, evaluate it.
+
+Runs in d3rlpy's own venv (it pins gymnasium 1.0.0), never imports herdrl: it reads the dataset's Parquet episode
+files itself (Minari's columns) and prints one JSON line: the greedy evaluation return, the training seconds.
+
+    /tmp/d3rlpy-venv/bin/python benchmarks/d3rlpy_offline.py --dataset benchmarks/data/pendulum-medium \
+        --algorithm cql --env Pendulum-v1 --steps 50000 --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def read_episodes(path: Path, discrete: bool) -> tuple[np.ndarray, ...]:
+    """(observations, actions, rewards, terminals, timeouts) of every episode, d3rlpy's step-wise layout (each
+    episode's final observation dropped: d3rlpy does not store it)."""
+    import pyarrow.parquet as pq
+
+    columns: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "act", "rew", "term", "trunc")}
+    files = sorted((path / "data").glob("*/part-0.parquet"), key=lambda p: int(p.parent.name))
+    for file in files:
+        table = pq.read_table(file)
+        obs = np.stack(table.column("observations").to_numpy(zero_copy_only=False)).astype(np.float32)
+        steps = len(obs) - 1
+        actions = table.column("actions").to_numpy(zero_copy_only=False)[:steps]
+        actions = actions.astype(np.int64) if discrete else np.stack(actions).astype(np.float32)
+        columns["obs"].append(obs[:steps])
+        columns["act"].append(actions)
+        columns["rew"].append(table.column("rewards").to_numpy()[:steps].astype(np.float32))
+        term = table.column("terminations").to_numpy()[:steps]
+        trunc = table.column("truncations").to_numpy()[:steps]
+        trunc = trunc | ((np.arange(steps) == steps - 1) & ~term)  # an episode cut by the recorder ends too
+        columns["term"].append(term.astype(np.float32))
+        columns["trunc"].append(trunc.astype(np.float32))
+    return tuple(np.concatenate(columns[k]) for k in ("obs", "act", "rew", "term", "trunc"))
+
+
+def make_algorithm(name: str, discrete: bool, hidden: list[int], lr: float, batch: int, low: float, high: float,
+                   target_update: int):
+    """The d3rlpy algorithm with herdrl's settings for it (benchmarks/offline.py says which)."""
+    import d3rlpy
+
+    encoder = d3rlpy.models.VectorEncoderFactory(hidden_units=hidden, activation="relu")
+    scaler = None if discrete else d3rlpy.preprocessing.MinMaxActionScaler(minimum=low, maximum=high)
+    if name == "bc" and discrete:
+        return d3rlpy.algos.DiscreteBCConfig(learning_rate=lr, batch_size=batch, encoder_factory=encoder,
+                                             beta=0.0)
+    if name == "bc":
+        return d3rlpy.algos.BCConfig(learning_rate=lr, batch_size=batch, encoder_factory=encoder,
+                                     policy_type="stochastic", action_scaler=scaler)
+    if name == "cql" and discrete:
+        return d3rlpy.algos.DiscreteCQLConfig(learning_rate=lr, batch_size=batch, encoder_factory=encoder,
+                                              target_update_interval=target_update, alpha=1.0)
+    if name == "cql":  # the conservative weight fixed at 5 (alpha_learning_rate 0): herdrl's min_q_weight
+        return d3rlpy.algos.CQLConfig(actor_learning_rate=lr, critic_learning_rate=lr, temp_learning_rate=lr,
+                                      alpha_learning_rate=0.0, initial_alpha=1.0, conservative_weight=5.0,
+                                      batch_size=batch, actor_encoder_factory=encoder,
+                                      critic_encoder_factory=encoder, action_scaler=scaler)
+    if name == "iql":
+        return d3rlpy.algos.IQLConfig(actor_learning_rate=lr, critic_learning_rate=lr, batch_size=batch,
+                                      actor_encoder_factory=encoder, critic_encoder_factory=encoder,
+                                      value_encoder_factory=encoder, action_scaler=scaler)
+    raise SystemExit(f"unknown algorithm {name}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--algorithm", required=True, choices=("bc", "cql", "iql"))
+    parser.add_argument("--env", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hidden", default="256,256")
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--target-update", type=int, default=8000)
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--eval-seed", type=int, default=10_000)
+    args = parser.parse_args()
+
+    import d3rlpy
+    import gymnasium as gym
+    import torch
+
+    torch.set_num_threads(1)  # as herdrl's learner (num_cpus_for_main_process=1)
+    d3rlpy.seed(args.seed)
+    env = gym.make(args.env)
+    discrete = isinstance(env.action_space, gym.spaces.Discrete)
+    obs, actions, rewards, terminals, timeouts = read_episodes(Path(args.dataset), discrete)
+    dataset = d3rlpy.dataset.MDPDataset(obs, actions, rewards, terminals, timeouts)
+    low = float(np.min(env.action_space.low)) if not discrete else 0.0
+    high = float(np.max(env.action_space.high)) if not discrete else 0.0
+    algo = make_algorithm(args.algorithm, discrete, [int(h) for h in args.hidden.split(",")], args.lr, args.batch,
+                          low, high, args.target_update).create(device="cpu:0")
+    start = time.perf_counter()
+    algo.fit(dataset, n_steps=args.steps, n_steps_per_epoch=args.steps, show_progress=False, save_interval=10**9,
+             logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+    train_s = time.perf_counter() - start
+    returns = []
+    for i in range(args.eval_episodes):
+        observation, _ = env.reset(seed=args.eval_seed + i)
+        total, done = 0.0, False
+        while not done:
+            action = algo.predict(np.asarray(observation, np.float32)[None])[0]
+            observation, reward, terminated, truncated, _ = env.step(int(action) if discrete else action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    print(json.dumps({"tool": "d3rlpy", "algorithm": args.algorithm, "seed": args.seed, "steps": args.steps,
+                      "return_mean": float(np.mean(returns)), "train_s": train_s}))
+
+
+if __name__ == "__main__":
+    main()

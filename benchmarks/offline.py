@@ -1,0 +1,233 @@
+"""Offline RL beside d3rlpy: the same recorded dataset, network sizes, batch and gradient steps for both tools.
+
+    .venv/bin/python benchmarks/offline.py record                       # (re)records the datasets, deterministically
+    .venv/bin/python benchmarks/offline.py compare --task pendulum --algorithms bc,cql,iql --seeds 0,1,2 \
+        --steps 50000 --d3rlpy /tmp/d3rlpy-venv/bin/python
+
+Datasets (benchmarks/data/, never committed; recorded again, bit for bit, by ``record``) come from committed
+behaviour policies: CartPole-v1, a hand-written controller taking a random action 20% of the time (near-expert);
+Pendulum-v1, a hand-written swing-up controller with Gaussian action noise (medium); Hopper-v5, a small SAC policy
+trained here (benchmarks/policies/hopper-sac, sampling its actions: medium and noisy). Each run trains in its own
+process, one after another (never two at once: they would share the 2 cores), both on one torch thread, then
+plays 10 greedy episodes (seeds 10000..10009). Scores are normalised: 0 is the random policy's return, 100 the
+behaviour policy's (the dataset's mean; no D4RL reference exists for these datasets). d3rlpy runs in its own venv
+(it pins gymnasium 1.0.0): ``python -m venv /tmp/d3rlpy-venv && /tmp/d3rlpy-venv/bin/pip install torch==2.13.0
+d3rlpy==2.8.1 pyarrow imageio mujoco``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+EVAL_SEED, EVAL_EPISODES = 10_000, 10
+
+#: task -> env, dataset folder, and each algorithm's settings (both tools get the same).
+TASKS = {
+    "cartpole": {"env": "CartPole-v1", "dataset": "cartpole-noisy"},
+    "pendulum": {"env": "Pendulum-v1", "dataset": "pendulum-medium"},
+    "hopper": {"env": "Hopper-v5", "dataset": "hopper-medium"},
+}
+SETTINGS = {
+    "bc": {"lr": 1e-3, "batch": 256, "hidden": [256, 256]},
+    "cql": {"lr": 3e-4, "batch": 256, "hidden": [256, 256], "target_update": 2000},
+    "iql": {"lr": 3e-4, "batch": 256, "hidden": [256, 256]},
+}
+
+
+# ------------------------------------------------------------------------------------------------ behaviour
+def cartpole_controller(obs: np.ndarray, rng: np.random.Generator) -> int:
+    """Push where the pole falls; a random action 20% of the time."""
+    return int(rng.integers(2)) if rng.random() < 0.2 else int(obs[2] + 0.5 * obs[3] > 0)
+
+
+def pendulum_controller(obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Pump energy until near the top, then a PD hold; Gaussian noise (std 0.5) on the torque."""
+    angle, speed = np.arctan2(obs[1], obs[0]), obs[2]
+    torque = -(10 * angle + 2 * speed) if obs[0] > 0.85 else 2.0 * (np.sign(speed) or 1.0)
+    return np.clip([torque + rng.normal(0, 0.5)], -2, 2).astype(np.float32)
+
+
+def record_with(controller, env_id: str, out: Path, episodes: int, seed: int) -> None:
+    """Record ``episodes`` episodes of a hand-written controller (reset i with seed + i)."""
+    from herdrl.offline import DatasetWriter, Episode, write_metadata
+
+    env, rng = gym.make(env_id), np.random.default_rng(seed)
+    writer = DatasetWriter(out, env.observation_space, env.action_space)
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        observations, actions, rewards, done = [obs], [], [], False
+        while not done:
+            actions.append(controller(obs, rng))
+            obs, reward, terminated, truncated, _ = env.step(actions[-1])
+            observations.append(obs)
+            rewards.append(reward)
+            done = terminated or truncated
+        ends = np.arange(len(rewards)) == len(rewards) - 1
+        writer.write(Episode(np.array(observations), np.array(actions), np.array(rewards), ends & terminated,
+                             ends & truncated))
+    write_metadata(out, env.observation_space, env.action_space, algorithm_name="hand-written controller")
+
+
+def record(args: argparse.Namespace) -> None:
+    """Record every dataset again (deterministic: the same seeds give the same files)."""
+    import shutil
+
+    from herdrl.offline.record import record as record_checkpoint
+
+    for name in ("cartpole-noisy", "pendulum-medium", "hopper-medium"):
+        shutil.rmtree(DATA / name, ignore_errors=True)
+    record_with(cartpole_controller, "CartPole-v1", DATA / "cartpole-noisy", 50, seed=0)
+    record_with(pendulum_controller, "Pendulum-v1", DATA / "pendulum-medium", 100, seed=0)
+    policy = HERE / "policies" / "hopper-sac"
+    if policy.exists():
+        torch_threads()
+        record_checkpoint(policy, args.hopper_episodes, DATA / "hopper-medium", explore=True, seed=0)
+    for name in ("cartpole-noisy", "pendulum-medium", "hopper-medium"):
+        if (DATA / name).exists():
+            from herdrl.offline import open_dataset
+
+            info = open_dataset(DATA / name).info()
+            print(f"{name}: {info['episodes']} episodes, {info['steps']} steps, return mean "
+                  f"{info['return_mean']:.1f} (min {info['return_min']:.1f}, max {info['return_max']:.1f})")
+
+
+def torch_threads() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+# -------------------------------------------------------------------------------------------------- one run
+def herdrl_run(task: str, algorithm: str, seed: int, steps: int) -> dict:
+    """Train herdrl's ``algorithm`` for ``steps`` gradient steps on the task's dataset; evaluate greedily."""
+    from herdrl.evaluation import Evaluator
+    from herdrl.registry import get_config_class
+
+    torch_threads()
+    spec, settings = TASKS[task], SETTINGS[algorithm]
+    config = get_config_class(algorithm).from_dict({
+        "input_": str(DATA / spec["dataset"]), "lr": settings["lr"], "train_batch_size": settings["batch"],
+        "updates_per_iteration": steps, "updates_per_call": 1000, "seed": seed,
+        "model": {"fcnet_hiddens": settings["hidden"], "fcnet_activation": "relu"}})
+    if algorithm == "cql":
+        config.update_from_dict({"target_network_update_freq": settings["target_update"]})
+    algo = config.build()
+    start = time.perf_counter()
+    algo.train()
+    train_s = time.perf_counter() - start
+    evaluator = Evaluator(spec["env"], {}, EVAL_EPISODES)
+    returns, _ = evaluator.run(algo.get_policy(), seed=EVAL_SEED)
+    evaluator.close()
+    algo.stop()
+    return {"tool": "herdrl", "algorithm": algorithm, "seed": seed, "steps": steps,
+            "return_mean": float(np.mean(returns)), "train_s": train_s}
+
+
+def d3rlpy_run(python: str, task: str, algorithm: str, seed: int, steps: int) -> dict:
+    """d3rlpy's run of the same, in its venv (benchmarks/d3rlpy_offline.py)."""
+    spec, settings = TASKS[task], SETTINGS[algorithm]
+    command = [python, str(HERE / "d3rlpy_offline.py"), "--dataset", str(DATA / spec["dataset"]),
+               "--algorithm", algorithm, "--env", spec["env"], "--steps", str(steps), "--seed", str(seed),
+               "--hidden", ",".join(map(str, settings["hidden"])), "--lr", str(settings["lr"]),
+               "--batch", str(settings["batch"]), "--eval-episodes", str(EVAL_EPISODES),
+               "--eval-seed", str(EVAL_SEED), "--target-update", str(settings.get("target_update", 8000))]
+    out = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise SystemExit(f"d3rlpy failed: {out.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def random_return(env_id: str) -> float:
+    """The uniformly random policy's mean return over the evaluation seeds."""
+    env = gym.make(env_id)
+    env.action_space.seed(EVAL_SEED)
+    returns = []
+    for i in range(EVAL_EPISODES):
+        env.reset(seed=EVAL_SEED + i)
+        total, done = 0.0, False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Each algorithm and seed: herdrl, then d3rlpy, each in a fresh process; a table of medians."""
+    from herdrl.offline import open_dataset
+
+    spec = TASKS[args.task]
+    behaviour = open_dataset(DATA / spec["dataset"]).info()["return_mean"]
+    random = random_return(spec["env"])
+    rows = []
+    for algorithm in args.algorithms.split(","):
+        for seed in [int(s) for s in args.seeds.split(",")]:
+            for tool in ("herdrl", "d3rlpy"):
+                if tool == "herdrl":
+                    command = [sys.executable, __file__, "one", "--task", args.task, "--algorithm", algorithm,
+                               "--seed", str(seed), "--steps", str(args.steps)]
+                    out = subprocess.run(command, capture_output=True, text=True, check=False)
+                    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+                    if out.returncode != 0 or not lines:
+                        raise SystemExit(f"herdrl failed: {out.stderr[-2000:]}")
+                    row = json.loads(lines[-1])
+                else:
+                    row = d3rlpy_run(args.d3rlpy, args.task, algorithm, seed, args.steps)
+                row["score"] = 100 * (row["return_mean"] - random) / (behaviour - random)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    print(f"\n{args.task} ({spec['env']}, dataset {spec['dataset']}: behaviour {behaviour:.1f}, random {random:.1f}), "
+          f"{args.steps:,} gradient steps, seeds {args.seeds}")
+    print("| algorithm | tool | return (median) | normalised score (median) | per seed | train s (median) |")
+    print("| --- | --- | ---: | ---: | --- | ---: |")
+    for algorithm in args.algorithms.split(","):
+        times = {}
+        for tool in ("herdrl", "d3rlpy"):
+            mine = [r for r in rows if r["algorithm"] == algorithm and r["tool"] == tool]
+            times[tool] = statistics.median(r["train_s"] for r in mine)
+            per_seed = ", ".join(f"{r['return_mean']:.0f}" for r in mine)
+            print(f"| {algorithm} | {tool} | {statistics.median(r['return_mean'] for r in mine):.1f} | "
+                  f"{statistics.median(r['score'] for r in mine):.0f} | {per_seed} | {times[tool]:.0f} |")
+        print(f"| {algorithm} | ratio herdrl/d3rlpy wall-clock | | | | **{times['herdrl'] / times['d3rlpy']:.2f}** |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("record")
+    r.add_argument("--hopper-episodes", type=int, default=300)
+    c = sub.add_parser("compare")
+    c.add_argument("--task", choices=sorted(TASKS), required=True)
+    c.add_argument("--algorithms", default="bc,cql,iql")
+    c.add_argument("--seeds", default="0,1,2")
+    c.add_argument("--steps", type=int, default=50_000)
+    c.add_argument("--d3rlpy", default="/tmp/d3rlpy-venv/bin/python")
+    o = sub.add_parser("one")
+    o.add_argument("--task", choices=sorted(TASKS), required=True)
+    o.add_argument("--algorithm", required=True)
+    o.add_argument("--seed", type=int, default=0)
+    o.add_argument("--steps", type=int, required=True)
+    args = parser.parse_args()
+    if args.command == "record":
+        record(args)
+    elif args.command == "compare":
+        compare(args)
+    else:
+        print(json.dumps(herdrl_run(args.task, args.algorithm, args.seed, args.steps)))
+
+
+if __name__ == "__main__":
+    main()
