@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/offline.py record                       # (re)records the datasets, deterministically
     .venv/bin/python benchmarks/offline.py compare --task pendulum --algorithms bc,cql,iql --seeds 0,1,2 \
         --steps 50000 --d3rlpy /tmp/d3rlpy-venv/bin/python
+    .venv/bin/python benchmarks/offline.py feed --task hopper --algorithm cql    # Ray Data vs in-memory batches
 
 Datasets (benchmarks/data/, never committed; recorded again, bit for bit, by ``record``) come from committed
 behaviour policies: CartPole-v1, a hand-written controller taking a random action 20% of the time (near-expert);
@@ -204,6 +205,27 @@ def compare(args: argparse.Namespace) -> None:
         print(f"| {algorithm} | ratio herdrl/d3rlpy wall-clock | | | | **{times['herdrl'] / times['d3rlpy']:.2f}** |")
 
 
+def feed(args: argparse.Namespace) -> None:
+    """Gradient steps per second of an algorithm fed from memory, then streamed by Ray Data (after a first
+    iteration that starts the stream), on the task's dataset."""
+    from herdrl.registry import get_config_class
+
+    torch_threads()
+    rates = {}
+    for method in ("memory", "ray_data"):
+        config = get_config_class(args.algorithm).from_dict({
+            "input_": str(DATA / TASKS[args.task]["dataset"]), "offline_read_method": method,
+            "train_batch_size": 256, "updates_per_iteration": args.steps, "updates_per_call": 50, "seed": 0})
+        algo = config.build()
+        algo.train()  # (the stream's start-up, and torch's first passes)
+        start = time.perf_counter()
+        algo.train()
+        rates[method] = args.steps / (time.perf_counter() - start)
+        algo.stop()
+        print(f"{args.algorithm} on {args.task}, batches {method}: {rates[method]:.1f} gradient steps/s", flush=True)
+    print(f"Ray Data / memory: **{rates['ray_data'] / rates['memory']:.2f}**")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -215,6 +237,10 @@ def main() -> None:
     c.add_argument("--seeds", default="0,1,2")
     c.add_argument("--steps", type=int, default=50_000)
     c.add_argument("--d3rlpy", default="/tmp/d3rlpy-venv/bin/python")
+    f = sub.add_parser("feed")
+    f.add_argument("--task", choices=sorted(TASKS), default="hopper")
+    f.add_argument("--algorithm", default="cql")
+    f.add_argument("--steps", type=int, default=300)
     o = sub.add_parser("one")
     o.add_argument("--task", choices=sorted(TASKS), required=True)
     o.add_argument("--algorithm", required=True)
@@ -225,6 +251,8 @@ def main() -> None:
         record(args)
     elif args.command == "compare":
         compare(args)
+    elif args.command == "feed":
+        feed(args)
     else:
         print(json.dumps(herdrl_run(args.task, args.algorithm, args.seed, args.steps)))
 

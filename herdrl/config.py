@@ -709,6 +709,9 @@ class AlgorithmConfig:
         elif self.centralized_critic:
             raise ConfigError("centralized_critic=True is for multi-agent runs (.multi_agent(policies=...)): a "
                               "single agent's critic already sees everything its observation holds")
+        if self.output and (self.model.get("lstm_use_prev_action") or self.model.get("lstm_use_prev_reward")):
+            raise ConfigError("output records the env's own observations, and this model's carry the previous "
+                              "action/reward beside them: recording such a run is not supported yet")
         if self.output and (self.is_multi_agent or self.learns_offline):
             why = "multi-agent runs are not recorded yet" if self.is_multi_agent else "an offline run plays none"
             raise ConfigError(f"output={self.output!r} records a single-agent run's training episodes: {why}")

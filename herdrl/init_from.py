@@ -6,7 +6,8 @@ PPO/A2C run from a BC checkpoint starts with the cloned policy and a fresh value
 ``init_value_warmup_iters`` iterations only the value head learns (the policy's weights get no gradient), so the
 advantages the policy first learns from come from a value that has seen its returns, not from random outputs.
 The observation filter's statistics come along when both runs filter observations; a source that filtered and a
-run that does not is refused (the cloned policy expects filtered observations).
+run that does not (or the other way round) is refused, as is a network whose policy weights do not all find their
+match (a different model config).
 """
 
 from __future__ import annotations
@@ -33,6 +34,15 @@ def value_names(module: torch.nn.Module) -> set[str]:
     return {name for name, p in module.named_parameters() if id(p) in ids}
 
 
+def policy_names(module: torch.nn.Module) -> set[str]:
+    """The names of the module's policy (actor) parameters; empty when it has no separate policy (a Q-network)."""
+    getter = getattr(module, "policy_parameters", None) or getattr(module, "actor_parameters", None)
+    if getter is None:
+        return set()
+    ids = {id(p) for p in getter()}
+    return {name for name, p in module.named_parameters() if id(p) in ids}
+
+
 def load_initial_weights(algo: Any) -> int:
     """Copy the matching weights of ``algo.config.init_from`` into ``algo``'s learners; return how many iterations
     the policy stays frozen while a fresh value head learns (0: none)."""
@@ -51,13 +61,19 @@ def load_initial_weights(algo: Any) -> int:
     skip = value_names(algo.module) if meta["algorithm"] in UNTRAINED_VALUE else set()
     matched = {key: value for key, value in source.items()
                if key in target and key not in skip and tuple(value.shape) == tuple(target[key].shape)}
-    if not matched:
-        raise CheckpointError(f"init_from: no weight of checkpoint '{where}' ({meta['algorithm']}) fits this "
-                              f"{config.algo_name} network (a different model config?)")
+    policy = policy_names(algo.module) or set(target)
+    missing = sorted(policy - set(matched))
+    if missing:
+        raise CheckpointError(f"init_from: {len(missing)} of this {config.algo_name} policy's {len(policy)} weights "
+                              f"have no match in checkpoint '{where}' ({meta['algorithm']}), e.g. {missing[0]}: give "
+                              "this run the model config the checkpoint was trained with (fcnet_hiddens, ...)")
     filters = tensors.get("filters") or {}
     if filters and not algo.normalizer.active:
         raise CheckpointError(f"init_from: checkpoint '{where}' normalised its observations: set "
                               "observation_filter='MeanStdFilter' (its statistics come along)")
+    if algo.normalizer.active and not filters:
+        raise CheckpointError(f"init_from: checkpoint '{where}' learned on raw observations: leave this run's "
+                              "observation_filter at NoFilter (its policy would see filtered ones)")
     if filters:
         algo.normalizer.load_state(filters)
     algo.learners.apply("load_matching_weights", matched)

@@ -247,8 +247,8 @@ def test_offline_configs_refuse_what_they_cannot_do_in_one_line(tmp_path):
 
 
 def test_herd_record_writes_what_the_policy_plays_and_herd_data_info_sums_it(tmp_path, capsys):
-    """Every field recorded equals an independent replay of the checkpoint's policy on the same seeds; two Ray
-    runners write the same episodes as one process."""
+    """Every field recorded equals an independent replay of the recorded actions on the env from the same seeds;
+    greedy actions are the policy's own; two Ray runners write the same episodes as one process."""
     from herdrl.algorithms.ppo import PPOConfig
     from herdrl.policy import Policy
 
@@ -264,7 +264,6 @@ def test_herd_record_writes_what_the_policy_plays_and_herd_data_info_sums_it(tmp
     policy = Policy.from_checkpoint(checkpoint)
     env = gym.make("Pendulum-v1")
     read = list(open_dataset(out).episodes())
-    torch.manual_seed(123)
     for i, episode in enumerate(read):
         obs, _ = env.reset(seed=5 + i)
         assert np.array_equal(episode.observations[0], obs)
@@ -280,11 +279,12 @@ def test_herd_record_writes_what_the_policy_plays_and_herd_data_info_sums_it(tmp
     expected = np.stack([policy.compute_single_action(o) for o in episode.observations[:-1]])
     np.testing.assert_allclose(episode.actions, expected, rtol=1e-6)  # greedy: the policy's own actions
     assert main(["record", str(checkpoint), "--episodes", "3", "--out", str(tmp_path / "two"), "--seed", "5",
-                 "--num-runners", "2"]) == 0
+                 "--explore", "--num-runners", "2"]) == 0
     two = list(open_dataset(tmp_path / "two").episodes())
     assert [e.id for e in two] == [0, 1, 2]
-    for a, b in zip(two, read, strict=True):  # exploring with its own noise: the same resets, other actions
-        np.testing.assert_array_equal(a.observations[0], b.observations[0])
+    for a, b in zip(two, read, strict=True):  # each episode's resets and noise seeded by its own index
+        np.testing.assert_array_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
     capsys.readouterr()
     assert main(["record", str(checkpoint), "--episodes", "1", "--out", str(out)]) == 2
     assert "is not empty" in capsys.readouterr().err
@@ -315,13 +315,21 @@ def test_discrete_cql_learns_cartpole_from_expert_data_and_its_penalty_is_the_ex
     batch = {k: torch.as_tensor(v) for k, v in algo.draw(32).items()}
     batch["weights"] = torch.ones(32)
     with torch.no_grad():
+        for p in algo.learner.target.parameters():  # a target network unlike the online one
+            p.add_(0.1 * torch.randn_like(p))
         loss, stats = algo.learner.loss(batch)
-        q = algo.learner.module(batch["obs"]).numpy()
-        td_loss, _ = super(DiscreteCQLLearner, algo.learner).loss(batch)
-    logsumexp = np.log(np.exp(q.astype(np.float64)).sum(axis=1))
-    penalty = np.mean(logsumexp - q[np.arange(32), batch["actions"].numpy()])
+        q = algo.learner.module(batch["obs"]).numpy().astype(np.float64)
+        q_next_online = algo.learner.module(batch["next_obs"]).numpy()
+        q_next_target = algo.learner.target(batch["next_obs"]).numpy().astype(np.float64)
+    rows, actions = np.arange(32), batch["actions"].numpy()
+    logsumexp = np.log(np.exp(q).sum(axis=1))
+    penalty = np.mean(logsumexp - q[rows, actions])
+    # Double DQN: the online network picks s' action, the target network scores it; Huber loss (delta 1).
+    target = batch["rewards"].numpy() + batch["discounts"].numpy() * q_next_target[rows, q_next_online.argmax(1)]
+    error = np.abs(q[rows, actions] - target)
+    huber = np.mean(np.where(error < 1, 0.5 * error ** 2, error - 0.5))
     assert float(stats["cql_loss"]) == pytest.approx(penalty, rel=1e-5)
-    assert float(loss) == pytest.approx(float(td_loss) + 2.0 * penalty, rel=1e-5)
+    assert float(loss) == pytest.approx(huber + 2.0 * penalty, rel=1e-4)
     returns = []
     for _ in range(5):
         returns.append(algo.train()["evaluation/episode_return_mean"])
@@ -355,26 +363,32 @@ def pendulum_dataset(path, episodes: int = 4, seed: int = 0) -> None:
 
 
 def test_continuous_cql_estimates_the_log_integral_of_exp_q_over_the_action_box(tmp_path):
-    """With critics that output 0, log of the integral of exp(Q) over the squashed action box [-1, 1]^d is d log 2;
-    the penalty's importance-sampled logsumexp over 3n samples estimates it plus log(3n), per critic."""
+    """Critics made blind to the action (Q(s, a) = f(s), f far from constant across states): the integral of
+    exp(Q(s, .)) over the squashed box [-1, 1]^d is 2^d exp(f(s)), so per critic the penalty (an importance-sampled
+    logsumexp over 3n actions, minus Q(s, a_data)) is log(3n) + d log 2 - for any f, only if every sample (those
+    drawn at s' too) is scored at s and the dataset's action is subtracted at s. The batch's next states are
+    shuffled so that f(s') is far from f(s)."""
     from herdrl.algorithms.cql import CQLConfig, CQLLearner
 
     pendulum_dataset(tmp_path / "pendulum", 1)
-    n = 2000
+    n, d = 2000, 1
     algo = (CQLConfig().offline_data(input_=str(tmp_path / "pendulum"))
             .training(num_actions=n, model={"fcnet_hiddens": [16]}).debugging(seed=0).build())
     learner = algo.learner
     assert isinstance(learner, CQLLearner)
     with torch.no_grad():
         for critic in (learner.module.q1, learner.module.q2):
-            critic.head.weight.zero_()
-            critic.head.bias.zero_()
+            critic.mlp[0].weight[:, -d:] = 0.0  # blind to the action (its columns come last)
+            critic.head.weight.mul_(20.0)  # and far from constant across states
     batch = {k: torch.as_tensor(v) for k, v in algo.draw(8).items()}
+    batch["next_obs"] = batch["next_obs"][torch.randperm(8)]
     with torch.no_grad():
+        spread = float(learner.module.q1(batch["next_obs"], batch["actions"]).sub(
+            learner.module.q1(batch["obs"], batch["actions"])).abs().mean())
         penalty = float(learner.conservative_penalty(batch))
-    d = 1
     expected = 2 * (np.log(3 * n) + d * np.log(2.0))
     algo.stop()
+    assert spread > 1.0, spread  # (scoring s' samples at s' would be far off)
     assert penalty == pytest.approx(expected, rel=0.03), (penalty, expected)
 
 
@@ -398,13 +412,22 @@ def test_iql_losses_on_a_fixed_batch_match_a_hand_computation_and_it_learns(tmp_
     u = q - v
     expected_value = np.mean(np.where(u < 0, 0.2, 0.8) * u ** 2)
     assert float(value_loss) == pytest.approx(expected_value, rel=1e-5)
-    # The actor's log-probability of the recorded action under tanh(N(mean, std)) scaled to [-2, 2], by hand.
-    a = np.clip(batch["actions"].numpy()[:, 0] / 2.0, -1 + 1e-6, 1 - 1e-6)
-    pre = np.arctanh(a)
-    mean, std = mean.numpy()[:, 0], np.exp(log_std.numpy()[:, 0])
-    logp = -0.5 * ((pre - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi) - np.log(1 - a ** 2)
+    # The actor's log-density of the recorded action (scaled to [-1, 1]) under N(tanh(mean), std), log std >= -5.
+    a = batch["actions"].numpy()[:, 0] / 2.0
+    mean, log_std = mean.numpy()[:, 0], np.clip(log_std.numpy()[:, 0], -5, 2)
+    std = np.exp(log_std)
+    logp = -0.5 * ((a - np.tanh(mean)) / std) ** 2 - log_std - 0.5 * np.log(2 * np.pi)
     weights = np.minimum(np.exp(2.0 * u), 5.0)
     assert float(actor_loss) == pytest.approx(-np.mean(weights * logp), rel=1e-4)
+    # The critics regress on r + gamma * V(s') (0 after a termination: Pendulum has none, only truncations).
+    with torch.no_grad():
+        critic_loss, _ = learner.critic_loss(batch)
+        q1, q2 = learner.module.q_values(batch["obs"], batch["actions"])
+        v_next = learner.module.value(batch["next_obs"]).numpy()
+    assert (batch["discounts"].numpy() == np.float32(0.99)).all()
+    target = batch["rewards"].numpy() + 0.99 * v_next
+    expected_critic = np.mean((q1.numpy() - target) ** 2) + np.mean((q2.numpy() - target) ** 2)
+    assert float(critic_loss) == pytest.approx(expected_critic, rel=1e-5)
     returns = [algo.train()["evaluation/episode_return_mean"] for _ in range(3)]
     algo.stop()
     assert max(returns) > -1000, returns  # random actions score about -1,200, the dataset's episodes -1,056
@@ -537,3 +560,88 @@ def test_training_episodes_recorded_with_output_obey_the_env_and_add_up_across_r
         from herdrl.algorithms.bc import BCConfig
 
         BCConfig().offline_data(input_=str(out), output=str(tmp_path / "x")).build()
+
+
+def test_transitions_discount_zero_only_after_a_termination_and_returns_stop_at_the_episode_end():
+    from herdrl.offline.dataset import to_transitions
+
+    space = gym.spaces.Box(-10, 10, (1,), np.float32)
+    ended = Episode(np.arange(4, dtype=np.float32)[:, None], np.zeros(3, np.int64), np.array([1.0, 2.0, 4.0]),
+                    np.array([False, False, True]), np.zeros(3, bool))
+    cut = Episode(np.arange(10, 13, dtype=np.float32)[:, None], np.zeros(2, np.int64), np.array([1.0, 1.0]),
+                  np.zeros(2, bool), np.array([False, True]))
+    t = to_transitions([ended, cut], space, 0.5)
+    np.testing.assert_array_equal(t["discounts"], [0.5, 0.5, 0.0, 0.5, 0.5])  # a truncation still bootstraps
+    np.testing.assert_array_equal(t["obs"][:, 0], [0, 1, 2, 10, 11])
+    np.testing.assert_array_equal(t["next_obs"][:, 0], [1, 2, 3, 11, 12])
+    np.testing.assert_allclose(t["returns"], [1 + 0.5 * 2 + 0.25 * 4, 2 + 0.5 * 4, 4, 1 + 0.5, 1])
+
+
+def test_herd_record_with_a_seed_records_the_same_exploring_episodes_again(tmp_path):
+    from herdrl.algorithms.ppo import PPOConfig
+
+    algo = (PPOConfig().environment("Pendulum-v1").debugging(seed=0)
+            .training(train_batch_size=200, minibatch_size=50).build())
+    checkpoint = algo.save(tmp_path / "checkpoint_000000")
+    algo.stop()
+    for name in ("a", "b"):
+        assert main(["record", str(checkpoint), "--episodes", "2", "--out", str(tmp_path / name), "--seed", "3",
+                     "--explore"]) == 0
+    for a, b in zip(open_dataset(tmp_path / "a").episodes(), open_dataset(tmp_path / "b").episodes(), strict=True):
+        np.testing.assert_array_equal(a.actions, b.actions)
+        np.testing.assert_array_equal(a.observations, b.observations)
+
+
+def test_finishing_a_recording_left_by_a_killed_run_drops_half_written_episodes_and_resumes_a_renumbering(tmp_path):
+    from herdrl.offline.recorder import RENAMED, EpisodeRecorder, finish_recording
+
+    space, actions = gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(2)
+    recorder = EpisodeRecorder(tmp_path, space, actions, num_envs=1, worker_index=2, incarnation=0)
+    obs = np.zeros((4, 1, 2), np.float32)
+    done = np.array([[False], [False], [True]])
+    for _ in range(3):
+        recorder.add(obs, [np.zeros(1, np.int64)] * 3, np.ones((3, 1)), done, np.zeros((3, 1), bool),
+                     np.ones((3, 1), bool))
+    data = tmp_path / "data"
+    ids = sorted(int(p.name) for p in data.iterdir() if p.name.isdigit())
+    assert len(ids) == 3 and ids[0] == 2000 * 10**6
+    (data / str(ids[1]) / "metadata.json").unlink()  # killed while writing this one
+    (data / str(ids[2])).rename(data / f"{RENAMED}0")  # and an earlier finish killed after its first rename
+    metadata = finish_recording(tmp_path)
+    assert metadata["total_episodes"] == 2 and metadata["total_steps"] == 6
+    assert sorted(p.name for p in data.iterdir() if p.is_dir()) == ["0", "1"]
+    assert [e.id for e in open_dataset(tmp_path).episodes()] == [0, 1]
+
+
+def test_init_from_refuses_a_network_of_another_shape_and_filters_on_one_side_only(tmp_path):
+    from herdrl.algorithms.bc import BCConfig
+    from herdrl.algorithms.ppo import PPOConfig
+    from herdrl.checkpoint import CheckpointError
+
+    record_expert(tmp_path / "expert", 1)
+    bc = (BCConfig().offline_data(input_=str(tmp_path / "expert")).training(updates_per_iteration=1,
+                                                                              model={"fcnet_hiddens": [32]}).build())
+    checkpoint = bc.save(tmp_path / "bc" / "checkpoint_000000")
+    bc.stop()
+    with pytest.raises(CheckpointError, match="have no match in checkpoint .* give this run the model config"):
+        PPOConfig().environment("CartPole-v1").training(init_from=str(checkpoint)).build()
+    with pytest.raises(CheckpointError, match="learned on raw observations"):
+        (PPOConfig().environment("CartPole-v1").env_runners(observation_filter="MeanStdFilter")
+         .training(init_from=str(checkpoint), model={"fcnet_hiddens": [32]}).build())
+
+
+def test_bc_on_two_learner_actors_takes_the_same_steps_as_one_learner(tmp_path):
+    """Each batch split between two learner actors (gradients summed) gives the weights one learner gets."""
+    from herdrl.algorithms.bc import BCConfig
+
+    record_expert(tmp_path / "expert", 1)
+    weights = []
+    for learners in (0, 2):
+        algo = (BCConfig().offline_data(input_=str(tmp_path / "expert"))
+                .training(updates_per_iteration=20, updates_per_call=10, model={"fcnet_hiddens": [32]})
+                .learners(num_learners=learners).resources(include_dashboard=False).debugging(seed=0).build())
+        algo.train()
+        weights.append(algo.get_weights())
+        algo.stop()
+    for key, value in weights[0].items():
+        np.testing.assert_allclose(weights[1][key], value, rtol=1e-4, atol=1e-5)

@@ -36,7 +36,7 @@ from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold
 from herdrl.env.imports import env_origin
 from herdrl.env.previous import previous_inputs
-from herdrl.errors import ConfigError
+from herdrl.errors import ConfigError, HerdError
 from herdrl.filters import Normalizer, PolicyNormalizers, model_observation_space
 from herdrl.learner import Learner
 from herdrl.learner.group import LearnerFailure, make_learner_group
@@ -803,15 +803,25 @@ class Algorithm:
         self.learners.stop()
         self.runners.stop()
         if self.config.output:  # the runners wrote their last episodes: number them, write the metadata
-            from herdrl.offline.recorder import finish_recording
-
-            finish_recording(self.config.output, algorithm_name=self.config.algo_name,
-                             description=f"training episodes of {self.config.algo_name} on {self.config.env}",
-                             herdrl_env=str(self.config.env))
+            self._finish_recording()
         if self._evaluator is not None:
             (self._evaluator.stop if self.multi_agent else self._evaluator.close)()
         if self.logger is not None:
             self.logger.close()
+
+
+    def _finish_recording(self) -> None:
+        """Number the recorded episodes and write the dataset's metadata; a warning (never an error that would
+        leave the rest unstopped) when this process cannot see them (runners on nodes without a shared folder)."""
+        from herdrl.offline.recorder import finish_recording
+
+        try:
+            finish_recording(self.config.output, algorithm_name=self.config.algo_name,
+                             description=f"training episodes of {self.config.algo_name} on {self.config.env}",
+                             herdrl_env=str(self.config.env))
+        except (HerdError, OSError) as exc:
+            logger.warning("herdrl: the episodes recorded into %s were not finished (%s): run herd data finish "
+                           "where they are", self.config.output, exc)
 
 
 def _evaluation_result(metrics: dict[str, float]) -> Result:

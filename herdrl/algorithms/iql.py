@@ -5,7 +5,8 @@ IQL never evaluates an action the dataset did not take. Each gradient step:
 1. V(s) regresses towards the target critics' ``min Q(s, a_data)`` with the expectile loss
    ``|expectile - 1(Q - V < 0)| * (Q - V)^2`` (an expectile near 1: V approaches the best in-data action's value);
 2. the actor imitates the dataset's actions weighted by ``min(exp(beta * (Q(s, a) - V(s))), max_weight)``
-   (advantage-weighted regression on the squashed-Gaussian actor's log-probability);
+   (advantage-weighted regression on the log-density of the action under N(tanh(mean), std), as in the paper's
+   code: greedy actions are tanh(mean), scaled to the bounds);
 3. both critics regress towards ``r + discount * V(s')``, and the target critics follow by Polyak averaging.
 
 Defaults are the paper's (and d3rlpy's) for locomotion: expectile 0.7, beta 3, max weight 100.
@@ -13,6 +14,7 @@ Defaults are the paper's (and d3rlpy's) for locomotion: expectile 0.7, beta 3, m
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -55,6 +57,10 @@ class IQLConfig(OfflineConfig):
         return IQL
 
 
+#: IQL's actor: the bounds of its log std (the paper's code and d3rlpy).
+IQL_LOG_STD_MIN, IQL_LOG_STD_MAX = -5.0, 2.0
+
+
 class IQLModule(SACModule):
     """SAC's squashed-Gaussian actor and twin critics, and ``value``: V(s)."""
 
@@ -63,6 +69,16 @@ class IQLModule(SACModule):
         super().__init__(observation_space, action_space, model_config, twin_q=twin_q)
         self.value_encoder = build_encoder(observation_space, model_config)
         self.value_head = head(self.value_encoder.out_dim, 1, 1.0)
+
+    def log_prob(self, obs: Any, action: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+        """The log-density of a recorded action (scaled to [-1, 1]) under N(tanh(mean), std), log std clamped to
+        [-5, 2]: IQL's actor as in the paper's code and d3rlpy (no tanh Jacobian, so actions on the bounds stay
+        finite and the weighted likelihood cannot drive the std to zero for them)."""
+        mean, log_std = self.mean_log_std(obs)
+        log_std = log_std.clamp(IQL_LOG_STD_MIN, IQL_LOG_STD_MAX)
+        scaled = (action - self.action_bias) / self.action_scale
+        return (-0.5 * ((scaled - torch.tanh(mean)) / log_std.exp()).pow(2) - log_std
+                - 0.5 * math.log(2 * math.pi)).sum(-1)
 
     def value(self, obs: Any) -> torch.Tensor:
         """V(s)."""

@@ -55,28 +55,40 @@ class MARWILLearner(OfflineUpdates, Learner):
 
     def replay_step(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, float], None]:
         """One gradient step on the MARWIL loss of the batch (this learner's share of it, with N learners)."""
-        stats = self.gradient_step(self.optimizer, self.loss, batch, None, self.config.grad_clip or float("inf"))
+        stats = self.gradient_step(self.optimizer, self.loss, batch, None, self.config.grad_clip)
         return {key: float(value) for key, value in stats.items()}, None
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The MARWIL loss of the rows given (see the module docstring) and its parts."""
         cfg = self.config
+        if cfg.beta == 0.0:  # behaviour cloning: no advantages, no value to learn (nor to compute)
+            logp, entropy = self.module.log_prob_entropy(self.module.dist_inputs(batch["obs"]), batch["actions"])
+            loss = -logp.mean()
+            return loss, {"entropy": entropy.mean().detach(), "policy_loss": loss.detach()}
         dist_inputs, values = self.module(batch["obs"])
         logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"])
         stats = {"entropy": entropy.mean().detach()}
-        if cfg.beta == 0.0:  # behaviour cloning: no advantages, no value to learn
-            loss = -logp.mean()
-            return loss, {**stats, "policy_loss": loss.detach()}
         advantages = batch["returns"] - values
         if self.module.training and torch.is_grad_enabled():  # (one update per gradient step, not per evaluation)
             rate = cfg.moving_average_sqd_adv_norm_update_rate
-            self.sqd_adv_norm += rate * (advantages.detach().pow(2).mean().cpu() - self.sqd_adv_norm)
+            self.sqd_adv_norm += rate * (self._batch_mean(advantages.detach().pow(2)) - self.sqd_adv_norm)
         weights = torch.exp(cfg.beta * advantages.detach() / (1e-8 + self.sqd_adv_norm.to(values.device).sqrt()))
         policy_loss = -(weights * logp).mean()
         vf_loss = 0.5 * advantages.pow(2).mean()
         loss = policy_loss + cfg.vf_coeff * vf_loss
         return loss, {**stats, "policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),
                       "mean_weight": weights.mean(), "sqd_adv_norm": self.sqd_adv_norm.clone()}
+
+    def _batch_mean(self, values: torch.Tensor) -> torch.Tensor:
+        """The mean of ``values`` over the whole batch: with N learners, over every learner's rows (an all-reduce
+        of sums and counts), so every rank's normaliser stays the same."""
+        if self.world_size == 1:
+            return values.mean().cpu()
+        import torch.distributed as dist
+
+        totals = torch.stack([values.sum(), torch.tensor(float(len(values)), device=values.device)])
+        dist.all_reduce(totals)
+        return (totals[0] / totals[1]).cpu()
 
     def extra_state(self) -> dict[str, Any]:
         """The running mean of squared advantages."""

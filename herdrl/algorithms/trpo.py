@@ -125,7 +125,9 @@ class TRPOLearner(Learner):
         cfg = self.config
         batch = on_policy_batch(self.module, fragments, cfg.gamma, cfg.lambda_, self.device)
         self.module.observe_value_targets(batch["returns"])
-        metrics = self._policy_step(batch)
+        # While the policy is frozen (a fresh value head warming up under a policy copied by init_from): no step.
+        frozen = not all(p.requires_grad for p in self.module.policy_parameters())
+        metrics = {} if frozen else self._policy_step(batch)
         metrics["vf_loss"] = self._fit_value(batch, np.random.default_rng(seed))
         return metrics
 

@@ -36,6 +36,8 @@ READ_FORMATS = (*WRITE_FORMATS, "hdf5")
 #: The Minari release whose layout this follows (written into the metadata, as Minari does).
 MINARI_VERSION = "0.5.4"
 _EPISODE_FILE = {"parquet": "part-0.parquet", "arrow": "part-0.arrow"}
+#: What decoding a file that does not hold what its metadata says can raise (a wrong column type, a bad image).
+UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, IndexError, OSError)
 
 
 class DatasetError(HerdError):
@@ -163,6 +165,8 @@ def check_leaf(space: gym.Space, values: Any, rows: int, name: str) -> np.ndarra
         bad = int(np.argwhere(~np.isfinite(array.reshape(rows, -1)))[0][0])
         raise DatasetError(f"{name} holds a NaN or infinity (row {bad})")
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        if array.dtype.kind == "f" and np.any(array != np.round(array)):
+            raise DatasetError(f"{name} holds fractions where its space {space} takes whole numbers")
         low = space.start if not isinstance(space, gym.spaces.MultiBinary) else 0
         high = (low + space.n - 1 if isinstance(space, gym.spaces.Discrete)
                 else low + space.nvec - 1 if isinstance(space, gym.spaces.MultiDiscrete) else 1)
@@ -189,6 +193,11 @@ def check_episode(episode: Episode, observation_space: gym.Space, action_space: 
 
     observations = rebuild(observation_space, episode.observations, steps + 1, f"{name} observations")
     actions = rebuild(action_space, episode.actions, steps, f"{name} actions")
+    for label, leaf_space, values in _leaves(action_space, actions, f"{name} actions"):
+        if isinstance(leaf_space, gym.spaces.Box) and values.size:
+            slack = 1e-5 * (1 + np.abs(leaf_space.high - leaf_space.low))  # float rounding, not a wrong action
+            if np.any(values < leaf_space.low - slack) or np.any(values > leaf_space.high + slack):
+                raise DatasetError(f"{label} holds values outside its bounds {leaf_space}")
     rewards = np.asarray(episode.rewards, dtype=np.float64).reshape(-1)
     if not np.all(np.isfinite(rewards)):
         bad = int(np.argwhere(~np.isfinite(rewards))[0][0])
@@ -201,8 +210,19 @@ def check_episode(episode: Episode, observation_space: gym.Space, action_space: 
         flags[key] = flag.astype(bool)
     if np.any(flags["terminations"][:-1] | flags["truncations"][:-1]):
         raise DatasetError(f"{name} ends before its last step (a termination or truncation inside it)")
+    _check_infos(episode.infos, steps + 1, f"{name} infos")
     return Episode(observations, actions, rewards, flags["terminations"], flags["truncations"], episode.infos,
                    episode.id, episode.seed)
+
+
+def _check_infos(infos: dict[str, Any], rows: int, name: str) -> None:
+    """Every info entry is a nested dict or an array of ``rows`` rows (the reset's info, then each step's)."""
+    for key, value in infos.items():
+        if isinstance(value, dict):
+            _check_infos(value, rows, f"{name}.{key}")
+        elif len(np.asarray(value)) != rows:
+            raise DatasetError(f"{name}.{key} has {len(np.asarray(value))} rows; expected {rows} (the reset's info "
+                               "and one per step)")
 
 
 # --------------------------------------------------------------------------------------------- arrow columns
@@ -303,8 +323,9 @@ class DatasetWriter:
         self.next_id, self.id_step = first_id, id_step
 
     def write(self, episode: Episode) -> int:
-        """Check ``episode`` against the spaces, write it (a new folder, its file written under a temporary name
-        and renamed, so a crash never leaves a half-written episode), and return its id."""
+        """Check ``episode`` against the spaces, write it (a new folder; its file, then its metadata, each written
+        under a temporary name and renamed: a crash never leaves a half-written episode that counts), and return
+        its id."""
         import pyarrow as pa
 
         episode = check_episode(episode, self.observation_space, self.action_space, f"episode {self.next_id}")
@@ -321,7 +342,11 @@ class DatasetWriter:
             columns["infos"] = _encode_infos(episode.infos)
         table = pa.table(columns)
         folder = self.data / str(episode_id)
-        folder.mkdir(exist_ok=True)
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            raise DatasetError(f"{folder} exists already: another writer uses episode id {episode_id} (one run "
+                               "records into a folder at a time)") from None
         target = folder / _EPISODE_FILE[self.data_format]
         partial = folder / f".{target.name}.partial"
         if self.data_format == "parquet":
@@ -333,11 +358,14 @@ class DatasetWriter:
 
             with ipc.new_file(str(partial), table.schema) as sink:
                 sink.write_table(table)
+        partial.replace(target)
         meta = {"id": episode_id, "total_steps": steps, "rewards_sum": episode.total_return}
         if episode.seed is not None:
             meta["seed"] = int(episode.seed)
-        (folder / "metadata.json").write_text(json.dumps(meta))
-        partial.replace(target)
+        # The episode's metadata last, written whole then renamed: an episode folder is complete when it has one
+        # (a crash before leaves a folder that readers skip and `herd data finish` removes).
+        (folder / ".metadata.json.partial").write_text(json.dumps(meta))
+        (folder / ".metadata.json.partial").replace(folder / "metadata.json")
         return episode_id
 
 
@@ -348,7 +376,7 @@ def write_metadata(path: str | os.PathLike, observation_space: gym.Space, action
     data = Path(path) / "data"
     steps = episodes = 0
     for meta_file in data.glob("*/metadata.json"):
-        if (meta_file.parent / _EPISODE_FILE[data_format]).exists():
+        if meta_file.parent.name.isdigit() and (meta_file.parent / _EPISODE_FILE[data_format]).exists():
             steps += int(json.loads(meta_file.read_text())["total_steps"])
             episodes += 1
     metadata = {
@@ -398,7 +426,8 @@ class OfflineDataset:
             with h5py.File(self.data / "main_data.hdf5", "r") as f:
                 return sorted(int(key.split("_", 1)[1]) for key in f if key.startswith("episode_"))
         name = _EPISODE_FILE[self.data_format]
-        return sorted(int(p.parent.name) for p in self.data.glob(f"*/{name}") if p.parent.name.isdigit())
+        return sorted(int(p.parent.name) for p in self.data.glob(f"*/{name}")
+                      if p.parent.name.isdigit() and (p.parent / "metadata.json").exists())
 
     def episode_files(self) -> list[Path]:
         """The file of each episode (Parquet or Arrow datasets), in id order."""
@@ -426,12 +455,13 @@ class OfflineDataset:
         try:
             observations = _decode(self.observation_space, table.column("observations").chunk(0), self.jpeg)
             actions = _decode(self.action_space, table.column("actions").chunk(0)[:-1], self.jpeg)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise DatasetError(f"{name}: its columns do not match the dataset's spaces ({exc})") from exc
-        infos = _decode_infos(table.column("infos").chunk(0)) if "infos" in table.column_names else {}
-        rows = lambda column: table.column(column).to_numpy()[:-1]  # noqa: E731 (the padding row dropped)
-        episode = Episode(observations, actions, rows("rewards"), rows("terminations"), rows("truncations"), infos,
-                          episode_id)
+            infos = _decode_infos(table.column("infos").chunk(0)) if "infos" in table.column_names else {}
+            rows = lambda column: table.column(column).to_numpy()[:-1]  # noqa: E731 (the padding row dropped)
+            episode = Episode(observations, actions, rows("rewards"), rows("terminations"), rows("truncations"),
+                              infos, episode_id)
+        except UNREADABLE as exc:
+            raise DatasetError(f"{name}: its columns do not match the dataset's spaces ({type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
         return check_episode(episode, self.observation_space, self.action_space, name)
 
     def _hdf5_episodes(self, ids: list[int]) -> Iterator[Episode]:
@@ -462,8 +492,9 @@ class OfflineDataset:
                                       leaf(self.action_space, group["actions"]), group["rewards"][()],
                                       group["terminations"][()], group["truncations"][()],
                                       infos(group["infos"]) if "infos" in group else {}, episode_id)
-                except KeyError as exc:
-                    raise DatasetError(f"{name} lacks a field ({exc})") from exc
+                except UNREADABLE as exc:
+                    raise DatasetError(f"{name} cannot be read as the dataset's spaces say ({type(exc).__name__}: "
+                                       f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
                 yield check_episode(episode, self.observation_space, self.action_space, name)
 
     def info(self) -> dict[str, Any]:

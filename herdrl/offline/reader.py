@@ -160,6 +160,13 @@ class RayDataReader:
             except StopIteration:
                 self._batches = None
                 continue
+            except Exception as exc:  # a Ray task's error: the dataset's own one line, if that is what it was
+                cause = exc
+                while cause is not None and not isinstance(cause, DatasetError):
+                    cause = getattr(cause, "cause", None) or cause.__cause__
+                if cause is None:
+                    raise
+                raise DatasetError(str(cause).strip().splitlines()[-1]) from None
             self._pending.append(batch)
             self._pending_rows += len(batch["rewards"])
         joined = {key: np.concatenate([b[key] for b in self._pending]) for key in self._pending[0]}

@@ -62,6 +62,10 @@ def play_episodes(policy: Any, env: Any, count: int, seed: int | None, explore: 
         index = first_index + k * index_step
         episode_seed = None if seed is None else seed + index
         obs, info = env.reset(seed=episode_seed)
+        if episode_seed is not None:  # the policy's sampling noise (torch's stream) too: the same actions again
+            import torch
+
+            torch.manual_seed(episode_seed)
         observations, actions, rewards, terminations, truncations, infos = [obs], [], [], [], [], [info]
         state = policy.initial_state(1)
         for _ in range(MAX_EPISODE_STEPS):

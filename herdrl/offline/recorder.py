@@ -6,12 +6,14 @@ before clipping or scaling, the env's own terminations and truncations (an Atari
 end here). Episode ids are unique per runner while training (``(runner * 1000 + restart) * 10**6 + k``); when the
 run stops, :func:`finish_recording` numbers them 0..N-1 (Minari's readers expect that) and writes the dataset's
 metadata. A run killed before it stopped leaves its episodes complete but unnumbered: ``herd data finish DIR``
-numbers them. Infos are not recorded during training (``herd record`` records them).
+numbers them. Infos are not recorded during training (``herd record`` records them). One run records into a
+folder at a time (runs one after another add to it).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -29,8 +31,12 @@ from herdrl.offline.dataset import (
     write_metadata,
 )
 
+logger = logging.getLogger("herdrl")
+
 #: Episode ids each (runner, restart) may use while recording.
 ID_BLOCK = 10**6
+#: The prefix of episode folders while :func:`finish_recording` numbers them.
+RENAMED = "renumber-"
 #: Written beside the episodes while recording: the spaces, so a folder left by a killed run can be finished.
 SPACES_FILE = "recording.json"
 
@@ -55,6 +61,10 @@ class EpisodeRecorder:
         self.spec = ObsSpec(observation_space)
         self._open: list[dict[str, list] | None] = [None] * num_envs
         self.episodes_written = 0
+
+    def restart(self) -> None:
+        """The envs were reset (a reseed): the episodes they were in are dropped unfinished."""
+        self._open = [None] * len(self._open)
 
     def add(self, obs: Any, env_actions: list[Any], rewards: np.ndarray, terminateds: np.ndarray,
             truncateds: np.ndarray, valid: np.ndarray) -> None:
@@ -109,7 +119,13 @@ def _stack(rows: list[Any]) -> Any:
 
 
 def finish_recording(path: str | os.PathLike, **metadata: Any) -> dict[str, Any]:
-    """Number a recorded folder's episodes 0..N-1 (in runner, then recording order) and write its metadata."""
+    """Number a recorded folder's complete episodes 0..N-1 (in runner, then recording order) and write its metadata.
+
+    An episode folder without its file or its ``metadata.json`` (a runner killed while writing it) is removed;
+    folders an interrupted earlier finish left renamed are picked up again.
+    """
+    import shutil
+
     data = Path(path) / "data"
     spaces_file = data / SPACES_FILE
     if not spaces_file.exists():
@@ -117,11 +133,26 @@ def finish_recording(path: str | os.PathLike, **metadata: Any) -> dict[str, Any]
     spaces = json.loads(spaces_file.read_text())
     observation_space = space_from_minari(spaces["observation_space"], "observation_space")
     action_space = space_from_minari(spaces["action_space"], "action_space")
-    ids = sorted(int(p.name) for p in data.iterdir() if p.is_dir() and p.name.isdigit())
-    for new, old in enumerate(ids):  # two passes: no new name ever collides with an old one not yet moved
-        (data / str(old)).rename(data / f"renumber-{new}")
-    for new in range(len(ids)):
-        folder = data / f"renumber-{new}"
+    folders = []
+    for folder in data.iterdir():
+        name = folder.name
+        renamed = name.startswith(RENAMED)
+        if not folder.is_dir() or not (name.isdigit() or renamed):
+            continue
+        if not ((folder / "metadata.json").exists() and any(folder.glob("part-0.*"))):
+            logger.warning("herdrl: %s is an episode a run did not finish writing: removed", folder)
+            shutil.rmtree(folder)
+            continue
+        # An interrupted earlier finish's folders come first, in the order it gave them; then runner order.
+        folders.append(((0, int(name[len(RENAMED):])) if renamed else (1, int(name)), folder))
+    folders.sort()
+    staged = []
+    for new, (_, folder) in enumerate(folders):  # two passes: no new name collides with an old one not yet moved
+        target = data / f"{RENAMED}{new}"
+        if folder != target:
+            folder.rename(target)
+        staged.append(target)
+    for new, folder in enumerate(staged):
         meta_file = folder / "metadata.json"
         meta = json.loads(meta_file.read_text())
         meta_file.write_text(json.dumps({**meta, "id": new}))

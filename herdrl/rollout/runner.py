@@ -147,6 +147,8 @@ class EnvRunner:
 
     def reseed(self, epoch: int) -> None:
         """Take the random streams of (seed, runner index, incarnation, ``epoch``) and start fresh episodes."""
+        if getattr(self, "recorder", None) is not None:  # the envs restart: their open episodes end unrecorded
+            self.recorder.restart()
         seed = self.config.seed
         key = [seed, self.worker_index, self.incarnation, epoch]
         streams = [None] * 3 if seed is None else np.random.SeedSequence(key).spawn(3)
