@@ -645,3 +645,20 @@ def test_bc_on_two_learner_actors_takes_the_same_steps_as_one_learner(tmp_path):
         algo.stop()
     for key, value in weights[0].items():
         np.testing.assert_allclose(weights[1][key], value, rtol=1e-4, atol=1e-5)
+
+
+def test_a_run_streaming_with_ray_data_stops_its_stream_before_the_ray_it_started(tmp_path):
+    """Ray Data's threads still fetch for a moment after their iterator closes; Ray shut down under them ends the
+    process. The run must stop cleanly mid-epoch, and train on after being built again."""
+    import ray
+
+    from herdrl.algorithms.bc import BCConfig
+
+    record_expert(tmp_path / "expert", 2)
+    for _ in range(2):
+        algo = (BCConfig().offline_data(input_=str(tmp_path / "expert"), offline_read_method="ray_data")
+                .training(updates_per_iteration=6, updates_per_call=3).debugging(seed=0).build())
+        row = algo.train()
+        assert row["dataset/epochs"] >= 1 and algo.reader.epochs >= 1
+        algo.stop()
+        assert not ray.is_initialized()

@@ -136,7 +136,8 @@ class RayDataReader:
         self._pending_rows = 0
 
     def _epoch(self) -> Any:
-        """A new pass over the data: the files in a new random order, read, turned into transitions, shuffled."""
+        """A new pass over the data: the files in a new random order, read, turned into transitions, shuffled
+        (a generator: the pipeline starts on the first batch asked for)."""
         import ray
 
         order = self.rng.permutation(len(self.files))
@@ -146,9 +147,9 @@ class RayDataReader:
             _EpisodesToTransitions(str(self.dataset.path), self.gamma, seed), batch_size=EPISODES_PER_BLOCK,
             batch_format="numpy")
         self.epochs += 1
-        return iter(pipeline.iter_batches(batch_size=self.batch_rows, batch_format="numpy", drop_last=False,
-                                          local_shuffle_buffer_size=self.shuffle_buffer_rows,
-                                          local_shuffle_seed=seed))
+        batches = pipeline.iter_batches(batch_size=self.batch_rows, batch_format="numpy", drop_last=False,
+                                        local_shuffle_buffer_size=self.shuffle_buffer_rows, local_shuffle_seed=seed)
+        yield from batches  # (a generator of our own: stop() closes it, which ends Ray Data's executor)
 
     def draw(self, rows: int) -> dict[str, Any]:
         """The next ``rows`` transitions of the stream (the next epoch begun when one ends)."""
@@ -177,8 +178,27 @@ class RayDataReader:
         return _nested(taken)
 
     def stop(self) -> None:
-        """Drop the stream."""
+        """End the stream: its executor shut down before Ray may be (closing the generator runs its cleanup)."""
+        if self._batches is not None:
+            self._batches.close()
+            _join_ray_data_threads()
         self._batches = None
+
+
+#: Ray Data's threads that still fetch blocks for a closed iterator for a moment (Ray must outlive them: its core
+#: worker, shut down under them, ends the process).
+_RAY_DATA_THREADS = ("iter_threaded", "StreamingExecutor")
+
+
+def _join_ray_data_threads(timeout_s: float = 30.0) -> None:
+    """Wait (up to ``timeout_s``) for the threads of a closed Ray Data iterator to end."""
+    import threading
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and thread.name.startswith(_RAY_DATA_THREADS):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def quiet_ray_data() -> None:
