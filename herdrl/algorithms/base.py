@@ -809,7 +809,6 @@ class Algorithm:
         if self.logger is not None:
             self.logger.close()
 
-
     def _finish_recording(self) -> None:
         """Number the recorded episodes and write the dataset's metadata; a warning (never an error that would
         leave the rest unstopped) when this process cannot see them (runners on nodes without a shared folder)."""

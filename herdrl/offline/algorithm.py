@@ -1,9 +1,10 @@
 """What offline algorithms share: a dataset instead of env runners, gradient steps instead of env steps.
 
 An offline algorithm is an ordinary :class:`~herdrl.algorithms.base.Algorithm` whose "sampling" reads its dataset
-(``.offline_data(input_=DIR)``): the dataset's episodes are loaded as transitions (:func:`to_transitions`), each
-iteration takes ``updates_per_iteration`` gradient steps on uniformly drawn batches of ``train_batch_size``, sent
-to the learner (or split between N data-parallel learner actors) ``updates_per_call`` steps at a time. Schedules
+(``.offline_data(input_=DIR)``): its episodes become transitions read from memory or streamed by Ray Data
+(:mod:`herdrl.offline.reader`); each iteration takes ``updates_per_iteration`` gradient steps on batches of
+``train_batch_size``, sent to the learner (or split between N data-parallel learner actors) ``updates_per_call``
+steps at a time. Schedules
 (``lr``) count gradient steps. With an env (``.environment(...)``), every ``evaluation_interval`` iterations the
 policy plays greedy episodes there (``evaluation/episode_return_mean``, what "solved" is judged on); without one,
 the run learns and checkpoints without evaluating.
@@ -104,7 +105,8 @@ class OfflineUpdates:
 
 
 class OfflineAlgorithm(Algorithm):
-    """Loads the dataset's transitions into memory and takes gradient steps on uniform batches of them.
+    """Takes gradient steps on batches of the dataset's transitions, drawn from memory or streamed by Ray Data
+    (:mod:`herdrl.offline.reader`).
 
     Subclasses give ``learner_class``, an :class:`OfflineUpdates` learner whose ``replay_step`` takes one gradient
     step on a batch of tensors (``obs``, ``actions`` in stored form, ``rewards``, ``next_obs``, ``discounts``,
@@ -157,12 +159,10 @@ class OfflineAlgorithm(Algorithm):
         cfg = self.config
         self._iter_gradient_steps = 0
         sums: dict[str, float] = {}
-        calls = 0
         while self._iter_gradient_steps < cfg.updates_per_iteration:
             steps = min(cfg.updates_per_call, cfg.updates_per_iteration - self._iter_gradient_steps)
             metrics = self.learners.update(self.draw(steps * cfg.train_batch_size), steps)
             self._iter_gradient_steps += steps
-            calls += 1
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + value * steps
         self.gradient_steps_lifetime += self._iter_gradient_steps

@@ -135,6 +135,16 @@ class Episode:
         return float(np.sum(self.rewards))
 
 
+def stack_rows(rows: list[Any]) -> Any:
+    """Per-step observations or actions (arrays, or dicts/tuples of them) stacked along a new first axis."""
+    first = rows[0]
+    if isinstance(first, dict):
+        return {key: stack_rows([row[key] for row in rows]) for key in first}
+    if isinstance(first, tuple):
+        return tuple(stack_rows([row[i] for row in rows]) for i in range(len(first)))
+    return np.stack([np.asarray(row) for row in rows])
+
+
 def _leaves(space: gym.Space, value: Any, name: str) -> Iterator[tuple[str, gym.Space, Any]]:
     """(name, leaf space, values) for each leaf of a nested space's values."""
     if isinstance(space, gym.spaces.Dict):

@@ -17,20 +17,10 @@ from typing import Any
 import numpy as np
 
 from herdrl.errors import ConfigError
-from herdrl.offline.dataset import DatasetError, DatasetWriter, Episode, write_metadata
+from herdrl.offline.dataset import DatasetError, DatasetWriter, Episode, stack_rows, write_metadata
 
 #: Steps after which an episode that has not ended is cut (truncated) while recording.
 MAX_EPISODE_STEPS = 1_000_000
-
-
-def _stack(rows: list[Any]) -> Any:
-    """Per-step observations or actions (arrays, or dicts/tuples of them) stacked along a new first axis."""
-    first = rows[0]
-    if isinstance(first, dict):
-        return {key: _stack([row[key] for row in rows]) for key in first}
-    if isinstance(first, tuple):
-        return tuple(_stack([row[i] for row in rows]) for i in range(len(first)))
-    return np.stack([np.asarray(row) for row in rows])
 
 
 def _numeric_infos(infos: list[dict[str, Any]]) -> dict[str, Any]:
@@ -84,7 +74,7 @@ def play_episodes(policy: Any, env: Any, count: int, seed: int | None, explore: 
                 break
         else:
             truncations[-1] = True  # cut: the dataset says so rather than pretending it ended
-        yield Episode(_stack(observations), _stack(actions), np.asarray(rewards), np.asarray(terminations),
+        yield Episode(stack_rows(observations), stack_rows(actions), np.asarray(rewards), np.asarray(terminations),
                       np.asarray(truncations), _numeric_infos(infos) if keep_infos else {}, seed=episode_seed)
 
 

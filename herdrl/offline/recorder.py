@@ -28,6 +28,7 @@ from herdrl.offline.dataset import (
     Episode,
     space_from_minari,
     space_to_minari,
+    stack_rows,
     write_metadata,
 )
 
@@ -97,8 +98,9 @@ class EpisodeRecorder:
     def _write(self, episode: dict[str, Any]) -> None:
         steps = len(episode["rewards"])
         ends = np.arange(steps) == steps - 1
-        self.writer.write(Episode(_stack(episode["obs"]), _stack(episode["actions"]), np.array(episode["rewards"]),
-                                  ends & episode["terminated"], ends & episode["truncated"]))
+        self.writer.write(Episode(stack_rows(episode["obs"]), stack_rows(episode["actions"]),
+                                  np.array(episode["rewards"]), ends & episode["terminated"],
+                                  ends & episode["truncated"]))
         self.episodes_written += 1
 
 
@@ -107,15 +109,6 @@ def _row_of(batch: Any, b: int) -> Any:
     if isinstance(batch, tuple):
         return tuple(_row_of(part, b) for part in batch)
     return np.asarray(batch[b]).copy()
-
-
-def _stack(rows: list[Any]) -> Any:
-    first = rows[0]
-    if isinstance(first, dict):
-        return {key: _stack([row[key] for row in rows]) for key in first}
-    if isinstance(first, tuple):
-        return tuple(_stack([row[i] for row in rows]) for i in range(len(first)))
-    return np.stack(rows)
 
 
 def finish_recording(path: str | os.PathLike, **metadata: Any) -> dict[str, Any]:
