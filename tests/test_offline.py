@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -433,12 +434,10 @@ def test_iql_losses_on_a_fixed_batch_match_a_hand_computation_and_it_learns(tmp_
     assert max(returns) > -1000, returns  # random actions score about -1,200, the dataset's episodes -1,056
 
 
-def test_ray_data_streams_a_dataset_larger_than_the_object_store_in_bounded_memory(tmp_path):
-    """A dataset of ~190 MB of transitions, read by Ray Data through an 80 MB object store: every transition of an
-    epoch comes through (each episode's rows whole: its steps' ids), the driver's memory stays far below the
-    dataset's size, and a second epoch begins by itself."""
-    import ray
-
+def test_ray_data_streams_a_dataset_larger_than_the_object_store_in_bounded_memory(tmp_path, ray_session):
+    """A dataset of ~180 MB of transitions, read by Ray Data through the suite's 150 MB object store: every
+    transition of an epoch comes through (each episode's rows whole: its steps' ids), the driver's own memory
+    stays far below the dataset's size, and a second epoch begins by itself."""
     from herdrl.algorithms.bc import BCConfig
 
     obs_space = gym.spaces.Box(-1, 1, (1500,), np.float32)
@@ -453,28 +452,25 @@ def test_ray_data_streams_a_dataset_larger_than_the_object_store_in_bounded_memo
         writer.write(Episode(obs, rng.integers(0, 3, steps), np.ones(steps), np.arange(steps) == steps - 1,
                              np.zeros(steps, bool)))
     write_metadata(tmp_path / "big", obs_space, action_space)
-    ray.init(num_cpus=2, object_store_memory=80 * 2**20, include_dashboard=False, logging_level="ERROR")
-    try:
-        algo = (BCConfig().offline_data(input_=str(tmp_path / "big"), offline_read_method="ray_data",
-                                        shuffle_buffer_rows=2000)
-                .training(train_batch_size=500, model={"fcnet_hiddens": [8]}).debugging(seed=0).build())
-        assert algo.read_method == "ray_data"
-        seen = [algo.draw(500)["obs"][:, :2].astype(np.int64)]
-        baseline, peak = _rss_mb(), 0.0  # (after the first batch: Ray Data's own start-up is not the data)
-        for _ in range(episodes * steps // 500 - 1):
-            batch = algo.draw(500)
-            seen.append(batch["obs"][:, :2].astype(np.int64))
-            peak = max(peak, _rss_mb() - baseline)
-        assert algo.reader.epochs == 1
-        seen = np.concatenate(seen)
-        assert len(np.unique(seen[:, 0] * 1000 + seen[:, 1])) == episodes * steps  # each transition once
-        next_obs_step = algo.draw(1)
-        assert algo.reader.epochs == 2 and next_obs_step["obs"].shape == (1, 1500)
-        algo.stop()
-    finally:
-        ray.shutdown()
-    dataset_mb = episodes * steps * 2 * 1500 * 4 / 2**20
-    assert peak < dataset_mb / 3, (peak, dataset_mb)
+    dataset_bytes = episodes * steps * 2 * 1500 * 4
+    assert ray_session.cluster_resources()["object_store_memory"] < dataset_bytes
+    algo = (BCConfig().offline_data(input_=str(tmp_path / "big"), offline_read_method="ray_data",
+                                    shuffle_buffer_rows=2000)
+            .training(train_batch_size=500, model={"fcnet_hiddens": [8]}).debugging(seed=0).build())
+    assert algo.read_method == "ray_data"
+    seen = [algo.draw(500)["obs"][:, :2].astype(np.int64)]
+    baseline, peak = _rss_mb(), 0.0  # (after the first batch: Ray Data's own start-up is not the data)
+    for _ in range(episodes * steps // 500 - 1):
+        batch = algo.draw(500)
+        seen.append(batch["obs"][:, :2].astype(np.int64))
+        peak = max(peak, _rss_mb() - baseline)
+    assert algo.reader.epochs == 1
+    seen = np.concatenate(seen)
+    assert len(np.unique(seen[:, 0] * 1000 + seen[:, 1])) == episodes * steps  # each transition once
+    next_obs_step = algo.draw(1)
+    assert algo.reader.epochs == 2 and next_obs_step["obs"].shape == (1, 1500)
+    algo.stop()
+    assert peak < dataset_bytes / 2**20 / 3, (peak, dataset_bytes / 2**20)
 
 
 def _rss_mb() -> float:
@@ -649,16 +645,19 @@ def test_bc_on_two_learner_actors_takes_the_same_steps_as_one_learner(tmp_path):
 
 def test_a_run_streaming_with_ray_data_stops_its_stream_before_the_ray_it_started(tmp_path):
     """Ray Data's threads still fetch for a moment after their iterator closes; Ray shut down under them ends the
-    process. The run must stop cleanly mid-epoch, and train on after being built again."""
-    import ray
-
-    from herdrl.algorithms.bc import BCConfig
+    process. A run that started its own Ray (a fresh process: the suite's Ray is shared) stops cleanly mid-epoch."""
+    import subprocess
 
     record_expert(tmp_path / "expert", 2)
-    for _ in range(2):
-        algo = (BCConfig().offline_data(input_=str(tmp_path / "expert"), offline_read_method="ray_data")
-                .training(updates_per_iteration=6, updates_per_call=3).debugging(seed=0).build())
-        row = algo.train()
-        assert row["dataset/epochs"] >= 1 and algo.reader.epochs >= 1
-        algo.stop()
-        assert not ray.is_initialized()
+    script = f"""
+import ray
+from herdrl.algorithms.bc import BCConfig
+algo = (BCConfig().offline_data(input_={str(tmp_path / "expert")!r}, offline_read_method="ray_data")
+        .training(updates_per_iteration=6, updates_per_call=3).debugging(seed=0).build())
+row = algo.train()
+assert row["dataset/epochs"] >= 1
+algo.stop()
+print("stopped", ray.is_initialized())
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "stopped False" in out.stdout, out.stderr[-2000:]
