@@ -59,37 +59,19 @@ def pendulum_controller(obs: np.ndarray, rng: np.random.Generator) -> np.ndarray
     return np.clip([torque + rng.normal(0, 0.5)], -2, 2).astype(np.float32)
 
 
-def record_with(controller, env_id: str, out: Path, episodes: int, seed: int) -> None:
-    """Record ``episodes`` episodes of a hand-written controller (reset i with seed + i)."""
-    from herdrl.offline import DatasetWriter, Episode, write_metadata
-
-    env, rng = gym.make(env_id), np.random.default_rng(seed)
-    writer = DatasetWriter(out, env.observation_space, env.action_space)
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed + i)
-        observations, actions, rewards, done = [obs], [], [], False
-        while not done:
-            actions.append(controller(obs, rng))
-            obs, reward, terminated, truncated, _ = env.step(actions[-1])
-            observations.append(obs)
-            rewards.append(reward)
-            done = terminated or truncated
-        ends = np.arange(len(rewards)) == len(rewards) - 1
-        writer.write(Episode(np.array(observations), np.array(actions), np.array(rewards), ends & terminated,
-                             ends & truncated))
-    write_metadata(out, env.observation_space, env.action_space, algorithm_name="hand-written controller")
-
-
 def record(args: argparse.Namespace) -> None:
     """Record every dataset again (deterministic: the same seeds give the same files)."""
     import shutil
 
     from herdrl.offline.record import record as record_checkpoint
+    from herdrl.offline.record import record_controller
 
     for name in ("cartpole-noisy", "pendulum-medium", "hopper-medium"):
         shutil.rmtree(DATA / name, ignore_errors=True)
-    record_with(cartpole_controller, "CartPole-v1", DATA / "cartpole-noisy", 50, seed=0)
-    record_with(pendulum_controller, "Pendulum-v1", DATA / "pendulum-medium", 100, seed=0)
+    rng = np.random.default_rng(0)  # the controllers' own noise
+    record_controller(lambda obs: cartpole_controller(obs, rng), "CartPole-v1", DATA / "cartpole-noisy", 50, seed=0)
+    rng = np.random.default_rng(0)
+    record_controller(lambda obs: pendulum_controller(obs, rng), "Pendulum-v1", DATA / "pendulum-medium", 100, seed=0)
     policy = HERE / "policies" / "hopper-sac"
     if policy.exists():
         torch_threads()

@@ -58,7 +58,8 @@ def load_initial_weights(algo: Any) -> int:
     tensors = read_tensors(where)
     source = tensors["learner"].get("module", {})
     target = algo.module.state_dict()
-    skip = value_names(algo.module) if meta["algorithm"] in UNTRAINED_VALUE else set()
+    values = value_names(algo.module)
+    skip = values if meta["algorithm"] in UNTRAINED_VALUE else set()
     matched = {key: value for key, value in source.items()
                if key in target and key not in skip and tuple(value.shape) == tuple(target[key].shape)}
     policy = policy_names(algo.module) or set(target)
@@ -81,5 +82,5 @@ def load_initial_weights(algo: Any) -> int:
     fresh = sorted(set(target) - set(matched))
     logger.info("herdrl: init_from %s: %d of %d weights copied%s", where, len(matched), len(target),
                 f"; fresh: {', '.join(fresh[:6])}{' ...' if len(fresh) > 6 else ''}" if fresh else "")
-    value_fresh = bool(value_names(algo.module)) and not (value_names(algo.module) & set(matched))
+    value_fresh = bool(values) and not (values & set(matched))
     return config.init_value_warmup_iters if value_fresh else 0

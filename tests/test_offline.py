@@ -144,21 +144,9 @@ def cartpole_expert(obs: np.ndarray) -> int:
 
 
 def record_expert(path, episodes: int, seed: int = 0) -> None:
-    env = gym.make("CartPole-v1")
-    writer = DatasetWriter(path, env.observation_space, env.action_space)
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed + i)
-        observations, actions, rewards, done = [obs], [], [], False
-        while not done:
-            actions.append(cartpole_expert(obs))
-            obs, reward, terminated, truncated, _ = env.step(actions[-1])
-            observations.append(obs)
-            rewards.append(reward)
-            done = terminated or truncated
-        ends = np.arange(len(rewards)) == len(rewards) - 1
-        writer.write(Episode(np.array(observations), np.array(actions), np.array(rewards), ends & terminated,
-                             ends & truncated))
-    write_metadata(path, env.observation_space, env.action_space)
+    from herdrl.offline.record import record_controller
+
+    record_controller(cartpole_expert, "CartPole-v1", path, episodes, seed)
 
 
 def test_bc_learns_a_small_expert_dataset_in_seconds(tmp_path):
@@ -343,24 +331,16 @@ def test_discrete_cql_learns_cartpole_from_expert_data_and_its_penalty_is_the_ex
 def pendulum_dataset(path, episodes: int = 4, seed: int = 0) -> None:
     """Pendulum episodes of a noisy hand-written swing-up controller (pump energy, then a PD hold near the top:
     about -800 a episode without the noise), its actions often on the bounds."""
-    env = gym.make("Pendulum-v1")
+    from herdrl.offline.record import record_controller
+
     rng = np.random.default_rng(seed)
-    writer = DatasetWriter(path, env.observation_space, env.action_space)
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed + i)
-        observations, actions, rewards = [obs], [], []
-        for _ in range(200):
-            angle, speed = np.arctan2(obs[1], obs[0]), obs[2]
-            torque = -(10 * angle + 2 * speed) if obs[0] > 0.85 else 2.0 * (np.sign(speed) or 1.0)
-            action = np.clip([torque + rng.normal(0, 0.3)], -2, 2).astype(np.float32)
-            obs, reward, terminated, truncated, _ = env.step(action)
-            observations.append(obs)
-            actions.append(action)
-            rewards.append(reward)
-        ends = np.arange(200) == 199
-        writer.write(Episode(np.array(observations), np.array(actions), np.array(rewards), ends & terminated,
-                             ends & truncated))
-    write_metadata(path, env.observation_space, env.action_space)
+
+    def controller(obs: np.ndarray) -> np.ndarray:
+        angle, speed = np.arctan2(obs[1], obs[0]), obs[2]
+        torque = -(10 * angle + 2 * speed) if obs[0] > 0.85 else 2.0 * (np.sign(speed) or 1.0)
+        return np.clip([torque + rng.normal(0, 0.3)], -2, 2).astype(np.float32)
+
+    record_controller(controller, "Pendulum-v1", path, episodes, seed)
 
 
 def test_continuous_cql_estimates_the_log_integral_of_exp_q_over_the_action_box(tmp_path):

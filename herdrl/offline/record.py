@@ -78,6 +78,38 @@ def play_episodes(policy: Any, env: Any, count: int, seed: int | None, explore: 
                       np.asarray(truncations), _numeric_infos(infos) if keep_infos else {}, seed=episode_seed)
 
 
+class _Controller:
+    """A plain function of the observation, played as a policy by :func:`play_episodes`."""
+
+    recurrent = False
+
+    def __init__(self, act: Callable[[Any], Any]) -> None:
+        self.act = act
+
+    def initial_state(self, batch: int) -> None:
+        """No state."""
+
+    def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
+        """The function's action."""
+        return self.act(obs)
+
+
+def record_controller(act: Callable[[Any], Any], env_id: str, out: str | os.PathLike, episodes: int,
+                      seed: int = 0, algorithm_name: str = "hand-written controller") -> dict[str, Any]:
+    """Write ``episodes`` episodes of ``act`` (observation -> action: a hand-written controller) on ``env_id`` as a
+    dataset in ``out`` (episode i reset with seed ``seed + i``); return its metadata."""
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    writer = DatasetWriter(out, env.observation_space, env.action_space)
+    try:
+        for episode in play_episodes(_Controller(act), env, episodes, seed, explore=False, keep_infos=False):
+            writer.write(episode)
+    finally:
+        env.close()
+    return write_metadata(out, env.observation_space, env.action_space, algorithm_name=algorithm_name)
+
+
 def _record_part(checkpoint: str, env_id: str, env_config: dict, out: str, count: int, seed: int | None,
                  explore: bool, data_format: str, part: int, parts: int,
                  progress: Callable[[int, float], None] | None = None) -> list[float]:
@@ -148,11 +180,11 @@ def record(checkpoint: str | os.PathLike, episodes: int, out: str | os.PathLike,
     else:
         returns = _record_remote(str(meta["path"]), env_id, env_config, str(out), episodes, seed, explore,
                                  data_format, num_runners, address, say)
-    from herdrl.policy import Policy
+    from herdrl.checkpoint import space_from_json
 
-    policy = Policy.from_checkpoint(meta["path"])
+    spaces = [space_from_json(meta["spaces"][kind]) for kind in ("observation", "action")]
     metadata = write_metadata(
-        out, policy.observation_space, policy.action_space, data_format, algorithm_name=meta["algorithm"],
+        out, *spaces, data_format, algorithm_name=meta["algorithm"],
         author="herdrl", description=f"{len(returns)} episodes of {meta['algorithm']} on {env_id} "
                                      f"({'exploring' if explore else 'greedy'})",
         herdrl_env=env_id, herdrl_env_config=json.dumps(env_config), herdrl_checkpoint=str(meta["path"]),

@@ -61,7 +61,6 @@ class EpisodeRecorder:
         self.observation_space, self.action_space = observation_space, action_space
         self.spec = ObsSpec(observation_space)
         self._open: list[dict[str, list] | None] = [None] * num_envs
-        self.episodes_written = 0
 
     def restart(self) -> None:
         """The envs were reset (a reseed): the episodes they were in are dropped unfinished."""
@@ -101,7 +100,6 @@ class EpisodeRecorder:
         self.writer.write(Episode(stack_rows(episode["obs"]), stack_rows(episode["actions"]),
                                   np.array(episode["rewards"]), ends & episode["terminated"],
                                   ends & episode["truncated"]))
-        self.episodes_written += 1
 
 
 def _row_of(batch: Any, b: int) -> Any:
