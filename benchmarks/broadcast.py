@@ -1,8 +1,9 @@
 """Weights out to N runners, as herdrl sends them: one `ray.put` per version, then one call per runner carrying the
 reference (each node's object store fetches the weights once; its runners read them from shared memory). Measures,
 at 1/8/32/64 receivers on fake nodes (loopback addresses, token auth: benchmarks/ingest.py's), the driver's CPU
-and the wall time until every receiver has copied the weights in, for a CartPole MLP and a Nature-CNN-sized
-weights dict. Receivers are numpy-only actors (no env, no torch: ~90 MB each, so 64 fit on this machine).
+and the wall time until every receiver has copied the weights in, for no weights (an empty dict: the baseline cost
+of the calls themselves), a CartPole MLP and a Nature-CNN-sized weights dict. Receivers are numpy-only actors (no
+env, no torch: ~90 MB each, so 64 fit on this machine).
 
     python benchmarks/broadcast.py                       # 4 nodes, 1,8,32,64 receivers, 20 versions each
     python benchmarks/broadcast.py --receivers 1,8 --versions 50
@@ -39,7 +40,10 @@ class _Receiver:
 
 
 def weights_of(kind: str) -> dict[str, np.ndarray]:
-    """A weights dict the size of herdrl's default CartPole MLP or Atari Nature CNN actor-critic."""
+    """A weights dict the size of herdrl's default CartPole MLP or Atari Nature CNN actor-critic; ``empty``: no
+    weights at all (the baseline: what one call per receiver costs the driver without them)."""
+    if kind == "empty":
+        return {}
     rng = np.random.default_rng(0)
     shapes = {"mlp": [(64, 4), (64,), (64, 64), (64,), (2, 64), (2,), (64, 4), (64,), (64, 64), (64,), (1, 64), (1,)],
               "cnn": [(32, 4, 8, 8), (32,), (64, 32, 4, 4), (64,), (64, 64, 3, 3), (64,), (512, 3136), (512,),
@@ -90,7 +94,7 @@ def run(ray, counts: list[int], versions: int) -> None:
     rss = float(np.mean(ray.get([a.rss_mb.remote() for a in actors[:4]])))
     print(f"| weights | MB | receivers | driver CPU ms / version | wall ms / version |  (receiver RSS {rss:.0f} MB)")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for kind in ("mlp", "cnn"):
+    for kind in ("empty", "mlp", "cnn"):
         weights = weights_of(kind)
         size = sum(a.nbytes for a in weights.values()) / 1e6
         for count in counts:

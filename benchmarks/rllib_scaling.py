@@ -9,8 +9,9 @@ token auth, torn down by PID); run them one after the other, alone on the machin
 
 (RLlib's venv: `python3.11 -m venv /tmp/rllib-venv && /tmp/rllib-venv/bin/pip install torch==2.13.0 gymnasium
 "ray[rllib]==2.60.0"`.) Per row: env steps sampled per second over the measured iterations (wall time, learning
-included, and sampling time alone) and machine-wide CPU seconds per 1,000 env steps, from /proc/stat. Prints one
-``RESULT {json}`` line per row.
+included, and sampling time alone), machine-wide CPU seconds per 1,000 env steps from /proc/stat, and the same split
+by process (the driver, the runner processes, the raylets, the GCS, Ray's other agents) from /proc/<pid>/stat.
+Prints one ``RESULT {json}`` line per row.
 """
 
 from __future__ import annotations
@@ -57,9 +58,8 @@ def busy_cpu_seconds() -> float:
     return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]) / os.sysconf("SC_CLK_TCK")
 
 
-def kill_naming(marker: str) -> int:
-    """SIGKILL every process whose command line names ``marker``, and their descendants (never this process);
-    returns how many. (Runs in RLlib's venv too, so it cannot use herdrl.cluster.nodes.node_pids.)"""
+def process_table() -> dict[int, tuple[int, str]]:
+    """Every process's (parent pid, command line)."""
     table = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -68,12 +68,45 @@ def kill_naming(marker: str) -> int:
         except OSError:
             continue
         table[int(pid)] = (ppid, cmd)
-    found = {pid for pid, (_, cmd) in table.items() if marker in cmd} - {os.getpid()}
+    return table
+
+
+def descendants(table: dict[int, tuple[int, str]], roots: set[int]) -> set[int]:
+    """``roots`` and every process below them."""
+    found = set(roots)
     while True:
-        more = {pid for pid, (ppid, _) in table.items() if ppid in found} - found - {os.getpid()}
+        more = {pid for pid, (ppid, _) in table.items() if ppid in found} - found
         if not more:
-            break
+            return found
         found |= more
+
+
+def cpu_by_role(marker: str) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process (``driver``) and by the processes of the cluster
+    whose temp dir is ``marker``: ``runners`` (Ray workers: EnvRunners, idle workers), ``raylets``, ``gcs`` and
+    ``other`` (Ray's agents and monitors)."""
+    table = process_table()
+    cluster = descendants(table, {pid for pid, (_, cmd) in table.items() if marker in cmd}) - {os.getpid()}
+    out = dict.fromkeys(("driver", "runners", "raylets", "gcs", "other"), 0.0)
+    for pid in cluster | {os.getpid()}:
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        cmd = table.get(pid, (0, ""))[1]
+        role = ("driver" if pid == os.getpid() else "runners" if cmd.startswith("ray::") else
+                "raylets" if "raylet" in cmd.split(" ")[0] else "gcs" if "gcs_server" in cmd else "other")
+        out[role] += seconds
+    return out
+
+
+def kill_naming(marker: str) -> int:
+    """SIGKILL every process whose command line names ``marker``, and their descendants (never this process);
+    returns how many. (Runs in RLlib's venv too, so it cannot use herdrl.cluster.nodes.node_pids.)"""
+    table = process_table()
+    found = descendants(table, {pid for pid, (_, cmd) in table.items() if marker in cmd} - {os.getpid()})
+    found -= {os.getpid()}
     for pid in found:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -114,14 +147,23 @@ class FakeNodes:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+#: The fake nodes' temp dir while they run (``cpu_by_role`` finds their processes by it).
+MARKER = ""
+#: CPU seconds by role over the last measured iterations (see ``cpu_by_role``).
+SPLIT: dict[str, float] = {}
+
+
 def timed(algo, iters: int) -> tuple[list[dict], float, float]:
     """One warm-up iteration, then ``iters`` measured: their results, wall seconds and machine-wide busy CPU
-    seconds; the algorithm is stopped after."""
+    seconds (the split by process role in ``SPLIT``); the algorithm is stopped after."""
     try:
         algo.train()
-        start, cpu = time.perf_counter(), busy_cpu_seconds()
+        start, cpu, roles = time.perf_counter(), busy_cpu_seconds(), cpu_by_role(MARKER)
         results = [algo.train() for _ in range(iters)]
-        return results, time.perf_counter() - start, busy_cpu_seconds() - cpu
+        wall, busy, after = time.perf_counter() - start, busy_cpu_seconds() - cpu, cpu_by_role(MARKER)
+        SPLIT.clear()
+        SPLIT.update({role: after[role] - roles[role] for role in roles})
+        return results, wall, busy
     finally:
         algo.stop()
 
@@ -175,6 +217,8 @@ def main() -> None:
                             str(args.latency), "--iters", str(args.iters), "--nodes", str(args.nodes)], check=True)
         return
     nodes = FakeNodes(args.nodes, -(-(max(counts) + 2) // args.nodes))  # a CPU per runner, two for the learner
+    global MARKER
+    MARKER = str(nodes.root)
     try:
         if args.tool == "herdrl":
             import ray
@@ -185,7 +229,9 @@ def main() -> None:
             steps, wall, sampling, cpu = measure(count, args.latency, args.iters, nodes.address)
             print("RESULT " + json.dumps({
                 "tool": args.tool, "runners": count, "env_steps_per_s": steps / wall,
-                "sampling_env_steps_per_s": steps / sampling, "cpu_s_per_1k_steps": 1000 * cpu / steps}), flush=True)
+                "sampling_env_steps_per_s": steps / sampling, "cpu_s_per_1k_steps": 1000 * cpu / steps,
+                **{f"{role}_cpu_s_per_1k_steps": 1000 * seconds / steps for role, seconds in SPLIT.items()}}),
+                flush=True)
     finally:
         if args.tool == "herdrl":
             import ray

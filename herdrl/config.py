@@ -178,6 +178,8 @@ class AlgorithmConfig:
     supports_centralized_critic: bool = False
     #: Whether it learns from a recorded dataset (``.offline_data(input_=...)``) instead of sampling an env.
     learns_offline: bool = False
+    #: Whether it reads a recorded dataset (``.offline_data(input_=...)``): offline algorithms, and IQL online.
+    reads_datasets: bool = False
     #: The result key the algorithm is judged by: its "solved" and default stop criterion, what ``herd plot`` draws
     #: and what keeps the best checkpoint. The training return, or for algorithms that explore while they train
     #: (DQN, SAC, TD3) the greedy evaluation return.
@@ -549,7 +551,7 @@ class AlgorithmConfig:
         episodes into a dataset folder); ``input_`` and its reading keys (offline algorithms: BC, MARWIL, CQL, IQL:
         the dataset they learn from). See :mod:`herdrl.offline`."""
         reading = [key for key in kwargs if key not in ("output",)]
-        if not self.learns_offline and reading:
+        if not self.reads_datasets and reading:
             raise ConfigError(f"{self.algo_name} learns from an env; .offline_data({', '.join(reading)}=...) is for "
                               "offline algorithms (BC, MARWIL, CQL, IQL); output=DIR records its episodes")
         return self._set("offline_data", kwargs)

@@ -641,3 +641,88 @@ print("stopped", ray.is_initialized())
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "stopped False" in out.stdout, out.stderr[-2000:]
+
+
+def test_learner_actors_stream_their_own_shares_and_step_on_the_union_of_their_rows(tmp_path):
+    """With learner actors a streamed dataset bypasses the driver: rank r reads episode files r, r+2, ... and a
+    gradient step is one learner's step on both ranks' rows. Even files hold only (A, 0), odd files only (B, 1):
+    whatever each stream's shuffle, a rank that read only its share gives exactly half of each batch."""
+    from herdrl.algorithms.bc import BCConfig
+
+    space, actions = gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2)
+    writer = DatasetWriter(tmp_path / "halves", space, actions)
+    for i in range(4):
+        obs = np.zeros((41, 4), np.float32)
+        obs[:, i % 2] = 1.0
+        writer.write(Episode(obs, np.full(40, i % 2), np.ones(40), np.arange(40) == 39, np.zeros(40, bool)))
+    write_metadata(tmp_path / "halves", space, actions)
+    algo = (BCConfig().offline_data(input_=str(tmp_path / "halves"), offline_read_method="ray_data")
+            .training(updates_per_iteration=3, updates_per_call=3, train_batch_size=16, model={"fcnet_hiddens": [8]})
+            .learners(num_learners=2).resources(include_dashboard=False).debugging(seed=0).build())
+    try:
+        assert algo.reader is None  # (no reader in the driver)
+        start = algo.get_weights()
+        row = algo.train()
+        learned = algo.get_weights()
+        one = algo.learner_class(algo.config, space, actions)
+    finally:
+        algo.stop()
+    assert row["dataset/epochs"] >= 1 and row["num_gradient_updates"] == 3
+    one.module.load_state_dict({key: torch.tensor(value) for key, value in start.items()})
+    step = {"obs": np.repeat(np.eye(4, dtype=np.float32)[:2], 8, axis=0), "actions": np.repeat([0, 1], 8),
+            "rewards": np.ones(16, np.float32), "next_obs": np.zeros((16, 4), np.float32),
+            "discounts": np.ones(16, np.float32), "returns": np.ones(16, np.float32)}
+    one.update({key: np.concatenate([value] * 3) for key, value in step.items()}, 3)
+    for key, value in one.get_weights().items():
+        np.testing.assert_allclose(learned[key], value, rtol=1e-4, atol=1e-6)
+    assert sum(not np.allclose(start[key], value) for key, value in learned.items()) >= 4  # (the policy moved)
+
+
+def test_iql_continues_online_from_its_offline_checkpoint_with_its_dataset_in_replay(tmp_path):
+    """online=True (one key): the replay buffer starts as the dataset's transitions (checked against the recorded
+    episodes), runners' transitions join them, the learner starts from the offline run's weights (--init-from),
+    and a resume whose checkpoint holds no buffer gets the dataset again."""
+    from herdrl.algorithms.iql import IQLConfig
+
+    pendulum_dataset(tmp_path / "pendulum", 2)
+    small = {"fcnet_hiddens": [32], "fcnet_activation": "relu", "free_log_std": False}
+    offline = (IQLConfig().offline_data(input_=str(tmp_path / "pendulum")).environment("Pendulum-v1")
+               .training(updates_per_iteration=20, model=small).evaluation(evaluation_duration=1)
+               .debugging(seed=0).build())
+    offline.train()
+    checkpoint = offline.save(tmp_path / "offline" / "checkpoint_000000")
+    trained = offline.get_weights()
+    offline.stop()
+
+    online_config = (IQLConfig().offline_data(input_=str(tmp_path / "pendulum")).environment("Pendulum-v1")
+                     .training(online=True, init_from=str(checkpoint), model=small, train_batch_size=64,
+                               min_sample_timesteps_per_iteration=100, training_intensity=64.0)
+                     .evaluation(evaluation_duration=1).debugging(seed=0))
+    algo = online_config.build()
+    try:
+        episodes = list(open_dataset(tmp_path / "pendulum").episodes())
+        recorded = sum(len(e.rewards) for e in episodes)
+        assert len(algo.buffer) == recorded == 400
+        stored = algo.buffer.state()
+        first = episodes[0]
+        np.testing.assert_allclose(stored["obs"][:200], first.observations[:-1], rtol=0, atol=0)
+        np.testing.assert_allclose(stored["next_obs"][:200], first.observations[1:], rtol=0, atol=0)
+        np.testing.assert_allclose(stored["actions"][:200], first.actions, rtol=0, atol=0)
+        np.testing.assert_allclose(stored["rewards"][:200], first.rewards, rtol=1e-6)
+        np.testing.assert_allclose(stored["discounts"][:200], 0.99, rtol=1e-6)  # (Pendulum only truncates)
+        for key, value in trained.items():  # every weight of the offline run, value net included
+            np.testing.assert_array_equal(algo.get_weights()[key], value)
+        row = algo.train()
+        assert row["num_env_steps_sampled_lifetime"] >= 100 and len(algo.buffer) == recorded + \
+            row["num_env_steps_sampled_lifetime"]
+        assert row["num_gradient_updates"] >= 90 and "evaluation/episode_return_mean" in row
+        assert not all(np.array_equal(algo.get_weights()[k], v) for k, v in trained.items())
+        saved = algo.save(tmp_path / "online" / "checkpoint_000001")
+    finally:
+        algo.stop()
+    resumed = online_config.build()
+    try:
+        resumed.restore(saved)
+        assert len(resumed.buffer) == recorded  # (no buffer in the checkpoint: the dataset's again)
+    finally:
+        resumed.stop()

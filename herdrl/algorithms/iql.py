@@ -10,10 +10,17 @@ IQL never evaluates an action the dataset did not take. Each gradient step:
 3. both critics regress towards ``r + discount * V(s')``, and the target critics follow by Polyak averaging.
 
 Defaults are the paper's (and d3rlpy's) for locomotion: expectile 0.7, beta 3, max weight 100.
+
+Online (``online=True``, one config change; with ``--init-from`` an offline IQL run's checkpoint it continues that
+run): runners sample the env with the actor (tanh-squashed Gaussian noise around ``tanh(mean)``), the replay buffer
+starts full of the dataset's transitions and the new ones join them (the oldest leave once it is full), and the
+same three losses learn from replayed batches, ``training_intensity`` replayed transitions per sampled env step:
+IQL's online fine-tuning as in the paper (section 5.3).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -22,13 +29,16 @@ import torch
 from torch import nn
 
 from herdrl.algorithms.dqn import polyak_update
-from herdrl.algorithms.off_policy import OffPolicyLearner
-from herdrl.config import Field
+from herdrl.algorithms.off_policy import ACTOR_CRITIC_FIELDS, OffPolicyAlgorithm, OffPolicyConfig, OffPolicyLearner
+from herdrl.buffers import REPLAY_DEFAULTS, check_replay_config
+from herdrl.config import Field, shared_field
 from herdrl.errors import ConfigError
 from herdrl.models.encoders import build_encoder, head
 from herdrl.models.sac_networks import SACModule
 from herdrl.offline.algorithm import ACTOR_CRITIC_OFFLINE_FIELDS, OfflineAlgorithm, OfflineConfig, OfflineUpdates
 from herdrl.optim import Adam
+
+logger = logging.getLogger("herdrl")
 
 
 class IQLConfig(OfflineConfig):
@@ -41,8 +51,51 @@ class IQLConfig(OfflineConfig):
                            doc="the value's expectile of Q over the dataset's actions (0.5: their mean)"),
         "beta": Field(3.0, (float,), "training", low=0, doc="inverse temperature of the actor's advantage weights"),
         "max_weight": Field(100.0, (float,), "training", low=0, low_open=True, doc="cap on an advantage weight"),
+        # Online fine-tuning (the replay loop's keys, as SAC's).
+        "online": Field(False, (bool,), "training",
+                        doc="learn in the env too: runners sample, the dataset's transitions fill the replay buffer "
+                            "first (continue an offline run with --init-from)"),
+        "replay_buffer_config": shared_field("replay_buffer_config", {**REPLAY_DEFAULTS, "capacity": 1_000_000},
+                                             OffPolicyConfig),
+        **{key: OffPolicyConfig.FIELDS[key] for key in ("min_sample_timesteps_per_iteration", "n_step",
+                                                        "store_buffer_in_checkpoints")},
+        **{key: ACTOR_CRITIC_FIELDS[key] for key in ("training_intensity", "num_steps_sampled_before_learning_starts",
+                                                     "num_envs_per_env_runner", "rollout_fragment_length")},
     }
     ALIASES = {"weight_temp": "beta", "temperature": "beta"}
+
+    @property
+    def learns_offline(self) -> bool:  # type: ignore[override]
+        """Offline unless ``online``."""
+        return not self.online
+
+    def validate_algorithm(self) -> None:
+        """The offline keys; online, the replay's (uniform replay of one-step transitions, as the dataset's)."""
+        super().validate_algorithm()
+        if self.online:
+            check_replay_config(self.replay_buffer_config, self.train_batch_size)
+            if self.replay_buffer_config.get("type", "uniform") != "uniform" or self.n_step != 1:
+                raise ConfigError("online IQL replays uniformly one-step transitions (as its dataset's): leave "
+                                  "replay_buffer_config type 'uniform' and n_step 1")
+
+    def build(self, logger: Any = None) -> Any:
+        """:class:`IQL`, or :class:`IQLOnline` with ``online=True``."""
+        if not self.online:
+            return super().build(logger)
+        self.validate()
+        return IQLOnline(self.copy(), logger=logger)
+
+    def runner_policy(self, module: nn.Module, rng: Any) -> object:
+        """(Online) the actor as SAC's runners run it."""
+        from herdrl.models.sac_networks import NumpySACPolicy
+
+        return NumpySACPolicy(module, rng)
+
+    def runner_blueprint(self, module: nn.Module) -> object:
+        """(Online) the actor's numpy twin as plain data (light runners)."""
+        from herdrl.models.sac_networks import sac_blueprint
+
+        return sac_blueprint(module)
 
     def build_policy_module(self, observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
         """SAC's actor and critics plus a state-value network (Box actions)."""
@@ -146,3 +199,46 @@ class IQL(OfflineAlgorithm):
 
     config: IQLConfig
     learner_class = IQLLearner
+
+
+class OnlineIQLLearner(IQLLearner):
+    """IQL's losses on replayed batches: one gradient step per call, as every replay learner takes."""
+
+    update = OffPolicyLearner.update
+
+
+class IQLOnline(OffPolicyAlgorithm):
+    """IQL fine-tuning online: SAC's sampling and replay loop, the buffer filled with the dataset's transitions
+    first (again on a resume whose checkpoint holds no buffer)."""
+
+    config: IQLConfig
+    learner_class = OnlineIQLLearner
+
+    def setup(self) -> None:
+        """The replay buffer, filled with the dataset's transitions."""
+        super().setup()
+        self._fill_from_dataset()
+
+    def _fill_from_dataset(self) -> None:
+        from herdrl.offline.dataset import open_dataset
+        from herdrl.offline.reader import episode_transitions
+        from herdrl.offline.source import check_spaces
+
+        cfg = self.config
+        dataset = open_dataset(cfg.input_)
+        check_spaces(dataset, cfg.env, cfg.env_config)
+        transitions = episode_transitions(list(dataset.episodes()), dataset.observation_space,
+                                          dataset.action_space, cfg.gamma)
+        transitions.pop("returns")
+        self.buffer.add(transitions)
+        self.dataset_transitions = len(transitions["rewards"])
+        if self.dataset_transitions > self.buffer.capacity:
+            logger.warning("herdrl: the dataset's %d transitions exceed the replay buffer's capacity (%d): only the "
+                           "newest stay; raise replay_buffer_config capacity", self.dataset_transitions,
+                           self.buffer.capacity)
+
+    def load_checkpoint_arrays(self, path: Any) -> None:
+        """The checkpoint's buffer, or (none in it) the dataset's transitions again."""
+        super().load_checkpoint_arrays(path)
+        if not len(self.buffer):
+            self._fill_from_dataset()

@@ -142,6 +142,7 @@ class RayLearnerGroup:
             else (current, first)
         self.actors: list[Any] = []
         self.aggregators: list[list[Any]] = []
+        self._stream: Any = None  # the StreamSpec every rank reads its share of (open_stream), or None
         try:
             ray.get(self._pg.ready(), timeout=max(60.0, config.ray_connect_timeout_s))
         except ray.exceptions.GetTimeoutError:
@@ -183,6 +184,19 @@ class RayLearnerGroup:
         self._get([a.start.remote(init_method, learner_class, observation_space, action_space, init_seed,
                                   cfg.learner_timeout_s) for a in self.actors], "start", timeout_s)
         self.aggregators = self._start_aggregators(cfg.num_aggregator_actors_per_learner, timeout_s)
+        if self._stream is not None:  # (restarted ranks stream their shares again, from a new pass)
+            self._get([actor.open_stream.remote(self._stream) for actor in self.actors], "start", timeout_s)
+
+    def open_stream(self, spec: Any) -> None:
+        """Every rank opens its own stream of its share of a dataset (a :class:`~herdrl.offline.reader.StreamSpec`;
+        updates then take :class:`~herdrl.offline.reader.StreamRows`): the data never passes through this
+        process."""
+        self._stream = spec
+        self._call("start", lambda: [actor.open_stream.remote(spec) for actor in self.actors])
+
+    def stream_epochs(self) -> int:
+        """The most passes any rank's stream has begun over its share."""
+        return max(self._call("stream epochs", lambda: [actor.stream_epochs.remote() for actor in self.actors]))
 
     def _start_aggregators(self, per_learner: int, timeout_s: float) -> list[list[Any]]:
         """``per_learner`` aggregator actors on each learner's node (no CPU reserved: they share the learner's)."""
@@ -349,9 +363,12 @@ class RayLearnerGroup:
         updates and :class:`FragmentsLost` names them. A learner that dies: the group restarts and updates again."""
         import ray
 
-        # Data goes into the object store once for all learners; small arguments (a seed, a count, a policy id) go by
-        # value, and a list of references as it is (Ray keeps the objects alive for the learners that borrow them).
-        refs = [a if isinstance(a, (int, float, str)) or _all_refs(a) else ray.put(a) for a in args]
+        from herdrl.offline.reader import StreamRows
+
+        # Data goes into the object store once for all learners; small arguments (a seed, a count, a policy id, rows
+        # to read from each rank's own stream) go by value, and a list of references as it is (Ray keeps the objects
+        # alive for the learners that borrow them).
+        refs = [a if isinstance(a, (int, float, str, StreamRows)) or _all_refs(a) else ray.put(a) for a in args]
         # Every rank takes the scheduled hyperparameters (lr, ...) at the same env-step count: they agree.
         step = self.step_source() if self.step_source else None
         results = self._call("update", lambda: [actor.call.remote("update_at", step, *self._aggregated(refs, rank))

@@ -50,6 +50,10 @@ class Learner:
         self.observation_space, self.action_space = observation_space, action_space
         self.device = device if device is not None else learner_device(config)
         self.rank, self.world_size = rank, world_size
+        #: None: every rank is given the same batch and learns on its shard of each minibatch. A number: the batches
+        #: given are already this rank's own rows (a streamed offline dataset, each rank reading its own share),
+        #: this share of each gradient step's rows (see :meth:`gradient_step`).
+        self.batch_share: float | None = None
         self._sum_seconds = 0.0  # time spent summing gradients across learners (all-reduce), see sum_seconds
         self._real_steps: tuple[torch.Tensor, np.ndarray] | None = None  # see _share
         self.module: nn.Module = config.build_module(observation_space, action_space).to(self.device)
@@ -111,7 +115,11 @@ class Learner:
         """
         optimizer.zero_grad()
         stats: dict[str, Any] = {}
-        if self.world_size == 1 and index is None:
+        if self.batch_share is not None and index is None:  # this rank's own rows: all of them, weighted
+            with self.autocast():
+                loss, stats = loss_fn(batch)
+            (loss * self.batch_share).backward()
+        elif self.world_size == 1 and index is None:
             with self.autocast():
                 loss, stats = loss_fn(batch)
             loss.backward()

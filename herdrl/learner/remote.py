@@ -38,6 +38,7 @@ class LearnerActor:
         self.config, self.rank, self.world_size = config, rank, world_size
         self.device = torch_device(config.num_gpus_per_learner, "num_gpus_per_learner")
         self.learner: Any = None
+        self.stream: Any = None  # this rank's reader of its share of a streamed dataset (open_stream)
 
     def rendezvous(self) -> str:
         """(Rank 0) an address for the process group: this node's IP and a free port, as ``tcp://ip:port``."""
@@ -65,13 +66,31 @@ class LearnerActor:
         # Then each rank its own stream: noise inside a loss (SAC's action samples) must differ between shards.
         torch.manual_seed(int(np.random.SeedSequence([init_seed, self.rank]).generate_state(1)[0]))
 
+    def open_stream(self, spec: Any) -> None:
+        """Open this rank's own stream of a dataset (a :class:`~herdrl.offline.reader.StreamSpec`), which
+        :class:`~herdrl.offline.reader.StreamRows` inputs then read from."""
+        if self.stream is not None:
+            self.stream.stop()
+        self.stream = spec.open(self.rank, self.world_size)
+
+    def stream_epochs(self) -> int:
+        """Passes this rank's stream has begun over its share of the dataset."""
+        return self.stream.epochs
+
     def call(self, method: str, *args: Any) -> Any:
         """``learner.method(*args)`` (object refs in ``args`` arrive resolved): ``update``, ``get_weights``,
         ``state``, ``load_state``. A :class:`FragmentInput` argument is fetched here, from the runners' nodes; if
         any of its fragments was lost (on any rank: the ranks agree), no rank updates and the result is
-        :class:`FragmentsLost`."""
+        :class:`FragmentsLost`. A :class:`~herdrl.offline.reader.StreamRows` argument is read from this rank's own
+        stream (its share of each step's rows: the learner weighs its gradients by that share)."""
         args = list(args)
+        reader = importlib.import_module("herdrl.offline.reader")
         for i, arg in enumerate(args):
+            if isinstance(arg, reader.StreamRows):
+                rows = reader.rank_rows(arg.batch_rows, self.rank, self.world_size)
+                args[i] = self.stream.draw(rows * arg.steps)
+                self.learner.batch_share = rows / arg.batch_rows
+                continue
             if isinstance(arg, FragmentInput):
                 aggregated = isinstance(arg, AggregatedInput)
                 args[i], lost = resolve_aggregated(arg) if aggregated else resolve(arg)

@@ -4,7 +4,8 @@ An offline algorithm is an ordinary :class:`~herdrl.algorithms.base.Algorithm` w
 (``.offline_data(input_=DIR)``): its episodes become transitions read from memory or streamed by Ray Data
 (:mod:`herdrl.offline.reader`); each iteration takes ``updates_per_iteration`` gradient steps on batches of
 ``train_batch_size``, sent to the learner (or split between N data-parallel learner actors) ``updates_per_call``
-steps at a time. Schedules
+steps at a time (a stream with learner actors: each rank reads its own share, none of it through the driver).
+Schedules
 (``lr``) count gradient steps. With an env (``.environment(...)``), every ``evaluation_interval`` iterations the
 policy plays greedy episodes there (``evaluation/episode_return_mean``, what "solved" is judged on); without one,
 the run learns and checkpoints without evaluating.
@@ -24,6 +25,7 @@ class OfflineConfig(AlgorithmConfig):
     """Keys every offline algorithm has."""
 
     learns_offline = True
+    reads_datasets = True
     stop_metric = "evaluation/episode_return_mean"
     FIELDS = {
         "input_": Field(None, (str,), "offline_data", allow_none=True,
@@ -116,8 +118,9 @@ class OfflineAlgorithm(Algorithm):
     config: OfflineConfig
 
     def setup(self) -> None:
-        """The reader of the dataset's transitions (:mod:`herdrl.offline.reader`)."""
-        from herdrl.offline.reader import MemoryReader, RayDataReader, stored_row_bytes
+        """The reader of the dataset's transitions (:mod:`herdrl.offline.reader`): in this process, or, streamed
+        with learner actors, one per learner rank on its own share of the episode files."""
+        from herdrl.offline.reader import MemoryReader, RayDataReader, StreamSpec, episode_files, stored_row_bytes
 
         cfg = self.config
         dataset = self.runners.dataset
@@ -127,12 +130,21 @@ class OfflineAlgorithm(Algorithm):
             method = "memory" if megabytes <= cfg.offline_memory_limit_mb or dataset.data_format == "hdf5" \
                 else "ray_data"
         self._ray_started = False
-        if method == "ray_data":
+        self.reader: Any = None
+        if method == "ray_data" and cfg.num_learners > 0:  # each rank streams its own share: none passes here
+            files = len(episode_files(dataset))
+            if files < cfg.num_learners or cfg.train_batch_size < cfg.num_learners:
+                raise ConfigError(f"{cfg.num_learners} learners stream their own shares of the dataset's episode "
+                                  f"files and of each batch: it has {files} files, train_batch_size is "
+                                  f"{cfg.train_batch_size}; use fewer learners or offline_read_method='memory'")
+            self.learners.open_stream(StreamSpec(str(dataset.path), cfg.gamma, int(self.rng.integers(2**31)),
+                                                 cfg.train_batch_size, cfg.shuffle_buffer_rows))
+            summary = {"dataset/episodes": files, "dataset/transitions": dataset.total_steps}
+        elif method == "ray_data":
             from herdrl.cluster.connect import connect
 
             self._ray_started = connect(cfg)
-            self.reader: Any = RayDataReader(dataset, cfg.gamma, self.rng, cfg.train_batch_size,
-                                             cfg.shuffle_buffer_rows)
+            self.reader = RayDataReader(dataset, cfg.gamma, self.rng, cfg.train_batch_size, cfg.shuffle_buffer_rows)
             summary = {"dataset/episodes": len(self.reader.files), "dataset/transitions": dataset.total_steps}
         else:
             self.reader = MemoryReader(dataset, cfg.gamma, self.rng)
@@ -150,8 +162,13 @@ class OfflineAlgorithm(Algorithm):
     def _scheduled_values(self) -> dict[str, float]:
         return {key: schedule(self.gradient_steps_lifetime) for key, schedule in self.schedules.items()}
 
-    def draw(self, rows: int) -> dict[str, Any]:
-        """The next ``rows`` transitions from the reader."""
+    def draw(self, rows: int) -> Any:
+        """The next ``rows`` transitions from the reader; with learner ranks streaming their own shares, only how
+        many each is to read (:class:`~herdrl.offline.reader.StreamRows`)."""
+        if self.reader is None:
+            from herdrl.offline.reader import StreamRows
+
+            return StreamRows(self.config.train_batch_size, rows // self.config.train_batch_size)
         return self.reader.draw(rows)
 
     def training_step(self) -> dict[str, float]:
@@ -167,7 +184,8 @@ class OfflineAlgorithm(Algorithm):
                 sums[key] = sums.get(key, 0.0) + value * steps
         self.gradient_steps_lifetime += self._iter_gradient_steps
         done = self._iter_gradient_steps
-        epochs = {"dataset/epochs": self.reader.epochs} if hasattr(self.reader, "epochs") else {}
+        epochs = ({"dataset/epochs": self.learners.stream_epochs()} if self.reader is None else
+                  {"dataset/epochs": self.reader.epochs} if hasattr(self.reader, "epochs") else {})
         return {**{key: value / done for key, value in sums.items()}, "num_gradient_updates": done,
                 "num_gradient_updates_lifetime": self.gradient_steps_lifetime, **self.dataset_summary, **epochs}
 

@@ -9,11 +9,20 @@ stored form, ``actions`` in stored form, ``rewards``, ``discounts``, ``returns``
   in a new random order every pass over the data), turn them into transitions and shuffle them; batches come
   from a local shuffle buffer over those blocks. Memory stays bounded by the pipeline's blocks in flight and the
   shuffle buffer, whatever the dataset's size; a dataset is passed over epoch after epoch.
+
+With learner actors (``num_learners >= 1``) a streamed dataset never passes through the driver: each learner rank
+opens its own :class:`RayDataReader` on its own share of the episode files (:class:`StreamSpec`, rank ``r`` of
+``N`` reads files ``r, r+N, ...``), and each update call carries only :class:`StreamRows` — how many rows to read
+for how many gradient steps. Each rank reads its share of every batch (sizes differ by at most one row) and the
+gradients are summed weighted by those shares, so a gradient step is the step on the union of the ranks' rows:
+the data path of :class:`~herdrl.rollout.transport.FragmentInput` (references read where the learner runs), fed
+by Ray Data's block references instead of runners' fragments.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -117,17 +126,21 @@ class _EpisodesToTransitions:
 
 
 class RayDataReader:
-    """Transitions streamed by Ray Data, epoch after epoch, each pass over the episode files in a new order."""
+    """Transitions streamed by Ray Data, epoch after epoch, each pass over the episode files (``files``: these
+    ``(path, episode id)`` only; default all) in a new order. ``task_cpus``: the CPUs each Ray Data task asks for
+    (None: Ray Data's default, one), ``concurrency``: at most this many tasks at once (None: Ray Data decides)."""
 
     def __init__(self, dataset: OfflineDataset, gamma: float, rng: np.random.Generator, batch_rows: int,
-                 shuffle_buffer_rows: int) -> None:
+                 shuffle_buffer_rows: int, files: list[tuple[str, int]] | None = None,
+                 task_cpus: float | None = None, concurrency: int | None = None) -> None:
         if dataset.data_format == "hdf5":
             raise DatasetError(f"{dataset.path} is one HDF5 file: Ray Data streams Parquet or Arrow episode files "
                                "(set offline_read_method='memory', or re-record it with herd record)")
         quiet_ray_data()
         self.dataset, self.gamma, self.rng = dataset, gamma, rng
         self.batch_rows, self.shuffle_buffer_rows = batch_rows, shuffle_buffer_rows
-        self.files = [(str(path), int(path.parent.name)) for path in dataset.episode_files()]
+        self.files = episode_files(dataset) if files is None else files
+        self._task_cpus, self._concurrency = task_cpus, concurrency
         if not self.files:
             raise DatasetError(f"{dataset.path} holds no episodes")
         self.epochs = 0
@@ -145,7 +158,8 @@ class RayDataReader:
         seed = int(self.rng.integers(2**31))
         pipeline = ray.data.from_items(items).map_batches(
             _EpisodesToTransitions(str(self.dataset.path), self.gamma, seed), batch_size=EPISODES_PER_BLOCK,
-            batch_format="numpy")
+            batch_format="numpy", **({} if self._task_cpus is None else {"num_cpus": self._task_cpus}),
+            **({} if self._concurrency is None else {"compute": ray.data.TaskPoolStrategy(size=self._concurrency)}))
         self.epochs += 1
         batches = pipeline.iter_batches(batch_size=self.batch_rows, batch_format="numpy", drop_last=False,
                                         local_shuffle_buffer_size=self.shuffle_buffer_rows, local_shuffle_seed=seed)
@@ -183,6 +197,50 @@ class RayDataReader:
             self._batches.close()
             _join_ray_data_threads()
         self._batches = None
+
+
+def episode_files(dataset: OfflineDataset) -> list[tuple[str, int]]:
+    """The dataset's episode files and their episode ids, in id order."""
+    return [(str(path), int(path.parent.name)) for path in dataset.episode_files()]
+
+
+#: Ray Data tasks a learner rank's stream runs at once.
+STREAM_TASKS = 2
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """What a learner rank needs to open its own stream of the dataset (sent once; again after a restart)."""
+
+    path: str
+    gamma: float
+    seed: int
+    batch_rows: int
+    shuffle_buffer_rows: int
+
+    def open(self, rank: int, world_size: int) -> RayDataReader:
+        """Rank ``rank``'s reader: files ``rank, rank + world_size, ...`` in id order, its own random stream. Its
+        Ray Data tasks ask for no CPU (the learner's reading: a run's CPUs are all its learners' and runners'),
+        at most :data:`STREAM_TASKS` at once."""
+        dataset = OfflineDataset(self.path)
+        share = episode_files(dataset)[rank::world_size]
+        return RayDataReader(dataset, self.gamma, np.random.default_rng([self.seed, rank]),
+                             max(1, self.batch_rows // world_size), self.shuffle_buffer_rows, files=share,
+                             task_cpus=0, concurrency=STREAM_TASKS)
+
+
+@dataclass(frozen=True)
+class StreamRows:
+    """An update's input when learner ranks stream their own shares: ``steps`` gradient steps of ``batch_rows``
+    rows in all, each rank reading its :func:`rank_rows` of every step from its own stream."""
+
+    batch_rows: int
+    steps: int
+
+
+def rank_rows(rows: int, rank: int, world_size: int) -> int:
+    """Rank ``rank``'s share of ``rows`` rows split between ``world_size`` ranks (as even as can be)."""
+    return rows // world_size + (rank < rows % world_size)
 
 
 #: Ray Data's threads that still fetch blocks for a closed iterator for a moment (Ray must outlive them: its core

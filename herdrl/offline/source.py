@@ -26,6 +26,21 @@ def _same_space(a: gym.Space, b: gym.Space) -> bool:
         not isinstance(a, gym.spaces.MultiDiscrete) or np.array_equal(a.nvec, b.nvec))
 
 
+def check_spaces(dataset: Any, env_id: Any, env_config: dict | None) -> None:
+    """Refuse (:class:`DatasetError`, one line) a dataset whose spaces are not those of the env ``env_id``."""
+    from herdrl.env import make_single_env
+
+    env = make_single_env(env_id, env_config or {})
+    try:
+        for kind, ours, theirs in (("observation", dataset.observation_space, env.observation_space),
+                                   ("action", dataset.action_space, env.action_space)):
+            if not _same_space(ours, theirs):
+                raise DatasetError(f"the dataset's {kind} space {ours} is not the env's ({theirs}): record it on "
+                                   f"{env_id}, or evaluate on the env it was recorded on")
+    finally:
+        env.close()
+
+
 class DatasetSource:
     """An offline algorithm's stand-in for env runners: the dataset's spaces (checked against the env's, when one
     is given), and nothing to sample."""
@@ -38,17 +53,7 @@ class DatasetSource:
         self.observation_space: gym.Space = self.dataset.observation_space
         self.action_space: gym.Space = self.dataset.action_space
         if config.env is not None:
-            from herdrl.env import make_single_env
-
-            env = make_single_env(config.env, config.env_config)
-            try:
-                for kind, ours, theirs in (("observation", self.observation_space, env.observation_space),
-                                           ("action", self.action_space, env.action_space)):
-                    if not _same_space(ours, theirs):
-                        raise DatasetError(f"the dataset's {kind} space {ours} is not the env's ({theirs}): "
-                                           f"record it on {config.env}, or evaluate on the env it was recorded on")
-            finally:
-                env.close()
+            check_spaces(self.dataset, config.env, config.env_config)
 
     def sample(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Offline algorithms read their dataset: there is nothing to sample."""
