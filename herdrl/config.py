@@ -229,6 +229,11 @@ class AlgorithmConfig:
             0, (int,), "learners", low=0,
             doc="actors on each learner's node that fetch its fragments (unpacking frames) and hand it one object "
                 "per actor (RLlib's name); 0: learners fetch fragments themselves"),
+        "shard_fragments": Field(
+            False, (bool,), "learners",
+            doc="PPO on N learner actors: each fetches and learns on its own share of the fragments (1/N of the "
+                "bytes each) instead of every learner fetching all of them; the update is one learner's on the batch "
+                "in share order"),
         "learner_timeout_s": Field(600.0, (float,), "learners", low=0, low_open=True,
                                    doc="a learner call (an update, a collective) that takes longer has failed"),
         "num_cpus_for_main_process": Field(
@@ -494,8 +499,8 @@ class AlgorithmConfig:
     def learners(self, **kwargs: Any) -> AlgorithmConfig:
         """Set where learning runs: ``num_learners`` (0: in the driver; N: N data-parallel learner actors, which
         split every minibatch and all-reduce gradients), ``num_cpus_per_learner``, ``num_gpus_per_learner``
-        (fractions allowed), ``num_aggregator_actors_per_learner``, ``mixed_precision`` (``"bf16"``),
-        ``learner_timeout_s``."""
+        (fractions allowed), ``num_aggregator_actors_per_learner``, ``shard_fragments`` (each learner its own
+        share of the fragments), ``mixed_precision`` (``"bf16"``), ``learner_timeout_s``."""
         return self._set("learners", kwargs)
 
     def fault_tolerance(self, **kwargs: Any) -> AlgorithmConfig:
@@ -737,6 +742,17 @@ class AlgorithmConfig:
             raise ConfigError(f"num_aggregator_actors_per_learner={self.num_aggregator_actors_per_learner} needs "
                               "learner actors (num_learners >= 1): the learner in the driver fetches its fragments "
                               "itself")
+        if self.shard_fragments:
+            learner = self.algo_class().learner_class
+            why = ("learns on its fragments as one batch" if not getattr(learner, "supports_sharded_fragments", False)
+                   else "shards multi-agent fragments not yet" if self.is_multi_agent
+                   else "shards with value normalisation not yet" if getattr(self, "value_normalization", False)
+                   else "needs learner actors (num_learners >= 2) to shard between" if self.num_learners < 2
+                   else "shards the fragments of Ray runners: set num_env_runners >= num_learners"
+                   if self.num_env_runners < self.num_learners
+                   else None)
+            if why:
+                raise ConfigError(f"shard_fragments=True: {self.algo_name} {why}; leave it off")
         if self.num_aggregator_actors_per_learner and self.stores_raw_transitions:
             raise ConfigError(f"{self.algo_name} learns from a replay buffer in the driver, which sends its learners "
                               "replayed batches, not fragments: num_aggregator_actors_per_learner has nothing to "

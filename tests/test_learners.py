@@ -9,6 +9,7 @@ import ray
 import torch
 
 from herdrl import A2CConfig, Algorithm, ConfigError, DQNConfig, PPOConfig, SACConfig, TRPOConfig
+from herdrl.algorithms import ppo as ppo_module
 from herdrl.algorithms.a2c import A2CLearner
 from herdrl.algorithms.dqn import DQNLearner
 from herdrl.algorithms.ppo import PPOLearner
@@ -166,6 +167,53 @@ def test_a2c_and_sac_split_their_updates_between_two_learners():
     algo.stop()
 
 
+def _sharded_and_single_update(model: dict, monkeypatch, places=None):
+    """PPO's update on 3 fragments by 2 learner actors with shard_fragments (learner 0 fetches 2, learner 1 one)
+    and by one learner from the same weights: (sharded weights, single weights, their gradient steps)."""
+    from herdrl.rollout.transport import FragmentInput
+
+    config = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2, num_envs_per_env_runner=3)
+              .training(train_batch_size=288, minibatch_size=40, num_epochs=2, model=model)
+              .learners(num_learners=2, shard_fragments=True).debugging(seed=0))
+    config.validate()
+    runner = EnvRunner(config)
+    fragments = [runner.sample(32) for _ in range(3)]
+    one = PPOLearner(config, runner.observation_space, runner.action_space)
+    group = RayLearnerGroup(config, PPOLearner, runner.observation_space, runner.action_space, init_seed=0)
+    group.load_state(one.state())
+    split = group.update(FragmentInput([ray.put(f) for f in fragments]), 7)
+    sharded = group.get_weights()
+    group.stop()
+    with monkeypatch.context() as patch:
+        if places is not None:  # the whole batch's minibatches, drawn over the shares end to end, in its own rows
+            rng, rows = np.random.default_rng(7), places(fragments)
+            count = round(len(rows) / 40)
+            epochs = [[rows[part] for part in np.array_split(rng.permutation(len(rows)), count)] for _ in range(2)]
+            patch.setattr(ppo_module, "minibatches", lambda *args: epochs.pop(0))
+        single = one.update(fragments, 7)
+    assert split["num_gradient_updates"] == single["num_gradient_updates"]
+    return sharded, one.get_weights(), single["num_gradient_updates"]
+
+
+def test_ppo_learners_sharing_out_the_fragments_step_on_the_union_of_their_minibatches(monkeypatch):
+    """shard_fragments: of 3 fragments learner 0 fetches 2 and learner 1 one, each learning on its own rows only;
+    each gradient step must be one learner's step on the whole batch's minibatch (drawn over the shares laid end to
+    end), advantages normalised over both shares. A recurrent batch's sequences are the shares' end to end already:
+    one learner's own update must match. An MLP batch's rows are time-major with the fragments' envs side by side:
+    one learner is given the same minibatches in its own rows."""
+    def places(fragments):  # where each share's rows (real steps, time-major, envs side by side) are in the whole
+        layout = lambda parts: [(i, env, t) for t in range(32) for i in parts for env in range(3)  # noqa: E731
+                                if fragments[i].valid[t, env]]
+        whole = {row: n for n, row in enumerate(layout([0, 1, 2]))}
+        return np.array([whole[row] for row in layout([0, 1]) + layout([2])])
+
+    sharded, single, steps = _sharded_and_single_update({"fcnet_hiddens": [64, 64]}, monkeypatch, places)
+    assert steps >= 2 * 6 and _max_diff(sharded, single) < 1e-5
+    sharded, single, steps = _sharded_and_single_update({"use_lstm": True, "lstm_cell_size": 16, "max_seq_len": 8},
+                                                        monkeypatch)
+    assert steps >= 2 * 6 and _max_diff(sharded, single) < 1e-5
+
+
 def test_learner_settings_are_checked():
     with pytest.raises(ConfigError, match="TRPO learns on one learner"):
         TRPOConfig().environment("CartPole-v1").learners(num_learners=2).validate()
@@ -173,6 +221,12 @@ def test_learner_settings_are_checked():
         DQNConfig().environment("CartPole-v1").training(train_batch_size=8).learners(num_learners=9).validate()
     with pytest.raises(ConfigError, match="minibatch_size=3 is too small to split between 2 learners"):
         PPOConfig().environment("CartPole-v1").training(minibatch_size=3).learners(num_learners=2).validate()
+    with pytest.raises(ConfigError, match="shard_fragments=True: A2C learns on its fragments as one batch"):
+        A2CConfig().environment("CartPole-v1").learners(num_learners=2, shard_fragments=True).validate()
+    with pytest.raises(ConfigError, match="shard_fragments=True: PPO shards the fragments of Ray runners"):
+        PPOConfig().environment("CartPole-v1").learners(num_learners=2, shard_fragments=True).validate()
+    with pytest.raises(ConfigError, match="shard_fragments=True: PPO needs learner actors"):
+        PPOConfig().environment("CartPole-v1").learners(num_learners=1, shard_fragments=True).validate()
     with pytest.raises(ConfigError, match="num_gpus=1 is the GPU of the learner in the driver.*num_gpus_per_learner"):
         PPOConfig().environment("CartPole-v1").resources(num_gpus=1).learners(num_learners=2).validate()
     if not torch.cuda.is_available():

@@ -644,35 +644,43 @@ print("stopped", ray.is_initialized())
 
 
 def test_learner_actors_stream_their_own_shares_and_step_on_the_union_of_their_rows(tmp_path):
-    """With learner actors a streamed dataset bypasses the driver: rank r reads episode files r, r+2, ... and a
-    gradient step is one learner's step on both ranks' rows. Even files hold only (A, 0), odd files only (B, 1):
-    whatever each stream's shuffle, a rank that read only its share gives exactly half of each batch."""
+    """With learner actors a streamed dataset bypasses the driver: rank r reads episode files r, r+2, ... and each
+    reads a share of every batch in proportion to the transitions its files hold (60 and 30 here); a gradient step
+    is one learner's step on both ranks' rows. A batch of 90 is then exactly one pass over each share (every row
+    distinct), so both steps learn on all 90 transitions, whatever each stream's shuffle."""
     from herdrl.algorithms.bc import BCConfig
 
-    space, actions = gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2)
-    writer = DatasetWriter(tmp_path / "halves", space, actions)
-    for i in range(4):
-        obs = np.zeros((41, 4), np.float32)
+    space, actions = gym.spaces.Box(-1, 2, (4,), np.float32), gym.spaces.Discrete(2)
+    writer = DatasetWriter(tmp_path / "uneven", space, actions)
+    obs_rows, action_rows = [], []
+    for i, steps in enumerate([30, 10, 30, 20]):
+        obs = np.zeros((steps + 1, 4), np.float32)
         obs[:, i % 2] = 1.0
-        writer.write(Episode(obs, np.full(40, i % 2), np.ones(40), np.arange(40) == 39, np.zeros(40, bool)))
-    write_metadata(tmp_path / "halves", space, actions)
-    algo = (BCConfig().offline_data(input_=str(tmp_path / "halves"), offline_read_method="ray_data")
-            .training(updates_per_iteration=3, updates_per_call=3, train_batch_size=16, model={"fcnet_hiddens": [8]})
+        obs[:, 2] = np.arange(steps + 1) / 40 + i
+        writer.write(Episode(obs, np.arange(steps) % 2, np.ones(steps), np.arange(steps) == steps - 1,
+                             np.zeros(steps, bool)))
+        obs_rows.append(obs[:-1])
+        action_rows.append(np.arange(steps) % 2)
+    write_metadata(tmp_path / "uneven", space, actions)
+    algo = (BCConfig().offline_data(input_=str(tmp_path / "uneven"), offline_read_method="ray_data")
+            .training(updates_per_iteration=2, updates_per_call=1, train_batch_size=90, model={"fcnet_hiddens": [8]})
             .learners(num_learners=2).resources(include_dashboard=False).debugging(seed=0).build())
     try:
-        assert algo.reader is None  # (no reader in the driver)
+        assert algo.reader is None and algo._stream_rows == (60, 30)  # (no reader in the driver)
         start = algo.get_weights()
         row = algo.train()
         learned = algo.get_weights()
         one = algo.learner_class(algo.config, space, actions)
     finally:
         algo.stop()
-    assert row["dataset/epochs"] >= 1 and row["num_gradient_updates"] == 3
+    assert row["dataset/epochs"] == 2 and row["num_gradient_updates"] == 2
+    from herdrl.offline.reader import share_rows
+
+    assert share_rows(15, [1000, 10]) == (14, 1) and share_rows(7, [5, 5, 5]) == (3, 2, 2)
     one.module.load_state_dict({key: torch.tensor(value) for key, value in start.items()})
-    step = {"obs": np.repeat(np.eye(4, dtype=np.float32)[:2], 8, axis=0), "actions": np.repeat([0, 1], 8),
-            "rewards": np.ones(16, np.float32), "next_obs": np.zeros((16, 4), np.float32),
-            "discounts": np.ones(16, np.float32), "returns": np.ones(16, np.float32)}
-    one.update({key: np.concatenate([value] * 3) for key, value in step.items()}, 3)
+    every = {"obs": np.concatenate(obs_rows), "actions": np.concatenate(action_rows), "rewards": np.ones(90),
+             "next_obs": np.zeros((90, 4), np.float32), "discounts": np.ones(90), "returns": np.ones(90)}
+    one.update({key: np.concatenate([value] * 2) for key, value in every.items()}, 2)
     for key, value in one.get_weights().items():
         np.testing.assert_allclose(learned[key], value, rtol=1e-4, atol=1e-6)
     assert sum(not np.allclose(start[key], value) for key, value in learned.items()) >= 4  # (the policy moved)
@@ -712,6 +720,14 @@ def test_iql_continues_online_from_its_offline_checkpoint_with_its_dataset_in_re
         np.testing.assert_allclose(stored["discounts"][:200], 0.99, rtol=1e-6)  # (Pendulum only truncates)
         for key, value in trained.items():  # every weight of the offline run, value net included
             np.testing.assert_array_equal(algo.get_weights()[key], value)
+        # The runners explore with IQL's own actor: a ~ N(tanh(mean), std), log std in [-5, 2], clipped to the Box.
+        obs = np.random.default_rng(1).uniform(-1, 1, (6, 3)).astype(np.float32)
+        noise = np.random.default_rng(2).standard_normal((6, 1)).astype(np.float32) * 3
+        acted = online_config.runner_policy(algo.module, np.random.default_rng(0)).act(obs, True, noise)
+        with torch.no_grad():
+            mean, log_std = (t.numpy() for t in algo.module.mean_log_std(torch.from_numpy(obs)))
+        expected = np.clip(np.tanh(mean) + noise * np.exp(np.clip(log_std, -5, 2)), -1, 1) * 2.0
+        np.testing.assert_allclose(acted, expected, rtol=1e-5, atol=1e-6)
         row = algo.train()
         assert row["num_env_steps_sampled_lifetime"] >= 100 and len(algo.buffer) == recorded + \
             row["num_env_steps_sampled_lifetime"]

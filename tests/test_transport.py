@@ -184,6 +184,16 @@ def test_fragments_reach_learner_actors_without_entering_the_driver(monkeypatch)
     algo.train()
     algo.stop()
     assert opened.count(1) == 2 and opened.count(2) == 2  # in the driver: two fragments, each with packed frames
+    # The rows report the cluster's object stores: at least an object of 40 MB put here shows.
+    import ray
+
+    from herdrl.cluster.connect import object_store_use
+
+    held = ray.put(np.zeros(5_000_000))
+    use = object_store_use()
+    assert use["object_store_bytes"] >= 40e6 and 0 < use["object_store_fraction"] < 1
+    assert 0 <= result["object_store_fraction"] < 1
+    del held
 
 
 @pytest.mark.usefixtures("whole_ray_cluster")

@@ -32,6 +32,7 @@ from herdrl.checkpoint import (
     space_to_json,
     write_checkpoint,
 )
+from herdrl.cluster.connect import object_store_use
 from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold
 from herdrl.env.imports import env_origin
@@ -384,6 +385,7 @@ class Algorithm:
             "num_nodes_lost": nodes_lost() - self._nodes_lost_before,
             "num_learner_restarts": self.learners.num_restarts,
             "num_learner_updates_lost": self.learners.num_updates_lost,
+            **object_store_use(),
             **({"fragment_bytes_per_env_step": self._iter_fragment_bytes / self._iter_steps}
                if self._iter_fragment_bytes and self._iter_steps else {}),
             **self._scheduled_values(),

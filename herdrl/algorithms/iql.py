@@ -12,7 +12,7 @@ IQL never evaluates an action the dataset did not take. Each gradient step:
 Defaults are the paper's (and d3rlpy's) for locomotion: expectile 0.7, beta 3, max weight 100.
 
 Online (``online=True``, one config change; with ``--init-from`` an offline IQL run's checkpoint it continues that
-run): runners sample the env with the actor (tanh-squashed Gaussian noise around ``tanh(mean)``), the replay buffer
+run): runners sample the env with IQL's actor (a ~ N(tanh(mean), std), clipped to the bounds), the replay buffer
 starts full of the dataset's transitions and the new ones join them (the oldest leave once it is full), and the
 same three losses learn from replayed batches, ``training_intensity`` replayed transitions per sampled env step:
 IQL's online fine-tuning as in the paper (section 5.3).
@@ -86,16 +86,16 @@ class IQLConfig(OfflineConfig):
         return IQLOnline(self.copy(), logger=logger)
 
     def runner_policy(self, module: nn.Module, rng: Any) -> object:
-        """(Online) the actor as SAC's runners run it."""
+        """(Online) IQL's actor on the runners: a ~ N(tanh(mean), std), log std in [-5, 2], clipped to the Box."""
         from herdrl.models.sac_networks import NumpySACPolicy
 
-        return NumpySACPolicy(module, rng)
+        return NumpySACPolicy(module, rng, (IQL_LOG_STD_MIN, IQL_LOG_STD_MAX), noise_after_tanh=True)
 
     def runner_blueprint(self, module: nn.Module) -> object:
-        """(Online) the actor's numpy twin as plain data (light runners)."""
+        """(Online) that actor's numpy twin as plain data (light runners)."""
         from herdrl.models.sac_networks import sac_blueprint
 
-        return sac_blueprint(module)
+        return sac_blueprint(module, (IQL_LOG_STD_MIN, IQL_LOG_STD_MAX), noise_after_tanh=True)
 
     def build_policy_module(self, observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
         """SAC's actor and critics plus a state-value network (Box actions)."""

@@ -77,6 +77,7 @@ class PPOLearner(Learner):
     """PPO's update: GAE, advantage normalisation, optional value clipping, entropy bonus and grad clipping."""
 
     config: PPOConfig
+    supports_sharded_fragments = True
 
     def setup(self) -> None:
         """Adam over the actor-critic's parameters."""
@@ -89,22 +90,28 @@ class PPOLearner(Learner):
         batch = learner_batch(self.module, fragments, cfg, self.device)
         gae_values = batch["old_values"]  # (what GAE used: the explained variance below reads them)
         batch["old_values"] = self.module.observe_value_targets(real_steps(batch, "returns"), gae_values)
+        # With shard_fragments, this rank's batch is its share: statistics and minibatches over every share.
         if cfg.normalize_advantages:
-            normalize_advantages(batch)
+            normalize_advantages(batch, self.global_sums if self.rows_sharded else None)
         rng = np.random.default_rng(seed)
         sums: dict[str, float] = {}
+        counts: dict[str, int] = {}  # (a share may have no rows in a minibatch: that step reports nothing here)
         updates = 0
         for _ in range(cfg.num_epochs):
-            for idx in minibatches(batch, cfg.minibatch_size, rng):
+            for idx in minibatches(batch, cfg.minibatch_size, rng, self.share_layout if self.rows_sharded else None):
                 stats = self.gradient_step(self.optimizer, self.loss, batch, idx, cfg.grad_clip or float("inf"))
                 for key, value in stats.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
+                    counts[key] = counts.get(key, 0) + 1
                 updates += 1
-        metrics = {key: value / updates for key, value in sums.items()}
-        returns = real_steps(batch, "returns")
-        old_values = real_steps({**batch, "old_values": gae_values}, "old_values")
-        residual = (returns - old_values).var()
-        metrics["vf_explained_var"] = float(1 - residual / returns.var()) if len(returns) > 1 else float("nan")
+        metrics = {key: value / counts[key] for key, value in sums.items()}
+        returns = real_steps(batch, "returns").double()
+        residual = returns - real_steps({**batch, "old_values": gae_values}, "old_values").double()
+        # (over every share's rows with shard_fragments: variances from summed moments)
+        n, r1, r2, d1, d2 = self.global_sums([float(len(returns)), float(returns.sum()), float((returns ** 2).sum()),
+                                              float(residual.sum()), float((residual ** 2).sum())])
+        spread = r2 - r1 * r1 / n if n > 1 else 0.0
+        metrics["vf_explained_var"] = 1 - (d2 - d1 * d1 / n) / spread if spread > 0 else float("nan")
         metrics["num_gradient_updates"] = updates
         return metrics
 

@@ -15,6 +15,7 @@ interfaces; the token is what keeps other hosts from running code on them. We on
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import sys
@@ -174,3 +175,20 @@ def disconnect() -> None:
 
         ray.shutdown()
         _connected_here = False
+
+
+def object_store_use() -> dict[str, float]:
+    """The cluster's object stores, all nodes together: bytes in use and the fraction of their capacity (result
+    rows: ``object_store_bytes``, ``object_store_fraction``); empty without Ray or where this Ray cannot say
+    (the figures come from Ray's internal memory-info call, a few ms)."""
+    ray = sys.modules.get("ray")  # (an in-process run never imports Ray for this)
+    if ray is None or not ray.is_initialized():
+        return {}
+    try:
+        from ray._private.internal_api import get_memory_info_reply, get_state_from_address
+
+        stats = get_memory_info_reply(get_state_from_address(ray.get_runtime_context().gcs_address)).store_stats
+        used, available = float(stats.object_store_bytes_used), float(stats.object_store_bytes_avail)
+    except Exception:  # (a private API: another Ray version may lack it; the rows then go without)
+        return {}
+    return {"object_store_bytes": used, "object_store_fraction": used / available if available > 0 else math.nan}

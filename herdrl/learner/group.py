@@ -15,6 +15,7 @@ checkpoint's — and the call that failed is made again. The updates since that 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -143,6 +144,7 @@ class RayLearnerGroup:
         self.actors: list[Any] = []
         self.aggregators: list[list[Any]] = []
         self._stream: Any = None  # the StreamSpec every rank reads its share of (open_stream), or None
+        self._warned_unsharded = False
         try:
             ray.get(self._pg.ready(), timeout=max(60.0, config.ray_connect_timeout_s))
         except ray.exceptions.GetTimeoutError:
@@ -184,15 +186,16 @@ class RayLearnerGroup:
         self._get([a.start.remote(init_method, learner_class, observation_space, action_space, init_seed,
                                   cfg.learner_timeout_s) for a in self.actors], "start", timeout_s)
         self.aggregators = self._start_aggregators(cfg.num_aggregator_actors_per_learner, timeout_s)
-        if self._stream is not None:  # (restarted ranks stream their shares again, from a new pass)
-            self._get([actor.open_stream.remote(self._stream) for actor in self.actors], "start", timeout_s)
+        if self._stream is not None:  # (restarted ranks stream their shares again, in new orders)
+            spec = dataclasses.replace(self._stream, restarts=self.num_restarts)
+            self._get([actor.open_stream.remote(spec) for actor in self.actors], "start", timeout_s)
 
-    def open_stream(self, spec: Any) -> None:
+    def open_stream(self, spec: Any) -> list[int]:
         """Every rank opens its own stream of its share of a dataset (a :class:`~herdrl.offline.reader.StreamSpec`;
         updates then take :class:`~herdrl.offline.reader.StreamRows`): the data never passes through this
-        process."""
+        process. Returns the transitions each rank's share holds, in rank order."""
         self._stream = spec
-        self._call("start", lambda: [actor.open_stream.remote(spec) for actor in self.actors])
+        return self._call("start", lambda: [actor.open_stream.remote(spec) for actor in self.actors])
 
     def stream_epochs(self) -> int:
         """The most passes any rank's stream has begun over its share."""
@@ -371,7 +374,8 @@ class RayLearnerGroup:
         refs = [a if isinstance(a, (int, float, str, StreamRows)) or _all_refs(a) else ray.put(a) for a in args]
         # Every rank takes the scheduled hyperparameters (lr, ...) at the same env-step count: they agree.
         step = self.step_source() if self.step_source else None
-        results = self._call("update", lambda: [actor.call.remote("update_at", step, *self._aggregated(refs, rank))
+        results = self._call("update", lambda: [actor.call.remote("update_at", step,
+                                                                  *self._aggregated(self._shared(refs, rank), rank))
                                                 for rank, actor in enumerate(self.actors)])
         if isinstance(results[0], FragmentsLost):
             return results[0]  # (the learners agreed on it: none updated)
@@ -381,6 +385,20 @@ class RayLearnerGroup:
             metrics, rows = zip(*results, strict=True)
             return _mean_metrics(metrics), np.concatenate(rows)
         return _mean_metrics(results)
+
+    def _shared(self, args: list[Any], rank: int) -> list[Any]:
+        """``args`` for learner ``rank``: with ``shard_fragments``, its own share of the fragment references (when
+        there are at least as many as learners; else every learner reads them all, as without)."""
+        count = len(self.actors)
+        if not self.config.shard_fragments:
+            return args
+        few = [len(arg) for arg in args if _all_refs(arg) and len(arg) < count]
+        if few and rank == 0 and not self._warned_unsharded:
+            self._warned_unsharded = True
+            logger.warning("herdrl: shard_fragments: an update of %d fragment(s) between %d learners is not sharded "
+                           "(every learner reads them all); more runners or shorter fragments give each learner "
+                           "its own", few[0], count)
+        return [arg.share(rank, count) if _all_refs(arg) and len(arg) >= count else arg for arg in args]
 
     def _aggregated(self, args: list[Any], rank: int) -> list[Any]:
         """``args`` for learner ``rank``: with aggregators, its fragment references in consecutive shares, each
@@ -392,9 +410,11 @@ class RayLearnerGroup:
         for arg in args:
             if _all_refs(arg):
                 parts = shares(list(arg), len(mine))
-                arg = AggregatedInput([aggregator.gather.remote(part) for aggregator, part in zip(mine, parts,
-                                                                                                   strict=False)],
-                                      [len(part) for part in parts])
+                aggregated = AggregatedInput([aggregator.gather.remote(part)
+                                              for aggregator, part in zip(mine, parts, strict=False)],
+                                             [len(part) for part in parts])
+                aggregated.offset, aggregated.total = arg.offset, arg.total
+                arg = aggregated
             out.append(arg)
         return out
 

@@ -43,6 +43,9 @@ class Learner:
 
     #: Attributes holding this learner's optimizers; saved and restored under these names.
     optimizer_names: tuple[str, ...] = ("optimizer",)
+    #: Whether :meth:`update` learns on a share of the fragments (``shard_fragments``): batch-wide statistics
+    #: through :meth:`global_sums`, minibatches per share.
+    supports_sharded_fragments = False
 
     def __init__(self, config: AlgorithmConfig, observation_space: gym.Space, action_space: gym.Space,
                  device: torch.device | None = None, rank: int = 0, world_size: int = 1) -> None:
@@ -54,6 +57,9 @@ class Learner:
         #: given are already this rank's own rows (a streamed offline dataset, each rank reading its own share),
         #: this share of each gradient step's rows (see :meth:`gradient_step`).
         self.batch_share: float | None = None
+        #: True while an update's fragments are this rank's own share (``shard_fragments``): each gradient step
+        #: learns on all of this rank's rows of its minibatch, weighted by their count over every rank's.
+        self.rows_sharded = False
         self._sum_seconds = 0.0  # time spent summing gradients across learners (all-reduce), see sum_seconds
         self._real_steps: tuple[torch.Tensor, np.ndarray] | None = None  # see _share
         self.module: nn.Module = config.build_module(observation_space, action_space).to(self.device)
@@ -95,6 +101,29 @@ class Learner:
         """Inverse of :meth:`extra_state`."""
 
     # ------------------------------------------------------------------ data parallelism
+    def global_sums(self, values: list[float]) -> list[float]:
+        """``values`` summed over every rank while each learns on its own share of the fragments; as they are
+        otherwise (every rank holds the whole batch)."""
+        if not self.rows_sharded or self.world_size == 1:
+            return values
+        import torch.distributed as dist
+
+        totals = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(totals)
+        return totals.cpu().tolist()
+
+    def share_layout(self, size: int, steps: int) -> tuple[int, int, int]:
+        """(While this rank's batch is its share of the fragments) where its ``size`` rows begin among every
+        share's laid end to end in rank order, and every share's rows and real ``steps`` in all."""
+        table = torch.zeros(self.world_size, 2, dtype=torch.float64, device=self.device)
+        table[self.rank] = torch.tensor([float(size), float(steps)], dtype=torch.float64)
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(table)
+        sizes, total_steps = table[:, 0].cpu().numpy().astype(int), float(table[:, 1].sum())
+        return int(sizes[:self.rank].sum()), int(sizes.sum()), int(round(total_steps))
+
     def shard(self, index: np.ndarray) -> np.ndarray:
         """This learner's rows of a minibatch ``index``: all of them on one learner, else a contiguous
         ``1/world_size`` slice (sizes differ by at most one row, so none is empty while rows >= learners)."""
@@ -115,6 +144,23 @@ class Learner:
         """
         optimizer.zero_grad()
         stats: dict[str, Any] = {}
+        if self.rows_sharded and self.world_size > 1:  # this rank's share of the minibatch: all of its rows
+            rows = np.arange(len(batch["actions"])) if index is None else index
+            count = self._real_count(batch, rows)
+            if count > 0:
+                with self.autocast():
+                    loss, stats = loss_fn(take(batch, torch.from_numpy(rows).to(self.device)))
+                (loss * count).backward()  # (summed over ranks, then divided by every rank's count)
+            start = time.perf_counter()
+            total = self._sum_gradients(optimizer.params, count)
+            self._sum_seconds += time.perf_counter() - start
+            for p in optimizer.params:
+                if p.grad is not None:
+                    p.grad /= max(total, 1.0)
+            if grad_clip is not None:
+                stats["grad_norm"] = nn.utils.clip_grad_norm_(optimizer.params, grad_clip)
+            optimizer.step()
+            return stats
         if self.batch_share is not None and index is None:  # this rank's own rows: all of them, weighted
             with self.autocast():
                 loss, stats = loss_fn(batch)
@@ -155,14 +201,22 @@ class Learner:
         total = valid[index].sum()
         return float(valid[rows].sum() / total) if total else 0.0
 
-    def _sum_gradients(self, params: list[torch.Tensor]) -> None:
+    def _real_count(self, batch: dict[str, Any], rows: np.ndarray) -> float:
+        """The real steps in ``rows``: the rows, or the valid steps of a recurrent batch's sequences."""
+        if "valid" not in batch:
+            return float(len(rows))
+        return float(batch["valid"][torch.from_numpy(rows).to(self.device)].sum()) if len(rows) else 0.0
+
+    def _sum_gradients(self, params: list[torch.Tensor], count: float | None = None) -> float:
         """Sum every parameter's gradient over the learners in one all-reduce (a flat buffer, plus one flag per
-        parameter: a parameter no learner computed a gradient for keeps none, as on a single learner)."""
+        parameter: a parameter no learner computed a gradient for keeps none, as on a single learner); ``count``
+        (this rank's rows) rides along: returns the sum of every rank's (0 without)."""
         import torch.distributed as dist
 
         sizes = [p.numel() for p in params]
-        total = sum(sizes)  # gradients first, then one flag per parameter
-        flat = torch.zeros(total + len(params), device=self.device)
+        total = sum(sizes)  # gradients first, then one flag per parameter, then the count
+        flat = torch.zeros(total + len(params) + 1, device=self.device)
+        flat[-1] = count or 0.0
         offset = 0
         for i, (p, size) in enumerate(zip(params, sizes, strict=True)):
             if p.grad is not None:
@@ -170,11 +224,12 @@ class Learner:
                 flat[total + i] = 1.0
             offset += size
         dist.all_reduce(flat)
-        computed = flat[total:].cpu().tolist()  # one device-to-host read for all the flags
+        computed = flat[total:].cpu().tolist()  # one device-to-host read for all the flags and the count
         offset = 0
-        for p, size, flag in zip(params, sizes, computed, strict=True):
+        for p, size, flag in zip(params, sizes, computed[:-1], strict=True):
             p.grad = flat[offset:offset + size].view_as(p).clone() if flag > 0 else None
             offset += size
+        return computed[-1]
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """``mixed_precision="bf16"``: the block computes in bfloat16 where torch's autocast says it is safe (matrix

@@ -66,12 +66,14 @@ class LearnerActor:
         # Then each rank its own stream: noise inside a loss (SAC's action samples) must differ between shards.
         torch.manual_seed(int(np.random.SeedSequence([init_seed, self.rank]).generate_state(1)[0]))
 
-    def open_stream(self, spec: Any) -> None:
+    def open_stream(self, spec: Any) -> int:
         """Open this rank's own stream of a dataset (a :class:`~herdrl.offline.reader.StreamSpec`), which
-        :class:`~herdrl.offline.reader.StreamRows` inputs then read from."""
+        :class:`~herdrl.offline.reader.StreamRows` inputs then read from; returns the transitions its share
+        holds."""
         if self.stream is not None:
             self.stream.stop()
-        self.stream = spec.open(self.rank, self.world_size)
+        self.stream, transitions = spec.open(self.rank, self.world_size)
+        return transitions
 
     def stream_epochs(self) -> int:
         """Passes this rank's stream has begun over its share of the dataset."""
@@ -85,19 +87,26 @@ class LearnerActor:
         stream (its share of each step's rows: the learner weighs its gradients by that share)."""
         args = list(args)
         reader = importlib.import_module("herdrl.offline.reader")
-        for i, arg in enumerate(args):
-            if isinstance(arg, reader.StreamRows):
-                rows = reader.rank_rows(arg.batch_rows, self.rank, self.world_size)
-                args[i] = self.stream.draw(rows * arg.steps)
-                self.learner.batch_share = rows / arg.batch_rows
-                continue
-            if isinstance(arg, FragmentInput):
-                aggregated = isinstance(arg, AggregatedInput)
-                args[i], lost = resolve_aggregated(arg) if aggregated else resolve(arg)
-                lost = self._agree(lost, sum(arg.sizes) if aggregated else len(arg))
-                if lost:
-                    return FragmentsLost(lost)
-        return getattr(self.learner, method)(*args)
+        try:
+            for i, arg in enumerate(args):
+                if isinstance(arg, reader.StreamRows):
+                    rows = arg.rows[self.rank]
+                    args[i] = self.stream.draw(rows * arg.steps)
+                    self.learner.batch_share = rows / sum(arg.rows)
+                    continue
+                if isinstance(arg, FragmentInput):
+                    aggregated = isinstance(arg, AggregatedInput)
+                    args[i], lost = resolve_aggregated(arg) if aggregated else resolve(arg)
+                    # (a share's indices in the whole input: every rank flags the same update's fragments)
+                    count = sum(arg.sizes) if aggregated else len(arg)
+                    lost = self._agree([arg.offset + j for j in lost], arg.total or count)
+                    if lost:
+                        return FragmentsLost(lost)
+                    self.learner.rows_sharded = arg.total is not None
+            return getattr(self.learner, method)(*args)
+        finally:
+            if self.learner is not None:
+                self.learner.batch_share, self.learner.rows_sharded = None, False
 
     def _agree(self, lost: list[int], count: int) -> list[int]:
         """The fragments lost on any rank (every rank must skip the same update, or its peers would wait for it in

@@ -195,13 +195,15 @@ def random_allowed(mask: np.ndarray, uniform: np.ndarray) -> np.ndarray:
 
 class SquashedGaussian:
     """SAC's actor: u ~ N(mean, std) from ``mean_log_std`` (observations -> (mean, log std)), a = tanh(u) scaled
-    into the Box (``scale``, ``bias``: (high - low) / 2 and (high + low) / 2)."""
+    into the Box (``scale``, ``bias``: (high - low) / 2 and (high + low) / 2). ``noise_after_tanh`` (IQL's actor):
+    a ~ N(tanh(mean), std) instead, clipped to [-1, 1] before scaling."""
 
     def __init__(self, mean_log_std: Callable[[Any], tuple[np.ndarray, np.ndarray]], action_dim: int,
-                 scale: np.ndarray, bias: np.ndarray, rng: np.random.Generator) -> None:
+                 scale: np.ndarray, bias: np.ndarray, rng: np.random.Generator, noise_after_tanh: bool = False) -> None:
         self.rng, self.action_dim = rng, action_dim
         self._mean_log_std = mean_log_std
         self._scale, self._bias = np.asarray(scale, np.float32), np.asarray(bias, np.float32)
+        self.noise_after_tanh = noise_after_tanh
 
     def noise(self, steps: int, batch: int) -> np.ndarray:
         """Standard normal noise for a whole fragment."""
@@ -210,9 +212,14 @@ class SquashedGaussian:
     def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
         """Scaled actions (float32, within the Box bounds)."""
         mean, log_std = self._mean_log_std(obs)
+        if explore and noise is None:
+            noise = self.noise(1, len(mean))[0]
+        if self.noise_after_tanh:
+            unit = np.tanh(mean)
+            if explore:
+                unit = np.clip(unit + noise * np.exp(log_std), -1.0, 1.0)
+            return (unit * self._scale + self._bias).astype(np.float32)
         if explore:
-            if noise is None:
-                noise = self.noise(1, len(mean))[0]
             mean = mean + noise * np.exp(log_std)
         return (np.tanh(mean) * self._scale + self._bias).astype(np.float32)
 
@@ -265,7 +272,7 @@ def light_policy(weights: MLPWeights, actions: ActionLayout, rng: np.random.Gene
         return EpsilonGreedy(lambda obs: forward(obs).argmax(1), dim, rng)
     if kind == "squashed_gaussian":
         return SquashedGaussian(split_mean_log_std(forward, dim, params["log_std_min"], params["log_std_max"]),
-                                dim, params["scale"], params["bias"], rng)
+                                dim, params["scale"], params["bias"], rng, params.get("noise_after_tanh", False))
     if kind == "noisy_tanh":
         return NoisyTanh(forward, dim, params["scale"], params["bias"], params["noise_std"], rng)
     raise ValueError(f"unknown runner policy kind {kind!r}")

@@ -122,30 +122,36 @@ class SACModule(LegacyNames):
         return self.sample(obs)[0] if explore else self.greedy(obs)
 
 
-def sac_blueprint(module: SACModule) -> MLPBlueprint | None:
-    """The actor's numpy twin as plain data, for an MLP on a vector."""
+def sac_blueprint(module: SACModule, log_std_bounds: tuple[float, float] = (LOG_STD_MIN, LOG_STD_MAX),
+                  noise_after_tanh: bool = False) -> MLPBlueprint | None:
+    """The actor's numpy twin as plain data, for an MLP on a vector (``log_std_bounds``, ``noise_after_tanh``:
+    IQL's actor, see :class:`~herdrl.models.numpy_policy.SquashedGaussian`)."""
     return mlp_blueprint(module, module.pi_encoder, module.pi_head, kind="squashed_gaussian",
                          action_dim=module.action_dim,
-                         params={**box_scaling(module), "log_std_min": LOG_STD_MIN, "log_std_max": LOG_STD_MAX})
+                         params={**box_scaling(module), "log_std_min": log_std_bounds[0],
+                                 "log_std_max": log_std_bounds[1], "noise_after_tanh": noise_after_tanh})
 
 
 class NumpySACPolicy(SquashedGaussian):
     """The squashed-Gaussian actor: in numpy on views of the module's weights for an MLP on a vector, one torch
-    forward pass otherwise (CNNs); noise from the runner's generator either way."""
+    forward pass otherwise (CNNs); noise from the runner's generator either way (``log_std_bounds``,
+    ``noise_after_tanh``: IQL's actor)."""
 
-    def __init__(self, module: SACModule, rng: np.random.Generator) -> None:
+    def __init__(self, module: SACModule, rng: np.random.Generator,
+                 log_std_bounds: tuple[float, float] = (LOG_STD_MIN, LOG_STD_MAX),
+                 noise_after_tanh: bool = False) -> None:
         self.module = module
-        blueprint = sac_blueprint(module)
+        low, high = log_std_bounds
+        blueprint = sac_blueprint(module, log_std_bounds, noise_after_tanh)
         if blueprint is not None:
-            mean_log_std = split_mean_log_std(weight_views(module, blueprint).forward, module.action_dim,
-                                              LOG_STD_MIN, LOG_STD_MAX)
+            mean_log_std = split_mean_log_std(weight_views(module, blueprint).forward, module.action_dim, low, high)
         else:
             device = module_device(module)  # a GPU with num_gpus_per_env_runner (then no numpy twin)
 
             def mean_log_std(obs: Any) -> tuple[np.ndarray, np.ndarray]:
                 with torch.inference_mode():
                     mean, log_std = module.mean_log_std(to_torch(obs, device))
-                return mean.cpu().numpy(), log_std.cpu().numpy()
+                return mean.cpu().numpy(), np.clip(log_std.cpu().numpy(), low, high)
 
         super().__init__(mean_log_std, module.action_dim, module.action_scale.cpu().numpy(),
-                         module.action_bias.cpu().numpy(), rng)
+                         module.action_bias.cpu().numpy(), rng, noise_after_tanh)

@@ -120,7 +120,15 @@ class OfflineAlgorithm(Algorithm):
     def setup(self) -> None:
         """The reader of the dataset's transitions (:mod:`herdrl.offline.reader`): in this process, or, streamed
         with learner actors, one per learner rank on its own share of the episode files."""
-        from herdrl.offline.reader import MemoryReader, RayDataReader, StreamSpec, episode_files, stored_row_bytes
+        from herdrl.offline.reader import (
+            MemoryReader,
+            RayDataReader,
+            StreamSpec,
+            episode_files,
+            require_episode_files,
+            share_rows,
+            stored_row_bytes,
+        )
 
         cfg = self.config
         dataset = self.runners.dataset
@@ -132,13 +140,16 @@ class OfflineAlgorithm(Algorithm):
         self._ray_started = False
         self.reader: Any = None
         if method == "ray_data" and cfg.num_learners > 0:  # each rank streams its own share: none passes here
+            require_episode_files(dataset)
             files = len(episode_files(dataset))
             if files < cfg.num_learners or cfg.train_batch_size < cfg.num_learners:
                 raise ConfigError(f"{cfg.num_learners} learners stream their own shares of the dataset's episode "
                                   f"files and of each batch: it has {files} files, train_batch_size is "
                                   f"{cfg.train_batch_size}; use fewer learners or offline_read_method='memory'")
-            self.learners.open_stream(StreamSpec(str(dataset.path), cfg.gamma, int(self.rng.integers(2**31)),
-                                                 cfg.train_batch_size, cfg.shuffle_buffer_rows))
+            transitions = self.learners.open_stream(StreamSpec(
+                str(dataset.path), cfg.gamma, int(self.rng.integers(2**31)), cfg.train_batch_size,
+                cfg.shuffle_buffer_rows))
+            self._stream_rows = share_rows(cfg.train_batch_size, transitions)
             summary = {"dataset/episodes": files, "dataset/transitions": dataset.total_steps}
         elif method == "ray_data":
             from herdrl.cluster.connect import connect
@@ -168,7 +179,7 @@ class OfflineAlgorithm(Algorithm):
         if self.reader is None:
             from herdrl.offline.reader import StreamRows
 
-            return StreamRows(self.config.train_batch_size, rows // self.config.train_batch_size)
+            return StreamRows(self._stream_rows, rows // self.config.train_batch_size)
         return self.reader.draw(rows)
 
     def training_step(self) -> dict[str, float]:

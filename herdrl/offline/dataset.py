@@ -584,6 +584,22 @@ def read_table(path: Path) -> Any:
         raise DatasetError(f"{path} is not a readable {path.suffix[1:]} file ({exc})") from exc
 
 
+def episode_steps(path: Path) -> int:
+    """The steps of an episode file, from its metadata alone (its rows, less the padding row)."""
+    import pyarrow as pa
+
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_metadata(path).num_rows - 1
+        with pa.memory_map(str(path)) as source:
+            reader = pa.ipc.open_file(source)
+            return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches)) - 1
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise DatasetError(f"{path} is not a readable {path.suffix[1:]} file ({exc})") from exc
+
+
 def open_dataset(path: str | os.PathLike) -> OfflineDataset:
     """The dataset at ``path`` (the folder holding ``data/``, or ``data/`` itself)."""
     return OfflineDataset(path)

@@ -12,9 +12,10 @@ stored form, ``actions`` in stored form, ``rewards``, ``discounts``, ``returns``
 
 With learner actors (``num_learners >= 1``) a streamed dataset never passes through the driver: each learner rank
 opens its own :class:`RayDataReader` on its own share of the episode files (:class:`StreamSpec`, rank ``r`` of
-``N`` reads files ``r, r+N, ...``), and each update call carries only :class:`StreamRows` — how many rows to read
-for how many gradient steps. Each rank reads its share of every batch (sizes differ by at most one row) and the
-gradients are summed weighted by those shares, so a gradient step is the step on the union of the ranks' rows:
+``N`` reads files ``r, r+N, ...``), and each update call carries only :class:`StreamRows` — how many rows each
+rank reads for how many gradient steps. Each rank reads a share of every batch in proportion to the transitions
+its files hold, and the gradients are summed weighted by those shares, so a gradient step is the step on the
+union of the ranks' rows:
 the data path of :class:`~herdrl.rollout.transport.FragmentInput` (references read where the learner runs), fed
 by Ray Data's block references instead of runners' fragments.
 """
@@ -23,13 +24,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from herdrl.obs import ObsSpec, obs_map
-from herdrl.offline.dataset import DatasetError, Episode, OfflineDataset, to_transitions
+from herdrl.offline.dataset import DatasetError, Episode, OfflineDataset, episode_steps, to_transitions
 
 #: Episodes each Ray Data task reads into one block of transitions (shuffled inside the block).
 EPISODES_PER_BLOCK = 8
@@ -128,19 +130,18 @@ class _EpisodesToTransitions:
 class RayDataReader:
     """Transitions streamed by Ray Data, epoch after epoch, each pass over the episode files (``files``: these
     ``(path, episode id)`` only; default all) in a new order. ``task_cpus``: the CPUs each Ray Data task asks for
-    (None: Ray Data's default, one), ``concurrency``: at most this many tasks at once (None: Ray Data decides)."""
+    (None: Ray Data's default, one), ``concurrency``: at most this many tasks at once (None: Ray Data decides),
+    ``node_id``: the node they run on where it can (None: anywhere)."""
 
     def __init__(self, dataset: OfflineDataset, gamma: float, rng: np.random.Generator, batch_rows: int,
                  shuffle_buffer_rows: int, files: list[tuple[str, int]] | None = None,
-                 task_cpus: float | None = None, concurrency: int | None = None) -> None:
-        if dataset.data_format == "hdf5":
-            raise DatasetError(f"{dataset.path} is one HDF5 file: Ray Data streams Parquet or Arrow episode files "
-                               "(set offline_read_method='memory', or re-record it with herd record)")
+                 task_cpus: float | None = None, concurrency: int | None = None, node_id: str | None = None) -> None:
+        require_episode_files(dataset)
         quiet_ray_data()
         self.dataset, self.gamma, self.rng = dataset, gamma, rng
         self.batch_rows, self.shuffle_buffer_rows = batch_rows, shuffle_buffer_rows
         self.files = episode_files(dataset) if files is None else files
-        self._task_cpus, self._concurrency = task_cpus, concurrency
+        self._task_cpus, self._concurrency, self._node_id = task_cpus, concurrency, node_id
         if not self.files:
             raise DatasetError(f"{dataset.path} holds no episodes")
         self.epochs = 0
@@ -158,12 +159,25 @@ class RayDataReader:
         seed = int(self.rng.integers(2**31))
         pipeline = ray.data.from_items(items).map_batches(
             _EpisodesToTransitions(str(self.dataset.path), self.gamma, seed), batch_size=EPISODES_PER_BLOCK,
-            batch_format="numpy", **({} if self._task_cpus is None else {"num_cpus": self._task_cpus}),
-            **({} if self._concurrency is None else {"compute": ray.data.TaskPoolStrategy(size=self._concurrency)}))
+            batch_format="numpy", **self._task_options())
         self.epochs += 1
         batches = pipeline.iter_batches(batch_size=self.batch_rows, batch_format="numpy", drop_last=False,
                                         local_shuffle_buffer_size=self.shuffle_buffer_rows, local_shuffle_seed=seed)
         yield from batches  # (a generator of our own: stop() closes it, which ends Ray Data's executor)
+
+    def _task_options(self) -> dict[str, Any]:
+        import ray
+
+        options: dict[str, Any] = {}
+        if self._task_cpus is not None:
+            options["num_cpus"] = self._task_cpus
+        if self._concurrency is not None:
+            options["compute"] = ray.data.TaskPoolStrategy(size=self._concurrency)
+        if self._node_id is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self._node_id, soft=True)
+        return options
 
     def draw(self, rows: int) -> dict[str, Any]:
         """The next ``rows`` transitions of the stream (the next epoch begun when one ends)."""
@@ -199,6 +213,13 @@ class RayDataReader:
         self._batches = None
 
 
+def require_episode_files(dataset: OfflineDataset) -> None:
+    """Refuse (one line) a dataset Ray Data cannot stream: an HDF5 file."""
+    if dataset.data_format == "hdf5":
+        raise DatasetError(f"{dataset.path} is one HDF5 file: Ray Data streams Parquet or Arrow episode files "
+                           "(set offline_read_method='memory', or re-record it with herd record)")
+
+
 def episode_files(dataset: OfflineDataset) -> list[tuple[str, int]]:
     """The dataset's episode files and their episode ids, in id order."""
     return [(str(path), int(path.parent.name)) for path in dataset.episode_files()]
@@ -210,37 +231,54 @@ STREAM_TASKS = 2
 
 @dataclass(frozen=True)
 class StreamSpec:
-    """What a learner rank needs to open its own stream of the dataset (sent once; again after a restart)."""
+    """What a learner rank needs to open its own stream of the dataset (sent once; again after a restart, with
+    ``restarts`` counted so the restarted streams draw new orders)."""
 
     path: str
     gamma: float
     seed: int
     batch_rows: int
     shuffle_buffer_rows: int
+    restarts: int = 0
 
-    def open(self, rank: int, world_size: int) -> RayDataReader:
-        """Rank ``rank``'s reader: files ``rank, rank + world_size, ...`` in id order, its own random stream. Its
-        Ray Data tasks ask for no CPU (the learner's reading: a run's CPUs are all its learners' and runners'),
-        at most :data:`STREAM_TASKS` at once."""
+    def open(self, rank: int, world_size: int) -> tuple[RayDataReader, int]:
+        """Rank ``rank``'s reader (files ``rank, rank + world_size, ...`` in id order, its own random stream, its
+        share of the shuffle buffer; its Ray Data tasks on this node where they fit, asking for no CPU: the
+        learner's reading, at most :data:`STREAM_TASKS` at once) and the transitions its files hold."""
+        import ray
+
         dataset = OfflineDataset(self.path)
+        require_episode_files(dataset)
         share = episode_files(dataset)[rank::world_size]
-        return RayDataReader(dataset, self.gamma, np.random.default_rng([self.seed, rank]),
-                             max(1, self.batch_rows // world_size), self.shuffle_buffer_rows, files=share,
-                             task_cpus=0, concurrency=STREAM_TASKS)
+        steps = sum(episode_steps(Path(path)) for path, _ in share)
+        reader = RayDataReader(dataset, self.gamma, np.random.default_rng([self.seed, rank, self.restarts]),
+                               max(1, self.batch_rows // world_size),
+                               max(1, self.shuffle_buffer_rows // world_size), files=share, task_cpus=0,
+                               concurrency=STREAM_TASKS, node_id=ray.get_runtime_context().get_node_id())
+        return reader, steps
 
 
 @dataclass(frozen=True)
 class StreamRows:
-    """An update's input when learner ranks stream their own shares: ``steps`` gradient steps of ``batch_rows``
-    rows in all, each rank reading its :func:`rank_rows` of every step from its own stream."""
+    """An update's input when learner ranks stream their own shares: ``steps`` gradient steps, rank ``r`` reading
+    ``rows[r]`` rows of each step from its own stream (:func:`share_rows`)."""
 
-    batch_rows: int
+    rows: tuple[int, ...]
     steps: int
 
 
-def rank_rows(rows: int, rank: int, world_size: int) -> int:
-    """Rank ``rank``'s share of ``rows`` rows split between ``world_size`` ranks (as even as can be)."""
-    return rows // world_size + (rank < rows % world_size)
+def share_rows(batch_rows: int, transitions: list[int]) -> tuple[int, ...]:
+    """``batch_rows`` split between ranks in proportion to the transitions their shares hold (largest remainders;
+    at least one row each), so every transition of the dataset is as likely to be in a batch as in one stream's."""
+    total = sum(transitions)
+    exact = [batch_rows * count / total for count in transitions]
+    rows = [max(1, int(x)) for x in exact]
+    by_remainder = sorted(range(len(rows)), key=lambda r: exact[r] - int(exact[r]), reverse=True)
+    for r in by_remainder[:max(0, batch_rows - sum(rows))]:
+        rows[r] += 1
+    while sum(rows) > batch_rows:  # (the floors of one lifted above the share of a tiny one)
+        rows[max(range(len(rows)), key=lambda r: rows[r])] -= 1
+    return tuple(rows)
 
 
 #: Ray Data's threads that still fetch blocks for a closed iterator for a moment (Ray must outlive them: its core

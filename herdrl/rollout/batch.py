@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -192,19 +193,38 @@ def real_steps(batch: dict[str, Any], key: str) -> torch.Tensor:
     return batch[key][batch["valid"]] if "valid" in batch else batch[key]
 
 
-def minibatches(batch: dict[str, Any], minibatch_size: int | None, rng: np.random.Generator) -> list[np.ndarray | None]:
+def minibatches(batch: dict[str, Any], minibatch_size: int | None, rng: np.random.Generator,
+                layout: Callable[[int, int], tuple[int, int, int]] | None = None) -> list[np.ndarray | None]:
     """One pass's minibatches: shuffled row indices, about ``minibatch_size`` real steps each (rows are steps, or
     sequences of a recurrent batch), never an empty one; ``[None]`` (the whole batch, one step) when
-    ``minibatch_size`` is None."""
+    ``minibatch_size`` is None.
+
+    ``layout`` (a learner's :meth:`~herdrl.learner.Learner.share_layout`, when its batch is one share of the whole
+    batch the learners hold between them): the whole batch's minibatches, drawn as one learner would draw them
+    from the shares laid end to end in rank order, each cut to this share's rows (a share may have none in a
+    minibatch; the minibatch itself is never empty)."""
     if minibatch_size is None:
         return [None]
     size = len(batch["advantages"])
     steps = len(real_steps(batch, "advantages"))
-    return np.array_split(rng.permutation(size), max(1, min(size, round(steps / minibatch_size))))
+    if layout is None:
+        return np.array_split(rng.permutation(size), max(1, min(size, round(steps / minibatch_size))))
+    offset, total_size, total_steps = layout(size, steps)
+    parts = np.array_split(rng.permutation(total_size), max(1, min(total_size, round(total_steps / minibatch_size))))
+    return [part[(part >= offset) & (part < offset + size)] - offset for part in parts]
 
 
-def normalize_advantages(batch: dict[str, Any]) -> None:
-    """Advantages to mean 0, std 1 over the real steps, in place."""
+def normalize_advantages(batch: dict[str, Any], sums: Callable[[list[float]], list[float]] | None = None) -> None:
+    """Advantages to mean 0, std 1 over the real steps, in place (``sums``: a learner's
+    :meth:`~herdrl.learner.Learner.global_sums` when its batch is one share: over every share's)."""
     adv = real_steps(batch, "advantages")
-    if len(adv) > 1:
-        batch["advantages"] = (batch["advantages"] - adv.mean()) / (adv.std() + 1e-8)
+    if sums is None:
+        if len(adv) > 1:
+            batch["advantages"] = (batch["advantages"] - adv.mean()) / (adv.std() + 1e-8)
+        return
+    wide = adv.double()
+    count, total, squares = sums([float(len(adv)), float(wide.sum()), float((wide * wide).sum())])
+    if count > 1:
+        mean = total / count
+        std = max((squares - count * mean * mean) / (count - 1), 0.0) ** 0.5  # (unbiased, as torch's std)
+        batch["advantages"] = (batch["advantages"] - mean) / (std + 1e-8)

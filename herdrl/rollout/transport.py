@@ -93,7 +93,22 @@ def sampled(info: FragmentInfo, data: Any) -> Sampled:
 
 class FragmentInput(list):
     """The fragments a learner's update reads, as a list of fragments or of references to them (the first
-    argument of on-policy and asynchronous updates); learner groups resolve it where the learner runs."""
+    argument of on-policy and asynchronous updates); learner groups resolve it where the learner runs.
+
+    With ``shard_fragments`` each learner is given its own consecutive share: ``offset`` is the share's first
+    index in the update's whole input, ``total`` that input's length (None: not a share, every learner reads the
+    whole input)."""
+
+    offset: int = 0
+    total: int | None = None
+
+    def share(self, rank: int, count: int) -> FragmentInput:
+        """Learner ``rank``'s share of ``count`` (consecutive, as even as can be; every share non-empty: at least
+        ``count`` items)."""
+        parts = shares(list(self), count)
+        out = FragmentInput(parts[rank])
+        out.offset, out.total = sum(len(part) for part in parts[:rank]), len(self)
+        return out
 
 
 class AggregatedInput(FragmentInput):
