@@ -662,17 +662,26 @@ def test_learner_actors_stream_their_own_shares_and_step_on_the_union_of_their_r
         obs_rows.append(obs[:-1])
         action_rows.append(np.arange(steps) % 2)
     write_metadata(tmp_path / "uneven", space, actions)
-    algo = (BCConfig().offline_data(input_=str(tmp_path / "uneven"), offline_read_method="ray_data")
-            .training(updates_per_iteration=2, updates_per_call=1, train_batch_size=90, model={"fcnet_hiddens": [8]})
-            .learners(num_learners=2).resources(include_dashboard=False).debugging(seed=0).build())
+    config = (BCConfig().offline_data(input_=str(tmp_path / "uneven"), offline_read_method="ray_data")
+              .training(updates_per_iteration=2, updates_per_call=1, train_batch_size=90,
+                        model={"fcnet_hiddens": [8]})
+              .learners(num_learners=2).resources(include_dashboard=False).debugging(seed=0))
+    algo = config.build()
     try:
         assert algo.reader is None and algo._stream_rows == (60, 30)  # (no reader in the driver)
         start = algo.get_weights()
         row = algo.train()
         learned = algo.get_weights()
         one = algo.learner_class(algo.config, space, actions)
+        saved = algo.save(tmp_path / "run" / "checkpoint_000001")
     finally:
         algo.stop()
+    resumed = config.build()  # (its streams open again, in new orders, and go on)
+    try:
+        resumed.restore(saved)
+        assert resumed.train()["num_gradient_updates_lifetime"] == 4
+    finally:
+        resumed.stop()
     assert row["dataset/epochs"] == 2 and row["num_gradient_updates"] == 2
     from herdrl.offline.reader import share_rows
 

@@ -44,7 +44,7 @@ class Learner:
     #: Attributes holding this learner's optimizers; saved and restored under these names.
     optimizer_names: tuple[str, ...] = ("optimizer",)
     #: Whether :meth:`update` learns on a share of the fragments (``shard_fragments``): batch-wide statistics
-    #: through :meth:`global_sums`, minibatches per share.
+    #: through :meth:`global_sums`, minibatches drawn over every share through :meth:`share_layout`.
     supports_sharded_fragments = False
 
     def __init__(self, config: AlgorithmConfig, observation_space: gym.Space, action_space: gym.Space,

@@ -146,9 +146,9 @@ class OfflineAlgorithm(Algorithm):
                 raise ConfigError(f"{cfg.num_learners} learners stream their own shares of the dataset's episode "
                                   f"files and of each batch: it has {files} files, train_batch_size is "
                                   f"{cfg.train_batch_size}; use fewer learners or offline_read_method='memory'")
-            transitions = self.learners.open_stream(StreamSpec(
-                str(dataset.path), cfg.gamma, int(self.rng.integers(2**31)), cfg.train_batch_size,
-                cfg.shuffle_buffer_rows))
+            self._stream_spec = StreamSpec(str(dataset.path), cfg.gamma, int(self.rng.integers(2**31)),
+                                           cfg.train_batch_size, cfg.shuffle_buffer_rows)
+            transitions = self.learners.open_stream(self._stream_spec)
             self._stream_rows = share_rows(cfg.train_batch_size, transitions)
             summary = {"dataset/episodes": files, "dataset/transitions": dataset.total_steps}
         elif method == "ray_data":
@@ -220,3 +220,8 @@ class OfflineAlgorithm(Algorithm):
         state = dict(state)
         self.gradient_steps_lifetime = int(state.pop("gradient_steps_lifetime", 0))
         super().load_learner_state(state)
+        if self.reader is None:  # learner ranks stream: a resumed run's streams draw new orders, not the first run's
+            import dataclasses
+
+            self._stream_spec = dataclasses.replace(self._stream_spec, seed=int(self.rng.integers(2**31)))
+            self.learners.open_stream(self._stream_spec)

@@ -15,9 +15,8 @@ opens its own :class:`RayDataReader` on its own share of the episode files (:cla
 ``N`` reads files ``r, r+N, ...``), and each update call carries only :class:`StreamRows` — how many rows each
 rank reads for how many gradient steps. Each rank reads a share of every batch in proportion to the transitions
 its files hold, and the gradients are summed weighted by those shares, so a gradient step is the step on the
-union of the ranks' rows:
-the data path of :class:`~herdrl.rollout.transport.FragmentInput` (references read where the learner runs), fed
-by Ray Data's block references instead of runners' fragments.
+union of the ranks' rows. As with :class:`~herdrl.rollout.transport.FragmentInput`, the data is read where the
+learner runs; here Ray Data fetches the blocks instead of the learner fetching runners' fragments.
 """
 
 from __future__ import annotations
@@ -269,7 +268,7 @@ class StreamRows:
 
 def share_rows(batch_rows: int, transitions: list[int]) -> tuple[int, ...]:
     """``batch_rows`` split between ranks in proportion to the transitions their shares hold (largest remainders;
-    at least one row each), so every transition of the dataset is as likely to be in a batch as in one stream's."""
+    at least one row each), so each transition is about as likely to be drawn as from one stream over them all."""
     total = sum(transitions)
     exact = [batch_rows * count / total for count in transitions]
     rows = [max(1, int(x)) for x in exact]
