@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/offline.py compare --task pendulum --algorithms bc,cql,iql --seeds 0,1,2 \
         --steps 50000 --d3rlpy /tmp/d3rlpy-venv/bin/python
     .venv/bin/python benchmarks/offline.py feed --task hopper --algorithm cql    # Ray Data vs in-memory batches
+    .venv/bin/python benchmarks/offline.py online --steps 10000 --online-steps 10000   # IQL offline, then online
 
 Datasets (benchmarks/data/, never committed; recorded again, bit for bit, by ``record``) come from committed
 behaviour policies: CartPole-v1, a hand-written controller taking a random action 20% of the time (near-expert);
@@ -117,6 +118,53 @@ def herdrl_run(task: str, algorithm: str, seed: int, steps: int) -> dict:
             "return_mean": float(np.mean(returns)), "train_s": train_s}
 
 
+def online(args: argparse.Namespace) -> None:
+    """IQL offline for ``--steps`` gradient steps on the Pendulum dataset, then online (``online=True``, started
+    from that checkpoint, the dataset in replay) for ``--online-steps`` env steps; greedy returns after each."""
+    import tempfile
+
+    from herdrl.algorithms.iql import IQLConfig
+    from herdrl.evaluation import Evaluator
+    from herdrl.offline.record import record_controller
+
+    torch_threads()
+    spec, settings = TASKS["pendulum"], SETTINGS["iql"]
+    if not (DATA / spec["dataset"]).exists():  # (as `record` records it)
+        rng = np.random.default_rng(0)
+        record_controller(lambda obs: pendulum_controller(obs, rng), "Pendulum-v1", DATA / spec["dataset"], 100,
+                          seed=0)
+    model = {"fcnet_hiddens": settings["hidden"], "fcnet_activation": "relu", "free_log_std": False}
+
+    def greedy(algo) -> float:
+        evaluator = Evaluator(spec["env"], {}, EVAL_EPISODES)
+        returns, _ = evaluator.run(algo.get_policy(), seed=EVAL_SEED)
+        evaluator.close()
+        return float(np.mean(returns))
+
+    base = (IQLConfig().offline_data(input_=str(DATA / spec["dataset"])).environment(spec["env"])
+            .training(lr=settings["lr"], train_batch_size=settings["batch"], model=model).debugging(seed=args.seed))
+    offline = base.copy().training(updates_per_iteration=args.steps, updates_per_call=1000).build()
+    start = time.perf_counter()
+    offline.train()
+    offline_s = time.perf_counter() - start
+    before = greedy(offline)
+    checkpoint = offline.save(Path(tempfile.mkdtemp()) / "checkpoint_000001")
+    offline.stop()
+    algo = base.copy().training(online=True, init_from=str(checkpoint), min_sample_timesteps_per_iteration=1000,
+                                training_intensity=256.0).evaluation(evaluation_interval=1000).build()
+    start = time.perf_counter()
+    while algo.env_steps_lifetime < args.online_steps:
+        algo.train()
+    online_s = time.perf_counter() - start
+    after = greedy(algo)
+    algo.stop()
+    print("| seed | offline gradient steps | greedy return offline | online env steps | greedy return after | "
+          "offline s | online s |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(f"| {args.seed} | {args.steps:,} | {before:.1f} | {args.online_steps:,} | {after:.1f} | {offline_s:.0f} | "
+          f"{online_s:.0f} |", flush=True)
+
+
 def d3rlpy_run(python: str, task: str, algorithm: str, seed: int, steps: int) -> dict:
     """d3rlpy's run of the same, in its venv (benchmarks/d3rlpy_offline.py)."""
     spec, settings = TASKS[task], SETTINGS[algorithm]
@@ -223,6 +271,10 @@ def main() -> None:
     f.add_argument("--task", choices=sorted(TASKS), default="hopper")
     f.add_argument("--algorithm", default="cql")
     f.add_argument("--steps", type=int, default=300)
+    n = sub.add_parser("online")
+    n.add_argument("--seed", type=int, default=0)
+    n.add_argument("--steps", type=int, default=10_000)
+    n.add_argument("--online-steps", type=int, default=10_000)
     o = sub.add_parser("one")
     o.add_argument("--task", choices=sorted(TASKS), required=True)
     o.add_argument("--algorithm", required=True)
@@ -235,6 +287,8 @@ def main() -> None:
         compare(args)
     elif args.command == "feed":
         feed(args)
+    elif args.command == "online":
+        online(args)
     else:
         print(json.dumps(herdrl_run(args.task, args.algorithm, args.seed, args.steps)))
 

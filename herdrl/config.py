@@ -231,9 +231,9 @@ class AlgorithmConfig:
                 "per actor (RLlib's name); 0: learners fetch fragments themselves"),
         "shard_fragments": Field(
             False, (bool,), "learners",
-            doc="PPO on N learner actors: each fetches and learns on its own share of the fragments (1/N of the "
-                "bytes each) instead of every learner fetching all of them; the update is one learner's on the batch "
-                "in share order"),
+            doc="PPO and A2C on N learner actors: each fetches and learns on its own share of the fragments (1/N "
+                "of the bytes each) instead of every learner fetching all of them; the update is one learner's on the "
+                "batch in share order"),
         "learner_timeout_s": Field(600.0, (float,), "learners", low=0, low_open=True,
                                    doc="a learner call (an update, a collective) that takes longer has failed"),
         "num_cpus_for_main_process": Field(

@@ -8,7 +8,7 @@ import pytest
 import ray
 import torch
 
-from herdrl import A2CConfig, Algorithm, ConfigError, DQNConfig, PPOConfig, SACConfig, TRPOConfig
+from herdrl import A2CConfig, Algorithm, APPOConfig, ConfigError, DQNConfig, PPOConfig, SACConfig, TRPOConfig
 from herdrl.algorithms import ppo as ppo_module
 from herdrl.algorithms.a2c import A2CLearner
 from herdrl.algorithms.dqn import DQNLearner
@@ -212,6 +212,21 @@ def test_ppo_learners_sharing_out_the_fragments_step_on_the_union_of_their_minib
     sharded, single, steps = _sharded_and_single_update({"use_lstm": True, "lstm_cell_size": 16, "max_seq_len": 8},
                                                         monkeypatch)
     assert steps >= 2 * 6 and _max_diff(sharded, single) < 1e-5
+    # A2C: one step on the whole batch, whatever its rows' order: one learner's own update must match.
+    from herdrl.rollout.transport import FragmentInput
+
+    config = (A2CConfig().environment("CartPole-v1").env_runners(num_env_runners=2, num_envs_per_env_runner=3)
+              .training(normalize_advantages=True).learners(num_learners=2, shard_fragments=True).debugging(seed=0))
+    config.validate()
+    runner = EnvRunner(config)
+    fragments = [runner.sample(16) for _ in range(3)]
+    one = A2CLearner(config, runner.observation_space, runner.action_space)
+    group = RayLearnerGroup(config, A2CLearner, runner.observation_space, runner.action_space, init_seed=0)
+    group.load_state(one.state())
+    group.update(FragmentInput([ray.put(f) for f in fragments]))
+    one.update(fragments)
+    assert _max_diff(one.get_weights(), group.get_weights()) < 1e-6
+    group.stop()
 
 
 def test_learner_settings_are_checked():
@@ -221,8 +236,9 @@ def test_learner_settings_are_checked():
         DQNConfig().environment("CartPole-v1").training(train_batch_size=8).learners(num_learners=9).validate()
     with pytest.raises(ConfigError, match="minibatch_size=3 is too small to split between 2 learners"):
         PPOConfig().environment("CartPole-v1").training(minibatch_size=3).learners(num_learners=2).validate()
-    with pytest.raises(ConfigError, match="shard_fragments=True: A2C learns on its fragments as one batch"):
-        A2CConfig().environment("CartPole-v1").learners(num_learners=2, shard_fragments=True).validate()
+    with pytest.raises(ConfigError, match="shard_fragments=True: APPO learns on its fragments as one batch"):
+        (APPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2)
+         .learners(num_learners=2, shard_fragments=True).validate())
     with pytest.raises(ConfigError, match="shard_fragments=True: PPO shards the fragments of Ray runners"):
         PPOConfig().environment("CartPole-v1").learners(num_learners=2, shard_fragments=True).validate()
     with pytest.raises(ConfigError, match="shard_fragments=True: PPO needs learner actors"):

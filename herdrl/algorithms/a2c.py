@@ -69,6 +69,7 @@ class A2CLearner(Learner):
     """A2C's update: one RMSprop step on policy loss + value loss - entropy bonus per batch of fragments."""
 
     config: A2CConfig
+    supports_sharded_fragments = True
 
     def setup(self) -> None:
         """RMSprop over the actor-critic's parameters."""
@@ -81,8 +82,8 @@ class A2CLearner(Learner):
         cfg = self.config
         batch = learner_batch(self.module, fragments, cfg, self.device)
         self.module.observe_value_targets(real_steps(batch, "returns"))
-        if cfg.normalize_advantages:
-            normalize_advantages(batch)
+        if cfg.normalize_advantages:  # (with shard_fragments, over every share's rows)
+            normalize_advantages(batch, self.global_sums if self.rows_sharded else None)
         stats = self.gradient_step(self.optimizer, self.loss, batch, None,
                                    cfg.grad_clip or float("inf"))
         return {key: float(value) for key, value in stats.items()}
