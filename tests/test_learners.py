@@ -167,21 +167,21 @@ def test_a2c_and_sac_split_their_updates_between_two_learners():
     algo.stop()
 
 
-def _sharded_and_single_update(model: dict, monkeypatch, places=None):
-    """PPO's update on 3 fragments by 2 learner actors with shard_fragments (learner 0 fetches 2, learner 1 one)
-    and by one learner from the same weights: (sharded weights, single weights, their gradient steps)."""
+def _sharded_and_single_update(config, learner_class, update_args: tuple, monkeypatch, places=None):
+    """An update on 3 fragments (4 envs x 32 steps) by 2 learner actors with shard_fragments (learner 0 fetches 2,
+    learner 1 one) and by one learner from the same weights: (sharded weights, single weights, the single update's
+    metrics). ``places``: PPO's minibatches given to the single learner in its own rows (see below)."""
     from herdrl.rollout.transport import FragmentInput
 
-    config = (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2, num_envs_per_env_runner=3)
-              .training(train_batch_size=288, minibatch_size=40, num_epochs=2, model=model)
+    config = (config.environment("CartPole-v1").env_runners(num_env_runners=2, num_envs_per_env_runner=3)
               .learners(num_learners=2, shard_fragments=True).debugging(seed=0))
     config.validate()
     runner = EnvRunner(config)
     fragments = [runner.sample(32) for _ in range(3)]
-    one = PPOLearner(config, runner.observation_space, runner.action_space)
-    group = RayLearnerGroup(config, PPOLearner, runner.observation_space, runner.action_space, init_seed=0)
+    one = learner_class(config, runner.observation_space, runner.action_space)
+    group = RayLearnerGroup(config, learner_class, runner.observation_space, runner.action_space, init_seed=0)
     group.load_state(one.state())
-    split = group.update(FragmentInput([ray.put(f) for f in fragments]), 7)
+    split = group.update(FragmentInput([ray.put(f) for f in fragments]), *update_args)
     sharded = group.get_weights()
     group.stop()
     with monkeypatch.context() as patch:
@@ -190,43 +190,32 @@ def _sharded_and_single_update(model: dict, monkeypatch, places=None):
             count = round(len(rows) / 40)
             epochs = [[rows[part] for part in np.array_split(rng.permutation(len(rows)), count)] for _ in range(2)]
             patch.setattr(ppo_module, "minibatches", lambda *args: epochs.pop(0))
-        single = one.update(fragments, 7)
-    assert split["num_gradient_updates"] == single["num_gradient_updates"]
-    return sharded, one.get_weights(), single["num_gradient_updates"]
+        single = one.update(fragments, *update_args)
+    assert split.get("num_gradient_updates") == single.get("num_gradient_updates")
+    return sharded, one.get_weights(), single
 
 
-def test_ppo_learners_sharing_out_the_fragments_step_on_the_union_of_their_minibatches(monkeypatch):
-    """shard_fragments: of 3 fragments learner 0 fetches 2 and learner 1 one, each learning on its own rows only;
-    each gradient step must be one learner's step on the whole batch's minibatch (drawn over the shares laid end to
-    end), advantages normalised over both shares. A recurrent batch's sequences are the shares' end to end already:
-    one learner's own update must match. An MLP batch's rows are time-major with the fragments' envs side by side:
-    one learner is given the same minibatches in its own rows."""
+def test_learners_sharing_out_the_fragments_step_on_the_union_of_their_minibatches(monkeypatch):
+    """shard_fragments: of 3 fragments learner 0 fetches 2 and learner 1 one, each learning on its own rows only.
+    PPO: each gradient step must be one learner's step on the whole batch's minibatch (drawn over the shares laid end
+    to end), advantages normalised over both shares. A recurrent batch's sequences are the shares' end to end
+    already: one learner's own update must match. An MLP batch's rows are time-major with the fragments' envs side by
+    side: one learner is given the same minibatches in its own rows. A2C: one step on the whole batch, whatever its
+    rows' order: one learner's own update must match."""
     def places(fragments):  # where each share's rows (real steps, time-major, envs side by side) are in the whole
         layout = lambda parts: [(i, env, t) for t in range(32) for i in parts for env in range(3)  # noqa: E731
                                 if fragments[i].valid[t, env]]
         whole = {row: n for n, row in enumerate(layout([0, 1, 2]))}
         return np.array([whole[row] for row in layout([0, 1]) + layout([2])])
 
-    sharded, single, steps = _sharded_and_single_update({"fcnet_hiddens": [64, 64]}, monkeypatch, places)
-    assert steps >= 2 * 6 and _max_diff(sharded, single) < 1e-5
-    sharded, single, steps = _sharded_and_single_update({"use_lstm": True, "lstm_cell_size": 16, "max_seq_len": 8},
-                                                        monkeypatch)
-    assert steps >= 2 * 6 and _max_diff(sharded, single) < 1e-5
-    # A2C: one step on the whole batch, whatever its rows' order: one learner's own update must match.
-    from herdrl.rollout.transport import FragmentInput
-
-    config = (A2CConfig().environment("CartPole-v1").env_runners(num_env_runners=2, num_envs_per_env_runner=3)
-              .training(normalize_advantages=True).learners(num_learners=2, shard_fragments=True).debugging(seed=0))
-    config.validate()
-    runner = EnvRunner(config)
-    fragments = [runner.sample(16) for _ in range(3)]
-    one = A2CLearner(config, runner.observation_space, runner.action_space)
-    group = RayLearnerGroup(config, A2CLearner, runner.observation_space, runner.action_space, init_seed=0)
-    group.load_state(one.state())
-    group.update(FragmentInput([ray.put(f) for f in fragments]))
-    one.update(fragments)
-    assert _max_diff(one.get_weights(), group.get_weights()) < 1e-6
-    group.stop()
+    for model, where in (({"fcnet_hiddens": [64, 64]}, places),
+                         ({"use_lstm": True, "lstm_cell_size": 16, "max_seq_len": 8}, None)):
+        config = PPOConfig().training(train_batch_size=288, minibatch_size=40, num_epochs=2, model=model)
+        sharded, single, metrics = _sharded_and_single_update(config, PPOLearner, (7,), monkeypatch, where)
+        assert metrics["num_gradient_updates"] >= 2 * 6 and _max_diff(sharded, single) < 1e-5
+    config = A2CConfig().training(normalize_advantages=True, train_batch_size=288)
+    sharded, single, _ = _sharded_and_single_update(config, A2CLearner, (), monkeypatch)
+    assert _max_diff(sharded, single) < 1e-6
 
 
 def test_learner_settings_are_checked():
