@@ -26,21 +26,21 @@ logger = logging.getLogger("herdrl")
 UNTRAINED_VALUE = ("BC",)
 
 
+def _names_of(module: torch.nn.Module, params: Any) -> set[str]:
+    """The names of ``params`` (parameters of ``module``) in its state dict."""
+    ids = {id(p) for p in params}
+    return {name for name, p in module.named_parameters() if id(p) in ids}
+
+
 def value_names(module: torch.nn.Module) -> set[str]:
     """The names of the module's value-function parameters (none for modules without a value head)."""
-    if not hasattr(module, "value_parameters"):
-        return set()
-    ids = {id(p) for p in module.value_parameters()}
-    return {name for name, p in module.named_parameters() if id(p) in ids}
+    return _names_of(module, module.value_parameters()) if hasattr(module, "value_parameters") else set()
 
 
 def policy_names(module: torch.nn.Module) -> set[str]:
     """The names of the module's policy (actor) parameters; empty when it has no separate policy (a Q-network)."""
     getter = getattr(module, "policy_parameters", None) or getattr(module, "actor_parameters", None)
-    if getter is None:
-        return set()
-    ids = {id(p) for p in getter()}
-    return {name for name, p in module.named_parameters() if id(p) in ids}
+    return set() if getter is None else _names_of(module, getter())
 
 
 def load_initial_weights(algo: Any) -> int:

@@ -144,6 +144,7 @@ class Learner:
         """
         optimizer.zero_grad()
         stats: dict[str, Any] = {}
+        count = None  # (sharded fragments: this rank's real steps in the minibatch, summed with the gradients)
         if self.rows_sharded and self.world_size > 1:  # this rank's share of the minibatch: all of its rows
             rows = np.arange(len(batch["actions"])) if index is None else index
             count = self._real_count(batch, rows)
@@ -151,17 +152,7 @@ class Learner:
                 with self.autocast():
                     loss, stats = loss_fn(take(batch, torch.from_numpy(rows).to(self.device)))
                 (loss * count).backward()  # (summed over ranks, then divided by every rank's count)
-            start = time.perf_counter()
-            total = self._sum_gradients(optimizer.params, count)
-            self._sum_seconds += time.perf_counter() - start
-            for p in optimizer.params:
-                if p.grad is not None:
-                    p.grad /= max(total, 1.0)
-            if grad_clip is not None:
-                stats["grad_norm"] = nn.utils.clip_grad_norm_(optimizer.params, grad_clip)
-            optimizer.step()
-            return stats
-        if self.batch_share is not None and index is None:  # this rank's own rows: all of them, weighted
+        elif self.batch_share is not None and index is None:  # this rank's own rows: all of them, weighted
             with self.autocast():
                 loss, stats = loss_fn(batch)
             (loss * self.batch_share).backward()
@@ -180,8 +171,12 @@ class Learner:
                 (loss if self.world_size == 1 else loss * share).backward()
         if self.world_size > 1:
             start = time.perf_counter()
-            self._sum_gradients(optimizer.params)
+            total = self._sum_gradients(optimizer.params, count)
             self._sum_seconds += time.perf_counter() - start
+            if count is not None:
+                for p in optimizer.params:
+                    if p.grad is not None:
+                        p.grad /= max(total, 1.0)
         if grad_clip is not None:
             stats["grad_norm"] = nn.utils.clip_grad_norm_(optimizer.params, grad_clip)
         optimizer.step()
@@ -194,18 +189,17 @@ class Learner:
             return 0.0
         if "valid" not in batch:
             return len(rows) / len(index)
-        # Real steps per sequence, counted once per batch (one device-to-host read, not one per minibatch).
-        if self._real_steps is None or self._real_steps[0] is not batch["valid"]:
-            self._real_steps = (batch["valid"], batch["valid"].sum(dim=1).cpu().numpy())
-        valid = self._real_steps[1]
-        total = valid[index].sum()
-        return float(valid[rows].sum() / total) if total else 0.0
+        total = self._real_count(batch, index)
+        return self._real_count(batch, rows) / total if total else 0.0
 
     def _real_count(self, batch: dict[str, Any], rows: np.ndarray) -> float:
-        """The real steps in ``rows``: the rows, or the valid steps of a recurrent batch's sequences."""
+        """The real steps in ``rows``: the rows, or the valid steps of a recurrent batch's sequences (counted per
+        sequence once per batch: one device-to-host read, not one per minibatch)."""
         if "valid" not in batch:
             return float(len(rows))
-        return float(batch["valid"][torch.from_numpy(rows).to(self.device)].sum()) if len(rows) else 0.0
+        if self._real_steps is None or self._real_steps[0] is not batch["valid"]:
+            self._real_steps = (batch["valid"], batch["valid"].sum(dim=1).cpu().numpy())
+        return float(self._real_steps[1][rows].sum())
 
     def _sum_gradients(self, params: list[torch.Tensor], count: float | None = None) -> float:
         """Sum every parameter's gradient over the learners in one all-reduce (a flat buffer, plus one flag per
