@@ -970,6 +970,12 @@ class AlgorithmConfig:
 
         return numpy_twin(module, rng) or TorchPolicy(module, rng)
 
+    def recurrent_runner_policy(self, module: Any, rng: Any, num_envs: int) -> Any:
+        """How runners pick actions with a recurrent ``module`` (a state per env, carried across fragments)."""
+        from herdrl.models.recurrent import RecurrentPolicy
+
+        return RecurrentPolicy(module, rng, num_envs)
+
     def build(self, logger: Any = None) -> Any:
         """Validate and return the algorithm (e.g. ``PPO``) ready to ``train()``.
 

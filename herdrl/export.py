@@ -149,9 +149,11 @@ def export_policy(checkpoint: str | Path, fmt: str, out: str | Path, policy_id: 
         model = AgentGreedy(policy, agent).eval().requires_grad_(False)
         obs = (torch.ones(2, model.choices, dtype=torch.int8), torch.zeros(2, model.width))
         names = ["action_mask", "obs"], ["action"]
+        if model.recurrent:  # its GRU state in and out: (batch, rnn_hidden_dim), zeros at an episode's start
+            obs, names = (*obs, torch.zeros(2, model.hidden)), (names[0] + ["state_in"], names[1] + ["state_out"])
     batch = torch.export.Dim("batch", min=1)
     dynamic = {"obs": tuple({0: batch} for _ in obs)} if agent is None else \
-        {"action_mask": {0: batch}, "obs": {0: batch}}
+        {"action_mask": {0: batch}, "obs": {0: batch}, **({"state": {0: batch}} if len(obs) > 2 else {})}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "torch-export":
@@ -186,7 +188,9 @@ class AgentGreedy(nn.Module):
     """One agent of a QMIX/VDN team alone, for decentralised execution: its own flattened observation ``(batch, D)``
     float32 and action mask ``(batch, A)`` in (that order), its greedy allowed action out (int64 from 0, as the
     team's; ``herdrl.env.team`` adds a Discrete space's ``start``). The agent network reads only its own row and id,
-    so this is exactly the team's choice for that agent; the team's observation filter's row for it is baked in."""
+    so this is exactly the team's choice for that agent; the team's observation filter's row for it is baked in.
+    Recurrent agents (``agent_rnn``) also take the agent's state ``(batch, rnn_hidden_dim)`` last and return
+    ``(action, next state)``."""
 
     def __init__(self, policy: Policy, index: int) -> None:
         super().__init__()
@@ -199,6 +203,9 @@ class AgentGreedy(nn.Module):
         from herdrl.models.q_network import MASKED_Q
 
         self.agent, self.masked_q = module.agent, MASKED_Q
+        self.recurrent = bool(getattr(module, "recurrent", False))
+        if self.recurrent:
+            self.fc_in, self.rnn, self.fc_out, self.hidden = module.fc_in, module.rnn, module.fc_out, module.hidden
         self.choices, self.width = module.choices, policy.observation_space["obs"].shape[1]
         self.register_buffer("agent_id", torch.eye(module.agents)[index:index + 1].clone())  # (its own storage)
         scales = policy.normalizer._obs_scales() if policy.normalizer is not None and \
@@ -209,13 +216,17 @@ class AgentGreedy(nn.Module):
             self.register_buffer("mean", torch.as_tensor(scales["obs"][0][index].copy()))
             self.register_buffer("inv_std", torch.as_tensor(scales["obs"][1][index].copy()))
 
-    def forward(self, action_mask: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
-        """This agent's greedy allowed actions, ``(batch,)``."""
+    def forward(self, action_mask: torch.Tensor, obs: torch.Tensor,
+                state: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """This agent's greedy allowed actions, ``(batch,)`` (and its next state, recurrent agents)."""
         x = obs.float()
         if self.filtered:
             x = torch.clamp((x - self.mean) * self.inv_std, -self.clip, self.clip)
-        q = self.agent(torch.cat([x, self.agent_id.expand(x.shape[0], -1)], -1))
-        return q.masked_fill(action_mask == 0, self.masked_q).argmax(-1)
+        x = torch.cat([x, self.agent_id.expand(x.shape[0], -1)], -1)
+        if not self.recurrent:
+            return self.agent(x).masked_fill(action_mask == 0, self.masked_q).argmax(-1)
+        state = self.rnn(torch.relu(self.fc_in(x)), state)
+        return self.fc_out(state).masked_fill(action_mask == 0, self.masked_q).argmax(-1), state
 
 
 class ObsNormalizer(nn.Module):

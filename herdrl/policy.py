@@ -123,7 +123,7 @@ class Policy:
         obs = self._model_input(self.obs_spec.one(obs))
         if not self.recurrent:
             return _first(self.action_space, self._env_actions(self.module.act(obs, explore=explore).cpu().numpy()))
-        state = None if state is None else np.asarray(state, np.float32).reshape(1, 2, -1)
+        state = None if state is None else np.asarray(state, np.float32).reshape(1, *self.initial_state(1).shape[1:])
         actions, state = self._recurrent_act(obs, explore, state)
         return _first(self.action_space, self._env_actions(actions)), state[0]
 

@@ -172,7 +172,9 @@ def test_seeded_ray_runs_with_torch_inference_reproduce():
         algo = ray_config().training(model={"fcnet_activation": "elu"}).build()
         out = [algo.train() for _ in range(2)]
         algo.stop()
-        return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in out]
+        # (timings and the object store's use are measured, not seeded: its capacity reads differ run to run)
+        return [{k: v for k, v in r.items() if k not in TIMING_KEYS and not k.startswith("object_store_")}
+                for r in out]
 
     first, second = rows(), rows()
     assert first == second and first[0]["num_env_steps_sampled"] > 0

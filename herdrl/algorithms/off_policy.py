@@ -125,15 +125,20 @@ class _Replay:
     @property
     def learning(self) -> bool:
         """Whether the buffer holds enough to learn from."""
-        cfg = self.config
-        return len(self.buffer) >= max(1, min(cfg.num_steps_sampled_before_learning_starts, self.buffer.capacity))
+        cfg, buffer = self.config, self.buffer
+        if hasattr(buffer, "transitions"):  # episode windows (herdrl.sequence_replay): their trained steps
+            return len(buffer) > 0 and buffer.transitions >= max(
+                1, min(cfg.num_steps_sampled_before_learning_starts, buffer.transition_capacity))
+        return len(buffer) >= max(1, min(cfg.num_steps_sampled_before_learning_starts, buffer.capacity))
 
     def due(self, new_steps: int) -> int:
-        """Gradient steps due after ``new_steps`` more sampled steps."""
+        """Gradient steps due after ``new_steps`` more sampled steps (a batch of windows replays their
+        segments' steps: ``window_steps`` each)."""
         cfg = self.config
         self.debt += cfg.training_intensity * new_steps
-        due = int(self.debt // cfg.train_batch_size)
-        self.debt -= due * cfg.train_batch_size
+        batch = cfg.train_batch_size * getattr(self.buffer, "segment_steps", 1)
+        due = int(self.debt // batch)
+        self.debt -= due * batch
         return due
 
 
@@ -196,8 +201,7 @@ class OffPolicyAlgorithm(Algorithm):
             new_steps = {}  # sampled steps of each stream in this round: env steps, or a policy's agent steps
             for fragment in fragments:
                 for key, part in self._parts(fragment):
-                    stream_cfg = self.streams[key].config
-                    self.streams[key].buffer.add(fragment_transitions(part, stream_cfg.gamma, stream_cfg.n_step))
+                    self.store(key, part)
                     new_steps[key] = new_steps.get(key, 0) + part.env_steps
             if not self.multi_agent:  # env steps sampled, lost fragments' too (as num_env_steps_sampled counts)
                 new_steps[None] = self._iter_steps - sampled
@@ -214,6 +218,11 @@ class OffPolicyAlgorithm(Algorithm):
         sizes = {"replay_buffer_size": len(self.buffer)} if not self.multi_agent else \
             {f"replay_buffer_size/{pid}": len(stream.buffer) for pid, stream in self.streams.items()}
         return {**means, "num_gradient_updates": updates, **sizes, **self.exploration_metrics()}
+
+    def store(self, key: str | None, fragment: Any) -> None:
+        """Add a fragment (a trained policy's part of one) to stream ``key``'s buffer as (n-step) transitions."""
+        config = self.streams[key].config
+        self.streams[key].buffer.add(fragment_transitions(fragment, config.gamma, config.n_step))
 
     def _parts(self, fragment: Any) -> list[tuple[str | None, Any]]:
         """(stream key, fragment) pairs: the fragment itself, or each trained policy's part of it."""

@@ -15,8 +15,15 @@ of the online network among its allowed actions (double Q), valued by the target
 
 Agents act epsilon-greedily, each on its own draw (DQN's ``epsilon`` schedule). The replay buffer holds team
 transitions (DQN's, with its prioritised and n-step options); checkpoints, evaluation and export (the team's
-observation in, every agent's greedy allowed action out) are DQN's. Not yet: recurrent agent networks with replay
-of episode sequences (the paper's GRU agents).
+observation in, every agent's greedy allowed action out) are DQN's.
+
+``agent_rnn=True``: the paper's recurrent agents (a GRU between two layers, hidden width ``rnn_hidden_dim``, the
+state ``(agents, rnn_hidden_dim)`` per env carried by the runners across fragments and zeroed at each episode's
+start). Replay then holds episode windows (:mod:`herdrl.sequence_replay`): segments of ``model.max_seq_len``
+steps (set it to the episode length to learn on whole episodes, as the paper) after up to ``replay_burn_in``
+steps of the same episode that only rebuild the state; ``train_batch_size`` counts windows, and
+``training_intensity`` segment steps replayed per env step sampled. The target of each step is the same double-Q
+target, both networks unrolled over the window from a zero state.
 """
 
 from __future__ import annotations
@@ -29,12 +36,15 @@ import torch
 from torch import nn
 
 from herdrl.algorithms.dqn import DQN, DQNConfig, DQNLearner
+from herdrl.buffers import REPLAY_DEFAULTS
 from herdrl.config import MODEL_DEFAULTS, Field, shared_field
 from herdrl.env.imports import TEAM_PREFIX
 from herdrl.errors import ConfigError
 from herdrl.models.encoders import ACTIVATION_MODULES, module_device, to_torch
 from herdrl.models.numpy_policy import random_allowed
 from herdrl.models.q_network import masked_q
+from herdrl.models.recurrent import CarriedState
+from herdrl.sequence_replay import EpisodeSequencer, SequenceReplayBuffer
 
 
 class QMIXConfig(DQNConfig):
@@ -53,6 +63,11 @@ class QMIXConfig(DQNConfig):
                        doc="qmix: a monotonic mixing network on the global state; vdn: the sum"),
         "mixing_embed_dim": Field(32, (int,), "training", low=1, doc="QMIX's mixing network width"),
         "hypernet_embed_dim": Field(64, (int,), "training", low=1, doc="its hypernetworks' hidden width"),
+        "agent_rnn": Field(False, (bool,), "training",
+                           doc="recurrent agents (a GRU, as the paper), learned on replayed episode windows"),
+        "rnn_hidden_dim": Field(64, (int,), "training", low=1, doc="the agents' GRU width (agent_rnn)"),
+        "replay_burn_in": Field(0, (int,), "training", low=0,
+                                doc="agent_rnn: steps before each replayed segment that only rebuild the state"),
     }
 
     @property
@@ -67,6 +82,16 @@ class QMIXConfig(DQNConfig):
             raise ConfigError("QMIX trains every agent of the env as one team: leave .multi_agent() out")
         if self.dueling:
             raise ConfigError("QMIX has no dueling heads (dueling=False)")
+        if self.agent_rnn:
+            replay = self.replay_buffer_config
+            if replay.get("type", "uniform") != "uniform":
+                raise ConfigError("QMIX with agent_rnn replays episode windows uniformly: replay_buffer_config "
+                                  "type 'uniform'")
+            if self.n_step != 1:
+                raise ConfigError("QMIX with agent_rnn learns one-step targets along each window: n_step=1")
+            if self.observation_filter != "NoFilter" or self.norm_reward:
+                raise ConfigError("QMIX with agent_rnn does not normalise observations or rewards yet: "
+                                  "observation_filter='NoFilter', norm_reward=False")
         if isinstance(self.env, str) and not self.env.startswith(TEAM_PREFIX):
             self._values["env"] = TEAM_PREFIX + self.env  # (kept so in checkpoints: the team env again)
         elif not isinstance(self.env, str):
@@ -77,12 +102,19 @@ class QMIXConfig(DQNConfig):
         """The agents' shared Q network and the mixer."""
         if not isinstance(observation_space, gym.spaces.Dict) or "state" not in observation_space.spaces:
             raise ConfigError(f"QMIX needs a team env (team:<PettingZoo env>), not one observing {observation_space}")
+        if self.agent_rnn:
+            return TeamRNNQNetwork(observation_space, action_space, self.model, self.mixer, self.mixing_embed_dim,
+                                   self.hypernet_embed_dim, self.rnn_hidden_dim)
         return TeamQNetwork(observation_space, action_space, self.model, self.mixer, self.mixing_embed_dim,
                             self.hypernet_embed_dim)
 
     def runner_policy(self, module: nn.Module, rng: np.random.Generator) -> object:
         """Each agent epsilon-greedy among its allowed actions."""
         return TeamEpsilonGreedy(module, rng)
+
+    def recurrent_runner_policy(self, module: nn.Module, rng: np.random.Generator, num_envs: int) -> object:
+        """Recurrent agents: epsilon-greedy with a state per env."""
+        return TeamEpsilonGreedy(module, rng, num_envs)
 
     def runner_blueprint(self, module: nn.Module) -> object:
         """None: runners act in torch."""
@@ -165,13 +197,80 @@ class TeamQNetwork(nn.Module):
         return self.greedy(obs)
 
 
-class TeamEpsilonGreedy:
-    """Runner policy: each agent takes its greedy allowed action, or with probability ``epsilon`` (its own draw) a
-    uniformly random allowed one."""
+class TeamRNNQNetwork(TeamQNetwork):
+    """The paper's recurrent agents: ``fc -> ReLU -> GRUCell -> fc`` shared by the agents (with their one-hot
+    ids); the state ``(batch, agents, hidden)``, zeros at an episode's start."""
 
-    def __init__(self, module: TeamQNetwork, rng: np.random.Generator) -> None:
+    recurrent = True
+
+    def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.spaces.MultiDiscrete, model: dict,
+                 mixer: str, embed_dim: int, hypernet_dim: int, hidden: int) -> None:
+        super().__init__(observation_space, action_space, model, mixer, embed_dim, hypernet_dim)
+        width = observation_space["obs"].shape[1]
+        self.hidden = hidden
+        self.agent = None  # (the feed-forward agent network is replaced by the three parts below)
+        self.fc_in = nn.Linear(width + self.agents, hidden)
+        self.rnn = nn.GRUCell(hidden, hidden)
+        self.fc_out = nn.Linear(hidden, self.choices)
+
+    def initial_state(self, batch: int) -> torch.Tensor:
+        """Zeros: the state entering an episode's first step, ``(batch, agents, hidden)``."""
+        return torch.zeros(batch, self.agents, self.hidden, device=self.fc_out.weight.device)
+
+    def step(self, obs: dict[str, torch.Tensor], state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step for a batch: every agent's Q values ``(batch, agents, actions)`` and the next state."""
+        own = obs["obs"].float()
+        batch = own.shape[0]
+        x = torch.relu(self.fc_in(torch.cat([own, self.ids.expand(batch, -1, -1)], -1)))
+        h = self.rnn(x.reshape(batch * self.agents, -1), state.reshape(batch * self.agents, -1))
+        return self.fc_out(h).reshape(batch, self.agents, -1), h.reshape(batch, self.agents, -1)
+
+    def unroll(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Q values ``(N, L, agents, actions)`` along N windows of L steps (``obs`` leaves ``(N, L, ...)``), each
+        from a zero state (a window never crosses an episode start: :mod:`herdrl.sequence_replay`)."""
+        n, steps = obs["obs"].shape[:2]
+        state = self.initial_state(n)
+        out = []
+        for t in range(steps):
+            q, state = self.step({"obs": obs["obs"][:, t]}, state)
+            out.append(q)
+        return torch.stack(out, 1)
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Refused: recurrent agents run with their state (:meth:`step`, :meth:`unroll`)."""
+        raise TypeError("recurrent agents run with their state: use step() or unroll()")
+
+    def greedy_step(self, obs: dict[str, torch.Tensor], state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each agent's best allowed action and the next state (evaluation and export)."""
+        q, state = self.step(obs, state)
+        return self.allowed(q, obs).argmax(-1), state
+
+    # herdrl.policy.Policy's recurrent interface: Q values stand for the distribution inputs, greedy is the action.
+    def step_dist_inputs(self, obs: dict[str, torch.Tensor],
+                         state: torch.Tensor) -> tuple[torch.Tensor, None, torch.Tensor]:
+        """(allowed Q values, None, next state)."""
+        q, state = self.step(obs, state)
+        return self.allowed(q, obs), None, state
+
+    def act_with_noise(self, q: torch.Tensor, noise: None) -> torch.Tensor:
+        """The greedy actions of allowed Q values (a Q network explores by epsilon, in the runners)."""
+        return q.argmax(-1)
+
+    def torch_noise(self, q: torch.Tensor) -> None:
+        """None: greedy."""
+        return None
+
+
+class TeamEpsilonGreedy(CarriedState):
+    """Runner policy: each agent takes its greedy allowed action, or with probability ``epsilon`` (its own draw) a
+    uniformly random allowed one; recurrent agents carry a state ``(agents, hidden)`` per env."""
+
+    def __init__(self, module: TeamQNetwork, rng: np.random.Generator, num_envs: int = 0) -> None:
+        """``num_envs``: recurrent agents' states to carry (one per env)."""
         self.module, self.rng, self.epsilon = module, rng, 0.0
         self.device = module_device(module)
+        self.recurrent = bool(getattr(module, "recurrent", False))
+        self.state = module.initial_state(num_envs) if self.recurrent else None
 
     def noise(self, steps: int, batch: int) -> np.ndarray:
         """Per step, env and agent: a uniform draw (explore?) and one that picks the random allowed action."""
@@ -180,7 +279,11 @@ class TeamEpsilonGreedy:
     def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
         """Actions, (batch, agents)."""
         with torch.inference_mode():
-            greedy = self.module.greedy(to_torch(obs, self.device)).cpu().numpy()
+            if self.recurrent:  # the state moves one step
+                greedy, self.state = self.module.greedy_step(to_torch(obs, self.device), self.state)
+                greedy = greedy.cpu().numpy()
+            else:
+                greedy = self.module.greedy(to_torch(obs, self.device)).cpu().numpy()
         if not explore or self.epsilon <= 0:
             return greedy
         if noise is None:
@@ -196,6 +299,8 @@ class QMIXLearner(DQNLearner):
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Huber loss of the team's TD error, weighted by the importance weights."""
+        if self.config.agent_rnn:
+            return self.window_loss(batch)
         obs, next_obs = batch["obs"], batch["next_obs"]
         q = self.module(obs).gather(-1, batch["actions"].long().unsqueeze(-1)).squeeze(-1)
         q_tot = self.module.mix(q, obs)
@@ -209,8 +314,62 @@ class QMIXLearner(DQNLearner):
         return loss, {"loss": loss.detach(), "td_error": (target - q_tot).detach()}
 
 
+    def window_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Recurrent agents: the same loss on every segment step of the replayed windows (``obs`` ``(N, W+1,
+        ...)``, per-step fields ``(N, W)``), both networks unrolled over each window from a zero state; burn-in
+        and padding steps carry no loss. TD errors: each window's mean absolute error over its segment."""
+        obs = batch["obs"]
+        now = {key: value[:, :-1] for key, value in obs.items()}
+        after = {key: value[:, 1:] for key, value in obs.items()}
+        q_all = self.module.unroll(obs)  # (N, W+1, agents, actions)
+        q = q_all[:, :-1].gather(-1, batch["actions"].long().unsqueeze(-1)).squeeze(-1)
+        q_tot = self._mix_steps(self.module, q, now)
+        with torch.no_grad():
+            next_target = self.target.unroll(obs)[:, 1:]
+            chooser = q_all[:, 1:].detach() if self.config.double_q else next_target  # double Q: the online net
+            best = self.module.allowed(chooser, after).argmax(-1, keepdim=True)
+            next_tot = self._mix_steps(self.target, next_target.gather(-1, best).squeeze(-1), after)
+            target = batch["rewards"] + batch["discounts"] * next_tot
+        train = batch["train"].float()
+        errors = nn.functional.smooth_l1_loss(q_tot, target, reduction="none") * train
+        loss = (batch["weights"][:, None] * errors).sum() / train.sum().clamp(min=1.0)
+        td = ((target - q_tot).detach().abs() * train).sum(1) / train.sum(1).clamp(min=1.0)
+        return loss, {"loss": loss.detach(), "td_error": td}
+
+    @staticmethod
+    def _mix_steps(module: TeamQNetwork, q: torch.Tensor, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``Q_tot`` ``(N, L)`` of per-step agent values ``q`` ``(N, L, agents)`` in the steps' states."""
+        n, steps = q.shape[:2]
+        flat = {key: value.reshape(n * steps, *value.shape[2:]) for key, value in obs.items()}
+        return module.mix(q.reshape(n * steps, -1), flat).reshape(n, steps)
+
+
 class QMIX(DQN):
-    """QMIX/VDN on the shared runners and DQN's replay loop."""
+    """QMIX/VDN on the shared runners and DQN's replay loop (episode windows with recurrent agents)."""
 
     config: QMIXConfig
     learner_class = QMIXLearner
+
+    def setup(self) -> None:
+        """The replay buffer; with recurrent agents, the sequencer cutting the runners' episodes into windows."""
+        self.sequencer = EpisodeSequencer(int(self.config.model["max_seq_len"]), self.config.replay_burn_in,
+                                          self.config.gamma) if self.config.agent_rnn else None
+        super().setup()
+
+    def _empty_buffer(self, key: str | None) -> object:
+        """DQN's buffer, or a buffer of episode windows (capacity: ``replay_buffer_config`` capacity in steps)."""
+        if self.sequencer is None:
+            return super()._empty_buffer(key)
+        capacity = max(1, int({**REPLAY_DEFAULTS, **self.config.replay_buffer_config}["capacity"])
+                       // self.sequencer.seq_len)
+        return SequenceReplayBuffer(capacity, self.obs_spec, self.sequencer.window, (self.module.agents,),
+                                    np.int64, self.rng)
+
+    def store(self, key: str | None, fragment: Any) -> None:
+        """Transitions (DQN's), or the episode windows the fragment completed."""
+        if self.sequencer is None:
+            return super().store(key, fragment)
+        windows = self.sequencer.add(fragment)
+        if windows:
+            self.streams[key].buffer.add(windows)
+        return None

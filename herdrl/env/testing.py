@@ -192,6 +192,9 @@ class CueRelay:
     ``env_config={"recall": True}``: each agent's cue is drawn once, at its first step, and shown only then (0
     after): a policy must remember it (an LSTM: best 11; without memory, right at first sight and at chance after:
     6.5).
+
+    ``env_config={"together": True}``: both agents play steps 0-7 (a team: value decomposition); with ``recall``,
+    each agent's team reward (the mean) is best 8 with memory, 4.5 without.
     """
 
     metadata: dict = {"name": "cue_relay", "render_modes": []}
@@ -202,6 +205,7 @@ class CueRelay:
         self._obs_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.continuous = bool((env_config or {}).get("continuous", False))
         self.recall = bool((env_config or {}).get("recall", False))
+        self.together = bool((env_config or {}).get("together", False))
         self._act_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32) if self.continuous else gym.spaces.Discrete(2)
         self.agents: list[str] = []
         self._rng = np.random.default_rng()
@@ -224,10 +228,10 @@ class CueRelay:
                 for agent in self.agents}
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
-        """Start with ``a0`` alone."""
+        """Start with ``a0`` alone (both, ``together``)."""
         if seed is not None:
             self._rng = np.random.default_rng(seed)
-        self.t, self.agents, self._cues = 0, ["a0"], {}
+        self.t, self.agents, self._cues = 0, ["a0", "a1"] if self.together else ["a0"], {}
         return self._observe(), {agent: {} for agent in self.agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
@@ -236,12 +240,13 @@ class CueRelay:
         terminated = {agent: False for agent in self.agents}
         truncated = {agent: False for agent in self.agents}
         self.t += 1
-        if "a1" in self.agents and self.t > self.LEAVE:
+        if "a1" in self.agents and self.t > self.LEAVE and not self.together:
             terminated["a1"] = True
         if self.t >= self.EPISODE_LEN:
-            truncated["a0"] = True
+            truncated.update(dict.fromkeys(self.agents, True))
         ended = [agent for agent in self.agents if terminated[agent] or truncated[agent]]
-        self.agents = [agent for agent in self.agents if agent not in ended] + (["a1"] if self.t == self.JOIN else [])
+        joins = self.t == self.JOIN and not self.together
+        self.agents = [agent for agent in self.agents if agent not in ended] + (["a1"] if joins else [])
         obs = self._observe()
         for agent in ended:  # a final observation: no cue left to read
             obs[agent] = np.array([0.0, float(agent == "a1")], np.float32)

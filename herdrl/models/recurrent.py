@@ -83,7 +83,29 @@ class RecurrentActorCritic(ActorCritic):
         return self.act_with_noise(dist_inputs, None), state
 
 
-class RecurrentPolicy:
+class CarriedState:
+    """A runner policy's recurrent state: ``self.state``, one row per env (a tensor on ``self.device``)."""
+
+    state: torch.Tensor
+    device: torch.device
+
+    def zero_state(self, envs: np.ndarray) -> None:
+        """A new episode begins at these envs' next step."""
+        if envs.any():
+            keep = torch.from_numpy(envs).to(self.device).reshape(-1, *[1] * (self.state.dim() - 1))
+            self.state = self.state.masked_fill(keep, 0.0)
+
+    def get_state(self) -> np.ndarray:
+        """Every env's state, ``(num_envs, ...)`` float32 (a copy)."""
+        return self.state.cpu().numpy().copy()
+
+    def set_state(self, state: np.ndarray) -> None:
+        """Act next from ``state``, ``(batch, ...)`` (multi-agent runners keep a state per agent and set the
+        states of the agents deciding before each step)."""
+        self.state = torch.as_tensor(state, dtype=torch.float32, device=self.device)
+
+
+class RecurrentPolicy(CarriedState):
     """Runner-side policy of a recurrent module: torch inference, one state per env, noise from the runner's
     generator (the interface of ``TorchPolicy`` plus the state)."""
 
@@ -114,16 +136,3 @@ class RecurrentPolicy:
         actions = self.module.act_with_noise(dist_inputs, torch.from_numpy(noise).to(self.device))
         return actions.cpu().numpy(), self.module.log_prob_entropy(dist_inputs, actions)[0].cpu().numpy()
 
-    def zero_state(self, envs: np.ndarray) -> None:
-        """A new episode begins at these envs' next step."""
-        if envs.any():
-            self.state = self.state.masked_fill(torch.from_numpy(envs).to(self.device)[:, None, None], 0.0)
-
-    def get_state(self) -> np.ndarray:
-        """Every env's state, ``(num_envs, 2, H)`` float32 (a copy)."""
-        return self.state.cpu().numpy().copy()
-
-    def set_state(self, state: np.ndarray) -> None:
-        """Act next from ``state``, ``(batch, 2, H)`` (multi-agent runners keep a state per agent and set the
-        states of the agents deciding before each step)."""
-        self.state = torch.as_tensor(state, dtype=torch.float32, device=self.device)

@@ -60,6 +60,7 @@ class Fragment:
     state_in: np.ndarray | None = None  # recurrent policies: (N, 2, H) state entering each sequence (batch.py)
     state_last: np.ndarray | None = None  # recurrent policies: (B, 2, H) state entering step T
     metrics: list | None = None  # custom metrics its callbacks logged (herdrl.callbacks.MetricsLogger.take)
+    fresh: bool = False  # the runner's first fragment since it (re)started its envs: no episode continues into it
 
     @property
     def env_steps(self) -> int:
@@ -173,6 +174,7 @@ class EnvRunner:
             self.normalizer.observe(self._obs)
             self.normalizer.count(self._obs)
         self._reset_next = np.zeros(self.num_envs, dtype=bool)  # next step of env b only resets it
+        self._fresh = True  # (the next fragment says so: episodes of the old envs do not continue into it)
         self._clip_rewards = bool(getattr(self.env, "herd_clip_rewards", False))
         self._episodic_life = bool(getattr(self.env, "herd_episodic_life", False))
         if self._episodic_life:
@@ -205,9 +207,7 @@ class EnvRunner:
         if self.module is None:
             return None
         if self.recurrent:  # a state per env, zero: every env starts an episode
-            from herdrl.models.recurrent import RecurrentPolicy
-
-            return RecurrentPolicy(self.module, self._rng, self.num_envs)
+            return self._algorithm_config().recurrent_runner_policy(self.module, self._rng, self.num_envs)
         return self._algorithm_config().runner_policy(self.module, self._rng)
 
     def use_policy(self, policy: Any) -> None:
@@ -380,7 +380,8 @@ class EnvRunner:
         fragment = Fragment(stored, actions, rewards, terminateds, truncateds, valid, logp=logp,
                             weights_version=self.weights_version, worker_index=self.worker_index,
                             state_in=np.concatenate(state_in) if recurrent else None,
-                            state_last=self.policy.get_state() if recurrent else None)
+                            state_last=self.policy.get_state() if recurrent else None, fresh=self._fresh)
+        self._fresh = False
         self._collect_episodes(fragment)  # whole games, unclipped rewards: what the user's env scores
         if self.recorder is not None:  # raw observations, env actions and rewards, the env's own episode ends
             self.recorder.add(obs, [to_env(actions[t]) for t in range(steps)], rewards, terminateds, truncateds,
