@@ -3,6 +3,7 @@
     python benchmarks/multi_agent.py spread --seeds 1 2 3 --steps 150000
     python benchmarks/multi_agent.py spread --modes shared mappo --seeds 1 2 3 --steps 300000
     python benchmarks/multi_agent.py spread --modes qmix vdn --seeds 1 2 3 --steps 300000
+    python benchmarks/multi_agent.py spread --modes qmix-rnn vdn-rnn qmix vdn --local-ratio 0 --steps 300000
     python benchmarks/multi_agent.py tictactoe --seeds 1 2 3 --steps 150000
     python benchmarks/multi_agent.py tictactoe --modes random dqn-self-play --seeds 1 2 3
     python benchmarks/multi_agent.py throughput
@@ -12,8 +13,11 @@ collision penalties), PPO with one policy shared by the 3 agents (IPPO: each age
 observation) vs one policy per agent (independent PPO per agent) vs MAPPO (``mappo``: the shared policy with a
 centralised critic that sees the env's global state, and value normalisation), QMIX and VDN (``qmix``, ``vdn``:
 the three agents as one team, value decomposition; their team reward is the agents' mean, so their score is
-multiplied by 3 to be summed over agents as the others'), each for the same env-step budget, beside a uniformly
-random policy. The score is the greedy return (summed over agents) of 100 evaluation episodes after training.
+multiplied by 3 to be summed over agents as the others'; ``qmix-rnn``, ``vdn-rnn``: the paper's GRU agents learned
+on replayed whole episodes), each for the same env-step budget, beside a uniformly random policy.
+``--local-ratio 0``: the shared-reward variant (every agent is paid the team's global reward only; default 0.5,
+the env's and BenchMARL's). The score is the greedy return (summed over agents) of 100 evaluation episodes after
+training.
 
 ``tictactoe``: PettingZoo's ``classic/tictactoe-v3`` (turn-based, action masks), PPO trained by self-play (the
 learning policy plays both sides in turn against its last 3 snapshots, refreshed every 5 iterations), by one
@@ -44,10 +48,11 @@ PPO_SETTINGS = {"train_batch_size": 4000, "minibatch_size": 500, "num_epochs": 1
                 "lambda_": 0.95, "entropy_coeff": 0.01, "vf_loss_coeff": 0.5, "clip_param": 0.2}
 
 
-def spread_config(mode: str, seed: int):
+def spread_config(mode: str, seed: int, local_ratio: float = 0.5):
     from herdrl import PPOConfig
 
-    config = (PPOConfig().environment(SPREAD, env_config={"max_cycles": 25, "continuous_actions": False})
+    config = (PPOConfig().environment(SPREAD, env_config={"max_cycles": 25, "continuous_actions": False,
+                                                          "local_ratio": local_ratio})
               .env_runners(num_envs_per_env_runner=16).training(**PPO_SETTINGS,
                                                                 model={"fcnet_hiddens": [128, 128]})
               .debugging(seed=seed))
@@ -64,19 +69,28 @@ QMIX_SPREAD = {"lr": 5e-4, "gamma": 0.99, "train_batch_size": 128, "training_int
                "num_steps_sampled_before_learning_starts": 1000, "model": {"fcnet_hiddens": [128, 128]}}
 
 
-def qmix_config(mode: str, seed: int):
+#: The paper's GRU agents (64 wide, as pymarl's) on replayed whole episodes (25 steps: no burn-in needed), batches
+#: of 32 episodes, 8 replayed steps per sampled step; the rest as QMIX_SPREAD.
+QMIX_RNN_SPREAD = {**QMIX_SPREAD, "agent_rnn": True, "rnn_hidden_dim": 64, "train_batch_size": 32,
+                   "training_intensity": 8.0, "model": {"max_seq_len": 25}}
+
+
+def qmix_config(mode: str, seed: int, local_ratio: float = 0.5):
     from herdrl import QMIXConfig
 
-    return (QMIXConfig().environment(SPREAD, env_config={"max_cycles": 25, "continuous_actions": False})
+    settings = QMIX_RNN_SPREAD if mode.endswith("-rnn") else QMIX_SPREAD
+    return (QMIXConfig().environment(SPREAD, env_config={"max_cycles": 25, "continuous_actions": False,
+                                                         "local_ratio": local_ratio})
             .env_runners(num_envs_per_env_runner=16, rollout_fragment_length=25)
-            .training(mixer=mode, **QMIX_SPREAD).evaluation(evaluation_interval=None).debugging(seed=seed))
+            .training(mixer=mode.removesuffix("-rnn"), **settings).evaluation(evaluation_interval=None)
+            .debugging(seed=seed))
 
 
-def run_spread(mode: str, seed: int, steps: int) -> dict:
+def run_spread(mode: str, seed: int, steps: int, local_ratio: float = 0.5) -> dict:
     if mode == "random":
-        return {"score": _random_spread(seed)}
-    team = mode in ("qmix", "vdn")  # (a team's return is the agents' mean: x 3 to sum over agents)
-    config = qmix_config(mode, seed) if team else spread_config(mode, seed)
+        return {"score": _random_spread(seed, local_ratio)}
+    team = mode.removesuffix("-rnn") in ("qmix", "vdn")  # (a team's return is the agents' mean: x 3 to sum)
+    config = qmix_config(mode, seed, local_ratio) if team else spread_config(mode, seed, local_ratio)
     algo = config.evaluation(evaluation_duration=100).build()
     start = time.perf_counter()
     while (result := algo.train())["num_env_steps_sampled_lifetime"] < steps:
@@ -89,10 +103,10 @@ def run_spread(mode: str, seed: int, steps: int) -> dict:
             "steps": result["num_env_steps_sampled_lifetime"]}
 
 
-def _random_spread(seed: int, episodes: int = 100) -> float:
+def _random_spread(seed: int, local_ratio: float = 0.5, episodes: int = 100) -> float:
     from mpe2 import simple_spread_v3
 
-    env = simple_spread_v3.parallel_env(max_cycles=25, continuous_actions=False)
+    env = simple_spread_v3.parallel_env(max_cycles=25, continuous_actions=False, local_ratio=local_ratio)
     rng = np.random.default_rng(seed)
     totals = []
     for episode in range(episodes):
@@ -199,11 +213,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=150_000)
     parser.add_argument("--modes", nargs="+", help="only these modes (default: all of the task's)")
+    parser.add_argument("--local-ratio", type=float, default=0.5,
+                        help="spread: the local share of each agent's reward (0: the shared-reward variant)")
     opts = parser.parse_args()
     if opts.what == "_run":
-        kind, mode, seed, steps = opts.args
+        kind, mode, seed, steps, *rest = opts.args
         run = {"spread": run_spread, "tictactoe": run_tictactoe}.get(kind)
-        result = run_throughput(int(mode)) if kind == "throughput" else run(mode, int(seed), int(steps))
+        extra = [float(rest[0])] if rest else []
+        result = run_throughput(int(mode)) if kind == "throughput" else run(mode, int(seed), int(steps), *extra)
         print(json.dumps(result))
         return
     if opts.what == "throughput":
@@ -212,15 +229,17 @@ def main() -> None:
             print(json.dumps({"runners": runners, **result}), flush=True)
         return
     modes = ["random", "shared", "separate"] + (["self-play", "dqn-self-play"] if opts.what == "tictactoe" else
-                                                ["mappo", "qmix", "vdn"])
+                                                ["mappo", "qmix", "vdn", "qmix-rnn", "vdn-rnn"])
     modes = [mode for mode in modes if mode in (opts.modes or modes)]
     rows = {}
     for mode in modes:
         for seed in opts.seeds:
-            result = _subprocess([opts.what, mode, str(seed), str(opts.steps)])
+            extra = [str(opts.local_ratio)] if opts.what == "spread" else []
+            result = _subprocess([opts.what, mode, str(seed), str(opts.steps), *extra])
             print(json.dumps({"mode": mode, "seed": seed, **result}), flush=True)
             rows.setdefault(mode, []).append(result)
-    print(f"\n{opts.what}, {opts.steps} env steps, seeds {opts.seeds} (median):")
+    ratio = f", local_ratio {opts.local_ratio}" if opts.what == "spread" else ""
+    print(f"\n{opts.what}, {opts.steps} env steps{ratio}, seeds {opts.seeds} (median):")
     for mode, results in rows.items():
         keys = [k for k in results[0] if k != "steps"]
         print(f"  {mode:10s} " + "  ".join(f"{k} {np.median([r[k] for r in results]):8.2f}" for k in keys))

@@ -946,9 +946,10 @@ class AlgorithmConfig:
 
         model = {**model, "value_normalization": bool(getattr(self, "value_normalization", False))}
         if model["use_lstm"]:
-            from herdrl.models.recurrent import RecurrentActorCritic
+            from herdrl.models.recurrent import RecurrentActorCritic, RecurrentCentralCritic
 
-            return RecurrentActorCritic(observation_space, action_space, model)
+            cls = RecurrentCentralCritic if self.centralized_critic else RecurrentActorCritic
+            return cls(observation_space, action_space, model)
         if self.centralized_critic:
             from herdrl.models.actor_critic import CentralCriticActorCritic
 

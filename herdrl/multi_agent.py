@@ -194,8 +194,6 @@ def validate_multi_agent(config: Any) -> None:
     if config.observation_filter != "NoFilter" and config.centralized_critic:
         raise ConfigError("observation_filter with centralized_critic is not built yet: leave one of them off "
                           "(norm_reward works with it)")
-    if config.model["use_lstm"] and config.centralized_critic:
-        raise ConfigError("model use_lstm with centralized_critic is not built yet: leave one of them off")
     if config.model["lstm_use_prev_action"] or config.model["lstm_use_prev_reward"]:
         raise ConfigError("model lstm_use_prev_action/lstm_use_prev_reward are not built for multi-agent runs yet")
     if config.centralized_critic and not getattr(config, "supports_centralized_critic", False):

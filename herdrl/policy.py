@@ -41,8 +41,8 @@ class Policy:
         self._actions = ActionDistribution(action_space)
 
     def initial_state(self, batch: int = 1) -> np.ndarray | None:
-        """The state entering an episode's first step, ``(batch, 2, lstm_cell_size)`` zeros; None when the
-        policy is not recurrent."""
+        """The state entering an episode's first step, ``(batch, 2, lstm_cell_size)`` zeros (a QMIX team's
+        ``(batch, agents, rnn_hidden_dim)``); None when the policy is not recurrent."""
         return self.module.initial_state(batch).cpu().numpy() if self.recurrent else None
 
     @classmethod

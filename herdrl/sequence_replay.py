@@ -12,7 +12,9 @@ after its last step: a truncated episode bootstraps from it), ``actions`` ``(W, 
 ``discounts`` ``(W,)`` (``gamma``, 0 where the episode terminated), ``train`` ``(W,)`` (the segment's steps: the
 loss's) and ``valid`` ``(W,)`` (burn-in and segment steps); windows are left-aligned and zero-padded.
 
-A runner that restarted (its fragment says ``fresh``) starts new episodes: its partial ones are dropped.
+A fragment says which of its envs begin an episode at its first step (``Fragment.begins``: a runner's new envs,
+or after a reset-only step); a piece that continues an episode joins it only if it begins where the episode left
+off: an episode whose next fragment was lost (or whose runner was replaced) is dropped, the rest of it too.
 """
 
 from __future__ import annotations
@@ -44,9 +46,7 @@ class EpisodeSequencer:
 
     def add(self, fragment: Fragment) -> list[dict[str, Any]]:
         """The windows whose segments ``fragment`` completed, one dict each (fields of the module doc)."""
-        if fragment.fresh:
-            for key in [key for key in self._open if key[0] == fragment.worker_index]:
-                del self._open[key]
+        begins = fragment.begins if fragment.begins is not None else np.zeros(fragment.rewards.shape[1], bool)
         done = fragment.terminateds | fragment.truncateds
         windows = []
         for env in range(fragment.rewards.shape[1]):
@@ -58,20 +58,27 @@ class EpisodeSequencer:
             bounds = [0, *(ends + 1).tolist()]
             if bounds[-1] != len(steps):
                 bounds.append(len(steps))
+            key = (fragment.worker_index, env)
             for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
                 first, last = int(steps[lo]), int(steps[hi - 1])
-                windows += self._extend((fragment.worker_index, env), fragment, env, first, last + 1,
-                                        bool(done[last, env]))
+                windows += self._extend(key, fragment, env, first, last + 1, bool(done[last, env]),
+                                        continues=first == 0 and not begins[env])
         return windows
 
     def _extend(self, key: tuple[int, int], fragment: Fragment, env: int, start: int, stop: int,
-                ended: bool) -> list[dict[str, Any]]:
+                ended: bool, continues: bool) -> list[dict[str, Any]]:
         """Steps ``start..stop-1`` of ``env`` (consecutive, one episode's) join its open episode; ``ended``: the
-        last of them ends it. Returns the windows this completes."""
+        last of them ends it; ``continues``: they continue an episode begun in an earlier fragment (else they
+        begin one). Returns the windows this completes."""
         piece = {"obs": obs_map(lambda o: o[start:stop + 1, env], fragment.obs),
                  "actions": fragment.actions[start:stop, env], "rewards": fragment.rewards[start:stop, env],
                  "terminated": fragment.terminateds[start:stop, env]}
-        episode = self._open.get(key)
+        episode = self._open.pop(key, None)  # (put back below while the episode goes on)
+        if not continues:
+            episode = None  # a new episode (one left open, whose end was lost, is dropped)
+        elif episode is None or not _same(obs_map(lambda a: a[-1], episode["obs"]),
+                                          obs_map(lambda a: a[0], piece["obs"])):
+            return []  # its episode began unseen (a fragment between was lost): no window could start right
         if episode is None:
             episode = {**piece, "offset": 0, "emitted": 0}
         else:  # the piece's first observation is the open episode's last (the one after its newest step)
@@ -87,7 +94,6 @@ class EpisodeSequencer:
             windows.append(self._window(episode, max(0, begin - self.burn_in), begin, end))
             episode["emitted"] = end
         if ended:
-            self._open.pop(key, None)
             return windows
         keep = max(0, episode["emitted"] - self.burn_in) - episode["offset"]  # steps no window will need again
         if keep > 0:
@@ -117,6 +123,13 @@ class EpisodeSequencer:
                 "actions": pad(episode["actions"][a:b], width), "rewards": pad(episode["rewards"][a:b], width),
                 "discounts": pad(discounts.astype(np.float32), width), "train": train, "valid": valid}
 
+
+
+def _same(a: ObsArray, b: ObsArray) -> bool:
+    """Whether two observations are equal, leaf by leaf."""
+    if isinstance(a, dict):
+        return all(np.array_equal(a[name], b[name]) for name in a)
+    return bool(np.array_equal(a, b))
 
 
 class SequenceReplayBuffer:
@@ -151,11 +164,6 @@ class SequenceReplayBuffer:
     def segment_steps(self) -> float:
         """Trained steps per held window, on average (a replayed batch of windows replays this many each)."""
         return max(1.0, self.transitions / self.size) if self.size else float(self.window)
-
-    @property
-    def transition_capacity(self) -> int:
-        """The most trained steps the buffer can hold."""
-        return self.capacity * self.window
 
     def add(self, windows: list[dict[str, Any]]) -> np.ndarray:
         """Store windows (the oldest overwritten); return their slots."""

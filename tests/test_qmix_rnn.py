@@ -16,12 +16,12 @@ from herdrl.sequence_replay import EpisodeSequencer, SequenceReplayBuffer
 herdrl.register_env("recall_team", lambda cfg: CueRelay({"recall": True, "together": True}))
 
 
-def stream_fragments(lengths, steps, restart_at=None):
+def stream_fragments(lengths, steps):
     """One env's episodes of ``lengths`` steps played NEXT_STEP-style (a reset-only step after each end), cut into
     fragments of ``steps``; observation i is the number i (episode e's observations run on from e's first), action
     and reward name their step. Returns (fragments, episodes), each episode a dict of its observations (n+1),
-    actions, rewards, terminated flags (n). ``restart_at``: the runner restarts before that fragment: the episode
-    then under way is lost and a new one begins (``fresh``)."""
+    actions, rewards, terminated flags (n). Each fragment says whether its first step begins an episode (the
+    first fragment's, or after a reset-only step), as a runner's do."""
     rows, episodes, counter = [], [], 0  # rows: (obs before, action, reward, terminated, truncated, valid)
     for e, n in enumerate(lengths):
         ep = {"obs": [], "actions": [], "rewards": [], "terminated": []}
@@ -44,7 +44,7 @@ def stream_fragments(lengths, steps, restart_at=None):
         fragments.append(Fragment(obs, np.array([r[1] for r in part])[:, None], np.array([r[2] for r in part],
                                   np.float32)[:, None], np.array([r[3] for r in part])[:, None],
                                   np.array([r[4] for r in part])[:, None], np.array([r[5] for r in part])[:, None],
-                                  worker_index=3, fresh=k == 0))
+                                  worker_index=3, begins=np.array([k == 0 or not rows[k - 1][5]])))
     return fragments, episodes
 
 
@@ -83,19 +83,76 @@ def test_windows_cut_across_fragments_equal_the_episodes_sliced_by_hand(seq_len,
 
 
 def test_a_restarted_runner_drops_the_episode_it_was_playing():
-    """A ``fresh`` fragment (the runner restarted its envs): the open episode's steps never reach a window; the
-    new episodes are cut from their own first step."""
+    """A fragment whose first step begins an episode (the runner restarted its envs) while one was open: the open
+    episode's steps never reach a window; the new episodes are cut from their own first step."""
     fragments, episodes = stream_fragments([6, 3, 3], 4)
     sequencer = EpisodeSequencer(8, 0, 1.0)
     assert sequencer.add(fragments[0]) == []  # the first episode is under way (steps 0-3)
     restarted = Fragment(np.array([50, 51, 52, 53, 54], np.float32)[:, None, None], np.arange(4)[:, None],
                          np.ones((4, 1), np.float32), np.array([[False], [True], [False], [False]]),
                          np.zeros((4, 1), bool), np.array([[True], [True], [False], [True]]), worker_index=3,
-                         fresh=True)
+                         begins=np.array([True]))
     windows = sequencer.add(restarted)
     assert len(windows) == 1
     np.testing.assert_array_equal(windows[0]["obs"][:3, 0], [50, 51, 52])  # nothing of steps 0-3 before
     assert windows[0]["valid"].sum() == 2
+
+
+@pytest.mark.parametrize("lost_index", [2, 3])
+def test_an_episode_whose_next_fragment_was_lost_is_dropped_from_there_on(lost_index):
+    """A fragment lost (2: one an episode begins with; 3: the middle of a 13-step episode, whose open part then
+    does not meet the next fragment): the episodes every step of which arrived are cut as by hand; the episode the
+    lost fragment touched gives no window after the loss, and none of the lost steps appear."""
+    lengths = [7, 1, 13, 4, 5, 9, 2, 11]
+    fragments, episodes = stream_fragments(lengths, 5)
+    lost = fragments[lost_index]
+    sequencer = EpisodeSequencer(4, 2, 0.9)
+    got = [w for f in fragments[:lost_index] + fragments[lost_index + 1:] for w in sequencer.add(f)]
+    gone = set(lost.obs[:, 0, 0].tolist())
+    last = fragments[-1].obs[-1, 0, 0]
+    ended = [ep for ep in episodes if ep["obs"][-1] < last]
+    touched = [ep for ep in ended if gone & set(ep["obs"])]
+    # What arrived whole: every window of an untouched episode, and a touched one's windows before the loss.
+    want = [w["obs"][0] for ep in ended for w in hand_windows(ep, 4, 2, 0.9)
+            if not (ep in touched and w["obs"][-1] >= min(gone))]
+    after = [w["obs"][0] for ep in touched for w in hand_windows(ep, 4, 2, 0.9) if w["obs"][-1] >= min(gone)]
+    starts = [float(g["obs"][0, 0]) for g in got]
+    assert touched and after and starts[:len(want)] == want and not set(starts) & set(after)
+    seen = {float(x) for g in got for x in g["obs"][g["valid"].nonzero()[0], 0]}
+    assert not seen & gone
+
+
+def test_a_full_buffer_of_short_windows_learns_whatever_learning_starts_says():
+    """Episodes of 10 steps in segments of 8 (+2): a full buffer holds far fewer trained steps than its capacity;
+    learning starts once it holds ``num_steps_sampled_before_learning_starts`` of them, or once it is full."""
+    from herdrl.algorithms.off_policy import _Replay
+    from herdrl.obs import ObsSpec
+
+    config = QMIXConfig().environment("recall_team").training(num_steps_sampled_before_learning_starts=1000)
+    buffer = SequenceReplayBuffer(20, ObsSpec(TeamEnv(make_agent_env("recall_team", {})).observation_space), 8,
+                                  (2,), np.int64, np.random.default_rng(0))
+    fragments, _ = stream_fragments([10] * 40, 11)
+    sequencer = EpisodeSequencer(8, 0, 0.9)
+    windows = [w for f in fragments for w in sequencer.add(f)]
+    team_obs = {"obs": np.zeros((9, 2, 2), np.float32), "state": np.zeros((9, 4), np.float32),
+                "action_mask": np.ones((9, 2, 2), np.int8)}
+    replay = _Replay(config, buffer)
+    for i, window in enumerate(windows[:20]):
+        assert not replay.learning
+        buffer.add([{**window, "obs": team_obs, "actions": np.zeros((8, 2), np.int64)}])
+        assert buffer.transitions == sum(int(w["train"].sum()) for w in windows[:i + 1])
+    assert buffer.transitions < 1000 and replay.learning
+
+
+def test_learners_weigh_their_shares_of_windows_by_the_steps_the_loss_learns_on():
+    """Two windows, one all segment (4 trained steps of 4), one mostly burn-in (1 of 4): with N learners each
+    share's gradient is weighted by its trained steps, 4/5 and 1/5, not by its valid steps (1/2 each)."""
+    learner = tiny_learner("vdn")
+    batch = {"valid": torch.ones(2, 4, dtype=torch.bool),
+             "train": torch.tensor([[True] * 4, [False, False, False, True]]), "actions": torch.zeros(2, 4, 2)}
+    index = np.arange(2)
+    assert learner._share(batch, np.array([0]), index) == pytest.approx(0.8)
+    assert learner._share(batch, np.array([1]), index) == pytest.approx(0.2)
 
 
 def tiny_learner(mixer):

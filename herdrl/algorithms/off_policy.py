@@ -126,14 +126,14 @@ class _Replay:
     def learning(self) -> bool:
         """Whether the buffer holds enough to learn from."""
         cfg, buffer = self.config, self.buffer
-        if hasattr(buffer, "transitions"):  # episode windows (herdrl.sequence_replay): their trained steps
-            return len(buffer) > 0 and buffer.transitions >= max(
-                1, min(cfg.num_steps_sampled_before_learning_starts, buffer.transition_capacity))
+        if hasattr(buffer, "transitions"):  # episode windows (herdrl.sequence_replay): their trained steps, or full
+            return len(buffer) >= buffer.capacity or buffer.transitions >= max(
+                1, cfg.num_steps_sampled_before_learning_starts)
         return len(buffer) >= max(1, min(cfg.num_steps_sampled_before_learning_starts, buffer.capacity))
 
     def due(self, new_steps: int) -> int:
-        """Gradient steps due after ``new_steps`` more sampled steps (a batch of windows replays their
-        segments' steps: ``window_steps`` each)."""
+        """Gradient steps due after ``new_steps`` more sampled steps (a batch of episode windows replays their
+        segments' steps: ``segment_steps`` each, on average)."""
         cfg = self.config
         self.debt += cfg.training_intensity * new_steps
         batch = cfg.train_batch_size * getattr(self.buffer, "segment_steps", 1)

@@ -17,12 +17,15 @@ Agents act epsilon-greedily, each on its own draw (DQN's ``epsilon`` schedule). 
 transitions (DQN's, with its prioritised and n-step options); checkpoints, evaluation and export (the team's
 observation in, every agent's greedy allowed action out) are DQN's.
 
-``agent_rnn=True``: the paper's recurrent agents (a GRU between two layers, hidden width ``rnn_hidden_dim``, the
+``agent_rnn=True``: the paper's recurrent agents (a GRU between two layers, hidden width ``rnn_hidden_dim``; the
+paper's agents also read their own last action, these do not), the
 state ``(agents, rnn_hidden_dim)`` per env carried by the runners across fragments and zeroed at each episode's
 start). Replay then holds episode windows (:mod:`herdrl.sequence_replay`): segments of ``model.max_seq_len``
 steps (set it to the episode length to learn on whole episodes, as the paper) after up to ``replay_burn_in``
-steps of the same episode that only rebuild the state; ``train_batch_size`` counts windows, and
-``training_intensity`` segment steps replayed per env step sampled. The target of each step is the same double-Q
+steps of the same episode that only rebuild the state (no gradient flows into them); ``train_batch_size`` counts
+windows, ``training_intensity`` segment steps replayed per env step sampled, and ``replay_buffer_config``'s
+``capacity`` env steps (``capacity // max_seq_len`` windows, each holding ``replay_burn_in + max_seq_len + 1``
+observations; ``replay_buffer_size`` reports windows). The target of each step is the same double-Q
 target, both networks unrolled over the window from a zero state.
 """
 
@@ -225,13 +228,17 @@ class TeamRNNQNetwork(TeamQNetwork):
         h = self.rnn(x.reshape(batch * self.agents, -1), state.reshape(batch * self.agents, -1))
         return self.fc_out(h).reshape(batch, self.agents, -1), h.reshape(batch, self.agents, -1)
 
-    def unroll(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+    def unroll(self, obs: dict[str, torch.Tensor], detach_at: torch.Tensor | None = None) -> torch.Tensor:
         """Q values ``(N, L, agents, actions)`` along N windows of L steps (``obs`` leaves ``(N, L, ...)``), each
-        from a zero state (a window never crosses an episode start: :mod:`herdrl.sequence_replay`)."""
+        from a zero state (a window never crosses an episode start: :mod:`herdrl.sequence_replay`);
+        ``detach_at`` ``(N,)``: the step before which each window's state stops carrying gradients (its burn-in
+        only rebuilds the state, as R2D2's)."""
         n, steps = obs["obs"].shape[:2]
         state = self.initial_state(n)
         out = []
         for t in range(steps):
+            if detach_at is not None and t and bool((detach_at == t).any()):
+                state = torch.where((detach_at == t)[:, None, None], state.detach(), state)
             q, state = self.step({"obs": obs["obs"][:, t]}, state)
             out.append(q)
         return torch.stack(out, 1)
@@ -321,7 +328,8 @@ class QMIXLearner(DQNLearner):
         obs = batch["obs"]
         now = {key: value[:, :-1] for key, value in obs.items()}
         after = {key: value[:, 1:] for key, value in obs.items()}
-        q_all = self.module.unroll(obs)  # (N, W+1, agents, actions)
+        segment_start = batch["train"].int().argmax(1)  # (no gradient through the burn-in steps)
+        q_all = self.module.unroll(obs, segment_start)  # (N, W+1, agents, actions)
         q = q_all[:, :-1].gather(-1, batch["actions"].long().unsqueeze(-1)).squeeze(-1)
         q_tot = self._mix_steps(self.module, q, now)
         with torch.no_grad():

@@ -184,7 +184,8 @@ class Learner:
 
     def _share(self, batch: dict[str, Any], rows: np.ndarray, index: np.ndarray) -> float:
         """This learner's weight in the minibatch: its rows' share of the rows, or for a recurrent batch (rows are
-        sequences of ``valid`` steps) its share of the real steps (0: nothing to learn from)."""
+        sequences of ``valid`` steps; replayed windows: of ``train`` steps, their burn-in carries no loss) its share
+        of the real steps (0: nothing to learn from)."""
         if not len(rows):
             return 0.0
         if "valid" not in batch:
@@ -197,8 +198,9 @@ class Learner:
         sequence once per batch: one device-to-host read, not one per minibatch)."""
         if "valid" not in batch:
             return float(len(rows))
-        if self._real_steps is None or self._real_steps[0] is not batch["valid"]:
-            self._real_steps = (batch["valid"], batch["valid"].sum(dim=1).cpu().numpy())
+        counted = batch.get("train", batch["valid"])  # (the steps the loss averages over)
+        if self._real_steps is None or self._real_steps[0] is not counted:
+            self._real_steps = (counted, counted.sum(dim=1).cpu().numpy())
         return float(self._real_steps[1][rows].sum())
 
     def _sum_gradients(self, params: list[torch.Tensor], count: float | None = None) -> float:

@@ -247,26 +247,27 @@ class CentralCriticActorCritic(ActorCritic):
     (never shared: the two read different inputs)."""
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, model_config: dict) -> None:
-        from herdrl.multi_agent import GLOBAL_STATE, OWN_OBSERVATION, actor_observation_space
+        actor_space = self.own_space(observation_space)
+        super().__init__(actor_space, action_space, {**model_config, "vf_share_layers": False})
+        self.vf_encoder = build_encoder(observation_space, model_config)
+        self.vf_head = head(self.vf_encoder.out_dim, 1, 1.0)
+        self._wrapped = own_wrapper(actor_space)
+
+    @staticmethod
+    def own_space(observation_space: gym.Space) -> gym.Space:
+        """The agent's own observation space inside one with the global state (ConfigError without it)."""
+        from herdrl.multi_agent import GLOBAL_STATE, actor_observation_space
 
         actor_space = actor_observation_space(observation_space)
         if actor_space is observation_space:
             raise ConfigError(f"a centralised critic needs the observation with its '{GLOBAL_STATE}' leaf, got "
                               f"{observation_space}")
-        super().__init__(actor_space, action_space, {**model_config, "vf_share_layers": False})
-        self.vf_encoder = build_encoder(observation_space, model_config)
-        self.vf_head = head(self.vf_encoder.out_dim, 1, 1.0)
-        self._wrapped = OWN_OBSERVATION if not isinstance(actor_space, gym.spaces.Dict) else None
-        self._state_key = GLOBAL_STATE
+        return actor_space
 
     def actor_input(self, obs: Any) -> Any:
         """The agent's own observation out of one with the global state (an observation without it as it is:
         a trained actor acts on its own observations alone, in evaluation and export)."""
-        if not isinstance(obs, dict) or self._state_key not in obs:
-            return obs
-        if self._wrapped is not None:
-            return obs[self._wrapped]
-        return {key: value for key, value in obs.items() if key != self._state_key}
+        return own_observation(obs, self._wrapped)
 
     def forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """(distribution inputs from the actor's view, values from the critic's)."""
@@ -279,6 +280,25 @@ class CentralCriticActorCritic(ActorCritic):
     def value(self, obs: Any) -> torch.Tensor:
         """V(own observation, global state)."""
         return self.values_from_features(self.vf_encoder(obs))
+
+
+def own_wrapper(actor_space: gym.Space) -> str | None:
+    """The key an agent's own observation sits under beside the global state (None: a Dict's own leaves)."""
+    from herdrl.multi_agent import OWN_OBSERVATION
+
+    return OWN_OBSERVATION if not isinstance(actor_space, gym.spaces.Dict) else None
+
+
+def own_observation(obs: Any, wrapped: str | None) -> Any:
+    """The agent's own observation out of one with the global state (see :func:`own_wrapper`); one without it as
+    it is."""
+    from herdrl.multi_agent import GLOBAL_STATE
+
+    if not isinstance(obs, dict) or GLOBAL_STATE not in obs:
+        return obs
+    if wrapped is not None:
+        return obs[wrapped]
+    return {key: value for key, value in obs.items() if key != GLOBAL_STATE}
 
 
 class TorchPolicy:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from herdrl.models.actor_critic import ActorCritic
+from herdrl.models.actor_critic import ActorCritic, CentralCriticActorCritic, own_observation, own_wrapper
 from herdrl.models.encoders import head, module_device, to_torch
 from herdrl.obs import obs_map
 
@@ -47,6 +47,11 @@ class RecurrentActorCritic(ActorCritic):
     def unroll(self, obs: Any, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Distribution inputs and values ``(N, L, ...)`` for N sequences of L steps (``obs``: ``(N, L, ...)``)
         from their entering ``state`` ``(N, 2, H)``; where ``starts[n, t]`` the state is zeroed before step t."""
+        out = self.unroll_features(obs, state, starts)
+        return self.apply_mask(self._with_log_std(self.pi_head(out)), obs), self.values_from_features(out)
+
+    def unroll_features(self, obs: Any, state: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+        """The LSTM's outputs ``(N, L, H)`` along the sequences (see :meth:`unroll`)."""
         n, steps = starts.shape
         features = self.pi_encoder(obs_map(lambda o: o.reshape(n * steps, *o.shape[2:]), obs))
         features = features.reshape(n, steps, -1)
@@ -56,8 +61,11 @@ class RecurrentActorCritic(ActorCritic):
             keep = (~starts[:, t]).unsqueeze(-1).to(h.dtype)
             h, c = self.lstm(features[:, t], (h * keep, c * keep))
             outputs.append(h)
-        out = torch.stack(outputs, dim=1)
-        return self.apply_mask(self._with_log_std(self.pi_head(out)), obs), self.values_from_features(out)
+        return torch.stack(outputs, dim=1)
+
+    def step_value(self, obs: Any, state: torch.Tensor) -> torch.Tensor:
+        """The value of one step's observations entering ``state`` (a fragment's bootstrap value)."""
+        return self.values_from_features(self.step(obs, state)[0])
 
     def step_dist_inputs(self, obs: Any, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step for a batch: (distribution inputs, LSTM output, next state)."""
@@ -81,6 +89,48 @@ class RecurrentActorCritic(ActorCritic):
         """The most likely action and the next state."""
         dist_inputs, _, state = self.step_dist_inputs(obs, state)
         return self.act_with_noise(dist_inputs, None), state
+
+
+class RecurrentCentralCritic(RecurrentActorCritic):
+    """MAPPO with a recurrent actor: the LSTM actor reads the agent's own observation; a feed-forward critic reads
+    that and the global state (its own encoder, as :class:`~herdrl.models.actor_critic.CentralCriticActorCritic`'s):
+    the state ``(batch, 2, H)`` is the actor's alone. The actor's weights are named as a plain
+    :class:`RecurrentActorCritic`'s, so a trained actor acts on its own observations (evaluation, export)."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, model_config: dict) -> None:
+        from herdrl.models.encoders import build_encoder
+
+        actor_space = CentralCriticActorCritic.own_space(observation_space)
+        super().__init__(actor_space, action_space, model_config)
+        self.vf_encoder = build_encoder(observation_space, model_config)
+        self.vf_head = head(self.vf_encoder.out_dim, 1, 1.0)
+        self._wrapped = own_wrapper(actor_space)
+
+    def actor_input(self, obs: Any) -> Any:
+        """The agent's own observation (see :meth:`CentralCriticActorCritic.actor_input`)."""
+        return own_observation(obs, self._wrapped)
+
+    def step_dist_inputs(self, obs: Any, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step of the actor on the agent's own observation: (distribution inputs, LSTM output, next
+        state)."""
+        return super().step_dist_inputs(self.actor_input(obs), state)
+
+    def step(self, obs: Any, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of the actor's LSTM on the agent's own observation."""
+        return super().step(self.actor_input(obs), state)
+
+    def unroll(self, obs: Any, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actor's distribution inputs along the sequences and the critic's values of every step."""
+        own = self.actor_input(obs)
+        out = self.unroll_features(own, state, starts)
+        n, steps = starts.shape
+        flat = obs_map(lambda o: o.reshape(n * steps, *o.shape[2:]), obs)
+        values = self.values_from_features(self.vf_encoder(flat)).reshape(n, steps)
+        return self.apply_mask(self._with_log_std(self.pi_head(out)), own), values
+
+    def step_value(self, obs: Any, state: torch.Tensor) -> torch.Tensor:
+        """V(own observation, global state): the critic needs no state."""
+        return self.values_from_features(self.vf_encoder(obs))
 
 
 class CarriedState:

@@ -143,8 +143,7 @@ def sequence_batch(module: Any, fragments: list[Fragment], seq_len: int,
     }
     dist_inputs, values = module.unroll(batch["obs"], batch["state"], batch["starts"])
     last_state = torch.from_numpy(np.concatenate([f.state_last for f in fragments])).to(device)
-    last_out, _ = module.step(to_torch(obs_map(lambda o: o[-1], obs), device), last_state)
-    bootstrap = module.values_from_features(last_out)  # (in return units, as every other value)
+    bootstrap = module.step_value(to_torch(obs_map(lambda o: o[-1], obs), device), last_state)  # (return units)
     grid_values = np.concatenate([from_sequences(batch, values.cpu().numpy(), steps, envs),
                                   bootstrap.cpu().numpy()[None]])
     batch["old_values"] = values

@@ -60,7 +60,7 @@ class Fragment:
     state_in: np.ndarray | None = None  # recurrent policies: (N, 2, H) state entering each sequence (batch.py)
     state_last: np.ndarray | None = None  # recurrent policies: (B, 2, H) state entering step T
     metrics: list | None = None  # custom metrics its callbacks logged (herdrl.callbacks.MetricsLogger.take)
-    fresh: bool = False  # the runner's first fragment since it (re)started its envs: no episode continues into it
+    begins: np.ndarray | None = None  # (B,) bool: step 0 begins an episode (new envs, or after a reset-only step)
 
     @property
     def env_steps(self) -> int:
@@ -174,7 +174,7 @@ class EnvRunner:
             self.normalizer.observe(self._obs)
             self.normalizer.count(self._obs)
         self._reset_next = np.zeros(self.num_envs, dtype=bool)  # next step of env b only resets it
-        self._fresh = True  # (the next fragment says so: episodes of the old envs do not continue into it)
+        self._begins = np.ones(self.num_envs, dtype=bool)  # each env's next step begins an episode
         self._clip_rewards = bool(getattr(self.env, "herd_clip_rewards", False))
         self._episodic_life = bool(getattr(self.env, "herd_episodic_life", False))
         if self._episodic_life:
@@ -380,8 +380,8 @@ class EnvRunner:
         fragment = Fragment(stored, actions, rewards, terminateds, truncateds, valid, logp=logp,
                             weights_version=self.weights_version, worker_index=self.worker_index,
                             state_in=np.concatenate(state_in) if recurrent else None,
-                            state_last=self.policy.get_state() if recurrent else None, fresh=self._fresh)
-        self._fresh = False
+                            state_last=self.policy.get_state() if recurrent else None, begins=self._begins)
+        self._begins = ~valid[-1]  # (a reset-only last step: the next fragment's first step begins an episode)
         self._collect_episodes(fragment)  # whole games, unclipped rewards: what the user's env scores
         if self.recorder is not None:  # raw observations, env actions and rewards, the env's own episode ends
             self.recorder.add(obs, [to_env(actions[t]) for t in range(steps)], rewards, terminateds, truncateds,
