@@ -3,6 +3,7 @@ multi-agent benchmark), one invocation: each tool in its own subprocess, BenchMA
 
     python benchmarks/benchmarl_spread.py --frames 150000 --seeds 1 --benchmarl-python /tmp/benchmarl-venv/bin/python
     python benchmarks/benchmarl_spread.py --algorithm qmix --frames 150000 --seeds 1
+    python benchmarks/benchmarl_spread.py --algorithm ippo --frames 150000 --seeds 1 2 3
 
 BenchMARL's venv (its torchrl pulls its own torch; PettingZoo 1.24 still ships MPE, which torchrl's PettingZoo
 wrapper imports): ``python3.11 -m venv /tmp/benchmarl-venv && /tmp/benchmarl-venv/bin/pip install torch==2.13.0
@@ -14,7 +15,8 @@ The task as BenchMARL's ``pettingzoo/simple_spread`` config has it: 3 agents, ``
 batch from 10 env copies, 45 passes of minibatches of 400 env steps (1,200 agent rows: herdrl counts rows), lr
 5e-5, gamma 0.99, GAE lambda 0.9, clip 0.2, no entropy bonus, value loss weight 1, [256, 256] tanh networks, one
 actor shared by the agents and a centralised critic (herdrl's ``centralized_critic``: the env's global state beside
-the agent's observation). The score is the training return of the last batch's episodes, summed over the agents
+the agent's observation; ``--algorithm ippo``: BenchMARL's IPPO against the same shared policy whose critic sees
+its agent's observation only). The score is the training return of the last batch's episodes, summed over the agents
 (BenchMARL reports the mean over agents: multiplied by 3 here), and the wall-clock seconds of the run. Prints
 ``RESULT {json}`` lines.
 
@@ -63,8 +65,9 @@ def run_herdrl_team(mixer: str, seed: int, frames: int) -> dict:
             "seconds": seconds}
 
 
-def run_herdrl(seed: int, frames: int) -> dict:
-    """herdrl's MAPPO with BenchMARL's settings, in-process."""
+def run_herdrl(seed: int, frames: int, algorithm: str = "mappo") -> dict:
+    """herdrl's MAPPO (IPPO: each critic sees its agent's observation only) with BenchMARL's settings,
+    in-process."""
     from herdrl import PPOConfig
 
     algo = (PPOConfig().environment("mpe2.simple_spread_v3", env_config=ENV_CONFIG)
@@ -72,7 +75,7 @@ def run_herdrl(seed: int, frames: int) -> dict:
             .training(train_batch_size=FRAMES_PER_BATCH, minibatch_size=MINIBATCH * AGENTS, num_epochs=EPOCHS, lr=5e-5,
                       gamma=0.99, lambda_=0.9, clip_param=0.2, entropy_coeff=0.0, vf_loss_coeff=1.0,
                       model={"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh"})
-            .multi_agent(policies={"shared"}, centralized_critic=True).debugging(seed=seed).build())
+            .multi_agent(policies={"shared"}, centralized_critic=algorithm == "mappo").debugging(seed=seed).build())
     start = time.perf_counter()
     while (result := algo.train())["num_env_steps_sampled_lifetime"] < frames:
         pass
@@ -84,7 +87,7 @@ def run_herdrl(seed: int, frames: int) -> dict:
 
 def run_benchmarl(seed: int, frames: int, algorithm: str = "mappo") -> dict:
     """BenchMARL's MAPPO (or QMIX, VDN), its defaults, on CPU, no loggers, no evaluation (run in BenchMARL's venv)."""
-    from benchmarl.algorithms import MappoConfig, QmixConfig, VdnConfig
+    from benchmarl.algorithms import IppoConfig, MappoConfig, QmixConfig, VdnConfig
     from benchmarl.environments import PettingZooTask
     from benchmarl.experiment import Experiment, ExperimentConfig
     from benchmarl.models.mlp import MlpConfig
@@ -95,7 +98,8 @@ def run_benchmarl(seed: int, frames: int, algorithm: str = "mappo") -> dict:
     config.sampling_device = config.train_device = config.buffer_device = "cpu"
     config.save_folder, config.checkpoint_interval, config.checkpoint_at_end = tempfile.mkdtemp(), 0, False
     task = PettingZooTask.SIMPLE_SPREAD.get_from_yaml()
-    algorithm_config = {"mappo": MappoConfig, "qmix": QmixConfig, "vdn": VdnConfig}[algorithm].get_from_yaml()
+    algorithm_config = {"mappo": MappoConfig, "ippo": IppoConfig, "qmix": QmixConfig,
+                        "vdn": VdnConfig}[algorithm].get_from_yaml()
     experiment = Experiment(task=task, algorithm_config=algorithm_config,
                             model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
                             seed=seed, config=config)
@@ -112,15 +116,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--tools", nargs="+", default=["herdrl", "benchmarl"], choices=["herdrl", "benchmarl"])
     parser.add_argument("--benchmarl-python", default="/tmp/benchmarl-venv/bin/python")
-    parser.add_argument("--algorithm", default="mappo", choices=["mappo", "qmix", "vdn"])
+    parser.add_argument("--algorithm", default="mappo", choices=["mappo", "ippo", "qmix", "vdn"])
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # (tool, seed): run it here
     args = parser.parse_args()
     if args.one:
         tool, seed = args.one
         if tool == "benchmarl":
             result = run_benchmarl(int(seed), args.frames, args.algorithm)
-        elif args.algorithm == "mappo":
-            result = run_herdrl(int(seed), args.frames)
+        elif args.algorithm in ("mappo", "ippo"):
+            result = run_herdrl(int(seed), args.frames, args.algorithm)
         else:
             result = run_herdrl_team(args.algorithm, int(seed), args.frames)
         print("RESULT " + json.dumps({"tool": tool, "algorithm": args.algorithm, "seed": int(seed), **result}),
