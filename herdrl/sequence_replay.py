@@ -124,7 +124,6 @@ class EpisodeSequencer:
                 "discounts": pad(discounts.astype(np.float32), width), "train": train, "valid": valid}
 
 
-
 def _same(a: ObsArray, b: ObsArray) -> bool:
     """Whether two observations are equal, leaf by leaf."""
     if isinstance(a, dict):

@@ -296,3 +296,27 @@ def test_a_saved_window_buffer_with_wrong_shapes_is_refused_before_anything_chan
     state["rewards"] = np.zeros((0, 5), np.float32)
     with pytest.raises(ValueError, match="replay field 'rewards'"):
         buffer.load_state(state)
+
+
+def test_a_runners_fragments_cut_into_whole_recall_episodes():
+    """A runner's own fragments (3 envs, 5 steps each: the recall game's 8-step episodes cross them, reset-only
+    steps between): each window is one whole episode, its first observation the one that shows each agent's cue
+    and the rest without it, as the game plays."""
+    from herdrl.rollout.runner import EnvRunner
+
+    config = (QMIXConfig().environment("recall_team").env_runners(num_envs_per_env_runner=3,
+                                                                  rollout_fragment_length=5)
+              .training(agent_rnn=True, model={"max_seq_len": 8}).debugging(seed=0))
+    config.validate()
+    runner = EnvRunner(config)
+    runner.set_exploration({"epsilon": 1.0})
+    sequencer = EpisodeSequencer(8, 0, 0.9)
+    fragments = [runner.sample() for _ in range(12)]
+    assert fragments[0].begins.all() and not fragments[1].begins.any()
+    windows = [w for f in fragments for w in sequencer.add(f)]
+    assert len(windows) >= 3 * 6
+    for w in windows:
+        cues = w["obs"]["obs"][:, :, 0]  # (9, agents): each agent's cue column
+        assert w["valid"].all() and w["train"].all()
+        assert (np.abs(cues[0]) == 1).all() and (cues[1:] == 0).all()
+        np.testing.assert_allclose(w["discounts"], 0.9)  # truncated at 8 steps: bootstrapped, never terminated

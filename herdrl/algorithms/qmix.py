@@ -17,16 +17,15 @@ Agents act epsilon-greedily, each on its own draw (DQN's ``epsilon`` schedule). 
 transitions (DQN's, with its prioritised and n-step options); checkpoints, evaluation and export (the team's
 observation in, every agent's greedy allowed action out) are DQN's.
 
-``agent_rnn=True``: the paper's recurrent agents (a GRU between two layers, hidden width ``rnn_hidden_dim``; the
-paper's agents also read their own last action, these do not), the
-state ``(agents, rnn_hidden_dim)`` per env carried by the runners across fragments and zeroed at each episode's
-start). Replay then holds episode windows (:mod:`herdrl.sequence_replay`): segments of ``model.max_seq_len``
-steps (set it to the episode length to learn on whole episodes, as the paper) after up to ``replay_burn_in``
-steps of the same episode that only rebuild the state (no gradient flows into them); ``train_batch_size`` counts
-windows, ``training_intensity`` segment steps replayed per env step sampled, and ``replay_buffer_config``'s
-``capacity`` env steps (``capacity // max_seq_len`` windows, each holding ``replay_burn_in + max_seq_len + 1``
-observations; ``replay_buffer_size`` reports windows). The target of each step is the same double-Q
-target, both networks unrolled over the window from a zero state.
+``agent_rnn=True``: the paper's recurrent agents: a GRU between two layers, hidden width ``rnn_hidden_dim`` (the
+paper's agents also read their own last action; these do not), the state ``(agents, rnn_hidden_dim)`` per env
+carried by the runners across fragments and zeroed at each episode's start. Replay then holds episode windows
+(:mod:`herdrl.sequence_replay`): segments of ``model.max_seq_len`` steps (set it to the episode length to learn on
+whole episodes, as the paper) after up to ``replay_burn_in`` steps of the same episode that only rebuild the state
+(no gradient flows into them); ``train_batch_size`` counts windows, ``training_intensity`` segment steps replayed
+per env step sampled, and ``replay_buffer_config``'s ``capacity`` env steps (``capacity // max_seq_len`` windows,
+each holding ``replay_burn_in + max_seq_len + 1`` observations; ``replay_buffer_size`` reports windows). The target
+of each step is the same double-Q target, both networks unrolled over the window from a zero state.
 """
 
 from __future__ import annotations
@@ -319,7 +318,6 @@ class QMIXLearner(DQNLearner):
             target = batch["rewards"] + batch["discounts"] * next_tot
         loss = (batch["weights"] * nn.functional.smooth_l1_loss(q_tot, target, reduction="none")).mean()
         return loss, {"loss": loss.detach(), "td_error": (target - q_tot).detach()}
-
 
     def window_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Recurrent agents: the same loss on every segment step of the replayed windows (``obs`` ``(N, W+1,

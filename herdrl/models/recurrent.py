@@ -185,4 +185,3 @@ class RecurrentPolicy(CarriedState):
         dist_inputs, _, self.state = self.module.step_dist_inputs(to_torch(obs, self.device), self.state)
         actions = self.module.act_with_noise(dist_inputs, torch.from_numpy(noise).to(self.device))
         return actions.cpu().numpy(), self.module.log_prob_entropy(dist_inputs, actions)[0].cpu().numpy()
-

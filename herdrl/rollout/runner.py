@@ -381,7 +381,6 @@ class EnvRunner:
                             weights_version=self.weights_version, worker_index=self.worker_index,
                             state_in=np.concatenate(state_in) if recurrent else None,
                             state_last=self.policy.get_state() if recurrent else None, begins=self._begins)
-        self._begins = ~valid[-1]  # (a reset-only last step: the next fragment's first step begins an episode)
         self._collect_episodes(fragment)  # whole games, unclipped rewards: what the user's env scores
         if self.recorder is not None:  # raw observations, env actions and rewards, the env's own episode ends
             self.recorder.add(obs, [to_env(actions[t]) for t in range(steps)], rewards, terminateds, truncateds,
@@ -397,6 +396,9 @@ class EnvRunner:
             previous = np.concatenate([self._lives[None], lives[:-1]])
             fragment.terminateds = terminateds | life_losses(lives, previous, done)
             self._lives = lives[-1].copy()
+        # The next fragment's first step begins an episode after a reset-only last step, or after a lost life (the
+        # env goes on: a real step, but a new episode for learning).
+        self._begins = ~valid[-1] | (fragment.terminateds[-1] & ~done[-1])
         if self.callbacks is not None:
             self.callbacks("on_sample_end", env_runner=self, worker=self, metrics_logger=self.metrics_logger,
                            samples=[fragment])
