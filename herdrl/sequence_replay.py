@@ -148,16 +148,11 @@ class SequenceReplayBuffer:
             "valid": np.zeros((capacity, window), bool),
         }
         self.size = self.cursor = 0
+        self.transitions = 0  # steps held that the loss learns from (each segment's, burn-in not counted)
 
     def __len__(self) -> int:
         """Windows held."""
         return self.size
-
-    @property
-    def transitions(self) -> int:
-        """Steps held that the loss learns from (each segment's, burn-in not counted)."""
-        return int(self.steps["train"][:self.size].sum()) if self.size < self.capacity else \
-            int(self.steps["train"].sum())
 
     @property
     def segment_steps(self) -> float:
@@ -168,12 +163,14 @@ class SequenceReplayBuffer:
         """Store windows (the oldest overwritten); return their slots."""
         windows = windows[-self.capacity:]
         slots = (self.cursor + np.arange(len(windows))) % self.capacity
+        self.transitions -= int(self.steps["train"][slots].sum())  # (the windows these overwrite)
         for slot, window in zip(slots, windows, strict=True):
             leaf = window["obs"] if not self.spec.single else {"": window["obs"]}
             for name, array in self.obs.items():
                 array[slot] = leaf[name]
             for name, array in self.steps.items():
                 array[slot] = window[name]
+        self.transitions += int(self.steps["train"][slots].sum())
         self.cursor = (self.cursor + len(windows)) % self.capacity
         self.size = min(self.size + len(windows), self.capacity)
         return slots
@@ -213,7 +210,8 @@ class SequenceReplayBuffer:
                                  f"{('N', *own.shape[1:])}")
             if got.dtype.kind == "f" and not np.isfinite(got).all():
                 raise ValueError(f"replay field '{key}' holds non-finite numbers")
-        self.size = self.cursor = 0
+        self.size = self.cursor = self.transitions = 0
+        self.steps["train"][:] = False  # (nothing held: no trained steps left to overwrite)
         rows = range(max(0, n - self.capacity), n)
         windows = [{"obs": state["obs"][i] if self.spec.single else {name: state[f"obs/{name}"][i]
                                                                       for name in self.obs},
