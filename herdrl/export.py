@@ -149,8 +149,8 @@ def export_policy(checkpoint: str | Path, fmt: str, out: str | Path, policy_id: 
         model = AgentGreedy(policy, agent).eval().requires_grad_(False)
         obs = (torch.ones(2, model.choices, dtype=torch.int8), torch.zeros(2, model.width))
         names = ["action_mask", "obs"], ["action"]
-        if model.recurrent:  # its GRU state in and out: (batch, rnn_hidden_dim), zeros at an episode's start
-            obs, names = (*obs, torch.zeros(2, model.hidden)), (names[0] + ["state_in"], names[1] + ["state_out"])
+        if model.recurrent:  # its state in and out: (batch, rnn_hidden_dim [+ actions]), zeros at an episode's start
+            obs, names = (*obs, torch.zeros(2, model.state_width)), (names[0] + ["state_in"], names[1] + ["state_out"])
     batch = torch.export.Dim("batch", min=1)
     dynamic = {"obs": tuple({0: batch} for _ in obs)} if agent is None else \
         {"action_mask": {0: batch}, "obs": {0: batch}, **({"state": {0: batch}} if len(obs) > 2 else {})}
@@ -190,7 +190,8 @@ class AgentGreedy(nn.Module):
     team's; ``herdrl.env.team`` adds a Discrete space's ``start``). The agent network reads only its own row and id,
     so this is exactly the team's choice for that agent; the team's observation filter's row for it is baked in.
     Recurrent agents (``agent_rnn``) also take the agent's state ``(batch, rnn_hidden_dim)`` last and return
-    ``(action, next state)``."""
+    ``(action, next state)``; agents reading their last action (``agent_last_action``) carry it after the GRU's
+    state, ``(batch, rnn_hidden_dim + actions)``, zeros at an episode's start as the rest."""
 
     def __init__(self, policy: Policy, index: int) -> None:
         super().__init__()
@@ -206,6 +207,7 @@ class AgentGreedy(nn.Module):
         self.recurrent = bool(getattr(module, "recurrent", False))
         if self.recurrent:
             self.fc_in, self.rnn, self.fc_out, self.hidden = module.fc_in, module.rnn, module.fc_out, module.hidden
+            self.last_action, self.state_width = module.last_action, module.state_width
         self.choices, self.width = module.choices, policy.observation_space["obs"].shape[1]
         self.register_buffer("agent_id", torch.eye(module.agents)[index:index + 1].clone())  # (its own storage)
         scales = policy.normalizer._obs_scales() if policy.normalizer is not None and \
@@ -225,8 +227,13 @@ class AgentGreedy(nn.Module):
         x = torch.cat([x, self.agent_id.expand(x.shape[0], -1)], -1)
         if not self.recurrent:
             return self.agent(x).masked_fill(action_mask == 0, self.masked_q).argmax(-1)
-        state = self.rnn(torch.relu(self.fc_in(x)), state)
-        return self.fc_out(state).masked_fill(action_mask == 0, self.masked_q).argmax(-1), state
+        if self.last_action:
+            x = torch.cat([x, state[:, self.hidden:]], -1)
+        h = self.rnn(torch.relu(self.fc_in(x)), state[:, :self.hidden])
+        action = self.fc_out(h).masked_fill(action_mask == 0, self.masked_q).argmax(-1)
+        if self.last_action:
+            h = torch.cat([h, nn.functional.one_hot(action, self.choices).to(h.dtype)], -1)
+        return action, h
 
 
 class ObsNormalizer(nn.Module):

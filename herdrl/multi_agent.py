@@ -63,6 +63,51 @@ def actor_observation_space(space: gym.Space) -> gym.Space:
     return rest[OWN_OBSERVATION] if list(rest) == [OWN_OBSERVATION] else gym.spaces.Dict(rest)
 
 
+class OwnObservationNormalizer:
+    """A centralised critic's run keeps its observation statistics on the observation with the global state beside
+    the agent's own (:func:`with_global_state`); its actor acts on the agent's own observation alone. This reads
+    the run's statistics (live: the same object) for those leaves, named as the own observation names them (an
+    own observation that is not a Dict sits under ``own_observation`` in the run's)."""
+
+    def __init__(self, normalizer: Any, actor_space: gym.Space) -> None:
+        from herdrl.obs import leaf_spaces
+
+        self.run, self.clip_obs = normalizer, normalizer.clip_obs
+        self.leaves = list(leaf_spaces(actor_space))
+        self.single = self.leaves == [""]
+
+    @property
+    def observations(self) -> bool:
+        """Whether the observations are filtered."""
+        return self.run.observations
+
+    @staticmethod
+    def _run_name(leaf: str) -> str:
+        return f"{OWN_OBSERVATION}/{leaf}" if leaf else OWN_OBSERVATION
+
+    def normalize(self, obs: Any) -> Any:
+        """The agent's own raw observations (stored form, any leading dims) as its actor reads them."""
+        if self.single:
+            return self.run.normalize({OWN_OBSERVATION: obs})[OWN_OBSERVATION]
+        done = self.run.normalize({self._run_name(leaf): value for leaf, value in obs.items()})
+        return {leaf: done[self._run_name(leaf)] for leaf in obs}
+
+    def _obs_scales(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """(mean, 1/std) per filtered leaf of the own observation (as :class:`herdrl.filters.Normalizer`'s)."""
+        scales = self.run._obs_scales()
+        return {leaf: scales[self._run_name(leaf)] for leaf in self.leaves if self._run_name(leaf) in scales}
+
+
+def actor_normalizer(normalizer: Any, space: gym.Space) -> Any:
+    """The statistics a policy's actor normalises its own observations with, out of the run's on ``space`` (a
+    policy's observation space; the run's own normaliser where the actor reads the same leaves by the same
+    names: no centralised critic, or an own observation that is a Dict beside the global state)."""
+    if normalizer is None or not (isinstance(space, gym.spaces.Dict) and OWN_OBSERVATION in space.spaces
+                                  and GLOBAL_STATE in space.spaces):
+        return normalizer
+    return OwnObservationNormalizer(normalizer, actor_observation_space(space))
+
+
 def with_state_value(raw: Any, state: np.ndarray, space: gym.Space) -> dict[str, Any]:
     """An agent's raw observation with the global state beside it, as :func:`with_global_state` lays it out."""
     if isinstance(space, gym.spaces.Dict):
@@ -191,9 +236,6 @@ def validate_multi_agent(config: Any) -> None:
         config._values["self_play"][source] = list(copies)
     if not trained_policies(config):
         raise ConfigError("no policy to train: policies_to_train is empty (or every policy is a snapshot)")
-    if config.observation_filter != "NoFilter" and config.centralized_critic:
-        raise ConfigError("observation_filter with centralized_critic is not built yet: leave one of them off "
-                          "(norm_reward works with it)")
     if config.model["lstm_use_prev_action"] or config.model["lstm_use_prev_reward"]:
         raise ConfigError("model lstm_use_prev_action/lstm_use_prev_reward are not built for multi-agent runs yet")
     if config.centralized_critic and not getattr(config, "supports_centralized_critic", False):

@@ -50,7 +50,7 @@ class Policy:
         """Load the policy of a checkpoint (or of the newest valid checkpoint in a trial directory); for a
         multi-agent run's, the policy ``policy_id`` (which may be left out when the run had one policy)."""
         from herdrl.checkpoint import CheckpointError, checkpoint_config, read_meta, read_tensors, space_from_json
-        from herdrl.multi_agent import actor_observation_space
+        from herdrl.multi_agent import actor_normalizer, actor_observation_space
         from herdrl.registry import get_config_class
 
         meta = read_meta(Path(path))
@@ -77,12 +77,11 @@ class Policy:
         except (KeyError, RuntimeError) as exc:
             raise CheckpointError(f"checkpoint '{meta['path']}': weights do not fit its model ({exc})") from None
         module.eval()
-        # A centralised critic's policy (MAPPO) acts on its agent's own observation: the global state is its critic's.
-        obs_space = actor_observation_space(obs_space)
         normalizer = Normalizer(obs_space, config)
         filters = tensors.get("filters", {})
         normalizer.load_state(policy_slice(filters, policy_id) if config.policies is not None else filters)
-        return cls(module, obs_space, action_space, normalizer)
+        # A centralised critic's policy (MAPPO) acts on its agent's own observation: the global state is its critic's.
+        return cls(module, actor_observation_space(obs_space), action_space, actor_normalizer(normalizer, obs_space))
 
     def _model_input(self, obs: Any) -> Any:
         """Stored observations -> tensors the module reads (normalised if the run filtered them)."""

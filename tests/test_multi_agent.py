@@ -921,9 +921,39 @@ def test_replay_algorithms_keep_raw_rows_and_normalise_each_replayed_batch_with_
     algo.stop()
 
 
-def test_normalisation_is_refused_where_multi_agent_runs_do_not_build_it():
-    with pytest.raises(ConfigError, match="observation_filter with centralized_critic is not built yet"):
-        relay_config(**SEPARATE, centralized_critic=True).env_runners(observation_filter="MeanStdFilter").validate()
+def test_mappo_normalises_the_global_state_beside_the_own_observation_and_its_actor_reads_its_own_statistics(
+        tmp_path):
+    """MeanStdFilter with a centralised critic: the run keeps statistics of both leaves (the relay's own
+    observation is a Box, so it sits under 'own_observation'); PPO learns the relay with them; the live policy,
+    the checkpoint's and the exported program read an agent's raw observation alone, normalised with the run's
+    statistics of its own leaf (by hand here), and act as the module does on that."""
+    from herdrl.export import export_policy
+
+    algo = relay_config(**SEPARATE, centralized_critic=True).env_runners(observation_filter="MeanStdFilter").build()
+    results = [algo.train() for _ in range(12)]
+    assert results[-1]["episode_return_mean"] > 10
+    stats = algo.normalizer.state()
+    for leaf in ("own_observation", "global_state"):
+        assert stats[f"p0.obs/{leaf}/count"] > 1000
+    mean = stats["p0.obs/own_observation/mean"]
+    std = np.sqrt(stats["p0.obs/own_observation/m2"] / stats["p0.obs/own_observation/count"] + 1e-8)
+    assert not np.allclose(std, 1.0, atol=0.05) or not np.allclose(mean, 0.0, atol=0.05)  # normalising moves them
+    raw = np.random.default_rng(0).uniform(-2, 2, (64, 2)).astype(np.float32)
+    by_hand = torch.as_tensor(np.clip((raw - mean) / std, -10, 10), dtype=torch.float32)
+    module = algo.module["p0"]
+    with torch.no_grad():
+        expected = module.dist_inputs(by_hand).argmax(-1).numpy()
+        unfiltered = module.dist_inputs(torch.as_tensor(raw)).argmax(-1).numpy()
+    assert (expected != unfiltered).any()  # (the check can tell a policy that forgot the statistics)
+    live = algo.policies["p0"]
+    torch.testing.assert_close(live._model_input(raw), by_hand)
+    assert live.compute_actions(raw).tolist() == expected.tolist()
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    policy = Policy.from_checkpoint(path, policy_id="p0")
+    assert policy.compute_actions(raw).tolist() == expected.tolist()
+    program = torch.export.load(export_policy(path, "torch-export", tmp_path / "p0.pt2", "p0")).module()
+    assert program(torch.as_tensor(raw)).tolist() == expected.tolist()
 
 
 def test_a_turn_based_games_global_state_holds_every_live_agents_observation_as_it_is_now():

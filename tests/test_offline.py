@@ -149,17 +149,22 @@ def record_expert(path, episodes: int, seed: int = 0) -> None:
     record_controller(cartpole_expert, "CartPole-v1", path, episodes, seed)
 
 
+def train_until_solved(algo, tries: int) -> dict:
+    """Train until greedy evaluation reaches 475 (CartPole solved), at most ``tries`` iterations; the last row."""
+    for _ in range(tries):
+        result = algo.train()
+        if result["evaluation/episode_return_mean"] >= 475:
+            break
+    return result
+
+
 def test_bc_learns_a_small_expert_dataset_in_seconds(tmp_path):
     from herdrl.algorithms.bc import BCConfig
 
     record_expert(tmp_path / "expert", 4)
     algo = (BCConfig().offline_data(input_=str(tmp_path / "expert")).environment("CartPole-v1")
             .training(updates_per_iteration=400).debugging(seed=0).build())
-    result = algo.train()
-    for _ in range(3):
-        if result["evaluation/episode_return_mean"] >= 475:
-            break
-        result = algo.train()
+    result = train_until_solved(algo, 4)
     algo.stop()
     assert result["evaluation/episode_return_mean"] >= 475, result["evaluation/episode_return_mean"]
     assert result["dataset/transitions"] == 2000 and result["num_env_steps_sampled_lifetime"] == 0
@@ -167,7 +172,9 @@ def test_bc_learns_a_small_expert_dataset_in_seconds(tmp_path):
 
 def test_marwil_loss_on_a_fixed_batch_matches_a_hand_computation(tmp_path):
     """Weights exp(beta * (R - V) / sqrt(c)) on log-probabilities from a hand-written softmax, a halved squared
-    value error, and the running mean c updated from the batch's squared advantages before it is used."""
+    value error, and the running mean c updated from the batch's squared advantages before it is used; R is the
+    reward-to-go plus, the expert's episode being truncated at 500 steps, gamma^(500 - t) times the value of the
+    observation it stopped at (read from the dataset here)."""
     from herdrl.algorithms.marwil import MARWILConfig
 
     record_expert(tmp_path / "expert", 1)
@@ -179,21 +186,110 @@ def test_marwil_loss_on_a_fixed_batch_matches_a_hand_computation(tmp_path):
     batch = algo.draw(64)
     torch_batch = {k: torch.as_tensor(v) for k, v in batch.items()}
     loss, stats = learner.loss(torch_batch)
+    (episode,) = open_dataset(tmp_path / "expert").episodes()
+    assert episode.truncations[-1] and not episode.terminations.any()
+    steps = 500
     with torch.no_grad():
         logits, values = learner.module(torch_batch["obs"])
         logp = torch.log_softmax(logits, -1)[torch.arange(64), torch_batch["actions"]].numpy()
         values = values.numpy()
-    advantages = batch["returns"] - values
+        _, tail_value = learner.module(torch.as_tensor(episode.observations[-1:], dtype=torch.float32))
+    # The rows' own reward-to-go (CartPole pays 1 a step) tells each row's step t: 0.99^(500 - t) = 1 - 0.01 R.
+    tail_discount = 1 - 0.01 * batch["returns"].astype(np.float64)
+    advantages = batch["returns"] + tail_discount * float(tail_value[0]) - values
     c = 4.0 + 0.1 * (np.mean(advantages ** 2) - 4.0)
     weights = np.exp(0.7 * advantages / np.sqrt(c))
     expected = -np.mean(weights * logp) + 0.3 * 0.5 * np.mean(advantages ** 2)
+    assert abs(float(tail_value[0])) > 0.01  # (the bootstrap moves the advantages)
     assert float(loss.detach()) == pytest.approx(expected, rel=1e-4)
     assert float(stats["sqd_adv_norm"]) == pytest.approx(c, rel=1e-5)
     # The returns are each step's discounted reward-to-go inside its episode (rewards all 1 in CartPole).
-    steps = 500
     to_go = (1 - 0.99 ** np.arange(steps, 0, -1)) / (1 - 0.99)
     np.testing.assert_allclose(np.sort(algo.reader.transitions["returns"]), np.sort(to_go), rtol=1e-5)
     algo.stop()
+
+
+def test_marwil_does_not_bootstrap_an_episode_that_terminated(tmp_path):
+    """Rows of a terminated episode carry a zero tail discount (their return is the reward-to-go alone); a
+    truncated one's go on from its last observation, gamma^(T - t) from step t."""
+    from herdrl.offline.dataset import to_transitions
+
+    episodes = random_episodes(2)  # episode 0 terminates after 3 steps, episode 1 is truncated after 4
+    rows = to_transitions(episodes, DICT_OBS, 0.9, tails=True)
+    np.testing.assert_array_equal(rows["tail_discounts"][:3], 0.0)
+    np.testing.assert_allclose(rows["tail_discounts"][3:], 0.9 ** np.arange(4, 0, -1), rtol=1e-6)
+    np.testing.assert_array_equal(rows["tail_obs"]["pos"][3:], np.repeat(episodes[1].observations["pos"][-1:], 4, 0))
+    assert "tail_obs" not in to_transitions(episodes, DICT_OBS, 0.9)
+
+
+def test_rows_streamed_by_ray_data_carry_their_episodes_tails(tmp_path, ray_session):
+    """Streamed, shuffled rows keep the tail of the episode they came from: a truncated episode's last
+    observation and gamma^(T - t), zeros in a terminated one (rows tell their episode and step by their obs); a
+    learner rank's stream normalises every observation with the statistics its spec carries."""
+    from herdrl.offline.reader import StreamSpec
+
+    space, actions = gym.spaces.Box(-1, 50, (2,), np.float32), gym.spaces.Discrete(2)
+    writer = DatasetWriter(tmp_path / "tails", space, actions)
+    lengths = [3, 5, 4, 6]
+    for i, steps in enumerate(lengths):  # even episodes terminate, odd ones are truncated
+        obs = np.stack([np.full(steps + 1, i), np.arange(steps + 1)], 1).astype(np.float32)
+        ends = np.arange(steps) == steps - 1
+        writer.write(Episode(obs, np.zeros(steps, np.int64), np.ones(steps), ends & (i % 2 == 0),
+                             ends & (i % 2 == 1)))
+    write_metadata(tmp_path / "tails", space, actions)
+    stats = {"obs/count": np.array(9.0), "obs/mean": np.array([1.0, 2.0]), "obs/m2": np.array([36.0, 9.0])}
+    spec = StreamSpec(str(tmp_path / "tails"), 0.5, 0, 6, 6, tails=True, filter_state=stats, clip_obs=100.0)
+    reader, transitions = spec.open(0, 1)  # a learner rank's stream, normalising with the run's statistics
+    rows = reader.draw(sum(lengths))
+    reader.stop()
+    assert transitions == sum(lengths)
+    for key in ("obs", "next_obs", "tail_obs"):  # (std 2 and 1: every observation shifted and scaled)
+        rows[key] = rows[key] * np.sqrt([4.0, 1.0]) + [1.0, 2.0]
+    rows["obs"] = np.round(rows["obs"], 4)
+    np.testing.assert_allclose(rows["next_obs"], rows["obs"] + [0, 1], atol=1e-4)
+    episode, step = rows["obs"][:, 0].astype(int), rows["obs"][:, 1].astype(int)
+    assert sorted(zip(episode.tolist(), step.tolist(), strict=True)) == [(i, t) for i, n in enumerate(lengths)
+                                                                          for t in range(n)]
+    total = np.asarray(lengths)[episode]
+    np.testing.assert_allclose(rows["tail_discounts"], np.where(episode % 2 == 1, 0.5 ** (total - step), 0.0))
+    np.testing.assert_allclose(rows["tail_obs"], np.stack([episode, total], 1), atol=1e-4)
+
+
+def test_an_offline_run_normalises_observations_with_the_datasets_statistics(tmp_path):
+    """observation_filter='MeanStdFilter' offline: the statistics are the mean and variance of every observation
+    the dataset holds (numpy here), fixed for the run; batches come normalised by them; BC learns CartPole with
+    them and evaluates in the env (its runners normalising the same way); the checkpoint's policy and its export
+    take raw observations."""
+    from herdrl.algorithms.bc import BCConfig
+    from herdrl.export import export_policy
+    from herdrl.policy import Policy
+
+    record_expert(tmp_path / "expert", 4)
+    every = np.concatenate([e.observations for e in open_dataset(tmp_path / "expert").episodes()]).astype(np.float64)
+    mean, std = every.mean(0), np.sqrt(every.var(0) + 1e-8)
+    algo = (BCConfig().offline_data(input_=str(tmp_path / "expert")).environment("CartPole-v1")
+            .env_runners(observation_filter="MeanStdFilter").training(updates_per_iteration=400)
+            .debugging(seed=0).build())
+    stats = algo.normalizer.state()
+    assert stats["obs/count"] == len(every) == 2004
+    np.testing.assert_allclose(stats["obs/mean"], mean, rtol=1e-6)
+    np.testing.assert_allclose(stats["obs/m2"] / stats["obs/count"], every.var(0), rtol=1e-6)
+    batch = algo.draw(64)
+    for key in ("obs", "next_obs"):  # each row, de-normalised, is an observation of the dataset
+        raw = batch[key] * std + mean
+        assert np.abs(raw[:, None, :] - every[None]).max(-1).min(-1).max() < 1e-4
+    result = train_until_solved(algo, 4)
+    assert result["evaluation/episode_return_mean"] >= 475, result["evaluation/episode_return_mean"]
+    assert algo.normalizer.state()["obs/count"] == len(every)  # fixed: evaluation adds nothing
+    path = algo.save(tmp_path / "ckpt")
+    raw_obs = every[::97][:20].astype(np.float32)
+    with torch.no_grad():
+        expected = algo.module.dist_inputs(torch.as_tensor((raw_obs - mean) / std, dtype=torch.float32))
+    expected = expected.argmax(-1).tolist()
+    algo.stop()
+    assert Policy.from_checkpoint(path).compute_actions(raw_obs).tolist() == expected
+    program = torch.export.load(export_policy(path, "torch-export", tmp_path / "bc.pt2")).module()
+    assert program(torch.as_tensor(raw_obs)).tolist() == expected
 
 
 def test_a_bc_run_resumes_with_its_step_count_and_the_lr_it_is_given(tmp_path):
@@ -373,14 +469,19 @@ def test_continuous_cql_estimates_the_log_integral_of_exp_q_over_the_action_box(
     assert penalty == pytest.approx(expected, rel=0.03), (penalty, expected)
 
 
-def test_iql_losses_on_a_fixed_batch_match_a_hand_computation_and_it_learns(tmp_path):
+def small_iql(data, env: str, updates: int):
+    """IQL (expectile 0.8, beta 2, max weight 5) with 64x64 networks on ``data``, evaluated in ``env``."""
     from herdrl.algorithms.iql import IQLConfig
 
-    pendulum_dataset(tmp_path / "pendulum", 4)
-    algo = (IQLConfig().offline_data(input_=str(tmp_path / "pendulum")).environment("Pendulum-v1")
-            .training(expectile=0.8, beta=2.0, max_weight=5.0, updates_per_iteration=400,
+    return (IQLConfig().offline_data(input_=str(data)).environment(env)
+            .training(expectile=0.8, beta=2.0, max_weight=5.0, updates_per_iteration=updates,
                       model={"fcnet_hiddens": [64, 64], "fcnet_activation": "relu", "free_log_std": False})
             .evaluation(evaluation_duration=5).debugging(seed=0).build())
+
+
+def test_iql_losses_on_a_fixed_batch_match_a_hand_computation_and_it_learns(tmp_path):
+    pendulum_dataset(tmp_path / "pendulum", 4)
+    algo = small_iql(tmp_path / "pendulum", "Pendulum-v1", 400)
     learner = algo.learner
     batch = {k: torch.as_tensor(v) for k, v in algo.draw(64).items()}
     with torch.no_grad():
@@ -412,6 +513,47 @@ def test_iql_losses_on_a_fixed_batch_match_a_hand_computation_and_it_learns(tmp_
     returns = [algo.train()["evaluation/episode_return_mean"] for _ in range(3)]
     algo.stop()
     assert max(returns) > -1000, returns  # random actions score about -1,200, the dataset's episodes -1,056
+
+
+def test_discrete_iql_losses_match_a_hand_computation_and_it_learns_cartpole(tmp_path):
+    """Discrete actions: V's expectile loss under min over the target critics of Q(s, a_data) (picked by hand from
+    every action's values), the actor's advantage-weighted log-softmax of the recorded action, the critics' error
+    to r + gamma V(s'); it learns the expert's CartPole and its checkpoint's policy is the actor's argmax."""
+    from herdrl.algorithms.iql import DiscreteIQLModule, IQLConfig
+    from herdrl.policy import Policy
+
+    record_expert(tmp_path / "expert", 4)
+    algo = small_iql(tmp_path / "expert", "CartPole-v1", 300)
+    learner = algo.learner
+    assert isinstance(learner.module, DiscreteIQLModule)
+    batch = {k: torch.as_tensor(v) for k, v in algo.draw(64).items()}
+    rows, actions = np.arange(64), batch["actions"].numpy()
+    with torch.no_grad():
+        value_loss, _ = learner.value_loss(batch)
+        actor_loss, _ = learner.actor_loss(batch)
+        critic_loss, _ = learner.critic_loss(batch)
+        target_q = [q.numpy()[rows, actions] for q in learner.target.all_q_values(batch["obs"])]
+        online_q = [q.numpy()[rows, actions] for q in learner.module.all_q_values(batch["obs"])]
+        v = learner.module.value(batch["obs"]).numpy()
+        v_next = learner.module.value(batch["next_obs"]).numpy()
+        logits = learner.module.pi_head(learner.module.pi_encoder(batch["obs"])).numpy().astype(np.float64)
+    u = np.minimum(*target_q) - v
+    assert float(value_loss) == pytest.approx(np.mean(np.where(u < 0, 0.2, 0.8) * u ** 2), rel=1e-5)
+    logp = logits[rows, actions] - np.log(np.exp(logits).sum(-1))
+    assert float(actor_loss) == pytest.approx(-np.mean(np.minimum(np.exp(2.0 * u), 5.0) * logp), rel=1e-4)
+    target = batch["rewards"].numpy() + batch["discounts"].numpy() * v_next
+    assert float(critic_loss) == pytest.approx(sum(np.mean((q - target) ** 2) for q in online_q), rel=1e-5)
+    result = train_until_solved(algo, 5)
+    assert result["evaluation/episode_return_mean"] >= 475, result["evaluation/episode_return_mean"]
+    path = algo.save(tmp_path / "ckpt")
+    obs = np.asarray(algo.draw(32)["obs"], np.float32)
+    with torch.no_grad():
+        greedy = learner.module.dist_inputs(torch.as_tensor(obs)).argmax(-1).tolist()
+    algo.stop()
+    assert Policy.from_checkpoint(path).compute_actions(obs).tolist() == greedy
+    with pytest.raises(ConfigError, match="online IQL learns continuous"):
+        IQLConfig().offline_data(input_=str(tmp_path / "expert")).environment("CartPole-v1").training(
+            online=True).build()
 
 
 def test_ray_data_streams_a_dataset_larger_than_the_object_store_in_bounded_memory(tmp_path, ray_session):

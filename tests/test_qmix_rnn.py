@@ -6,10 +6,11 @@ import torch
 
 import herdrl
 from herdrl import ConfigError, QMIXConfig
-from herdrl.algorithms.qmix import QMIXLearner
+from herdrl.algorithms.qmix import QMIXLearner, TeamEpsilonGreedy
 from herdrl.env.multi_agent import make_agent_env
 from herdrl.env.team import TeamEnv
 from herdrl.env.testing import CueRelay
+from herdrl.models.encoders import to_torch
 from herdrl.rollout.runner import Fragment
 from herdrl.sequence_replay import EpisodeSequencer, SequenceReplayBuffer
 
@@ -155,11 +156,11 @@ def test_learners_weigh_their_shares_of_windows_by_the_steps_the_loss_learns_on(
     assert learner._share(batch, np.array([1]), index) == pytest.approx(0.2)
 
 
-def tiny_learner(mixer):
+def tiny_learner(mixer, last_action=False):
     torch.manual_seed(3)  # (the networks' initial weights too: whatever ran before)
     config = (QMIXConfig().environment("recall_team")
               .training(mixer=mixer, agent_rnn=True, rnn_hidden_dim=8, model={"max_seq_len": 4}, replay_burn_in=2,
-                        double_q=True))
+                        double_q=True, agent_last_action=last_action))
     config.validate()
     env = TeamEnv(make_agent_env("recall_team", {}))
     learner = QMIXLearner(config, env.observation_space, env.action_space)
@@ -172,12 +173,12 @@ def tiny_learner(mixer):
     return learner
 
 
-@pytest.mark.parametrize("mixer", ["qmix", "vdn"])
-def test_the_window_loss_is_the_td_loss_of_each_trained_step_stepped_by_hand(mixer):
+@pytest.mark.parametrize("mixer,last_action", [("qmix", False), ("vdn", False), ("qmix", True)])
+def test_the_window_loss_is_the_td_loss_of_each_trained_step_stepped_by_hand(mixer, last_action):
     """Windows of 6 steps (burn-in 2, segment 4; one window padded after 3 steps): the loss equals the mean Huber
     TD error over the segment steps only, each step's Q_tot and double-Q target computed by stepping both networks
     one step at a time from a zero state, with each agent's best next action among those its mask allows."""
-    learner = tiny_learner(mixer)
+    learner = tiny_learner(mixer, last_action)
     n, width = 3, 6
     g = torch.Generator().manual_seed(0)
     obs = {"obs": torch.rand(n, width + 1, 2, 2, generator=g), "state": torch.rand(n, width + 1, 4, generator=g),
@@ -204,6 +205,9 @@ def test_the_window_loss_is_the_td_loss_of_each_trained_step_stepped_by_hand(mix
                 step_obs = {k: v[i:i + 1, t] for k, v in obs.items()}
                 q, h_online = module.step(step_obs, h_online)
                 tq, h_target = target.step(step_obs, h_target)
+                if last_action and t < width:  # each agent reads the action it took (the window's), one-hot, next
+                    took = torch.nn.functional.one_hot(batch["actions"][i:i + 1, t], 2).float()
+                    h_online, h_target = (torch.cat([h[..., :8], took], -1) for h in (h_online, h_target))
                 qs.append(q[0])
                 tqs.append(tq[0])
             for t in range(width):
@@ -231,18 +235,19 @@ def test_the_window_loss_is_the_td_loss_of_each_trained_step_stepped_by_hand(mix
     assert stats["td_error"].shape == (n,)
 
 
-def test_recurrent_vdn_learns_to_remember_and_checkpoints_evaluates_and_exports(tmp_path):
+@pytest.mark.parametrize("last_action", [False, True])
+def test_recurrent_vdn_learns_to_remember_and_checkpoints_evaluates_and_exports(tmp_path, last_action):
     """Each agent sees its cue once and must name it for 8 steps: without memory the team's best is 4.5 (right at
-    first sight, chance after), with GRU agents 8. Recurrent VDN gets there in seconds; its replay of windows is
-    saved and loaded with the checkpoint; the Policy carries the team's state; the exported team and one agent
-    alone act as the Policy does, step by step."""
+    first sight, chance after), with GRU agents 8. Recurrent VDN gets there in seconds (with or without each agent
+    reading its last action); its replay of windows is saved and loaded with the checkpoint; the Policy carries
+    the team's state; the exported team and one agent alone act as the Policy does, step by step."""
     config = (QMIXConfig().environment("recall_team")
               .env_runners(num_envs_per_env_runner=8, rollout_fragment_length=8)
               .training(mixer="vdn", agent_rnn=True, rnn_hidden_dim=32, lr=1e-3, train_batch_size=32,
                         training_intensity=64.0, epsilon=[[0, 1.0], [3000, 0.05]],
                         model={"max_seq_len": 8, "fcnet_hiddens": [64]}, num_steps_sampled_before_learning_starts=256,
                         min_sample_timesteps_per_iteration=512, target_network_update_freq=500,
-                        store_buffer_in_checkpoints=True)
+                        store_buffer_in_checkpoints=True, agent_last_action=last_action)
               .evaluation(evaluation_interval=1, evaluation_duration=16).debugging(seed=0))
     algo = config.build()
     returns = [algo.train()["evaluation/episode_return_mean"] for _ in range(6)]
@@ -263,7 +268,8 @@ def test_recurrent_vdn_learns_to_remember_and_checkpoints_evaluates_and_exports(
     alone = torch.export.load(export_policy(path, "torch-export", tmp_path / "a0.pt2", agent=0)).module()
     env = TeamEnv(make_agent_env("recall_team", {}))
     obs, _ = env.reset(seed=5)
-    state, team_state, agent_state, total = None, policy.initial_state(1), torch.zeros(1, 32), 0.0
+    state, team_state, total = None, policy.initial_state(1), 0.0
+    agent_state = torch.zeros(1, 32 + (env.action_space.nvec[0] if last_action else 0))
     for _ in range(8):
         action, state = policy.compute_single_action(obs, state=state)
         leaves = [torch.as_tensor(obs[k])[None] for k in sorted(obs)]
@@ -272,6 +278,8 @@ def test_recurrent_vdn_learns_to_remember_and_checkpoints_evaluates_and_exports(
                                   agent_state)
         np.testing.assert_array_equal(team_action.numpy()[0], action)
         assert int(mine[0]) == int(action[0])
+        torch.testing.assert_close(agent_state, torch.as_tensor(team_state)[:, 0])  # the agent alone carries its
+        np.testing.assert_allclose(state, np.asarray(team_state)[0], atol=1e-6)   # part of the team's state
         obs, reward, terminated, truncated, _ = env.step(action)
         total += reward
     assert total == 8.0 and truncated
@@ -285,6 +293,8 @@ def test_recurrent_agents_refuse_what_they_do_not_do():
         base.copy().training(n_step=3).validate()
     with pytest.raises(ConfigError, match="observation_filter"):
         base.copy().env_runners(observation_filter="MeanStdFilter").validate()
+    with pytest.raises(ConfigError, match="agent_rnn=True"):
+        base.copy().training(agent_rnn=False, agent_last_action=True).validate()
 
 
 def test_a_saved_window_buffer_with_wrong_shapes_is_refused_before_anything_changes():
@@ -320,3 +330,23 @@ def test_a_runners_fragments_cut_into_whole_recall_episodes():
         assert w["valid"].all() and w["train"].all()
         assert (np.abs(cues[0]) == 1).all() and (cues[1:] == 0).all()
         np.testing.assert_allclose(w["discounts"], 0.9)  # truncated at 8 steps: bootstrapped, never terminated
+
+
+def test_agents_reading_their_last_action_read_the_one_they_took_exploring():
+    """Exploring, an agent's next input is the action it took (random or greedy), one-hot, not its greedy one; an
+    episode's first step reads zeros."""
+    learner = tiny_learner("vdn", last_action=True)
+    module = learner.module
+    env = TeamEnv(make_agent_env("recall_team", {}))
+    obs, _ = env.reset(seed=1)
+    batch = {k: np.stack([v, v]) for k, v in obs.items()}
+    runner = TeamEpsilonGreedy(module, np.random.default_rng(0), num_envs=2)
+    runner.epsilon = 1.0
+    taken = [runner.act(batch) for _ in range(6)]
+    np.testing.assert_array_equal(runner.state[..., 8:].numpy(), np.eye(2)[taken[-1]])
+    with torch.no_grad():  # the same six steps by hand, each step reading the action taken before it
+        state = torch.zeros(2, 2, 8 + 2)
+        for actions in taken:
+            _, state = module.step(to_torch(batch, "cpu"), state)
+            state[..., 8:] = torch.nn.functional.one_hot(torch.as_tensor(actions), 2).float()
+    torch.testing.assert_close(runner.state, state)

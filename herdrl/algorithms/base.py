@@ -125,12 +125,13 @@ class Algorithm:
         #: The trained policy; a multi-agent run has one per policy id in ``policies`` (and ``policy`` is None).
         self.policies: dict[str, Policy] = {}
         if self.multi_agent:
-            from herdrl.multi_agent import actor_observation_space
+            from herdrl.multi_agent import actor_normalizer, actor_observation_space
 
             self.policy = None  # (a centralised critic's policy acts on its agent's own observation)
             parts = self.normalizer.parts if self.normalizer.active else {}
             self.policies = {pid: Policy(self.module[pid], actor_observation_space(space), self.action_space[pid],
-                                         parts.get(pid)) for pid, space in self.observation_space.items()}
+                                         actor_normalizer(parts.get(pid), space))
+                             for pid, space in self.observation_space.items()}
         else:
             self.policy = Policy(self.module, self.observation_space, self.action_space,
                                  self.normalizer if self.normalizer.active else None)

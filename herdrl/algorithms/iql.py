@@ -1,4 +1,4 @@
-"""Implicit Q-Learning (Kostrikov et al. 2021), offline, on a recorded dataset (continuous actions).
+"""Implicit Q-Learning (Kostrikov et al. 2021), offline, on a recorded dataset (continuous and discrete actions).
 
 IQL never evaluates an action the dataset did not take. Each gradient step:
 
@@ -10,6 +10,11 @@ IQL never evaluates an action the dataset did not take. Each gradient step:
 3. both critics regress towards ``r + discount * V(s')``, and the target critics follow by Polyak averaging.
 
 Defaults are the paper's (and d3rlpy's) for locomotion: expectile 0.7, beta 3, max weight 100.
+
+Discrete actions (:class:`DiscreteIQLModule`): the same three losses with a categorical actor (its log-probability
+of the dataset's action, masked by an ``action_mask`` leaf if the observation has one) and critics that give every
+action's Q value at once (the dataset's action picked out); greedy actions are the actor's most likely ones.
+Offline only.
 
 Online (``online=True``, one config change; with ``--init-from`` an offline IQL run's checkpoint it continues that
 run): runners sample the env with IQL's actor (a ~ N(tanh(mean), std), clipped to the bounds), the replay buffer
@@ -31,8 +36,9 @@ from torch import nn
 from herdrl.algorithms.dqn import polyak_update
 from herdrl.algorithms.off_policy import ACTOR_CRITIC_FIELDS, OffPolicyAlgorithm, OffPolicyConfig, OffPolicyLearner
 from herdrl.buffers import REPLAY_DEFAULTS, check_replay_config
-from herdrl.config import Field, shared_field
+from herdrl.config import AlgorithmConfig, Field, shared_field
 from herdrl.errors import ConfigError
+from herdrl.models.actor_critic import ActorCritic
 from herdrl.models.encoders import build_encoder, head
 from herdrl.models.sac_networks import SACModule
 from herdrl.offline.algorithm import ACTOR_CRITIC_OFFLINE_FIELDS, OfflineAlgorithm, OfflineConfig, OfflineUpdates
@@ -78,6 +84,9 @@ class IQLConfig(OfflineConfig):
                 raise ConfigError("online IQL replays uniformly one-step transitions (as its dataset's): leave "
                                   "replay_buffer_config type 'uniform' and n_step 1")
 
+    def _discrete(self, module: nn.Module) -> bool:
+        return isinstance(module, DiscreteIQLModule)
+
     def build(self, logger: Any = None) -> Any:
         """:class:`IQL`, or :class:`IQLOnline` with ``online=True``."""
         if not self.online:
@@ -86,22 +95,33 @@ class IQLConfig(OfflineConfig):
         return IQLOnline(self.copy(), logger=logger)
 
     def runner_policy(self, module: nn.Module, rng: Any) -> object:
-        """(Online) IQL's actor on the runners: a ~ N(tanh(mean), std), log std in [-5, 2], clipped to the Box."""
+        """(Online) IQL's actor on the runners: a ~ N(tanh(mean), std), log std in [-5, 2], clipped to the Box
+        (discrete actions: the categorical actor, as any actor-critic's)."""
         from herdrl.models.sac_networks import NumpySACPolicy
 
+        if self._discrete(module):
+            return AlgorithmConfig.runner_policy(self, module, rng)
         return NumpySACPolicy(module, rng, (IQL_LOG_STD_MIN, IQL_LOG_STD_MAX), noise_after_tanh=True)
 
     def runner_blueprint(self, module: nn.Module) -> object:
         """(Online) that actor's numpy twin as plain data (light runners)."""
+        from herdrl.models.actor_critic import numpy_blueprint
         from herdrl.models.sac_networks import sac_blueprint
 
+        if self._discrete(module):
+            return numpy_blueprint(module)
         return sac_blueprint(module, (IQL_LOG_STD_MIN, IQL_LOG_STD_MAX), noise_after_tanh=True)
 
     def build_policy_module(self, observation_space: gym.Space, action_space: gym.Space) -> nn.Module:
-        """SAC's actor and critics plus a state-value network (Box actions)."""
+        """SAC's actor and critics plus a state-value network (Box actions); a categorical actor, critics of every
+        action and a state-value network (Discrete actions, offline)."""
+        if isinstance(action_space, gym.spaces.Discrete):
+            if self.online:
+                raise ConfigError(f"online IQL learns continuous (Box) actions; this dataset has {action_space}: "
+                                  "fine-tune with online=False, or learn online with PPO/DQN (--init-from)")
+            return DiscreteIQLModule(observation_space, action_space, self.model, twin_q=self.twin_q)
         if not isinstance(action_space, gym.spaces.Box):
-            raise ConfigError(f"IQL here learns continuous (Box) actions; this dataset has {action_space}: use CQL "
-                              "or BC/MARWIL for discrete actions")
+            raise ConfigError(f"IQL learns Box or Discrete actions; this dataset has {action_space}: use BC/MARWIL")
         return IQLModule(observation_space, action_space, self.model, twin_q=self.twin_q)
 
     @classmethod
@@ -140,6 +160,39 @@ class IQLModule(SACModule):
     def value_parameters(self) -> list[nn.Parameter]:
         """The value network's parameters."""
         return [*self.value_encoder.parameters(), *self.value_head.parameters()]
+
+
+class DiscreteIQLModule(ActorCritic):
+    """IQL for Discrete actions: an actor-critic's categorical actor and state-value network (separate encoders),
+    and one or two critics giving every action's Q value (the dataset's action picked out by :meth:`q_values`).
+    Runners, ``Policy`` and export use it as any actor-critic: greedy is the actor's most likely action."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.spaces.Discrete, model_config: dict,
+                 twin_q: bool = True) -> None:
+        super().__init__(observation_space, action_space, {**model_config, "vf_share_layers": False})
+        self.q_encoders = nn.ModuleList(build_encoder(observation_space, model_config) for _ in range(1 + twin_q))
+        self.q_heads = nn.ModuleList(head(encoder.out_dim, int(action_space.n), 1.0) for encoder in self.q_encoders)
+
+    def all_q_values(self, obs: Any) -> list[torch.Tensor]:
+        """Each critic's Q values of every action, ``(batch, actions)``."""
+        return [q_head(encoder(obs)).float() for encoder, q_head in zip(self.q_encoders, self.q_heads, strict=True)]
+
+    def q_values(self, obs: Any, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The critics' Q values of the stored ``actions`` (the second None without twin critics)."""
+        picked = [q.gather(-1, actions.long().reshape(-1, 1)).squeeze(-1) for q in self.all_q_values(obs)]
+        return picked[0], picked[1] if len(picked) > 1 else None
+
+    def log_prob(self, obs: Any, actions: torch.Tensor) -> torch.Tensor:
+        """The actor's log-probability of the stored ``actions`` (masked actions have none)."""
+        return self.log_prob_entropy(self.dist_inputs(obs), actions)[0]
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        """The actor's parameters."""
+        return self.policy_parameters()
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """The critics' parameters."""
+        return [*self.q_encoders.parameters(), *self.q_heads.parameters()]
 
 
 class IQLLearner(OfflineUpdates, OffPolicyLearner):
@@ -221,7 +274,7 @@ class IQLOnline(OffPolicyAlgorithm):
 
     def _fill_from_dataset(self) -> None:
         from herdrl.offline.dataset import open_dataset
-        from herdrl.offline.reader import episode_transitions
+        from herdrl.offline.reader import episode_transitions, fit_observation_filter
         from herdrl.offline.source import check_spaces
 
         cfg = self.config
@@ -230,6 +283,7 @@ class IQLOnline(OffPolicyAlgorithm):
         transitions = episode_transitions(list(dataset.episodes()), dataset.observation_space,
                                           dataset.action_space, cfg.gamma)
         transitions.pop("returns")
+        fit_observation_filter(self.normalizer, dataset)  # (replay normalises with them and the env's after)
         self.buffer.add(transitions)
         self.dataset_transitions = len(transitions["rewards"])
         if self.dataset_transitions > self.buffer.capacity:

@@ -7,7 +7,10 @@ start by default). ``beta = 0`` is behaviour cloning (:mod:`herdrl.algorithms.bc
 
     -mean(exp(beta * (R - V(s)) / c) * log pi(a|s)) + vf_coeff * 0.5 * mean((R - V(s))^2)
 
-Returns-to-go stop where the recorded episode stops (a truncated episode's tail is not bootstrapped).
+``R`` is the discounted reward-to-go to where the recorded episode stops, plus, where it stopped without
+terminating (truncated, or cut short by the recording), ``gamma ** (T - t)`` times the current value of the
+observation it stopped at (no gradient through it): a lambda = 1 advantage, as RLlib's MARWIL bootstraps. Batches
+carry that observation beside each row (``tail_obs``: a third observation per row in memory).
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ class MARWILConfig(OfflineConfig):
             1e-8, (float,), "training", low=0, high=1, doc="how fast that running mean follows each batch's"),
         "gamma": shared_field("gamma", 0.99),
     }
+
+    @property
+    def reads_tails(self) -> bool:
+        """Advantages (``beta > 0``) bootstrap truncated episodes: rows carry their episode's tail."""
+        return self.beta > 0
 
     @classmethod
     def algo_class(cls) -> type:
@@ -68,7 +76,11 @@ class MARWILLearner(OfflineUpdates, Learner):
         dist_inputs, values = self.module(batch["obs"])
         logp, entropy = self.module.log_prob_entropy(dist_inputs, batch["actions"])
         stats = {"entropy": entropy.mean().detach()}
-        advantages = batch["returns"] - values
+        returns = batch["returns"]
+        if "tail_obs" in batch:  # a truncated episode's returns go on from where it stopped, at today's value
+            with torch.no_grad():
+                returns = returns + batch["tail_discounts"] * self.module.value(batch["tail_obs"])
+        advantages = returns - values
         if self.module.training and torch.is_grad_enabled():  # (one update per gradient step, not per evaluation)
             rate = cfg.moving_average_sqd_adv_norm_update_rate
             self.sqd_adv_norm += rate * (self._batch_mean(advantages.detach().pow(2)) - self.sqd_adv_norm)

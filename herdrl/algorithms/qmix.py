@@ -17,9 +17,11 @@ Agents act epsilon-greedily, each on its own draw (DQN's ``epsilon`` schedule). 
 transitions (DQN's, with its prioritised and n-step options); checkpoints, evaluation and export (the team's
 observation in, every agent's greedy allowed action out) are DQN's.
 
-``agent_rnn=True``: the paper's recurrent agents: a GRU between two layers, hidden width ``rnn_hidden_dim`` (the
-paper's agents also read their own last action; these do not), the state ``(agents, rnn_hidden_dim)`` per env
-carried by the runners across fragments and zeroed at each episode's start. Replay then holds episode windows
+``agent_rnn=True``: the paper's recurrent agents: a GRU between two layers, hidden width ``rnn_hidden_dim``, the
+state ``(agents, rnn_hidden_dim)`` per env carried by the runners across fragments and zeroed at each episode's
+start. ``agent_last_action=True`` also feeds each agent its own previous action (one-hot; zeros at an episode's
+start), as the paper's agents read it: the state then carries it, ``(agents, rnn_hidden_dim + actions)``; a
+replayed window's first step reads none, as its zero state. Replay holds episode windows
 (:mod:`herdrl.sequence_replay`): segments of ``model.max_seq_len`` steps (set it to the episode length to learn on
 whole episodes, as the paper) after up to ``replay_burn_in`` steps of the same episode that only rebuild the state
 (no gradient flows into them); ``train_batch_size`` counts windows, ``training_intensity`` segment steps replayed
@@ -68,6 +70,8 @@ class QMIXConfig(DQNConfig):
         "agent_rnn": Field(False, (bool,), "training",
                            doc="recurrent agents (a GRU, as the paper), learned on replayed episode windows"),
         "rnn_hidden_dim": Field(64, (int,), "training", low=1, doc="the agents' GRU width (agent_rnn)"),
+        "agent_last_action": Field(False, (bool,), "training",
+                                   doc="agent_rnn: each agent also reads its own previous action, as the paper"),
         "replay_burn_in": Field(0, (int,), "training", low=0,
                                 doc="agent_rnn: steps before each replayed segment that only rebuild the state"),
     }
@@ -94,6 +98,8 @@ class QMIXConfig(DQNConfig):
             if self.observation_filter != "NoFilter" or self.norm_reward:
                 raise ConfigError("QMIX with agent_rnn does not normalise observations or rewards yet: "
                                   "observation_filter='NoFilter', norm_reward=False")
+        if self.agent_last_action and not self.agent_rnn:
+            raise ConfigError("agent_last_action feeds recurrent agents their previous action: set agent_rnn=True")
         if isinstance(self.env, str) and not self.env.startswith(TEAM_PREFIX):
             self._values["env"] = TEAM_PREFIX + self.env  # (kept so in checkpoints: the team env again)
         elif not isinstance(self.env, str):
@@ -106,7 +112,7 @@ class QMIXConfig(DQNConfig):
             raise ConfigError(f"QMIX needs a team env (team:<PettingZoo env>), not one observing {observation_space}")
         if self.agent_rnn:
             return TeamRNNQNetwork(observation_space, action_space, self.model, self.mixer, self.mixing_embed_dim,
-                                   self.hypernet_embed_dim, self.rnn_hidden_dim)
+                                   self.hypernet_embed_dim, self.rnn_hidden_dim, self.agent_last_action)
         return TeamQNetwork(observation_space, action_space, self.model, self.mixer, self.mixing_embed_dim,
                             self.hypernet_embed_dim)
 
@@ -201,44 +207,64 @@ class TeamQNetwork(nn.Module):
 
 class TeamRNNQNetwork(TeamQNetwork):
     """The paper's recurrent agents: ``fc -> ReLU -> GRUCell -> fc`` shared by the agents (with their one-hot
-    ids); the state ``(batch, agents, hidden)``, zeros at an episode's start."""
+    ids); the state ``(batch, agents, hidden)``, zeros at an episode's start. ``last_action``: each agent also reads
+    its own previous action, one-hot, carried in the state after the GRU's (``(batch, agents, hidden + actions)``;
+    whoever picks the actions writes them in with :meth:`taken`)."""
 
     recurrent = True
 
     def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.spaces.MultiDiscrete, model: dict,
-                 mixer: str, embed_dim: int, hypernet_dim: int, hidden: int) -> None:
+                 mixer: str, embed_dim: int, hypernet_dim: int, hidden: int, last_action: bool = False) -> None:
         super().__init__(observation_space, action_space, model, mixer, embed_dim, hypernet_dim)
         width = observation_space["obs"].shape[1]
-        self.hidden = hidden
+        self.hidden, self.last_action = hidden, last_action
+        self.state_width = hidden + (self.choices if last_action else 0)
         self.agent = None  # (the feed-forward agent network is replaced by the three parts below)
-        self.fc_in = nn.Linear(width + self.agents, hidden)
+        self.fc_in = nn.Linear(width + self.agents + (self.choices if last_action else 0), hidden)
         self.rnn = nn.GRUCell(hidden, hidden)
         self.fc_out = nn.Linear(hidden, self.choices)
 
     def initial_state(self, batch: int) -> torch.Tensor:
-        """Zeros: the state entering an episode's first step, ``(batch, agents, hidden)``."""
-        return torch.zeros(batch, self.agents, self.hidden, device=self.fc_out.weight.device)
+        """Zeros: the state entering an episode's first step, ``(batch, agents, state_width)``."""
+        return torch.zeros(batch, self.agents, self.state_width, device=self.fc_out.weight.device)
 
     def step(self, obs: dict[str, torch.Tensor], state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step for a batch: every agent's Q values ``(batch, agents, actions)`` and the next state."""
+        """One step for a batch: every agent's Q values ``(batch, agents, actions)`` and the next state (its last
+        action part zeros until :meth:`taken` writes the actions in)."""
         own = obs["obs"].float()
         batch = own.shape[0]
-        x = torch.relu(self.fc_in(torch.cat([own, self.ids.expand(batch, -1, -1)], -1)))
-        h = self.rnn(x.reshape(batch * self.agents, -1), state.reshape(batch * self.agents, -1))
-        return self.fc_out(h).reshape(batch, self.agents, -1), h.reshape(batch, self.agents, -1)
+        inputs = [own, self.ids.expand(batch, -1, -1)] + ([state[..., self.hidden:]] if self.last_action else [])
+        x = torch.relu(self.fc_in(torch.cat(inputs, -1)))
+        h = self.rnn(x.reshape(batch * self.agents, -1), state[..., :self.hidden].reshape(batch * self.agents, -1))
+        q, h = self.fc_out(h).reshape(batch, self.agents, -1), h.reshape(batch, self.agents, -1)
+        return q, torch.cat([h, torch.zeros_like(state[..., self.hidden:])], -1) if self.last_action else h
 
-    def unroll(self, obs: dict[str, torch.Tensor], detach_at: torch.Tensor | None = None) -> torch.Tensor:
+    def taken(self, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """``state`` with the agents' actions ``(batch, agents)`` written in as their last actions (unchanged
+        without ``last_action``)."""
+        if not self.last_action:
+            return state
+        picked = nn.functional.one_hot(actions.long(), self.choices).to(state.dtype)
+        return torch.cat([state[..., :self.hidden], picked], -1)
+
+    def unroll(self, obs: dict[str, torch.Tensor], detach_at: torch.Tensor | None = None,
+               actions: torch.Tensor | None = None) -> torch.Tensor:
         """Q values ``(N, L, agents, actions)`` along N windows of L steps (``obs`` leaves ``(N, L, ...)``), each
         from a zero state (a window never crosses an episode start: :mod:`herdrl.sequence_replay`);
         ``detach_at`` ``(N,)``: the step before which each window's state stops carrying gradients (its burn-in
-        only rebuilds the state, as R2D2's)."""
+        only rebuilds the state, as R2D2's); ``actions`` ``(N, L - 1, agents)``: the actions taken, read back as
+        last actions (``last_action``; a window's first step reads none, as an episode's first)."""
         n, steps = obs["obs"].shape[:2]
+        if self.last_action and actions is None:
+            raise ValueError("agents reading their last action unroll with the actions taken")
         state = self.initial_state(n)
         out = []
         for t in range(steps):
             if detach_at is not None and t and bool((detach_at == t).any()):
                 state = torch.where((detach_at == t)[:, None, None], state.detach(), state)
             q, state = self.step({"obs": obs["obs"][:, t]}, state)
+            if self.last_action and t < steps - 1:
+                state = self.taken(state, actions[:, t])
             out.append(q)
         return torch.stack(out, 1)
 
@@ -249,14 +275,16 @@ class TeamRNNQNetwork(TeamQNetwork):
     def greedy_step(self, obs: dict[str, torch.Tensor], state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each agent's best allowed action and the next state (evaluation and export)."""
         q, state = self.step(obs, state)
-        return self.allowed(q, obs).argmax(-1), state
+        greedy = self.allowed(q, obs).argmax(-1)
+        return greedy, self.taken(state, greedy)
 
     # herdrl.policy.Policy's recurrent interface: Q values stand for the distribution inputs, greedy is the action.
     def step_dist_inputs(self, obs: dict[str, torch.Tensor],
                          state: torch.Tensor) -> tuple[torch.Tensor, None, torch.Tensor]:
-        """(allowed Q values, None, next state)."""
+        """(allowed Q values, None, next state: the greedy actions taken)."""
         q, state = self.step(obs, state)
-        return self.allowed(q, obs), None, state
+        q = self.allowed(q, obs)
+        return q, None, self.taken(state, q.argmax(-1))
 
     def act_with_noise(self, q: torch.Tensor, noise: None) -> torch.Tensor:
         """The greedy actions of allowed Q values (a Q network explores by epsilon, in the runners)."""
@@ -296,7 +324,10 @@ class TeamEpsilonGreedy(CarriedState):
             noise = self.noise(1, len(greedy))[0]
         mask = np.asarray(obs["action_mask"]).reshape(-1, self.module.choices)
         random = random_allowed(mask, noise[..., 1].reshape(-1)).reshape(greedy.shape)
-        return np.where(noise[..., 0] < self.epsilon, random, greedy)
+        actions = np.where(noise[..., 0] < self.epsilon, random, greedy)
+        if self.recurrent:  # the agents' last actions are the ones taken, not the greedy ones
+            self.state = self.module.taken(self.state, torch.as_tensor(actions, device=self.device))
+        return actions
 
 
 class QMIXLearner(DQNLearner):
@@ -327,11 +358,11 @@ class QMIXLearner(DQNLearner):
         now = {key: value[:, :-1] for key, value in obs.items()}
         after = {key: value[:, 1:] for key, value in obs.items()}
         segment_start = batch["train"].int().argmax(1)  # (no gradient through the burn-in steps)
-        q_all = self.module.unroll(obs, segment_start)  # (N, W+1, agents, actions)
+        q_all = self.module.unroll(obs, segment_start, batch["actions"])  # (N, W+1, agents, actions)
         q = q_all[:, :-1].gather(-1, batch["actions"].long().unsqueeze(-1)).squeeze(-1)
         q_tot = self._mix_steps(self.module, q, now)
         with torch.no_grad():
-            next_target = self.target.unroll(obs)[:, 1:]
+            next_target = self.target.unroll(obs, actions=batch["actions"])[:, 1:]
             chooser = q_all[:, 1:].detach() if self.config.double_q else next_target  # double Q: the online net
             best = self.module.allowed(chooser, after).argmax(-1, keepdim=True)
             next_tot = self._mix_steps(self.target, next_target.gather(-1, best).squeeze(-1), after)

@@ -26,6 +26,12 @@ class OfflineConfig(AlgorithmConfig):
 
     learns_offline = True
     reads_datasets = True
+
+    @property
+    def reads_tails(self) -> bool:
+        """Whether batches carry each row's episode tail (``tail_obs``, ``tail_discounts``): for learners that
+        bootstrap truncated episodes' returns."""
+        return False
     stop_metric = "evaluation/episode_return_mean"
     FIELDS = {
         "input_": Field(None, (str,), "offline_data", allow_none=True,
@@ -58,9 +64,9 @@ class OfflineConfig(AlgorithmConfig):
                 raise ConfigError("evaluation_interval needs an env to evaluate in: set .environment(ENV) (the "
                                   "dataset's env is never made from the dataset itself)")
             self._values["evaluation_interval"] = None
-        if self.observation_filter != "NoFilter" or self.norm_reward:
-            raise ConfigError(f"{self.algo_name} does not normalise observations or rewards yet: leave "
-                              "observation_filter and norm_reward at their defaults")
+        if self.norm_reward:
+            raise ConfigError(f"{self.algo_name} learns the dataset's rewards as recorded: norm_reward=False (its "
+                              "observations can be normalised: observation_filter='MeanStdFilter')")
         if self.model.get("use_lstm"):
             raise ConfigError(f"{self.algo_name} learns from single transitions: model use_lstm is not supported")
         if self.is_multi_agent:
@@ -125,6 +131,7 @@ class OfflineAlgorithm(Algorithm):
             RayDataReader,
             StreamSpec,
             episode_files,
+            fit_observation_filter,
             require_episode_files,
             share_rows,
             stored_row_bytes,
@@ -132,7 +139,11 @@ class OfflineAlgorithm(Algorithm):
 
         cfg = self.config
         dataset = self.runners.dataset
-        megabytes = dataset.total_steps * stored_row_bytes(self.observation_space, self.action_space) / 2**20
+        normalizer = self.normalizer if self.normalizer.observations else None
+        if normalizer is not None:  # the dataset's statistics, fixed for the run (d3rlpy's standard scaler)
+            fit_observation_filter(normalizer, dataset)
+        tails = cfg.reads_tails
+        megabytes = dataset.total_steps * stored_row_bytes(self.observation_space, self.action_space, tails) / 2**20
         method = cfg.offline_read_method
         if method == "auto":
             method = "memory" if megabytes <= cfg.offline_memory_limit_mb or dataset.data_format == "hdf5" \
@@ -147,7 +158,9 @@ class OfflineAlgorithm(Algorithm):
                                   f"files and of each batch: it has {files} files, train_batch_size is "
                                   f"{cfg.train_batch_size}; use fewer learners or offline_read_method='memory'")
             self._stream_spec = StreamSpec(str(dataset.path), cfg.gamma, int(self.rng.integers(2**31)),
-                                           cfg.train_batch_size, cfg.shuffle_buffer_rows)
+                                           cfg.train_batch_size, cfg.shuffle_buffer_rows, tails=tails,
+                                           filter_state=None if normalizer is None else normalizer.state(),
+                                           clip_obs=cfg.clip_obs)
             transitions = self.learners.open_stream(self._stream_spec)
             self._stream_rows = share_rows(cfg.train_batch_size, transitions)
             summary = {"dataset/episodes": files, "dataset/transitions": dataset.total_steps}
@@ -155,10 +168,11 @@ class OfflineAlgorithm(Algorithm):
             from herdrl.cluster.connect import connect
 
             self._ray_started = connect(cfg)
-            self.reader = RayDataReader(dataset, cfg.gamma, self.rng, cfg.train_batch_size, cfg.shuffle_buffer_rows)
+            self.reader = RayDataReader(dataset, cfg.gamma, self.rng, cfg.train_batch_size, cfg.shuffle_buffer_rows,
+                                        tails=tails, normalizer=normalizer)
             summary = {"dataset/episodes": len(self.reader.files), "dataset/transitions": dataset.total_steps}
         else:
-            self.reader = MemoryReader(dataset, cfg.gamma, self.rng)
+            self.reader = MemoryReader(dataset, cfg.gamma, self.rng, tails, normalizer)
             summary = {"dataset/episodes": self.reader.episodes, "dataset/transitions": self.reader.size,
                        "dataset/return_mean": self.reader.return_mean}
         self.read_method = method
@@ -223,5 +237,7 @@ class OfflineAlgorithm(Algorithm):
         if self.reader is None:  # learner ranks stream: a resumed run's streams draw new orders, not the first run's
             import dataclasses
 
-            self._stream_spec = dataclasses.replace(self._stream_spec, seed=int(self.rng.integers(2**31)))
+            filters = self.normalizer.state() if self._stream_spec.filter_state is not None else None
+            self._stream_spec = dataclasses.replace(self._stream_spec, seed=int(self.rng.integers(2**31)),
+                                                    filter_state=filters)
             self.learners.open_stream(self._stream_spec)

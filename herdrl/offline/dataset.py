@@ -534,14 +534,19 @@ class OfflineDataset:
                                                         "herdrl_checkpoint", "herdrl_explore") if key in self.metadata}}
 
 
-def to_transitions(episodes: list[Episode], observation_space: gym.Space, gamma: float) -> dict[str, Any]:
+def to_transitions(episodes: list[Episode], observation_space: gym.Space, gamma: float,
+                   tails: bool = False) -> dict[str, Any]:
     """The episodes' steps as transitions in stored form (:class:`herdrl.obs.ObsSpec`): ``obs``, ``actions``,
     ``rewards``, ``next_obs``, ``discounts`` (``gamma``, 0 where the step terminated its episode) and ``returns``
-    (the discounted reward-to-go from each step to its episode's last recorded step)."""
+    (the discounted reward-to-go from each step to its episode's last recorded step). ``tails``: also
+    ``tail_obs`` (the observation the step's episode stopped at) and ``tail_discounts`` (``gamma ** (T - t)`` from
+    step ``t`` of an episode of ``T`` steps that did not terminate, 0 in one that did), so a learner can bootstrap
+    a truncated episode's returns with its current value of where it stopped."""
     from herdrl.obs import ObsSpec, obs_concat, obs_map
 
     spec = ObsSpec(observation_space)
     obs, next_obs, actions, rewards, discounts, returns = [], [], [], [], [], []
+    tail_obs, tail_discounts = [], []
     for episode in episodes:
         stored = spec.batch(episode.observations)
         obs.append(obs_map(lambda o: o[:-1], stored))
@@ -554,11 +559,20 @@ def to_transitions(episodes: list[Episode], observation_space: gym.Space, gamma:
             running = float(episode.rewards[t]) + gamma * running
             to_go[t] = running
         returns.append(to_go)
+        if tails:
+            steps = len(episode)
+            tail_obs.append(obs_map(lambda o, n=steps: np.repeat(o[-1:], n, 0), stored))
+            ended = bool(np.asarray(episode.terminations)[-1]) if steps else True
+            tail_discounts.append(np.zeros(steps, np.float32) if ended else
+                                  (gamma ** np.arange(steps, 0, -1, dtype=np.float64)).astype(np.float32))
     if not obs:
         raise DatasetError("the dataset has no episodes")
-    return {"obs": obs_concat(obs), "next_obs": obs_concat(next_obs), "actions": np.concatenate(actions),
-            "rewards": np.concatenate(rewards), "discounts": np.concatenate(discounts),
-            "returns": np.concatenate(returns)}
+    out = {"obs": obs_concat(obs), "next_obs": obs_concat(next_obs), "actions": np.concatenate(actions),
+           "rewards": np.concatenate(rewards), "discounts": np.concatenate(discounts),
+           "returns": np.concatenate(returns)}
+    if tails:
+        out.update(tail_obs=obs_concat(tail_obs), tail_discounts=np.concatenate(tail_discounts))
+    return out
 
 
 def _h5py() -> Any:

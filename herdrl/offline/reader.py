@@ -1,7 +1,8 @@
 """How an offline algorithm gets its batches: from memory, or streamed by Ray Data.
 
 Both readers give ``draw(rows)``: a dict of numpy arrays (``obs``, ``next_obs`` nested as the observation space's
-stored form, ``actions`` in stored form, ``rewards``, ``discounts``, ``returns``).
+stored form, ``actions`` in stored form, ``rewards``, ``discounts``, ``returns``; with ``tails``, ``tail_obs`` and
+``tail_discounts``: :func:`herdrl.offline.dataset.to_transitions`).
 
 - :class:`MemoryReader` loads every transition once and draws uniformly with replacement (small datasets: the
   default while they take less than ``offline_memory_limit_mb``; no Ray).
@@ -37,13 +38,41 @@ EPISODES_PER_BLOCK = 8
 
 
 def episode_transitions(episodes: list[Episode], observation_space: gym.Space, action_space: gym.Space,
-                        gamma: float) -> dict[str, Any]:
+                        gamma: float, tails: bool = False) -> dict[str, Any]:
     """The episodes' transitions with actions in stored form (what learners read)."""
     from herdrl.models.distributions import ActionDistribution
 
-    transitions = to_transitions(episodes, observation_space, gamma)
+    transitions = to_transitions(episodes, observation_space, gamma, tails)
     transitions["actions"] = ActionDistribution(action_space).from_env(_joined_actions(action_space, episodes))
     return transitions
+
+
+def fit_observation_filter(normalizer: Any, dataset: OfflineDataset) -> int:
+    """The observation filter's statistics (``observation_filter="MeanStdFilter"``) of every observation the
+    dataset's episodes hold, final ones included (one pass over its files, an episode at a time), unless the
+    statistics already count some (a checkpoint's, or another run's by ``init_from``). Returns the observations
+    counted."""
+    if not normalizer.observations or any(normalizer.stats[key].count for key in normalizer.stats if
+                                          key.startswith("obs")):
+        return 0
+    spec, counted = ObsSpec(dataset.observation_space), 0
+    for episode in dataset.episodes():
+        stored = spec.batch(episode.observations)
+        normalizer.observe(stored)
+        counted += len(episode) + 1
+    return counted
+
+
+#: The batch keys holding observations (what the observation filter normalises).
+OBSERVATION_KEYS = ("obs", "next_obs", "tail_obs")
+
+
+def normalized_rows(batch: dict[str, Any], normalizer: Any) -> dict[str, Any]:
+    """``batch`` with its observations normalised by ``normalizer`` (a :class:`herdrl.filters.Normalizer`; None:
+    as it is)."""
+    if normalizer is None or not normalizer.observations:
+        return batch
+    return {key: normalizer.normalize(value) if key in OBSERVATION_KEYS else value for key, value in batch.items()}
 
 
 def _joined_actions(space: gym.Space, episodes: list[Episode]) -> Any:
@@ -53,33 +82,38 @@ def _joined_actions(space: gym.Space, episodes: list[Episode]) -> Any:
     return np.concatenate([np.asarray(e.actions) for e in episodes])
 
 
-def stored_row_bytes(observation_space: gym.Space, action_space: gym.Space) -> int:
-    """Bytes one transition takes in memory (two observations, the action, four float32 scalars)."""
+def stored_row_bytes(observation_space: gym.Space, action_space: gym.Space, tails: bool = False) -> int:
+    """Bytes one transition takes in memory (two observations, the action, four float32 scalars; with ``tails``
+    a third observation and a fifth scalar)."""
     from herdrl.models.action_layout import ActionLayout
 
     spec = ObsSpec(observation_space)
     obs = sum(int(np.prod(shape)) * np.dtype(spec.dtypes[name]).itemsize for name, shape in spec.shapes.items())
     layout = ActionLayout(action_space)
-    return 2 * obs + layout.action_width * layout.action_dtype.itemsize + 16
+    return (3 if tails else 2) * obs + layout.action_width * layout.action_dtype.itemsize + (20 if tails else 16)
 
 
 class MemoryReader:
     """Every transition of the dataset in memory; uniform draws with replacement."""
 
-    def __init__(self, dataset: OfflineDataset, gamma: float, rng: np.random.Generator) -> None:
+    def __init__(self, dataset: OfflineDataset, gamma: float, rng: np.random.Generator, tails: bool = False,
+                 normalizer: Any = None) -> None:
+        """``normalizer``: observations are drawn normalised by it (its statistics as they are at each draw)."""
         episodes = list(dataset.episodes())
         if not episodes:
             raise DatasetError(f"{dataset.path} holds no episodes")
-        self.transitions = episode_transitions(episodes, dataset.observation_space, dataset.action_space, gamma)
+        self.transitions = episode_transitions(episodes, dataset.observation_space, dataset.action_space, gamma,
+                                               tails)
         self.size = len(self.transitions["rewards"])
-        self.rng = rng
+        self.rng, self.normalizer = rng, normalizer
         self.episodes = len(episodes)
         self.return_mean = float(np.mean([e.total_return for e in episodes]))
 
     def draw(self, rows: int) -> dict[str, Any]:
         """``rows`` transitions drawn uniformly (with replacement)."""
         index = self.rng.integers(0, self.size, rows)
-        return {key: obs_map(lambda array: array[index], value) for key, value in self.transitions.items()}
+        return normalized_rows({key: obs_map(lambda array: array[index], value)
+                                for key, value in self.transitions.items()}, self.normalizer)
 
     def stop(self) -> None:
         """Nothing to release."""
@@ -112,15 +146,16 @@ def _nested(batch: dict[str, np.ndarray]) -> dict[str, Any]:
 class _EpisodesToTransitions:
     """A Ray Data map function: a batch of episode file paths -> their transitions as columns, shuffled."""
 
-    def __init__(self, path: str, gamma: float, seed: int) -> None:
-        self.path, self.gamma, self.seed = path, gamma, seed
+    def __init__(self, path: str, gamma: float, seed: int, tails: bool = False) -> None:
+        self.path, self.gamma, self.seed, self.tails = path, gamma, seed, tails
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from pathlib import Path
 
         dataset = OfflineDataset(self.path)
         episodes = [dataset.read_file(Path(str(p)), int(i)) for p, i in zip(batch["path"], batch["id"], strict=True)]
-        transitions = episode_transitions(episodes, dataset.observation_space, dataset.action_space, self.gamma)
+        transitions = episode_transitions(episodes, dataset.observation_space, dataset.action_space, self.gamma,
+                                          self.tails)
         rng = np.random.default_rng([self.seed, *(int(i) for i in batch["id"])])
         order = rng.permutation(len(transitions["rewards"]))
         return _columns({key: obs_map(lambda array: array[order], value) for key, value in transitions.items()})
@@ -130,14 +165,17 @@ class RayDataReader:
     """Transitions streamed by Ray Data, epoch after epoch, each pass over the episode files (``files``: these
     ``(path, episode id)`` only; default all) in a new order. ``task_cpus``: the CPUs each Ray Data task asks for
     (None: Ray Data's default, one), ``concurrency``: at most this many tasks at once (None: Ray Data decides),
-    ``node_id``: the node they run on where it can (None: anywhere)."""
+    ``node_id``: the node they run on where it can (None: anywhere); ``tails``: rows carry their episode's tail;
+    ``normalizer``: observations come normalised by it."""
 
     def __init__(self, dataset: OfflineDataset, gamma: float, rng: np.random.Generator, batch_rows: int,
                  shuffle_buffer_rows: int, files: list[tuple[str, int]] | None = None,
-                 task_cpus: float | None = None, concurrency: int | None = None, node_id: str | None = None) -> None:
+                 task_cpus: float | None = None, concurrency: int | None = None, node_id: str | None = None,
+                 tails: bool = False, normalizer: Any = None) -> None:
         require_episode_files(dataset)
         quiet_ray_data()
-        self.dataset, self.gamma, self.rng = dataset, gamma, rng
+        self.dataset, self.gamma, self.rng, self.tails = dataset, gamma, rng, tails
+        self.normalizer = normalizer
         self.batch_rows, self.shuffle_buffer_rows = batch_rows, shuffle_buffer_rows
         self.files = episode_files(dataset) if files is None else files
         self._task_cpus, self._concurrency, self._node_id = task_cpus, concurrency, node_id
@@ -157,7 +195,7 @@ class RayDataReader:
         items = [{"path": self.files[i][0], "id": self.files[i][1]} for i in order]
         seed = int(self.rng.integers(2**31))
         pipeline = ray.data.from_items(items).map_batches(
-            _EpisodesToTransitions(str(self.dataset.path), self.gamma, seed), batch_size=EPISODES_PER_BLOCK,
+            _EpisodesToTransitions(str(self.dataset.path), self.gamma, seed, self.tails), batch_size=EPISODES_PER_BLOCK,
             batch_format="numpy", **self._task_options())
         self.epochs += 1
         batches = pipeline.iter_batches(batch_size=self.batch_rows, batch_format="numpy", drop_last=False,
@@ -202,7 +240,7 @@ class RayDataReader:
         rest = {key: array[rows:] for key, array in joined.items()}
         self._pending_rows -= rows
         self._pending = [rest] if self._pending_rows else []
-        return _nested(taken)
+        return normalized_rows(_nested(taken), self.normalizer)
 
     def stop(self) -> None:
         """End the stream: its executor shut down before Ray may be (closing the generator runs its cleanup)."""
@@ -239,6 +277,11 @@ class StreamSpec:
     batch_rows: int
     shuffle_buffer_rows: int
     restarts: int = 0
+    tails: bool = False
+    #: The observation filter's statistics (a :class:`herdrl.filters.Normalizer` state; None: raw observations)
+    #: and its clip.
+    filter_state: dict[str, np.ndarray] | None = None
+    clip_obs: float = 10.0
 
     def open(self, rank: int, world_size: int) -> tuple[RayDataReader, int]:
         """Rank ``rank``'s reader (files ``rank, rank + world_size, ...`` in id order, its own random stream, its
@@ -248,12 +291,22 @@ class StreamSpec:
 
         dataset = OfflineDataset(self.path)
         require_episode_files(dataset)
+        normalizer = None
+        if self.filter_state is not None:
+            from types import SimpleNamespace
+
+            from herdrl.filters import Normalizer
+
+            normalizer = Normalizer(dataset.observation_space, SimpleNamespace(
+                observation_filter="MeanStdFilter", norm_reward=False, clip_obs=self.clip_obs, clip_reward=10.0))
+            normalizer.load_state(self.filter_state)
         share = episode_files(dataset)[rank::world_size]
         steps = sum(episode_steps(Path(path)) for path, _ in share)
         reader = RayDataReader(dataset, self.gamma, np.random.default_rng([self.seed, rank, self.restarts]),
                                max(1, self.batch_rows // world_size),
                                max(1, self.shuffle_buffer_rows // world_size), files=share, task_cpus=0,
-                               concurrency=STREAM_TASKS, node_id=ray.get_runtime_context().get_node_id())
+                               concurrency=STREAM_TASKS, node_id=ray.get_runtime_context().get_node_id(),
+                               tails=self.tails, normalizer=normalizer)
         return reader, steps
 
 
