@@ -90,6 +90,41 @@ def test_datasets_herdrl_writes_read_back_and_in_minari(tmp_path, monkeypatch, d
         np.testing.assert_array_equal(r.infos["grid"], w.infos["grid"])
 
 
+def test_a_dataset_minaris_data_collector_wrote_reads_as_the_episodes_played(tmp_path, monkeypatch):
+    """minari.DataCollector (HDF5, as Minari's own tools record) around a real env: every episode reads back as
+    played here, step by step (observations with the final one, actions, rewards, terminations, truncations)."""
+    minari = pytest.importorskip("minari")
+    pytest.importorskip("jax")  # (DataCollector's episode buffers need it: minari[create])
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    env = minari.DataCollector(gym.make("CartPole-v1", max_episode_steps=12), data_format="hdf5")
+    rng = np.random.default_rng(0)
+    played = []
+    for episode in range(3):
+        obs, _ = env.reset(seed=episode)
+        steps = {"obs": [obs], "actions": [], "rewards": [], "terminations": [], "truncations": []}
+        done = False
+        while not done:
+            action = int(rng.integers(2))
+            obs, reward, terminated, truncated, _ = env.step(action)
+            for key, value in zip(("obs", "actions", "rewards", "terminations", "truncations"),
+                                  (obs, action, reward, terminated, truncated), strict=True):
+                steps[key].append(value)
+            done = terminated or truncated
+        played.append(steps)
+    with pytest.warns(UserWarning):  # (minari: no description, no eval env)
+        env.create_dataset("test/collected-v0", algorithm_name="random")
+    env.close()
+    dataset = open_dataset(tmp_path / "test" / "collected-v0")
+    assert dataset.data_format == "hdf5"
+    read = list(dataset.episodes())
+    assert len(read) == 3 and any(p["truncations"][-1] for p in played) and any(p["terminations"][-1] for p in played)
+    for episode, steps in zip(read, played, strict=True):
+        np.testing.assert_array_equal(episode.observations, np.asarray(steps["obs"]))
+        for field in ("actions", "rewards", "terminations", "truncations"):
+            np.testing.assert_array_equal(getattr(episode, field), np.asarray(steps[field]))
+
+
 def _write_one(path, episode, obs_space=DICT_OBS, action_space=BOX_ACTIONS):
     DatasetWriter(path, obs_space, action_space).write(episode)
 
