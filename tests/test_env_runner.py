@@ -1,6 +1,7 @@
 import subprocess
 import sys
 
+import gymnasium
 import numpy as np
 import pytest
 import torch
@@ -316,3 +317,55 @@ def test_episode_returns_and_lengths_across_many_envs_and_fragments():
         assert frag.episode_lengths == [length for _, length in expected]
         assert frag.episode_returns == pytest.approx([ret for ret, _ in expected], abs=1e-6)
         assert all(1 <= length <= 5 for length in frag.episode_lengths)
+
+
+class _Counting(gymnasium.Env):
+    """Observations [step, last action] (float64, as many envs give), episodes of 3 + seed steps (terminated) or
+    truncated at 4 for odd seeds, an info on odd steps only."""
+
+    def __init__(self, box_actions: bool) -> None:
+        self.observation_space = gymnasium.spaces.Box(-100, 100, (2,), np.float32)
+        self.action_space = gymnasium.spaces.Box(-1, 1, (1,), np.float32) if box_actions else \
+            gymnasium.spaces.Discrete(3)
+        self.length, self.t = 3, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.length = 3 + (seed or 0) % 3
+        self.t = 0
+        return np.array([0.0, 0.0]), {"start": 1}
+
+    def step(self, action):
+        self.t += 1
+        taken = float(np.asarray(action).reshape(-1)[0])
+        info = {"t": self.t} if self.t % 2 else {}
+        return np.array([self.t, taken]), taken, self.t == self.length, self.t == 4 and self.length > 4, info
+
+
+@pytest.mark.parametrize("box_actions", [False, True])
+def test_the_lean_vector_env_steps_as_gymnasiums_sync_vector_env(box_actions):
+    """Step for step (through episode ends, resets and infos on some steps only): the same observations, rewards,
+    ends and infos as Gymnasium's SyncVectorEnv in NEXT_STEP mode."""
+    from herdrl.env.vector import LeanSyncVectorEnv
+
+    def make():
+        return gymnasium.vector.SyncVectorEnv([lambda b=box_actions: _Counting(b) for _ in range(3)],
+                                              autoreset_mode=gymnasium.vector.AutoresetMode.NEXT_STEP)
+
+    reference, lean = make(), make()
+    assert LeanSyncVectorEnv.fits(lean)
+    lean = LeanSyncVectorEnv.adopt(lean)
+    for env in (reference, lean):
+        env.reset(seed=[0, 1, 2])
+    rng = np.random.default_rng(0)
+    for _ in range(14):
+        actions = rng.uniform(-1, 1, (3, 1)).astype(np.float32) if box_actions else rng.integers(0, 3, 3)
+        expected, got = reference.step(actions), lean.step(actions)
+        for a, b in zip(expected[:4], got[:4], strict=True):
+            np.testing.assert_array_equal(a, b)
+            assert a.dtype == b.dtype
+        assert expected[4].keys() == got[4].keys()
+        for key in expected[4]:
+            np.testing.assert_array_equal(expected[4][key], got[4][key])
+    assert not LeanSyncVectorEnv.fits(gymnasium.vector.SyncVectorEnv(
+        [lambda: _Counting(False)], autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP))

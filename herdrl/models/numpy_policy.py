@@ -25,7 +25,12 @@ def _relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0, out=x)
 
 
-ACTIVATIONS = {"tanh": np.tanh, "relu": _relu, "linear": lambda x: x}
+def _tanh(x: np.ndarray) -> np.ndarray:
+    return np.tanh(x, out=x)
+
+
+#: Activations applied in place (to a layer's fresh output: a runner's forward allocates as little as it can).
+ACTIVATIONS = {"tanh": _tanh, "relu": _relu, "linear": lambda x: x}
 
 
 def input_function(spec: tuple) -> Callable[[np.ndarray], np.ndarray]:
@@ -47,8 +52,12 @@ def mlp_forward(input_spec: tuple, activation: str, layers: list[tuple[np.ndarra
     def forward(obs: np.ndarray) -> np.ndarray:
         x = prepare(obs)
         for weight_t, bias in layers:
-            x = act(x @ weight_t + bias)
-        return x @ head_weight_t + head_bias
+            x = x @ weight_t
+            x += bias
+            x = act(x)
+        x = x @ head_weight_t
+        x += head_bias
+        return x
 
     return forward
 
