@@ -83,7 +83,15 @@ class SACModule(LegacyNames):
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised scaled actions and the log-probabilities of their squashed form in [-1, 1] (tanh
         change of variables included, the constant scaling to the env's bounds not)."""
+        return self._sample(*self.mean_log_std(obs))
+
+    def sample_n(self, obs: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` samples per observation (as :meth:`sample` of each observation repeated ``n`` times, rows
+        ``i * n .. i * n + n - 1`` for observation ``i``), the actor run once per observation."""
         mean, log_std = self.mean_log_std(obs)
+        return self._sample(mean.repeat_interleave(n, dim=0), log_std.repeat_interleave(n, dim=0))
+
+    def _sample(self, mean: torch.Tensor, log_std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         u = mean + torch.randn_like(mean) * log_std.exp()
         squashed = torch.tanh(u)
         log_prob = (-0.5 * ((u - mean) / log_std.exp()).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
