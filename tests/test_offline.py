@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -928,3 +929,53 @@ def test_iql_continues_online_from_its_offline_checkpoint_with_its_dataset_in_re
         assert len(resumed.buffer) == recorded  # (no buffer in the checkpoint: the dataset's again)
     finally:
         resumed.stop()
+
+
+RLLIB_EPISODES = os.path.join(os.path.dirname(__file__), "golden", "rllib-episodes")
+
+
+def test_rllibs_recorded_episodes_convert_to_a_dataset_as_rllib_itself_reads_them(tmp_path, capsys):
+    """RLlib 2.60's recording (tests/golden/rllib-episodes, made by its make.py): `herd data from-rllib` writes a
+    dataset whose episodes are, field by field, what RLlib's own reader decoded (reference.json), with the spaces
+    RLlib described; nothing is unpickled."""
+    assert main(["data", "from-rllib", os.path.join(RLLIB_EPISODES, "output"), "--out", str(tmp_path / "d")]) == 0
+    assert "episodes      6" in capsys.readouterr().out
+    with open(os.path.join(RLLIB_EPISODES, "reference.json")) as f:
+        reference = json.load(f)
+    dataset = open_dataset(tmp_path / "d")
+    assert dataset.action_space == gym.spaces.Discrete(2)
+    assert dataset.observation_space == gym.make("CartPole-v1").observation_space
+    read = list(dataset.episodes())
+    assert len(read) == len(reference) == 6
+    for episode, expected in zip(read, reference, strict=True):
+        np.testing.assert_array_equal(episode.observations, np.asarray(expected["observations"], np.float32))
+        np.testing.assert_array_equal(episode.actions, expected["actions"])
+        np.testing.assert_array_equal(episode.rewards, expected["rewards"])
+        assert episode.terminations.tolist() == [False] * (len(episode) - 1) + [expected["terminated"]]
+        assert episode.truncations.tolist() == [False] * (len(episode) - 1) + [expected["truncated"]]
+
+
+def test_what_rllib_data_cannot_be_read_safely_is_refused_in_one_line(tmp_path):
+    """An object array (it would need unpickling), RLlib's per-step column format, an episode chunk."""
+    import msgpack
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from herdrl.offline.rllib_data import convert_rllib
+
+    first = sorted(Path(RLLIB_EPISODES, "output").rglob("*.parquet"))[0]
+    state = msgpack.unpackb(pq.read_table(first).column("item")[0].as_py(), strict_map_key=False)
+
+    def write(name, item=None, columns=None):
+        folder = tmp_path / name
+        folder.mkdir()
+        pq.write_table(pa.table(columns or {"item": [msgpack.packb(item)]}), folder / "part.parquet")
+        return folder
+
+    pickled = dict(state, custom={b"nd": True, b"type": "|O", b"kind": b"O", b"shape": [1], b"data": b"\x80"})
+    with pytest.raises(DatasetError, match="only booleans, integers and floats are read"):
+        convert_rllib(write("pickled", pickled), tmp_path / "a")
+    with pytest.raises(DatasetError, match="output_write_episodes=True"):
+        convert_rllib(write("columns", columns={"obs": [1.0], "actions": [0]}), tmp_path / "b")
+    with pytest.raises(DatasetError, match="batch_mode='complete_episodes'"):
+        convert_rllib(write("chunk", dict(state, t_started=40)), tmp_path / "c")

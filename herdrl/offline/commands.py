@@ -27,7 +27,7 @@ def add_parsers(subparsers: Any, add_import_option: Any) -> None:
                    help="episode files: parquet (default; Ray Data reads it) or arrow (Minari's default)")
     add_import_option(p)
     d = subparsers.add_parser("data", help="inspect datasets", description="Inspect recorded datasets.")
-    kinds = d.add_subparsers(dest="data_command", metavar="{info,finish}", required=True)
+    kinds = d.add_subparsers(dest="data_command", metavar="{info,finish,from-rllib}", required=True)
     i = kinds.add_parser("info", help="summarise a dataset: episodes, steps, returns, spaces",
                          description="Summarise a dataset: episodes, steps, returns, spaces, who recorded it.")
     i.add_argument("path", help="a dataset folder (herdrl's or Minari's: parquet, arrow or hdf5)")
@@ -35,6 +35,14 @@ def add_parsers(subparsers: Any, add_import_option: Any) -> None:
                          description="A run recording its episodes (output=DIR) numbers them and writes the "
                                      "dataset's metadata when it stops; for a run killed before that, this does it.")
     f.add_argument("path", help="the output folder of the run")
+    r = kinds.add_parser("from-rllib", help="convert RLlib's recorded episodes (.offline_data(output=...)) into a "
+                                           "dataset", description="Convert the episodes RLlib recorded (new API "
+                                           "stack, output_write_episodes=True: its default) into a dataset in "
+                                           "Minari's format; nothing is unpickled.")
+    r.add_argument("source", help="RLlib's output folder (its Parquet files, in any subfolders)")
+    r.add_argument("--out", required=True, help="the dataset folder to create (must be new or empty)")
+    r.add_argument("--format", dest="data_format", choices=("parquet", "arrow"), default="parquet",
+                   help="episode files: parquet (default) or arrow")
 
 
 def record_command(args: argparse.Namespace) -> int:
@@ -48,7 +56,12 @@ def record_command(args: argparse.Namespace) -> int:
 
 
 def data_command(args: argparse.Namespace) -> int:
-    """``herd data info|finish``."""
+    """``herd data info|finish|from-rllib``."""
+    if args.data_command == "from-rllib":
+        from herdrl.offline.rllib_data import convert_rllib
+
+        convert_rllib(args.source, args.out, args.data_format)
+        return data_info(args.out)
     if args.data_command == "finish":
         from herdrl.offline.recorder import finish_recording
 
