@@ -101,23 +101,23 @@ class CQLLearner(OfflineUpdates, SACLearner):
         density) minus Q of the dataset's action."""
         module, n = self.module, self.config.num_actions
         rows = len(batch["rewards"])
+        obs = obs_map(lambda t: t.repeat_interleave(n, dim=0), batch["obs"])
         dim = module.action_dim
         with torch.no_grad():  # per state: n uniform actions, n of the actor's at s, n of its at s' (actor run once)
             uniform = torch.rand(rows * n, dim, device=module.action_scale.device) * 2 - 1
             random_actions = uniform * module.action_scale + module.action_bias
             current, current_logp = module.sample_n(batch["obs"], n)
             following, following_logp = module.sample_n(batch["next_obs"], n)
-            actions = torch.cat([a.view(rows, n, dim) for a in (random_actions, current, following)], 1)
-            # Densities in the squashed [-1, 1] units the actor's log-probabilities are in: uniform is 2^-dim there.
-            corrections = torch.cat([torch.full((rows, n), dim * math.log(2.0), device=uniform.device),
-                                     -current_logp.view(rows, n), -following_logp.view(rows, n)], 1)
-        # Every sample is scored at s (those drawn at s' too): one critic pass over the 3n actions of each state.
-        obs = obs_map(lambda t: t.repeat_interleave(3 * n, dim=0), batch["obs"])
-        actions = actions.reshape(rows * 3 * n, dim)
+        # Densities in the squashed [-1, 1] units the actor's log-probabilities are in: uniform is 2^-dim there.
+        corrections = (torch.full((rows * n,), dim * math.log(2.0), device=uniform.device), -current_logp,
+                       -following_logp)
         q_data = module.q_values(batch["obs"], batch["actions"])
         total = torch.zeros((), device=uniform.device)
         for i, critic in enumerate(c for c in (module.q1, module.q2) if c is not None):
-            lse = torch.logsumexp(critic(obs, actions).view(rows, 3 * n) + corrections, dim=1)
+            # Every sample scored at s (those drawn at s' too), (rows * n) of each kind, row-major by state.
+            sampled = [(critic(obs, actions) + correction).view(rows, n) for actions, correction in
+                       zip((random_actions, current, following), corrections, strict=True)]
+            lse = torch.logsumexp(torch.cat(sampled, dim=1), dim=1)
             total = total + (lse - q_data[i]).mean()
         return total
 
