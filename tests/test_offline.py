@@ -294,8 +294,8 @@ def test_rows_streamed_by_ray_data_carry_their_episodes_tails(tmp_path, ray_sess
 def test_an_offline_run_normalises_observations_with_the_datasets_statistics(tmp_path):
     """observation_filter='MeanStdFilter' offline: the statistics are the mean and variance of every observation
     the dataset holds (numpy here), fixed for the run; batches come normalised by them; BC learns CartPole with
-    them and evaluates in the env (its runners normalising the same way); the checkpoint's policy and its export
-    take raw observations."""
+    them and evaluates in the env; the checkpoint's policy and its export take raw observations (evaluation on
+    runners: test_evaluation_runners_act_with_the_runs_statistics_and_add_nothing_to_them)."""
     from herdrl.algorithms.bc import BCConfig
     from herdrl.export import export_policy
     from herdrl.policy import Policy
@@ -316,7 +316,7 @@ def test_an_offline_run_normalises_observations_with_the_datasets_statistics(tmp
         assert np.abs(raw[:, None, :] - every[None]).max(-1).min(-1).max() < 1e-4
     result = train_until_solved(algo, 4)
     assert result["evaluation/episode_return_mean"] >= 475, result["evaluation/episode_return_mean"]
-    assert algo.normalizer.state()["obs/count"] == len(every)  # fixed: evaluation adds nothing
+    assert algo.normalizer.state()["obs/count"] == len(every)  # fixed: learning adds nothing
     path = algo.save(tmp_path / "ckpt")
     raw_obs = every[::97][:20].astype(np.float32)
     with torch.no_grad():
@@ -979,3 +979,45 @@ def test_what_rllib_data_cannot_be_read_safely_is_refused_in_one_line(tmp_path):
         convert_rllib(write("columns", columns={"obs": [1.0], "actions": [0]}), tmp_path / "b")
     with pytest.raises(DatasetError, match="batch_mode='complete_episodes'"):
         convert_rllib(write("chunk", dict(state, t_started=40)), tmp_path / "c")
+
+
+def test_evaluation_runners_act_with_the_runs_statistics_and_add_nothing_to_them(tmp_path):
+    """An offline run's evaluation on runners (here: one built as the run builds its evaluation runners) reads
+    every observation normalised with the dataset's statistics as they are: evaluating counts nothing, so the
+    statistics the policy was trained with are the ones it is evaluated with."""
+    from herdrl.algorithms.bc import BCConfig
+    from herdrl.rollout.runner import EnvRunner
+
+    record_expert(tmp_path / "expert", 1)
+    algo = (BCConfig().offline_data(input_=str(tmp_path / "expert")).environment("CartPole-v1")
+            .env_runners(observation_filter="MeanStdFilter").training(updates_per_iteration=10)
+            .debugging(seed=0).build())
+    runner = EnvRunner(algo.config.evaluation_runner_config())
+    stats = algo.normalizer.state()
+    runner.evaluation_sample(algo.runner_weights(), False, (1, 0), True, 300)
+    local = runner.normalizer.local.state()
+    runner.stop()
+    algo.stop()
+    for key in ("obs/count", "obs/mean", "obs/m2"):
+        np.testing.assert_array_equal(local[key], stats[key])
+
+
+def test_online_iql_keeps_raw_observations_in_replay_beside_the_datasets_and_normalises_each_batch(tmp_path):
+    """observation_filter online: the env's transitions go into replay raw, as the dataset's (Pendulum's cos and
+    sin stay within [-1, 1]), and each replayed batch is normalised once, with the statistics of the moment (the
+    dataset's observations and the env's since)."""
+    from herdrl.algorithms.iql import IQLConfig
+
+    pendulum_dataset(tmp_path / "pendulum", 2)
+    algo = (IQLConfig().offline_data(input_=str(tmp_path / "pendulum")).environment("Pendulum-v1")
+            .env_runners(observation_filter="MeanStdFilter")
+            .training(online=True, min_sample_timesteps_per_iteration=200, train_batch_size=32,
+                      num_steps_sampled_before_learning_starts=0,
+                      model={"fcnet_hiddens": [16], "fcnet_activation": "relu", "free_log_std": False})
+            .debugging(seed=0).build())
+    assert algo.normalizer.state()["obs/count"] == 2 * 201  # the dataset's observations, final ones included
+    algo.train()
+    obs = algo.buffer.state()["obs"]
+    assert len(obs) > 400 and np.abs(obs[:, :2]).max() <= 1.0 + 1e-6  # raw: never normalised before replay
+    assert algo.normalizer.state()["obs/count"] > 2 * 201  # the env's observations counted too
+    algo.stop()

@@ -51,6 +51,9 @@ class IQLConfig(OfflineConfig):
     """IQL settings (the paper's names; RLlib's where it has them)."""
 
     algo_name = "IQL"
+    #: Online, runners ship raw observations and each replayed batch is normalised (as every off-policy run does:
+    #: the dataset's transitions sit raw in the same buffer); offline, runners only evaluate.
+    stores_raw_transitions = True
     FIELDS = {
         **ACTOR_CRITIC_OFFLINE_FIELDS,
         "expectile": Field(0.7, (float,), "training", low=0.5, high=0.999,

@@ -121,12 +121,15 @@ class LeanSyncVectorEnv(gym.vector.SyncVectorEnv):
 
     @classmethod
     def adopt(cls, venv: gym.vector.SyncVectorEnv) -> LeanSyncVectorEnv:
-        """``venv`` (see :meth:`fits`) itself, stepping this way from now on: same envs, buffers and state."""
+        """``venv`` (see :meth:`fits`) itself, stepping this way from now on: same envs, buffers and state (its
+        ``copy`` setting no longer applies to steps: they return the buffer)."""
         venv.__class__ = cls
         return venv  # type: ignore[return-value]
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env (an env whose episode ended last step is reset instead: reward 0, no end)."""
+        if len(actions) != self.num_envs:
+            raise ValueError(f"{len(actions)} actions for {self.num_envs} envs")
         infos: dict[str, Any] = {}
         for i, env in enumerate(self.envs):
             if self._autoreset_envs[i]:
@@ -137,8 +140,10 @@ class LeanSyncVectorEnv(gym.vector.SyncVectorEnv):
                  info) = env.step(actions[i])
             if info:
                 infos = self._add_info(infos, info, i)
-        for i, obs in enumerate(self._env_obs):  # (np.stack's own dispatch costs more than these copies)
-            self._observations[i] = obs
+        for row, obs in zip(self._observations, self._env_obs, strict=True):  # (cheaper than np.stack's dispatch)
+            if np.shape(obs) != row.shape:
+                raise ValueError(f"an env's observation has shape {np.shape(obs)}, its space {row.shape}")
+            np.copyto(row, obs, casting="same_kind")
         np.logical_or(self._terminations, self._truncations, out=self._autoreset_envs)
         return self._observations, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(), infos
 

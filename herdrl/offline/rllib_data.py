@@ -31,7 +31,11 @@ PLAIN_KINDS = "biuf"
 
 
 def _dtype(name: Any, where: str) -> np.dtype:
-    dtype = np.dtype(name.decode() if isinstance(name, bytes) else str(name))
+    try:
+        dtype = np.dtype(name.decode() if isinstance(name, bytes) else str(name))
+    except TypeError:
+        raise DatasetError(f"{where}: an array of dtype {name!r} (only booleans, integers and floats are read)") \
+            from None
     if dtype.kind not in PLAIN_KINDS or dtype.hasobject:
         raise DatasetError(f"{where}: an array of dtype {dtype} (only booleans, integers and floats are read: "
                            "anything else would need unpickling)")
@@ -51,7 +55,10 @@ def _decoded(where: str) -> Any:
             if item.get(b"kind", b"") not in (b"", ""):
                 raise DatasetError(f"{where}: an array of kind {item[b'kind']!r} (not read: it would need unpickling)")
             return np.frombuffer(item[b"data"], dtype).reshape(item[b"shape"]).copy()
-        return np.frombuffer(item[b"data"], dtype)[0]
+        scalar = np.frombuffer(item[b"data"], dtype)
+        if scalar.shape != (1,):
+            raise DatasetError(f"{where}: a scalar of {len(item[b'data'])} bytes for dtype {dtype}")
+        return scalar[0]
 
     return hook
 
@@ -91,10 +98,11 @@ def _buffer(state: Any, name: str, where: str) -> list[Any]:
 
 
 def _rows(batched: Any) -> list[Any]:
-    """A finalized buffer's batched array (or dict of arrays) as a list of per-step items."""
+    """A finalized buffer's batched array (or nested dict of them) as a list of per-step items."""
     if isinstance(batched, dict):
-        keys = list(batched)
-        return [{key: batched[key][i] for key in keys} for i in range(len(batched[keys[0]]))]
+        parts = {key: _rows(value) for key, value in batched.items()}
+        steps = len(next(iter(parts.values()))) if parts else 0
+        return [{key: rows[i] for key, rows in parts.items()} for i in range(steps)]
     return list(batched)
 
 
@@ -140,15 +148,14 @@ def _episode(state: Any, where: str) -> tuple[Episode, gym.Space, gym.Space]:
     actions = _buffer(state.get("actions"), "actions", where)
     rewards = np.asarray(_buffer(state.get("rewards"), "rewards", where), np.float64)
     steps = len(rewards)
+    if not steps:
+        raise DatasetError(f"{where}: an episode of no steps")
     if len(observations) != steps + 1 or len(actions) != steps:
         raise DatasetError(f"{where}: {len(observations)} observations, {len(actions)} actions and {steps} rewards "
                            "(an episode has one observation more than steps)")
-    ends = np.zeros(steps, bool)
-    terminations, truncations = ends.copy(), ends.copy()
-    if steps:
-        terminations[-1], truncations[-1] = bool(state.get("is_terminated")), bool(state.get("is_truncated"))
-    episode = Episode(stack_rows(observations), stack_rows(actions) if steps else np.zeros((0,)), rewards,
-                      terminations, truncations)
+    terminations, truncations = np.zeros(steps, bool), np.zeros(steps, bool)
+    terminations[-1], truncations[-1] = bool(state.get("is_terminated")), bool(state.get("is_truncated"))
+    episode = Episode(stack_rows(observations), stack_rows(actions), rewards, terminations, truncations)
     return episode, obs_space, action_space
 
 

@@ -135,6 +135,7 @@ class EnvRunner:
         self.weights_version = -1  # no versioned weights yet
         self.explore = True  # False: greedy actions (evaluation runners)
         self._evaluation: Any = None  # the evaluation this runner last took weights for
+        self._counting = True  # whether sampling adds to the normalisation statistics (not while evaluating)
         self._policy_error: BaseException | None = None  # why use_policy failed (said at the next sample)
         self._choose_stepping()
         self.callbacks, self.metrics_logger, self._episodes = runner_callbacks(self, EpisodeTracker, self.env)
@@ -171,8 +172,9 @@ class EnvRunner:
             self._episodes.start_all(self._obs, reset_info)
         if self.normalizer is not None:  # a new timeline: nothing of the old one is shipped or carried
             self.normalizer.restart()
-            self.normalizer.observe(self._obs)
-            self.normalizer.count(self._obs)
+            if self._counting:
+                self.normalizer.observe(self._obs)
+                self.normalizer.count(self._obs)
         self._reset_next = np.zeros(self.num_envs, dtype=bool)  # next step of env b only resets it
         self._begins = np.ones(self.num_envs, dtype=bool)  # each env's next step begins an episode
         self._clip_rewards = bool(getattr(self.env, "herd_clip_rewards", False))
@@ -282,6 +284,7 @@ class EnvRunner:
         noise = self.policy.noise(steps, envs)
         obs_map(lambda a, o: np.copyto(a[0], o), obs, self._obs)
         norm = self.normalizer if self.normalizer is not None and self.normalizer.local.observations else None
+        counting = self._counting
         acting = obs if norm is None else self._acting_storage(obs, steps, envs)  # what the policy reads
         if norm is not None:
             norm.local.normalize(self._obs, out=obs_map(lambda a: a[0], acting))
@@ -334,7 +337,8 @@ class EnvRunner:
             except Exception as exc:
                 raise self._env_error(exc) from exc
             if norm is not None:  # count the new observations, then normalise them for acting
-                norm.observe(obs_rows(t + 1))
+                if counting:
+                    norm.observe(obs_rows(t + 1))
                 norm.local.normalize(obs_rows(t + 1), out=acting_rows(t + 1))
             if lives is not None:
                 part_lives[t] = info["lives"]
@@ -387,9 +391,9 @@ class EnvRunner:
                               valid)
         if self._clip_rewards:  # Atari: learn on the reward's sign
             fragment.rewards = np.sign(rewards)
-        if norm is not None:
+        if norm is not None and counting:
             norm.count(obs_map(lambda a: a[1:], obs))  # the observations counted step by step above
-        if self.normalizer is not None:
+        if self.normalizer is not None and counting:
             fragment.rewards = self.normalizer.rewards(fragment.rewards, terminateds, truncateds, valid)
             fragment.filter_delta = self.normalizer.take_delta()
         if lives is not None:  # Atari's episodic life: a lost life ends the episode for learning only
@@ -411,15 +415,20 @@ class EnvRunner:
         returns and lengths of the episodes finished, and the env steps taken. The first call of an ``evaluation``
         (``(id, epoch)``; also a runner's first call after a restart) loads the weights and, with ``reset``, starts
         every env on a fresh episode from the random streams of ``epoch``."""
-        if evaluation != self._evaluation:
-            self.set_weights(weights)
-            # Fresh episodes on the evaluation's own streams: every evaluation in the episodes unit, the first (of
-            # this runner) in the timesteps unit, whose episodes then carry over (not the training runners' streams).
-            if reset or self._evaluation is None:
-                self.reseed(evaluation[1])
-            self.explore, self._with_logp = explore, False
-            self._evaluation = evaluation
-        fragment = self.sample(num_steps)
+        self._counting = False  # evaluation acts with the run's statistics as they are and adds nothing to them
+        try:
+            if evaluation != self._evaluation:
+                self.set_weights(weights)
+                # Fresh episodes on the evaluation's own streams: every evaluation in the episodes unit, the first
+                # (of this runner) in the timesteps unit, whose episodes then carry over (not the training
+                # runners' streams).
+                if reset or self._evaluation is None:
+                    self.reseed(evaluation[1])
+                self.explore, self._with_logp = explore, False
+                self._evaluation = evaluation
+            fragment = self.sample(num_steps)
+        finally:
+            self._counting = True
         return fragment.episode_returns, fragment.episode_lengths, fragment.env_steps
 
     def _acting_storage(self, obs: ObsArray, steps: int, envs: int) -> ObsArray:
