@@ -26,12 +26,6 @@ class OfflineConfig(AlgorithmConfig):
 
     learns_offline = True
     reads_datasets = True
-
-    @property
-    def reads_tails(self) -> bool:
-        """Whether batches carry each row's episode tail (``tail_obs``, ``tail_discounts``): for learners that
-        bootstrap truncated episodes' returns."""
-        return False
     stop_metric = "evaluation/episode_return_mean"
     FIELDS = {
         "input_": Field(None, (str,), "offline_data", allow_none=True,
@@ -53,6 +47,12 @@ class OfflineConfig(AlgorithmConfig):
         "evaluation_interval": shared_field("evaluation_interval", 1),
     }
     ALIASES = {"input": "input_"}
+
+    @property
+    def reads_tails(self) -> bool:
+        """Whether batches carry each row's episode tail (``tail_obs``, ``tail_discounts``): for learners that
+        bootstrap truncated episodes' returns."""
+        return False
 
     def validate_algorithm(self) -> None:
         """A dataset is needed; evaluation needs an env; no normalisation yet."""
