@@ -283,10 +283,11 @@ class IQLOnline(OffPolicyAlgorithm):
         cfg = self.config
         dataset = open_dataset(cfg.input_)
         check_spaces(dataset, cfg.env, cfg.env_config)
-        transitions = episode_transitions(list(dataset.episodes()), dataset.observation_space,
-                                          dataset.action_space, cfg.gamma)
+        episodes = list(dataset.episodes())
+        transitions = episode_transitions(episodes, dataset.observation_space, dataset.action_space, cfg.gamma)
         transitions.pop("returns")
-        fit_observation_filter(self.normalizer, dataset)  # (replay normalises with them and the env's after)
+        # (replay normalises with the dataset's statistics and the env's observations' after)
+        fit_observation_filter(self.normalizer, episodes, dataset.observation_space)
         self.buffer.add(transitions)
         self.dataset_transitions = len(transitions["rewards"])
         if self.dataset_transitions > self.buffer.capacity:

@@ -140,8 +140,6 @@ class OfflineAlgorithm(Algorithm):
         cfg = self.config
         dataset = self.runners.dataset
         normalizer = self.normalizer if self.normalizer.observations else None
-        if normalizer is not None:  # the dataset's statistics, fixed for the run (d3rlpy's standard scaler)
-            fit_observation_filter(normalizer, dataset)
         tails = cfg.reads_tails
         megabytes = dataset.total_steps * stored_row_bytes(self.observation_space, self.action_space, tails) / 2**20
         method = cfg.offline_read_method
@@ -150,6 +148,11 @@ class OfflineAlgorithm(Algorithm):
                 else "ray_data"
         self._ray_started = False
         self.reader: Any = None
+        # Read into memory: the episodes once, for the statistics and the transitions both.
+        episodes = list(dataset.episodes()) if method == "memory" else None
+        if normalizer is not None:  # the dataset's statistics, fixed for the run (d3rlpy's standard scaler)
+            fit_observation_filter(normalizer, dataset.episodes() if episodes is None else episodes,
+                                   dataset.observation_space)
         if method == "ray_data" and cfg.num_learners > 0:  # each rank streams its own share: none passes here
             require_episode_files(dataset)
             files = len(episode_files(dataset))
@@ -172,7 +175,7 @@ class OfflineAlgorithm(Algorithm):
                                         tails=tails, normalizer=normalizer)
             summary = {"dataset/episodes": len(self.reader.files), "dataset/transitions": dataset.total_steps}
         else:
-            self.reader = MemoryReader(dataset, cfg.gamma, self.rng, tails, normalizer)
+            self.reader = MemoryReader(dataset, cfg.gamma, self.rng, tails, normalizer, episodes)
             summary = {"dataset/episodes": self.reader.episodes, "dataset/transitions": self.reader.size,
                        "dataset/return_mean": self.reader.return_mean}
         self.read_method = method

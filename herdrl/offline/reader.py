@@ -23,6 +23,7 @@ learner runs; here Ray Data fetches the blocks instead of the learner fetching r
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,18 +48,17 @@ def episode_transitions(episodes: list[Episode], observation_space: gym.Space, a
     return transitions
 
 
-def fit_observation_filter(normalizer: Any, dataset: OfflineDataset) -> int:
+def fit_observation_filter(normalizer: Any, episodes: Iterable[Episode], observation_space: gym.Space) -> int:
     """The observation filter's statistics (``observation_filter="MeanStdFilter"``) of every observation the
-    dataset's episodes hold, final ones included (one pass over its files, an episode at a time), unless the
-    statistics already count some (a checkpoint's, or another run's by ``init_from``). Returns the observations
-    counted."""
+    ``episodes`` hold, final ones included (an episode at a time: pass ``dataset.episodes()`` to stream a dataset
+    once, or the episodes already read), unless the statistics already count some (a checkpoint's, or another
+    run's by ``init_from``). Returns the observations counted."""
     if not normalizer.observations or any(normalizer.stats[key].count for key in normalizer.stats if
                                           key.startswith("obs")):
         return 0
-    spec, counted = ObsSpec(dataset.observation_space), 0
-    for episode in dataset.episodes():
-        stored = spec.batch(episode.observations)
-        normalizer.observe(stored)
+    spec, counted = ObsSpec(observation_space), 0
+    for episode in episodes:
+        normalizer.observe(spec.batch(episode.observations))
         counted += len(episode) + 1
     return counted
 
@@ -97,9 +97,10 @@ class MemoryReader:
     """Every transition of the dataset in memory; uniform draws with replacement."""
 
     def __init__(self, dataset: OfflineDataset, gamma: float, rng: np.random.Generator, tails: bool = False,
-                 normalizer: Any = None) -> None:
-        """``normalizer``: observations are drawn normalised by it (its statistics as they are at each draw)."""
-        episodes = list(dataset.episodes())
+                 normalizer: Any = None, episodes: list[Episode] | None = None) -> None:
+        """``normalizer``: observations are drawn normalised by it (its statistics as they are at each draw);
+        ``episodes``: the dataset's, if already read."""
+        episodes = list(dataset.episodes()) if episodes is None else episodes
         if not episodes:
             raise DatasetError(f"{dataset.path} holds no episodes")
         self.transitions = episode_transitions(episodes, dataset.observation_space, dataset.action_space, gamma,
