@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -82,6 +83,9 @@ def main() -> None:
     parser.add_argument("--target-update", type=int, default=8000)
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--eval-seed", type=int, default=10_000)
+    parser.add_argument("--device", default="cpu:0", help="d3rlpy's device: cpu:0 or cuda:0")
+    parser.add_argument("--eval-every", type=int, default=0, help="also evaluate every this many gradient steps")
+    parser.add_argument("--deadline", type=float, default=0.0, help="stop at the first milestone after this time")
     args = parser.parse_args()
 
     import d3rlpy
@@ -97,24 +101,39 @@ def main() -> None:
     low = float(np.min(env.action_space.low)) if not discrete else 0.0
     high = float(np.max(env.action_space.high)) if not discrete else 0.0
     algo = make_algorithm(args.algorithm, discrete, [int(h) for h in args.hidden.split(",")], args.lr, args.batch,
-                          low, high, args.target_update).create(device="cpu:0")
-    start = time.perf_counter()
-    algo.fit(dataset, n_steps=args.steps, n_steps_per_epoch=args.steps, show_progress=False, save_interval=10**9,
-             logger_adapter=d3rlpy.logging.NoopAdapterFactory())
-    train_s = time.perf_counter() - start
-    returns = []
-    for i in range(args.eval_episodes):
-        observation, _ = env.reset(seed=args.eval_seed + i)
-        total, done = 0.0, False
-        while not done:
-            action = algo.predict(np.asarray(observation, np.float32)[None])[0]
-            observation, reward, terminated, truncated, _ = env.step(int(action) if discrete else action)
-            total += float(reward)
-            done = terminated or truncated
-        returns.append(total)
-    print(json.dumps({"tool": "d3rlpy", "algorithm": args.algorithm, "seed": args.seed, "steps": args.steps,
-                      "return_mean": float(np.mean(returns)), "train_s": train_s}))
+                          low, high, args.target_update).create(device=args.device)
 
+    def greedy() -> float:
+        returns = []
+        for i in range(args.eval_episodes):
+            observation, _ = env.reset(seed=args.eval_seed + i)
+            total, done = 0.0, False
+            while not done:
+                action = algo.predict(np.asarray(observation, np.float32)[None])[0]
+                observation, reward, terminated, truncated, _ = env.step(int(action) if discrete else action)
+                total += float(reward)
+                done = terminated or truncated
+            returns.append(total)
+        return float(np.mean(returns))
+
+    chunk = args.eval_every or args.steps
+    fitter = algo.fitter(dataset, n_steps=args.steps, n_steps_per_epoch=chunk, show_progress=False,
+                         save_interval=10**9, logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+    train_s, done, curve = 0.0, 0, {}
+    start = time.perf_counter()
+    for _ in fitter:  # (one epoch of ``chunk`` gradient steps per item)
+        train_s += time.perf_counter() - start
+        done += chunk
+        if args.eval_every:
+            curve[done] = greedy()
+            print(f"d3rlpy {args.algorithm} seed {args.seed}: {done} steps, return {curve[done]:.1f}, "
+                  f"train {train_s:.0f} s", file=sys.stderr, flush=True)
+        if args.deadline and time.time() > args.deadline:
+            break
+        start = time.perf_counter()
+    return_mean = curve[done] if args.eval_every else greedy()
+    print(json.dumps({"tool": "d3rlpy", "algorithm": args.algorithm, "seed": args.seed, "steps": done,
+                      "return_mean": return_mean, "train_s": train_s, "curve": curve}))
 
 if __name__ == "__main__":
     main()

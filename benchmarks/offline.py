@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/offline.py record                       # (re)records the datasets, deterministically
     .venv/bin/python benchmarks/offline.py compare --task pendulum --algorithms bc,cql,iql --seeds 0,1,2 \
         --steps 50000 --d3rlpy /tmp/d3rlpy-venv/bin/python
+    .venv/bin/python benchmarks/offline.py compare --task hopper --seeds 0,1,2 --steps 100000 --eval-every 5000 \
+        --minutes 5 --parallel --device cuda      # every run at once on a GPU machine: returns every 5k steps
     .venv/bin/python benchmarks/offline.py feed --task hopper --algorithm cql    # Ray Data vs in-memory batches
     .venv/bin/python benchmarks/offline.py online --steps 10000 --online-steps 10000   # IQL offline, then online
 
@@ -10,7 +12,8 @@ Datasets (benchmarks/data/, never committed; recorded again, bit for bit, by ``r
 behaviour policies: CartPole-v1, a hand-written controller taking a random action 20% of the time (near-expert);
 Pendulum-v1, a hand-written swing-up controller with Gaussian action noise (medium); Hopper-v5, a small SAC policy
 trained here (benchmarks/policies/hopper-sac, sampling its actions: medium and noisy). Each run trains in its own
-process, one after another (never two at once: they would share the 2 cores), both on one torch thread, then
+process, one after another (never two at once: they would share the 2 cores; ``--parallel`` runs them all at
+once, for returns only, where a machine has the cores), both on one torch thread, then
 plays 10 greedy episodes (seeds 10000..10009). Scores are normalised: 0 is the random policy's return, 100 the
 behaviour policy's (the dataset's mean; no D4RL reference exists for these datasets). d3rlpy runs in its own venv
 (it pins gymnasium 1.0.0): ``python -m venv /tmp/d3rlpy-venv && /tmp/d3rlpy-venv/bin/pip install torch==2.13.0
@@ -93,29 +96,47 @@ def torch_threads() -> None:
 
 
 # -------------------------------------------------------------------------------------------------- one run
-def herdrl_run(task: str, algorithm: str, seed: int, steps: int) -> dict:
-    """Train herdrl's ``algorithm`` for ``steps`` gradient steps on the task's dataset; evaluate greedily."""
-    from herdrl.evaluation import Evaluator
+def herdrl_run(task: str, algorithm: str, seed: int, steps: int, device: str = "cpu", eval_every: int = 0,
+               deadline: float = 0.0) -> dict:
+    """Train herdrl's ``algorithm`` for ``steps`` gradient steps on the task's dataset; evaluate greedily (also
+    every ``eval_every`` steps, into ``curve``; past the wall-clock ``deadline`` it stops at the next milestone)."""
     from herdrl.registry import get_config_class
 
     torch_threads()
     spec, settings = TASKS[task], SETTINGS[algorithm]
+    chunk = eval_every or steps
     config = get_config_class(algorithm).from_dict({
         "input_": str(DATA / spec["dataset"]), "lr": settings["lr"], "train_batch_size": settings["batch"],
-        "updates_per_iteration": steps, "updates_per_call": 1000, "seed": seed,
+        "updates_per_iteration": chunk, "updates_per_call": min(1000, chunk), "seed": seed,
+        "num_gpus": 1 if device == "cuda" else 0,
         "model": {"fcnet_hiddens": settings["hidden"], "fcnet_activation": "relu"}})
     if algorithm == "cql":
         config.update_from_dict({"target_network_update_freq": settings["target_update"]})
     algo = config.build()
-    start = time.perf_counter()
-    algo.train()
-    train_s = time.perf_counter() - start
-    evaluator = Evaluator(spec["env"], {}, EVAL_EPISODES)
-    returns, _ = evaluator.run(algo.get_policy(), seed=EVAL_SEED)
-    evaluator.close()
+    train_s, done, curve = 0.0, 0, {}
+    while done < steps and not (done and deadline and time.time() > deadline):  # (one chunk at least)
+        start = time.perf_counter()
+        algo.train()
+        train_s += time.perf_counter() - start
+        done += chunk
+        if eval_every:
+            curve[done] = greedy_return(spec["env"], algo.get_policy())
+            print(f"herdrl {algorithm} seed {seed}: {done} steps, return {curve[done]:.1f}, train {train_s:.0f} s",
+                  file=sys.stderr, flush=True)
+    return_mean = curve[done] if eval_every else greedy_return(spec["env"], algo.get_policy())
     algo.stop()
-    return {"tool": "herdrl", "algorithm": algorithm, "seed": seed, "steps": steps,
-            "return_mean": float(np.mean(returns)), "train_s": train_s}
+    return {"tool": "herdrl", "algorithm": algorithm, "seed": seed, "steps": done, "return_mean": return_mean,
+            "train_s": train_s, "curve": curve}
+
+
+def greedy_return(env_id: str, policy) -> float:
+    """The mean return of ``EVAL_EPISODES`` greedy episodes (seeds ``EVAL_SEED``...)."""
+    from herdrl.evaluation import Evaluator
+
+    evaluator = Evaluator(env_id, {}, EVAL_EPISODES)
+    returns, _ = evaluator.run(policy, seed=EVAL_SEED)
+    evaluator.close()
+    return float(np.mean(returns))
 
 
 def online(args: argparse.Namespace) -> None:
@@ -124,7 +145,6 @@ def online(args: argparse.Namespace) -> None:
     import tempfile
 
     from herdrl.algorithms.iql import IQLConfig
-    from herdrl.evaluation import Evaluator
     from herdrl.offline.record import record_controller
 
     torch_threads()
@@ -136,10 +156,7 @@ def online(args: argparse.Namespace) -> None:
     model = {"fcnet_hiddens": settings["hidden"], "fcnet_activation": "relu", "free_log_std": False}
 
     def greedy(algo) -> float:
-        evaluator = Evaluator(spec["env"], {}, EVAL_EPISODES)
-        returns, _ = evaluator.run(algo.get_policy(), seed=EVAL_SEED)
-        evaluator.close()
-        return float(np.mean(returns))
+        return greedy_return(spec["env"], algo.get_policy())
 
     base = (IQLConfig().offline_data(input_=str(DATA / spec["dataset"])).environment(spec["env"])
             .training(lr=settings["lr"], train_batch_size=settings["batch"], model=model).debugging(seed=args.seed))
@@ -165,18 +182,32 @@ def online(args: argparse.Namespace) -> None:
           f"{online_s:.0f} |", flush=True)
 
 
-def d3rlpy_run(python: str, task: str, algorithm: str, seed: int, steps: int) -> dict:
-    """d3rlpy's run of the same, in its venv (benchmarks/d3rlpy_offline.py)."""
+def d3rlpy_command(python: str, task: str, algorithm: str, seed: int, steps: int, device: str = "cpu",
+                   eval_every: int = 0, deadline: float = 0.0) -> list[str]:
+    """The command of d3rlpy's run of the same, in its venv (benchmarks/d3rlpy_offline.py)."""
     spec, settings = TASKS[task], SETTINGS[algorithm]
-    command = [python, str(HERE / "d3rlpy_offline.py"), "--dataset", str(DATA / spec["dataset"]),
-               "--algorithm", algorithm, "--env", spec["env"], "--steps", str(steps), "--seed", str(seed),
-               "--hidden", ",".join(map(str, settings["hidden"])), "--lr", str(settings["lr"]),
-               "--batch", str(settings["batch"]), "--eval-episodes", str(EVAL_EPISODES),
-               "--eval-seed", str(EVAL_SEED), "--target-update", str(settings.get("target_update", 8000))]
-    out = subprocess.run(command, capture_output=True, text=True, check=False)
+    return [python, str(HERE / "d3rlpy_offline.py"), "--dataset", str(DATA / spec["dataset"]),
+            "--algorithm", algorithm, "--env", spec["env"], "--steps", str(steps), "--seed", str(seed),
+            "--hidden", ",".join(map(str, settings["hidden"])), "--lr", str(settings["lr"]),
+            "--batch", str(settings["batch"]), "--eval-episodes", str(EVAL_EPISODES),
+            "--eval-seed", str(EVAL_SEED), "--target-update", str(settings.get("target_update", 8000)),
+            "--device", "cuda:0" if device == "cuda" else "cpu:0", "--eval-every", str(eval_every),
+            "--deadline", str(deadline)]
+
+
+def herdrl_command(task: str, algorithm: str, seed: int, steps: int, device: str = "cpu", eval_every: int = 0,
+                   deadline: float = 0.0) -> list[str]:
+    """The command of herdrl's run (this script's ``one``), in a fresh process."""
+    return [sys.executable, __file__, "one", "--task", task, "--algorithm", algorithm, "--seed", str(seed),
+            "--steps", str(steps), "--device", device, "--eval-every", str(eval_every), "--deadline", str(deadline)]
+
+
+def finished(tool: str, out: subprocess.CompletedProcess) -> dict | None:
+    """The JSON row a run printed last; None (its error printed) where it failed: the other runs still count."""
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
-        raise SystemExit(f"d3rlpy failed: {out.stderr[-2000:]}")
+        print(f"{tool} failed ({' '.join(out.args[2:])}): {out.stderr[-2000:]}", file=sys.stderr, flush=True)
+        return None
     return json.loads(lines[-1])
 
 
@@ -197,42 +228,78 @@ def random_return(env_id: str) -> float:
 
 
 def compare(args: argparse.Namespace) -> None:
-    """Each algorithm and seed: herdrl, then d3rlpy, each in a fresh process; a table of medians."""
+    """Each algorithm and seed: herdrl, then d3rlpy, each in a fresh process (``--parallel``: every run at once,
+    for returns only: their wall-clock shares the machine); a table of medians."""
     from herdrl.offline import open_dataset
 
     spec = TASKS[args.task]
     behaviour = open_dataset(DATA / spec["dataset"]).info()["return_mean"]
     random = random_return(spec["env"])
+    deadline = time.time() + args.minutes * 60 if args.minutes else 0.0
+    runs = [(tool, algorithm, seed) for algorithm in args.algorithms.split(",")
+            for seed in [int(s) for s in args.seeds.split(",")] for tool in ("herdrl", "d3rlpy")
+            if not (tool == "d3rlpy" and seed not in args.d3rlpy_seeds)]
+    commands = [herdrl_command(args.task, algorithm, seed, args.steps, args.device, args.eval_every, deadline)
+                if tool == "herdrl" else
+                d3rlpy_command(args.d3rlpy, args.task, algorithm, seed, args.steps, args.device, args.eval_every,
+                               deadline) for tool, algorithm, seed in runs]
+    if args.parallel:
+        # (their stderr, progress lines and errors, straight to ours)
+        started = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in commands]
+        outs = [subprocess.CompletedProcess(c, p.wait(), p.communicate()[0], "(above)")
+                for c, p in zip(commands, started, strict=True)]
+    else:
+        outs = (subprocess.run(c, capture_output=True, text=True, check=False) for c in commands)
     rows = []
-    for algorithm in args.algorithms.split(","):
-        for seed in [int(s) for s in args.seeds.split(",")]:
-            for tool in ("herdrl", "d3rlpy"):
-                if tool == "herdrl":
-                    command = [sys.executable, __file__, "one", "--task", args.task, "--algorithm", algorithm,
-                               "--seed", str(seed), "--steps", str(args.steps)]
-                    out = subprocess.run(command, capture_output=True, text=True, check=False)
-                    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-                    if out.returncode != 0 or not lines:
-                        raise SystemExit(f"herdrl failed: {out.stderr[-2000:]}")
-                    row = json.loads(lines[-1])
-                else:
-                    row = d3rlpy_run(args.d3rlpy, args.task, algorithm, seed, args.steps)
-                row["score"] = 100 * (row["return_mean"] - random) / (behaviour - random)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+    for (tool, _, _), out in zip(runs, outs, strict=True):
+        row = finished(tool, out)
+        if row is None:
+            continue
+        row["score"] = 100 * (row["return_mean"] - random) / (behaviour - random)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     print(f"\n{args.task} ({spec['env']}, dataset {spec['dataset']}: behaviour {behaviour:.1f}, random {random:.1f}), "
-          f"{args.steps:,} gradient steps, seeds {args.seeds}")
+          f"{args.steps:,} gradient steps, seeds {args.seeds}, device {args.device}"
+          + (" (runs side by side: wall-clock not comparable)" if args.parallel else ""))
+    if args.eval_every:
+        curves(rows, random, behaviour)
+        return
     print("| algorithm | tool | return (median) | normalised score (median) | per seed | train s (median) |")
     print("| --- | --- | ---: | ---: | --- | ---: |")
     for algorithm in args.algorithms.split(","):
         times = {}
         for tool in ("herdrl", "d3rlpy"):
             mine = [r for r in rows if r["algorithm"] == algorithm and r["tool"] == tool]
+            if not mine:
+                continue
             times[tool] = statistics.median(r["train_s"] for r in mine)
             per_seed = ", ".join(f"{r['return_mean']:.0f}" for r in mine)
             print(f"| {algorithm} | {tool} | {statistics.median(r['return_mean'] for r in mine):.1f} | "
                   f"{statistics.median(r['score'] for r in mine):.0f} | {per_seed} | {times[tool]:.0f} |")
-        print(f"| {algorithm} | ratio herdrl/d3rlpy wall-clock | | | | **{times['herdrl'] / times['d3rlpy']:.2f}** |")
+        if len(times) == 2:
+            print(f"| {algorithm} | ratio herdrl/d3rlpy wall-clock | | | | "
+                  f"**{times['herdrl'] / times['d3rlpy']:.2f}** |")
+
+
+def curves(rows: list[dict], random: float, behaviour: float) -> None:
+    """Greedy return at each evaluation milestone (median over seeds; per seed in brackets; blank where a run
+    stopped before it), and each algorithm's normalised score at the last milestone all its runs reached."""
+    milestones = sorted({int(k) for r in rows for k in r["curve"]})
+    print("| algorithm | tool | seeds | " + " | ".join(f"{m:,} steps" for m in milestones) + " | normalised (at) |")
+    print("| --- | --- | ---: |" + " ---: |" * (len(milestones) + 1))
+    for algorithm in dict.fromkeys(r["algorithm"] for r in rows):
+        last = min(max(map(int, r["curve"])) for r in rows if r["algorithm"] == algorithm)
+        for tool in ("herdrl", "d3rlpy"):
+            mine = [r for r in rows if r["algorithm"] == algorithm and r["tool"] == tool]
+            if not mine:
+                continue
+            cells = []
+            for m in milestones:
+                values = [r["curve"].get(str(m)) for r in mine]  # (JSON keys)
+                cells.append("" if None in values else
+                             f"{statistics.median(values):.0f} ({', '.join(f'{v:.0f}' for v in values)})")
+            score = statistics.median(100 * (r["curve"][str(last)] - random) / (behaviour - random) for r in mine)
+            print(f"| {algorithm} | {tool} | {len(mine)} | " + " | ".join(cells) + f" | {score:.0f} ({last:,}) |")
 
 
 def feed(args: argparse.Namespace) -> None:
@@ -267,6 +334,12 @@ def main() -> None:
     c.add_argument("--seeds", default="0,1,2")
     c.add_argument("--steps", type=int, default=50_000)
     c.add_argument("--d3rlpy", default="/tmp/d3rlpy-venv/bin/python")
+    c.add_argument("--d3rlpy-seeds", default=None, help="d3rlpy's seeds (default: --seeds)")
+    c.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="both tools' learner device")
+    c.add_argument("--eval-every", type=int, default=0, help="also evaluate every this many gradient steps")
+    c.add_argument("--parallel", action="store_true", help="every run at once (returns only, not timings)")
+    c.add_argument("--minutes", type=float, default=0.0,
+                   help="stop each run at the first milestone after this many minutes (with --eval-every)")
     f = sub.add_parser("feed")
     f.add_argument("--task", choices=sorted(TASKS), default="hopper")
     f.add_argument("--algorithm", default="cql")
@@ -280,7 +353,13 @@ def main() -> None:
     o.add_argument("--algorithm", required=True)
     o.add_argument("--seed", type=int, default=0)
     o.add_argument("--steps", type=int, required=True)
+    o.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    o.add_argument("--eval-every", type=int, default=0)
+    o.add_argument("--deadline", type=float, default=0.0)
     args = parser.parse_args()
+    if args.command == "compare":
+        seeds = args.seeds if args.d3rlpy_seeds is None else args.d3rlpy_seeds
+        args.d3rlpy_seeds = {int(s) for s in seeds.split(",") if s}
     if args.command == "record":
         record(args)
     elif args.command == "compare":
@@ -290,7 +369,8 @@ def main() -> None:
     elif args.command == "online":
         online(args)
     else:
-        print(json.dumps(herdrl_run(args.task, args.algorithm, args.seed, args.steps)))
+        print(json.dumps(herdrl_run(args.task, args.algorithm, args.seed, args.steps, args.device, args.eval_every,
+                                    args.deadline)))
 
 
 if __name__ == "__main__":
