@@ -153,7 +153,7 @@ def online(args: argparse.Namespace) -> None:
         rng = np.random.default_rng(0)
         record_controller(lambda obs: pendulum_controller(obs, rng), "Pendulum-v1", DATA / spec["dataset"], 100,
                           seed=0)
-    model = {"fcnet_hiddens": settings["hidden"], "fcnet_activation": "relu", "free_log_std": False}
+    model = {"fcnet_hiddens": settings["hidden"], "fcnet_activation": "relu"}
 
     def greedy(algo) -> float:
         return greedy_return(spec["env"], algo.get_policy())
@@ -246,8 +246,10 @@ def compare(args: argparse.Namespace) -> None:
     if args.parallel:
         # (their stderr, progress lines and errors, straight to ours)
         started = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in commands]
-        outs = [subprocess.CompletedProcess(c, p.wait(), p.communicate()[0], "(above)")
-                for c, p in zip(commands, started, strict=True)]
+        outs = []
+        for c, p in zip(commands, started, strict=True):
+            out = p.communicate()[0]  # (read as it waits: a full pipe never blocks a child)
+            outs.append(subprocess.CompletedProcess(c, p.returncode, out, "(above)"))
     else:
         outs = (subprocess.run(c, capture_output=True, text=True, check=False) for c in commands)
     rows = []
@@ -358,6 +360,10 @@ def main() -> None:
     o.add_argument("--deadline", type=float, default=0.0)
     args = parser.parse_args()
     if args.command == "compare":
+        if args.eval_every and args.steps % args.eval_every:
+            parser.error("--steps must be a multiple of --eval-every (both tools train whole chunks)")
+        if args.minutes and not (args.parallel and args.eval_every):
+            parser.error("--minutes needs --parallel and --eval-every (one deadline for runs side by side)")
         seeds = args.seeds if args.d3rlpy_seeds is None else args.d3rlpy_seeds
         args.d3rlpy_seeds = {int(s) for s in seeds.split(",") if s}
     if args.command == "record":

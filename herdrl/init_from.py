@@ -7,7 +7,8 @@ PPO/A2C run from a BC checkpoint starts with the cloned policy and a fresh value
 advantages the policy first learns from come from a value that has seen its returns, not from random outputs.
 The observation filter's statistics come along when both runs filter observations; a source that filtered and a
 run that does not (or the other way round) is refused, as is a network whose policy weights do not all find their
-match (a different model config).
+match (a different model config), and, on Box actions, an actor that squashes its actions with tanh (SAC, CQL,
+IQL, TD3, DDPG) started from one that does not, or the other way round.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import torch
 
 from herdrl.checkpoint import CheckpointError, read_meta, read_tensors, space_from_json
@@ -24,6 +26,9 @@ logger = logging.getLogger("herdrl")
 
 #: Algorithms whose checkpoints hold a value head they never trained.
 UNTRAINED_VALUE = ("BC",)
+#: Algorithms whose actor, on Box actions, puts its output through tanh into the bounds (the others' Gaussian mean
+#: is the action itself): weights of the same names and shapes mean different actions across the two groups.
+SQUASHING_ACTORS = ("SAC", "CQL", "IQL", "TD3", "DDPG")
 
 
 def _names_of(module: torch.nn.Module, params: Any) -> set[str]:
@@ -55,6 +60,14 @@ def load_initial_weights(algo: Any) -> int:
         theirs = space_from_json(meta["spaces"][kind])
         if theirs != space:
             raise CheckpointError(f"init_from: checkpoint '{where}' has {kind} space {theirs}; this run has {space}")
+    theirs, ours = meta["algorithm"] in SQUASHING_ACTORS, config.algo_name in SQUASHING_ACTORS
+    if isinstance(algo.action_space, gym.spaces.Box) and theirs != ours:
+        alike = ", ".join(a for a in SQUASHING_ACTORS if a != config.algo_name) if ours else \
+            "PPO, A2C, TRPO, IMPALA, APPO, BC or MARWIL"
+        raise CheckpointError(f"init_from: checkpoint '{where}' is a {meta['algorithm']} actor, which "
+                              f"{'squashes' if theirs else 'does not squash'} its actions with tanh, and this "
+                              f"{config.algo_name} run's {'does' if ours else 'does not'}: start from a checkpoint "
+                              f"of {alike}")
     tensors = read_tensors(where)
     source = tensors["learner"].get("module", {})
     target = algo.module.state_dict()

@@ -551,6 +551,84 @@ def test_iql_losses_on_a_fixed_batch_match_a_hand_computation_and_it_learns(tmp_
     assert max(returns) > -1000, returns  # random actions score about -1,200, the dataset's episodes -1,056
 
 
+def test_iql_actor_learns_one_log_std_per_action_dimension_by_default(tmp_path):
+    """IQL's default actor (the paper's): the head gives the mean, one learned log std serves every state, kept in
+    [-5, 2]; the actor loss by hand with it; runners (the numpy twin, and a light runner's copy of the weights) and
+    the policy explore with it, a ~ N(tanh(mean), std) clipped; a checkpoint's policy acts as the run did; a
+    checkpoint of a per-state log std still restores; a BC actor (no tanh) is refused as its start."""
+    from herdrl.algorithms.bc import BCConfig
+    from herdrl.algorithms.iql import IQLConfig
+    from herdrl.checkpoint import CheckpointError
+    from herdrl.models.numpy_policy import MLPWeights, light_policy
+    from herdrl.policy import Policy
+
+    pendulum_dataset(tmp_path / "pendulum", 2)
+    config = (IQLConfig().offline_data(input_=str(tmp_path / "pendulum")).environment("Pendulum-v1")
+              .training(updates_per_iteration=30, model={"fcnet_hiddens": [32]}).evaluation(evaluation_duration=1)
+              .debugging(seed=0))
+    algo = config.build()
+    module, learner = algo.module, algo.learner
+    assert module.free_log_std and tuple(module.log_std.shape) == (1,) and module.pi_head.out_features == 1
+    with torch.no_grad():
+        module.log_std.fill_(-0.7)
+    batch = {k: torch.as_tensor(v) for k, v in algo.draw(64).items()}
+    with torch.no_grad():
+        actor_loss, _ = learner.actor_loss(batch)
+        q = torch.min(*learner.target.q_values(batch["obs"], batch["actions"])).numpy()
+        mean = module.pi_head(module.pi_encoder(batch["obs"])).numpy()[:, 0]
+        v = module.value(batch["obs"]).numpy()
+    a = batch["actions"].numpy()[:, 0] / 2.0
+    logp = -0.5 * ((a - np.tanh(mean)) / np.exp(-0.7)) ** 2 + 0.7 - 0.5 * np.log(2 * np.pi)
+    weights = np.minimum(np.exp(3.0 * (q - v)), 100.0)
+    assert float(actor_loss) == pytest.approx(-np.mean(weights * logp), rel=1e-4)
+    twin = config.runner_policy(module, np.random.default_rng(0))  # (built before learning: it reads the weights)
+    with torch.no_grad():
+        module.log_std.fill_(-7.0)  # past the bound, where the clamp passes no gradient
+    algo.train()
+    learned = float(module.log_std.detach()[0])
+    # Kept at the bound after each step, the log std learns from there, up towards the data's spread (std ~0.15).
+    assert -5.0 < learned < -4.9, learned
+    obs = np.random.default_rng(1).uniform(-1, 1, (6, 3)).astype(np.float32)
+    noise = np.random.default_rng(2).standard_normal((6, 1)).astype(np.float32) * 100
+    with torch.no_grad():
+        mean = module.pi_head(module.pi_encoder(torch.from_numpy(obs))).numpy()
+    expected = np.clip(np.tanh(mean) + noise * np.exp(learned), -1, 1) * 2.0
+    np.testing.assert_allclose(twin.act(obs, True, noise), expected, rtol=1e-5, atol=1e-6)
+    light = MLPWeights(config.runner_blueprint(module))
+    light.load({k: v.numpy() for k, v in module.state_dict().items()})
+    acted = light_policy(light, None, np.random.default_rng(0)).act(obs, True, noise)
+    np.testing.assert_allclose(acted, expected, rtol=1e-5, atol=1e-6)
+    checkpoint = algo.save(tmp_path / "free" / "checkpoint_000001")
+    policy = algo.get_policy()
+    greedy = policy.compute_actions(obs)
+    np.testing.assert_allclose(greedy, np.tanh(mean) * 2.0, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(Policy.from_checkpoint(checkpoint).compute_actions(obs), greedy, rtol=1e-6)
+    # Exploring, the policy samples IQL's actor too: with the mean 1 and std 1 (a pure bias), the mean of
+    # clip(tanh(1) + N(0, 1), -1, 1) * 2, not of tanh(1 + N(0, 1)) * 2 (a SAC actor's), over 20,000 draws.
+    with torch.no_grad():
+        module.pi_head.weight.zero_()
+        module.pi_head.bias.fill_(1.0)
+        module.log_std.fill_(0.0)
+    torch.manual_seed(0)
+    explored = policy.compute_actions(np.repeat(obs[:1], 20_000, 0), explore=True)
+    draws = np.random.default_rng(3).standard_normal(200_000)
+    iql_mean, sac_mean = 2 * np.clip(np.tanh(1) + draws, -1, 1).mean(), 2 * np.tanh(1 + draws).mean()
+    assert abs(explored.mean() - iql_mean) < 0.03 < abs(iql_mean - sac_mean), (explored.mean(), iql_mean, sac_mean)
+    algo.stop()
+    per_state = config.copy().training(model={"free_log_std": False}).build()  # (the actor before the change)
+    assert not hasattr(per_state.module, "log_std") and per_state.module.pi_head.out_features == 2
+    per_state.train()
+    saved = per_state.save(tmp_path / "per-state" / "checkpoint_000001")
+    per_state.stop()
+    assert Policy.from_checkpoint(saved).module.pi_head.out_features == 2
+    bc = (BCConfig().offline_data(input_=str(tmp_path / "pendulum")).training(updates_per_iteration=1,
+                                                                               model={"fcnet_hiddens": [32]}).build())
+    bc_checkpoint = bc.save(tmp_path / "bc" / "checkpoint_000000")
+    bc.stop()
+    with pytest.raises(CheckpointError, match="is a BC actor, which does not squash its actions with tanh"):
+        config.copy().training(online=True, init_from=str(bc_checkpoint)).build()
+
+
 def test_discrete_iql_losses_match_a_hand_computation_and_it_learns_cartpole(tmp_path):
     """Discrete actions: V's expectile loss under min over the target critics of Q(s, a_data) (picked by hand from
     every action's values), the actor's advantage-weighted log-softmax of the recorded action, the critics' error
@@ -880,7 +958,7 @@ def test_iql_continues_online_from_its_offline_checkpoint_with_its_dataset_in_re
     from herdrl.algorithms.iql import IQLConfig
 
     pendulum_dataset(tmp_path / "pendulum", 2)
-    small = {"fcnet_hiddens": [32], "fcnet_activation": "relu", "free_log_std": False}
+    small = {"fcnet_hiddens": [32], "fcnet_activation": "relu"}  # (IQL's actor: one log std, whatever the state)
     offline = (IQLConfig().offline_data(input_=str(tmp_path / "pendulum")).environment("Pendulum-v1")
                .training(updates_per_iteration=20, model=small).evaluation(evaluation_duration=1)
                .debugging(seed=0).build())

@@ -6,7 +6,10 @@ IQL never evaluates an action the dataset did not take. Each gradient step:
    ``|expectile - 1(Q - V < 0)| * (Q - V)^2`` (an expectile near 1: V approaches the best in-data action's value);
 2. the actor imitates the dataset's actions weighted by ``min(exp(beta * (Q(s, a) - V(s))), max_weight)``
    (advantage-weighted regression on the log-density of the action under N(tanh(mean), std), as in the paper's
-   code: greedy actions are tanh(mean), scaled to the bounds);
+   code: one learned log std per action dimension, whatever the state, clipped to [-5, 2] and starting at
+   ``log_std_init`` (0, the paper's; d3rlpy's maps its parameter through a sigmoid into [-5, 2], starting at
+   -1.5); ``free_log_std=False``: a log std per state, from the actor's head, as SAC's); greedy actions are
+   tanh(mean), scaled to the bounds;
 3. both critics regress towards ``r + discount * V(s')``, and the target critics follow by Polyak averaging.
 
 Defaults are the paper's (and d3rlpy's) for locomotion: expectile 0.7, beta 3, max weight 100.
@@ -56,6 +59,8 @@ class IQLConfig(OfflineConfig):
     stores_raw_transitions = True
     FIELDS = {
         **ACTOR_CRITIC_OFFLINE_FIELDS,
+        # (the paper's actor: one learned log std per action dimension, whatever the state)
+        "model": shared_field("model", {**ACTOR_CRITIC_OFFLINE_FIELDS["model"].default, "free_log_std": True}),
         "expectile": Field(0.7, (float,), "training", low=0.5, high=0.999,
                            doc="the value's expectile of Q over the dataset's actions (0.5: their mean)"),
         "beta": Field(3.0, (float,), "training", low=0, doc="inverse temperature of the actor's advantage weights"),
@@ -138,13 +143,48 @@ IQL_LOG_STD_MIN, IQL_LOG_STD_MAX = -5.0, 2.0
 
 
 class IQLModule(SACModule):
-    """SAC's squashed-Gaussian actor and twin critics, and ``value``: V(s)."""
+    """SAC's actor and twin critics, and ``value``: V(s). With ``free_log_std`` (IQL's default) the actor's head
+    gives the mean only and ``log_std`` is one learned value per action dimension, whatever the state (the paper's
+    code); without it, SAC's head gives a log std per state too."""
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, model_config: dict,
                  twin_q: bool = True) -> None:
         super().__init__(observation_space, action_space, model_config, twin_q=twin_q)
+        self.free_log_std = bool(model_config["free_log_std"])
+        if self.free_log_std:
+            self.pi_head = head(self.pi_encoder.out_dim, self.action_dim, 0.01)
+            self.log_std = nn.Parameter(torch.full((self.action_dim,), float(model_config["log_std_init"])))
         self.value_encoder = build_encoder(observation_space, model_config)
         self.value_head = head(self.value_encoder.out_dim, 1, 1.0)
+
+    def mean_log_std(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actor's mean and log std (the free one broadcast over the batch), the log std clamped to [-5, 2]."""
+        if not self.free_log_std:
+            return super().mean_log_std(obs)
+        mean = self.pi_head(self.pi_encoder(obs)).float()
+        return mean, self.log_std.clamp(IQL_LOG_STD_MIN, IQL_LOG_STD_MAX).expand_as(mean)
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        """The actor's parameters (the free log std included)."""
+        return [*super().actor_parameters(), *([self.log_std] if self.free_log_std else [])]
+
+    @torch.no_grad()
+    def act(self, obs: Any, explore: bool = False) -> torch.Tensor:
+        """Scaled actions: tanh(mean), or (``explore``) a ~ N(tanh(mean), std) clipped to [-1, 1], as the runners
+        sample IQL's actor (not SAC's tanh of a Gaussian sample)."""
+        if not explore:
+            return self.greedy(obs)
+        mean, log_std = self.mean_log_std(obs)
+        std = log_std.clamp(IQL_LOG_STD_MIN, IQL_LOG_STD_MAX).exp()
+        unit = (torch.tanh(mean) + torch.randn_like(mean) * std).clamp(-1.0, 1.0)
+        return unit * self.action_scale + self.action_bias
+
+    @torch.no_grad()
+    def project_log_std(self) -> None:
+        """Keep the free log std inside [-5, 2] (after each actor step): beyond a bound the clamp passes no
+        gradient, and a log std stepped past one would stay there for good, online fine-tuning included."""
+        if self.free_log_std:
+            self.log_std.clamp_(IQL_LOG_STD_MIN, IQL_LOG_STD_MAX)
 
     def log_prob(self, obs: Any, action: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
         """The log-density of a recorded action (scaled to [-1, 1]) under N(tanh(mean), std), log std clamped to
@@ -220,6 +260,8 @@ class IQLLearner(OfflineUpdates, OffPolicyLearner):
         """Value, actor, critics, then the targets."""
         value = self.gradient_step(self.value_optimizer, self.value_loss, batch)
         actor = self.gradient_step(self.actor_optimizer, self.actor_loss, batch)
+        if isinstance(self.module, IQLModule):
+            self.module.project_log_std()
         critic = self.gradient_step(self.critic_optimizer, self.critic_loss, batch)
         polyak_update(self.target, self.module, self.config.tau)
         return ({"value_loss": float(value["loss"]), "actor_loss": float(actor["loss"]),

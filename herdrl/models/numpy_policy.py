@@ -260,11 +260,15 @@ class NoisyTanh:
         return (unit * self._scale + self._bias).astype(np.float32)
 
 
-def split_mean_log_std(forward: Callable[[Any], np.ndarray], action_dim: int, low: float,
-                       high: float) -> Callable[[Any], tuple[np.ndarray, np.ndarray]]:
-    """SAC's head output split into the mean and the log std, clipped to [low, high]."""
+def split_mean_log_std(forward: Callable[[Any], np.ndarray], action_dim: int, low: float, high: float,
+                       log_std: np.ndarray | None = None) -> Callable[[Any], tuple[np.ndarray, np.ndarray]]:
+    """SAC's head output split into the mean and the log std, clipped to [low, high]; with a free ``log_std`` (IQL's
+    actor; read at each call: loaded weights show through) the head gives the mean and that log std serves every
+    state."""
     def mean_log_std(obs: Any) -> tuple[np.ndarray, np.ndarray]:
         out = forward(obs)
+        if log_std is not None:
+            return out, np.broadcast_to(np.clip(log_std, low, high), out.shape)
         return out[:, :action_dim], np.clip(out[:, action_dim:], low, high)
 
     return mean_log_std
@@ -280,7 +284,8 @@ def light_policy(weights: MLPWeights, actions: ActionLayout, rng: np.random.Gene
     if kind == "epsilon_greedy":
         return EpsilonGreedy(lambda obs: forward(obs).argmax(1), dim, rng)
     if kind == "squashed_gaussian":
-        return SquashedGaussian(split_mean_log_std(forward, dim, params["log_std_min"], params["log_std_max"]),
+        return SquashedGaussian(split_mean_log_std(forward, dim, params["log_std_min"], params["log_std_max"],
+                                                   weights.log_std),
                                 dim, params["scale"], params["bias"], rng, params.get("noise_after_tanh", False))
     if kind == "noisy_tanh":
         return NoisyTanh(forward, dim, params["scale"], params["bias"], params["noise_std"], rng)

@@ -135,7 +135,7 @@ def sac_blueprint(module: SACModule, log_std_bounds: tuple[float, float] = (LOG_
     """The actor's numpy twin as plain data, for an MLP on a vector (``log_std_bounds``, ``noise_after_tanh``:
     IQL's actor, see :class:`~herdrl.models.numpy_policy.SquashedGaussian`)."""
     return mlp_blueprint(module, module.pi_encoder, module.pi_head, kind="squashed_gaussian",
-                         action_dim=module.action_dim,
+                         action_dim=module.action_dim, log_std=getattr(module, "log_std", None),
                          params={**box_scaling(module), "log_std_min": log_std_bounds[0],
                                  "log_std_max": log_std_bounds[1], "noise_after_tanh": noise_after_tanh})
 
@@ -152,7 +152,8 @@ class NumpySACPolicy(SquashedGaussian):
         low, high = log_std_bounds
         blueprint = sac_blueprint(module, log_std_bounds, noise_after_tanh)
         if blueprint is not None:
-            mean_log_std = split_mean_log_std(weight_views(module, blueprint).forward, module.action_dim, low, high)
+            views = weight_views(module, blueprint)
+            mean_log_std = split_mean_log_std(views.forward, module.action_dim, low, high, views.log_std)
         else:
             device = module_device(module)  # a GPU with num_gpus_per_env_runner (then no numpy twin)
 
