@@ -263,6 +263,8 @@ def compare(args: argparse.Namespace) -> None:
     print(f"\n{args.task} ({spec['env']}, dataset {spec['dataset']}: behaviour {behaviour:.1f}, random {random:.1f}), "
           f"{args.steps:,} gradient steps, seeds {args.seeds}, device {args.device}"
           + (" (runs side by side: wall-clock not comparable)" if args.parallel else ""))
+    if not rows:
+        raise SystemExit("no run finished (their errors above)")
     if args.eval_every:
         curves(rows, random, behaviour)
         return
