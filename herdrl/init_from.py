@@ -62,12 +62,10 @@ def load_initial_weights(algo: Any) -> int:
             raise CheckpointError(f"init_from: checkpoint '{where}' has {kind} space {theirs}; this run has {space}")
     theirs, ours = meta["algorithm"] in SQUASHING_ACTORS, config.algo_name in SQUASHING_ACTORS
     if isinstance(algo.action_space, gym.spaces.Box) and theirs != ours:
-        alike = ", ".join(a for a in SQUASHING_ACTORS if a != config.algo_name) if ours else \
-            "PPO, A2C, TRPO, IMPALA, APPO, BC or MARWIL"
         raise CheckpointError(f"init_from: checkpoint '{where}' is a {meta['algorithm']} actor, which "
                               f"{'squashes' if theirs else 'does not squash'} its actions with tanh, and this "
                               f"{config.algo_name} run's {'does' if ours else 'does not'}: start from a checkpoint "
-                              f"of {alike}")
+                              f"of an actor that {'does' if ours else 'does not'} ({', '.join(SQUASHING_ACTORS)} do)")
     tensors = read_tensors(where)
     source = tensors["learner"].get("module", {})
     target = algo.module.state_dict()
