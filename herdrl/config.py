@@ -170,6 +170,9 @@ class AlgorithmConfig:
     data_parallel: bool = True
     #: Whether ``model={"use_lstm": True}`` is supported (on-policy algorithms that unroll sequences).
     supports_lstm: bool = False
+    #: Whether runners of a recurrent policy ship the state entering each training sequence
+    #: (``Fragment.state_in``, ``state_last``): on-policy LSTMs unroll from them; QMIX's windows start from zeros.
+    reads_sequence_states: bool = True
     #: Whether fragments carry raw observations and rewards (replay buffers normalise each replayed batch).
     stores_raw_transitions: bool = False
     #: Whether ``.multi_agent()`` runs can use it (its learner trains one policy per id).

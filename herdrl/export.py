@@ -203,9 +203,11 @@ class AgentGreedy(nn.Module):
             raise HerdError(f"--agent {index}: the team has agents 0 .. {module.agents - 1}")
         from herdrl.models.q_network import MASKED_Q
 
-        self.agent, self.masked_q = module.agent, MASKED_Q
+        self.masked_q = MASKED_Q
         self.recurrent = bool(getattr(module, "recurrent", False))
-        if self.recurrent:
+        if not self.recurrent:
+            self.agent = module.agent
+        else:
             self.fc_in, self.rnn, self.fc_out, self.hidden = module.fc_in, module.rnn, module.fc_out, module.hidden
             self.last_action, self.state_width = module.last_action, module.state_width
         self.choices, self.width = module.choices, policy.observation_space["obs"].shape[1]

@@ -10,7 +10,9 @@ on them: R2D2, Kapturowski et al. 2019, zero start state with burn-in). A window
 A window of ``W = burn_in + seq_len`` steps holds ``obs`` ``(W+1, ...)`` (each step's observation, then the one
 after its last step: a truncated episode bootstraps from it), ``actions`` ``(W, ...)``, ``rewards`` ``(W,)``,
 ``discounts`` ``(W,)`` (``gamma``, 0 where the episode terminated), ``train`` ``(W,)`` (the segment's steps: the
-loss's) and ``valid`` ``(W,)`` (burn-in and segment steps); windows are left-aligned and zero-padded.
+loss's) and ``valid`` ``(W,)`` (burn-in and segment steps); windows are left-aligned and zero-padded. A window
+also holds ``prev_actions``, the action taken just before its first step (-1 in each entry where the window
+begins its episode): agents that read their last action read that one at the window's first step.
 
 A fragment says which of its envs begin an episode at its first step (``Fragment.begins``: a runner's new envs,
 or after a reset-only step); a piece that continues an episode joins it only if it begins where the episode left
@@ -28,6 +30,8 @@ from herdrl.rollout.runner import Fragment
 
 #: A window's per-step fields besides its observations.
 STEP_FIELDS = ("actions", "rewards", "discounts", "train", "valid")
+#: ``prev_actions`` where there is no action before a window (its episode's first step).
+NO_ACTION = -1
 
 
 class EpisodeSequencer:
@@ -36,7 +40,8 @@ class EpisodeSequencer:
     def __init__(self, seq_len: int, burn_in: int, gamma: float) -> None:
         self.seq_len, self.burn_in, self.gamma = seq_len, burn_in, gamma
         # (worker index, env) -> its open episode: the steps a window may still need (obs n+1, actions, rewards,
-        # terminated: n), ``offset`` (the episode step the first of them is) and ``emitted`` (steps cut so far)
+        # terminated: n), ``offset`` (the episode step the first of them is), ``before`` (the action of step
+        # offset - 1, None at offset 0) and ``emitted`` (steps cut so far)
         self._open: dict[tuple[int, int], dict[str, Any]] = {}
 
     @property
@@ -80,7 +85,7 @@ class EpisodeSequencer:
                                           obs_map(lambda a: a[0], piece["obs"])):
             return []  # its episode began unseen (a fragment between was lost): no window could start right
         if episode is None:
-            episode = {**piece, "offset": 0, "emitted": 0}
+            episode = {**piece, "offset": 0, "before": None, "emitted": 0}
         else:  # the piece's first observation is the open episode's last (the one after its newest step)
             episode.update({
                 "obs": obs_map(lambda a, b: np.concatenate([a[:-1], b]), episode["obs"], piece["obs"]),
@@ -97,6 +102,7 @@ class EpisodeSequencer:
             return windows
         keep = max(0, episode["emitted"] - self.burn_in) - episode["offset"]  # steps no window will need again
         if keep > 0:
+            episode["before"] = episode["actions"][keep - 1]
             for name in ("actions", "rewards", "terminated"):
                 episode[name] = episode[name][keep:]
             episode["obs"] = obs_map(lambda a: a[keep:], episode["obs"])
@@ -119,9 +125,14 @@ class EpisodeSequencer:
         train = np.zeros(width, bool)
         train[begin - first:steps] = True
         discounts = self.gamma * (1.0 - episode["terminated"][a:b].astype(np.float32))
+        actions = episode["actions"]
+        previous = actions[a - 1] if a else episode["before"]
+        if previous is None:  # (the window begins its episode)
+            previous = np.full(actions.shape[1:], NO_ACTION, actions.dtype)
         return {"obs": obs_map(lambda o: pad(o[a:b + 1], width + 1), episode["obs"]),
-                "actions": pad(episode["actions"][a:b], width), "rewards": pad(episode["rewards"][a:b], width),
-                "discounts": pad(discounts.astype(np.float32), width), "train": train, "valid": valid}
+                "actions": pad(actions[a:b], width), "rewards": pad(episode["rewards"][a:b], width),
+                "discounts": pad(discounts.astype(np.float32), width), "train": train, "valid": valid,
+                "prev_actions": np.asarray(previous).copy()}
 
 
 def _same(a: ObsArray, b: ObsArray) -> bool:
@@ -146,6 +157,7 @@ class SequenceReplayBuffer:
             "discounts": np.zeros((capacity, window), np.float32),
             "train": np.zeros((capacity, window), bool),
             "valid": np.zeros((capacity, window), bool),
+            "prev_actions": np.full((capacity, *action_shape), NO_ACTION, action_dtype),  # (one per window)
         }
         self.size = self.cursor = 0
         self.transitions = 0  # steps held that the loss learns from (each segment's, burn-in not counted)
@@ -197,8 +209,12 @@ class SequenceReplayBuffer:
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         """Replace the contents with :meth:`state`'s arrays; ValueError, before changing anything, when they do
-        not fit this buffer (shapes, dtypes, non-finite numbers)."""
+        not fit this buffer (shapes, dtypes, non-finite numbers). A state saved before windows held
+        ``prev_actions`` loads with none (what its windows were learned with: a zero last action)."""
         n = len(state.get("rewards", ()))
+        if "prev_actions" not in state and "rewards" in state:
+            own = self.steps["prev_actions"]
+            state = {**state, "prev_actions": np.full((n, *own.shape[1:]), NO_ACTION, own.dtype)}
         expected = {("obs" if self.spec.single else f"obs/{name}"): array for name, array in self.obs.items()}
         expected.update(self.steps)
         for key, own in expected.items():
@@ -215,5 +231,5 @@ class SequenceReplayBuffer:
         rows = range(max(0, n - self.capacity), n)
         windows = [{"obs": state["obs"][i] if self.spec.single else {name: state[f"obs/{name}"][i]
                                                                       for name in self.obs},
-                    **{name: state[name][i] for name in STEP_FIELDS}} for i in rows]
+                    **{name: state[name][i] for name in (*STEP_FIELDS, "prev_actions")}} for i in rows]
         self.add(windows)

@@ -55,6 +55,7 @@ def hand_windows(episode, seq_len, burn_in, gamma):
     for begin in range(0, n, seq_len):
         first, end = max(0, begin - burn_in), min(begin + seq_len, n)
         out.append({"obs": episode["obs"][first:end + 1], "actions": episode["actions"][first:end],
+                    "prev_actions": episode["actions"][first - 1] if first else -1,
                     "rewards": episode["rewards"][first:end],
                     "discounts": [0.0 if term else gamma for term in episode["terminated"][first:end]],
                     "train": [False] * (begin - first) + [True] * (end - begin)})
@@ -64,7 +65,8 @@ def hand_windows(episode, seq_len, burn_in, gamma):
 @pytest.mark.parametrize("seq_len,burn_in", [(4, 0), (3, 2), (5, 7)])
 def test_windows_cut_across_fragments_equal_the_episodes_sliced_by_hand(seq_len, burn_in):
     """Episodes of 1 to 13 steps, fragments of 5 steps (episodes cross them, reset-only steps between): every
-    window the sequencer emits equals the episode's own slice; padding is zeros and outside train/valid."""
+    window the sequencer emits equals the episode's own slice, with the action taken just before it (-1 where it
+    begins its episode); padding is zeros and outside train/valid."""
     lengths = [7, 1, 13, 4, 5, 9, 2, 11]
     fragments, episodes = stream_fragments(lengths, 5)
     sequencer = EpisodeSequencer(seq_len, burn_in, 0.9)
@@ -72,10 +74,12 @@ def test_windows_cut_across_fragments_equal_the_episodes_sliced_by_hand(seq_len,
     ended = [ep for ep in episodes if ep["obs"][-1] < fragments[-1].obs[-1, 0, 0]]  # ended inside the fragments
     want = [w for ep in ended for w in hand_windows(ep, seq_len, burn_in, 0.9)]
     assert len(got) >= len(want) > len(ended)
+    assert any(w["prev_actions"] >= 0 for w in want)  # windows that start inside their episode
     for g, w in zip(got, want, strict=False):
         steps = len(w["actions"])
         np.testing.assert_array_equal(g["obs"][:steps + 1, 0], w["obs"])
         np.testing.assert_array_equal(g["actions"][:steps], w["actions"])
+        assert g["prev_actions"] == w["prev_actions"]
         np.testing.assert_array_equal(g["rewards"][:steps], w["rewards"])
         np.testing.assert_allclose(g["discounts"][:steps], w["discounts"])
         np.testing.assert_array_equal(g["train"][:steps], w["train"])
@@ -177,7 +181,8 @@ def tiny_learner(mixer, last_action=False):
 def test_the_window_loss_is_the_td_loss_of_each_trained_step_stepped_by_hand(mixer, last_action):
     """Windows of 6 steps (burn-in 2, segment 4; one window padded after 3 steps): the loss equals the mean Huber
     TD error over the segment steps only, each step's Q_tot and double-Q target computed by stepping both networks
-    one step at a time from a zero state, with each agent's best next action among those its mask allows."""
+    one step at a time from a zero state, with each agent's best next action among those its mask allows (agents
+    reading their last action read, at a window's first step, the action taken before it, if any)."""
     learner = tiny_learner(mixer, last_action)
     n, width = 3, 6
     g = torch.Generator().manual_seed(0)
@@ -192,7 +197,8 @@ def test_the_window_loss_is_the_td_loss_of_each_trained_step_stepped_by_hand(mix
     train[2, :2] = False
     batch = {"obs": obs, "actions": torch.randint(0, 2, (n, width, 2), generator=g),
              "rewards": torch.randn(n, width, generator=g), "discounts": torch.full((n, width), 0.9),
-             "train": train, "valid": valid, "weights": torch.tensor([1.0, 0.5, 2.0])}
+             "train": train, "valid": valid, "weights": torch.tensor([1.0, 0.5, 2.0]),
+             "prev_actions": torch.tensor([[1, 0], [-1, -1], [0, 1]])}  # (window 1 begins its episode)
     batch["discounts"][2, 3] = 0.0
     loss, stats = learner.loss(batch)
     module, target = learner.module, learner.target
@@ -200,6 +206,9 @@ def test_the_window_loss_is_the_td_loss_of_each_trained_step_stepped_by_hand(mix
     with torch.no_grad():
         for i in range(n):
             h_online, h_target = module.initial_state(1), target.initial_state(1)
+            if last_action and i != 1:
+                before = torch.nn.functional.one_hot(batch["prev_actions"][i:i + 1], 2).float()
+                h_online, h_target = (torch.cat([h[..., :8], before], -1) for h in (h_online, h_target))
             qs, tqs = [], []
             for t in range(width + 1):
                 step_obs = {k: v[i:i + 1, t] for k, v in obs.items()}
@@ -308,6 +317,28 @@ def test_a_saved_window_buffer_with_wrong_shapes_is_refused_before_anything_chan
         buffer.load_state(state)
 
 
+def test_a_window_buffer_saved_before_windows_held_their_previous_action_loads_with_none():
+    """A checkpoint's replay without ``prev_actions`` (saved by the release before): its windows load as they were
+    saved, each with no previous action (-1: the zero last action they were learned with)."""
+    from herdrl.obs import ObsSpec
+
+    spec = ObsSpec(TeamEnv(make_agent_env("recall_team", {})).observation_space)
+    fragments, _ = stream_fragments([10] * 6, 11)
+    sequencer = EpisodeSequencer(4, 2, 0.9)
+    cut = [w for f in fragments for w in sequencer.add(f)]
+    windows = [{**w, "obs": {"obs": np.full((7, 2, 2), i, np.float32), "state": np.zeros((7, 4), np.float32),
+                             "action_mask": np.ones((7, 2, 2), np.int8)}, "actions": np.full((6, 2), i % 2),
+                "prev_actions": np.full(2, i % 2)} for i, w in enumerate(cut)]
+    saved = SequenceReplayBuffer(8, spec, 6, (2,), np.int64, np.random.default_rng(0))
+    saved.add(windows)
+    old = {k: v for k, v in saved.state().items() if k != "prev_actions"}
+    buffer = SequenceReplayBuffer(8, spec, 6, (2,), np.int64, np.random.default_rng(0))
+    buffer.load_state(old)
+    again = buffer.state()
+    assert all(np.array_equal(again[k], v) for k, v in old.items()) and len(buffer) == 8
+    assert (again["prev_actions"] == -1).all() and (saved.state()["prev_actions"] >= 0).all()
+
+
 def test_a_runners_fragments_cut_into_whole_recall_episodes():
     """A runner's own fragments (3 envs, 5 steps each: the recall game's 8-step episodes cross them, reset-only
     steps between): each window is one whole episode, its first observation the one that shows each agent's cue
@@ -323,6 +354,7 @@ def test_a_runners_fragments_cut_into_whole_recall_episodes():
     sequencer = EpisodeSequencer(8, 0, 0.9)
     fragments = [runner.sample() for _ in range(12)]
     assert fragments[0].begins.all() and not fragments[1].begins.any()
+    assert fragments[0].state_in is None and fragments[0].state_last is None  # (windows start from zeros)
     windows = [w for f in fragments for w in sequencer.add(f)]
     assert len(windows) >= 3 * 6
     for w in windows:

@@ -21,7 +21,7 @@ observation in, every agent's greedy allowed action out) are DQN's.
 state ``(agents, rnn_hidden_dim)`` per env carried by the runners across fragments and zeroed at each episode's
 start. ``agent_last_action=True`` also feeds each agent its own previous action (one-hot; zeros at an episode's
 start), as the paper's agents read it: the state then carries it, ``(agents, rnn_hidden_dim + actions)``; a
-replayed window's first step reads none, as its zero state. Replay holds episode windows
+replayed window's first step reads the action taken before it (stored with the window). Replay holds episode windows
 (:mod:`herdrl.sequence_replay`): segments of ``model.max_seq_len`` steps (set it to the episode length to learn on
 whole episodes, as the paper) after up to ``replay_burn_in`` steps of the same episode that only rebuild the state
 (no gradient flows into them); ``train_batch_size`` counts windows, ``training_intensity`` segment steps replayed
@@ -57,6 +57,8 @@ class QMIXConfig(DQNConfig):
     algo_name = "QMIX"
     #: The env's agents are one team, not policies mapped to agents (``.multi_agent()`` is refused).
     supports_multi_agent = False
+    #: Recurrent agents learn from replayed windows unrolled from a zero state (burn-in): runners ship no states.
+    reads_sequence_states = False
     FIELDS = {
         "model": shared_field("model", {**MODEL_DEFAULTS, "fcnet_hiddens": [64, 64], "fcnet_activation": "relu"}),
         "lr": shared_field("lr", 5e-4),
@@ -174,10 +176,14 @@ class TeamQNetwork(nn.Module):
         self.choices = int(action_space.nvec[0])  # each agent's actions
         # Replay stores a transition's actions as a vector, one per agent (the buffer's float32 holds them exactly).
         self.discrete, self.action_dim, self.masked = False, self.agents, True
-        self.agent = _mlp([width + self.agents, *model["fcnet_hiddens"], self.choices], model["fcnet_activation"])
+        self.build_agent(width, model)
         state_dim = int(np.prod(observation_space["state"].shape))
         self.mixer = QMixer(self.agents, state_dim, embed_dim, hypernet_dim) if mixer == "qmix" else None
         self.register_buffer("ids", torch.eye(self.agents), persistent=False)
+
+    def build_agent(self, width: int, model: dict) -> None:
+        """The agents' shared network: an MLP of their observation (``width`` numbers) and one-hot id."""
+        self.agent = _mlp([width + self.agents, *model["fcnet_hiddens"], self.choices], model["fcnet_activation"])
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Every agent's Q values, (batch, agents, actions)."""
@@ -215,14 +221,15 @@ class TeamRNNQNetwork(TeamQNetwork):
 
     def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.spaces.MultiDiscrete, model: dict,
                  mixer: str, embed_dim: int, hypernet_dim: int, hidden: int, last_action: bool = False) -> None:
+        self.hidden, self.last_action = hidden, last_action  # (plain numbers, set before Module's init: build_agent's)
         super().__init__(observation_space, action_space, model, mixer, embed_dim, hypernet_dim)
-        width = observation_space["obs"].shape[1]
-        self.hidden, self.last_action = hidden, last_action
         self.state_width = hidden + (self.choices if last_action else 0)
-        self.agent = None  # (the feed-forward agent network is replaced by the three parts below)
-        self.fc_in = nn.Linear(width + self.agents + (self.choices if last_action else 0), hidden)
-        self.rnn = nn.GRUCell(hidden, hidden)
-        self.fc_out = nn.Linear(hidden, self.choices)
+
+    def build_agent(self, width: int, model: dict) -> None:
+        """The recurrent agents' three parts (in place of the feed-forward MLP): ``fc_in``, ``rnn``, ``fc_out``."""
+        self.fc_in = nn.Linear(width + self.agents + (self.choices if self.last_action else 0), self.hidden)
+        self.rnn = nn.GRUCell(self.hidden, self.hidden)
+        self.fc_out = nn.Linear(self.hidden, self.choices)
 
     def initial_state(self, batch: int) -> torch.Tensor:
         """Zeros: the state entering an episode's first step, ``(batch, agents, state_width)``."""
@@ -244,20 +251,25 @@ class TeamRNNQNetwork(TeamQNetwork):
         without ``last_action``)."""
         if not self.last_action:
             return state
-        picked = nn.functional.one_hot(actions.long(), self.choices).to(state.dtype)
-        return torch.cat([state[..., :self.hidden], picked], -1)
+        actions = actions.long()  # (-1: no action, an episode's start: zeros)
+        picked = nn.functional.one_hot(actions.clamp(min=0), self.choices).to(state.dtype)
+        return torch.cat([state[..., :self.hidden], picked * (actions >= 0).unsqueeze(-1)], -1)
 
     def unroll(self, obs: dict[str, torch.Tensor], detach_at: torch.Tensor | None = None,
-               actions: torch.Tensor | None = None) -> torch.Tensor:
+               actions: torch.Tensor | None = None, previous: torch.Tensor | None = None) -> torch.Tensor:
         """Q values ``(N, L, agents, actions)`` along N windows of L steps (``obs`` leaves ``(N, L, ...)``), each
         from a zero state (a window never crosses an episode start: :mod:`herdrl.sequence_replay`);
         ``detach_at`` ``(N,)``: the step before which each window's state stops carrying gradients (its burn-in
         only rebuilds the state, as R2D2's); ``actions`` ``(N, L - 1, agents)``: the actions taken, read back as
-        last actions (``last_action``; a window's first step reads none, as an episode's first)."""
+        last actions (``last_action``); ``previous`` ``(N, agents)``: the actions before each window's first step,
+        its first step's last actions (-1: none, a window that begins its episode; ``previous`` None: none for
+        every window)."""
         n, steps = obs["obs"].shape[:2]
         if self.last_action and actions is None:
             raise ValueError("agents reading their last action unroll with the actions taken")
         state = self.initial_state(n)
+        if self.last_action and previous is not None:
+            state = self.taken(state, previous)
         out = []
         for t in range(steps):
             if detach_at is not None and t and bool((detach_at == t).any()):
@@ -358,11 +370,11 @@ class QMIXLearner(DQNLearner):
         now = {key: value[:, :-1] for key, value in obs.items()}
         after = {key: value[:, 1:] for key, value in obs.items()}
         segment_start = batch["train"].int().argmax(1)  # (no gradient through the burn-in steps)
-        q_all = self.module.unroll(obs, segment_start, batch["actions"])  # (N, W+1, agents, actions)
+        q_all = self.module.unroll(obs, segment_start, batch["actions"], batch["prev_actions"])  # (N, W+1, ...)
         q = q_all[:, :-1].gather(-1, batch["actions"].long().unsqueeze(-1)).squeeze(-1)
         q_tot = self._mix_steps(self.module, q, now)
         with torch.no_grad():
-            next_target = self.target.unroll(obs, actions=batch["actions"])[:, 1:]
+            next_target = self.target.unroll(obs, actions=batch["actions"], previous=batch["prev_actions"])[:, 1:]
             chooser = q_all[:, 1:].detach() if self.config.double_q else next_target  # double Q: the online net
             best = self.module.allowed(chooser, after).argmax(-1, keepdim=True)
             next_tot = self._mix_steps(self.target, next_target.gather(-1, best).squeeze(-1), after)

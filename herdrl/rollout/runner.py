@@ -186,8 +186,10 @@ class EnvRunner:
 
     def _choose_stepping(self) -> None:
         """Step the envs in parts the runner overlaps with acting (atari.TwoHalves), or all at once (any other env,
-        and a recurrent policy, which steps all its envs' states together)."""
+        and a recurrent policy, which steps all its envs' states together); whether fragments carry sequence
+        states."""
         self.recurrent = bool(getattr(self.module, "recurrent", False))
+        self._ships_states = self.recurrent and self._algorithm_config().reads_sequence_states
         if hasattr(self.env, "parts") and not self.recurrent:
             self._parts, self._send, self._recv = self.env.parts, self.env.send, self.env.recv
         else:
@@ -299,6 +301,7 @@ class EnvRunner:
 
         in_flight = [False] * len(views)  # parts whose env step was sent and not yet received
         recurrent, seq_len = self.recurrent, int(self.config.model.get("max_seq_len", 20))
+        ships_states = recurrent and self._ships_states
         episodes = self._episodes
         env_indices = [np.arange(envs)[part] for part in self._parts] if episodes is not None else None
         state_in: list[np.ndarray] = []  # recurrent: the state entering each training sequence, in split order
@@ -308,7 +311,7 @@ class EnvRunner:
         def start(part: int, t: int) -> None:  # act for one part of the envs at step t and start their env step
             _, part_actions, part_noise = views[part][:3]
             acting_rows = views[part][8]
-            if recurrent:  # sequences start at the fragment's start, at episode starts and every seq_len after
+            if ships_states:  # sequences start at the fragment's start, at episode starts and every seq_len after
                 if t:
                     reset_only = reset_at_start if t == 1 else terminateds[t - 2] | truncateds[t - 2]
                     position[:] = np.where(reset_only, 0, position + 1)
@@ -383,8 +386,8 @@ class EnvRunner:
         stored = acting if norm is not None and self.normalizer.scale_fragments else obs
         fragment = Fragment(stored, actions, rewards, terminateds, truncateds, valid, logp=logp,
                             weights_version=self.weights_version, worker_index=self.worker_index,
-                            state_in=np.concatenate(state_in) if recurrent else None,
-                            state_last=self.policy.get_state() if recurrent else None, begins=self._begins)
+                            state_in=np.concatenate(state_in) if ships_states else None,
+                            state_last=self.policy.get_state() if ships_states else None, begins=self._begins)
         self._collect_episodes(fragment)  # whole games, unclipped rewards: what the user's env scores
         if self.recorder is not None:  # raw observations, env actions and rewards, the env's own episode ends
             self.recorder.add(obs, [to_env(actions[t]) for t in range(steps)], rewards, terminateds, truncateds,
