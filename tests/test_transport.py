@@ -408,10 +408,11 @@ def test_learner_ranks_skip_an_update_together_when_only_one_lost_a_fragment():
     runner = EnvRunner(config)
     group = RayLearnerGroup(config, PPOLearner, runner.observation_space, runner.action_space, init_seed=0)
 
-    def lose_fragment_0_here(actor):  # (its class came by value, methods wrapped by Ray: patch what `call` reads)
-        names = type(actor).call.__wrapped__.__globals__
-        real = names["resolve"]
-        names["resolve"] = lambda items: (real(items)[0][1:], [0])
+    def lose_fragment_0_here(actor):  # (in the actor's process: what a FragmentInput reads its fragments with)
+        import herdrl.rollout.transport as transport
+
+        real = transport.resolve
+        transport.resolve = lambda items: (real(items)[0][1:], [0])
 
     ray.get(group.actors[1].__ray_call__.remote(lose_fragment_0_here))
     before = group.call("get_weights")

@@ -29,7 +29,7 @@ import torch
 from herdrl.config import AlgorithmConfig
 from herdrl.errors import HerdError
 from herdrl.learner.learner import Learner
-from herdrl.rollout.transport import AggregatedInput, FragmentInput, FragmentsLost, resolve, shares
+from herdrl.rollout.transport import AggregatedInput, FragmentInput, FragmentsLost, LearnerInput, shares
 
 logger = logging.getLogger("herdrl")
 #: Tries to start the learners with one state, and the pause between them (Ray needs seconds to notice a dead node).
@@ -64,12 +64,12 @@ class LocalLearnerGroup:
         self.device = self.learner.device
 
     def update(self, *args: Any) -> Any:
-        """The learner's ``update(*args)``; a :class:`FragmentInput` argument is fetched here first (its fragments
-        lost with their node: :class:`FragmentsLost`, and no update)."""
+        """The learner's ``update(*args)``; a :class:`~herdrl.rollout.transport.LearnerInput` argument is read here
+        first (fragments lost with their node: :class:`FragmentsLost`, and no update)."""
         args = list(args)
         for i, arg in enumerate(args):
-            if isinstance(arg, FragmentInput):
-                args[i], lost = resolve(arg)
+            if isinstance(arg, LearnerInput):
+                args[i], lost, _ = arg.read(self)
                 if lost:
                     return FragmentsLost(lost)
         return self.learner.update_at(self.step_source() if self.step_source else None, *args)

@@ -15,7 +15,7 @@ import torch
 
 from herdrl.config import AlgorithmConfig
 from herdrl.models.encoders import torch_device
-from herdrl.rollout.transport import AggregatedInput, FragmentInput, FragmentsLost, resolve, resolve_aggregated
+from herdrl.rollout.transport import FragmentsLost, LearnerInput, resolve
 
 
 # A thread of its own for `alive`: it answers while an update runs or hangs (a rank waiting in an all-reduce for a peer
@@ -81,28 +81,17 @@ class LearnerActor:
 
     def call(self, method: str, *args: Any) -> Any:
         """``learner.method(*args)`` (object refs in ``args`` arrive resolved): ``update``, ``get_weights``,
-        ``state``, ``load_state``. A :class:`FragmentInput` argument is fetched here, from the runners' nodes; if
-        any of its fragments was lost (on any rank: the ranks agree), no rank updates and the result is
-        :class:`FragmentsLost`. A :class:`~herdrl.offline.reader.StreamRows` argument is read from this rank's own
-        stream (its share of each step's rows: the learner weighs its gradients by that share)."""
+        ``state``, ``load_state``. A :class:`~herdrl.rollout.transport.LearnerInput` argument is read here (the
+        runners' fragments fetched from their nodes, or this rank's rows of its own dataset stream); if any of its
+        items was lost (on any rank: the ranks agree), no rank updates and the result is :class:`FragmentsLost`."""
         args = list(args)
-        reader = importlib.import_module("herdrl.offline.reader")
         try:
             for i, arg in enumerate(args):
-                if isinstance(arg, reader.StreamRows):
-                    rows = arg.rows[self.rank]
-                    args[i] = self.stream.draw(rows * arg.steps)
-                    self.learner.batch_share = rows / sum(arg.rows)
-                    continue
-                if isinstance(arg, FragmentInput):
-                    aggregated = isinstance(arg, AggregatedInput)
-                    args[i], lost = resolve_aggregated(arg) if aggregated else resolve(arg)
-                    # (a share's indices in the whole input: every rank flags the same update's fragments)
-                    count = sum(arg.sizes) if aggregated else len(arg)
-                    lost = self._agree([arg.offset + j for j in lost], arg.total or count)
+                if isinstance(arg, LearnerInput):
+                    args[i], lost, count = arg.read(self)
+                    lost = self._agree(lost, count) if count else []
                     if lost:
                         return FragmentsLost(lost)
-                    self.learner.rows_sharded = arg.total is not None
             return getattr(self.learner, method)(*args)
         finally:
             if self.learner is not None:

@@ -33,6 +33,7 @@ import numpy as np
 
 from herdrl.obs import ObsSpec, obs_map
 from herdrl.offline.dataset import DatasetError, Episode, OfflineDataset, episode_steps, to_transitions
+from herdrl.rollout.transport import LearnerInput
 
 #: Episodes each Ray Data task reads into one block of transitions (shuffled inside the block).
 EPISODES_PER_BLOCK = 8
@@ -312,12 +313,19 @@ class StreamSpec:
 
 
 @dataclass(frozen=True)
-class StreamRows:
+class StreamRows(LearnerInput):
     """An update's input when learner ranks stream their own shares: ``steps`` gradient steps, rank ``r`` reading
     ``rows[r]`` rows of each step from its own stream (:func:`share_rows`)."""
 
     rows: tuple[int, ...]
     steps: int
+
+    def read(self, reader: Any) -> tuple[dict[str, Any], list[int], int]:
+        """This rank's rows, drawn from its own stream (nothing can be lost: Ray Data retries its reads); the
+        learner weighs its gradients by its share of each step's rows (``batch_share``)."""
+        rows = self.rows[reader.rank]
+        reader.learner.batch_share = rows / sum(self.rows)
+        return reader.stream.draw(rows * self.steps), [], 0
 
 
 def share_rows(batch_rows: int, transitions: list[int]) -> tuple[int, ...]:

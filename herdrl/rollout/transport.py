@@ -91,7 +91,22 @@ def sampled(info: FragmentInfo, data: Any) -> Sampled:
     return Sampled(info, data if ref is None else ref)
 
 
-class FragmentInput(list):
+class LearnerInput:
+    """An update's data, as the learner reads it where it runs: the one shape every learner group passes, whatever
+    feeds it. Sampled fragments come as references (:class:`FragmentInput`; fetched by aggregators:
+    :class:`AggregatedInput`), a streamed dataset as the rows each rank reads from its own Ray Data stream
+    (:class:`~herdrl.offline.reader.StreamRows`): in none of them does the data pass through the driver on its
+    way to learner actors."""
+
+    def read(self, reader: Any) -> tuple[Any, list[int], int]:
+        """What the learner's update takes from this input, the indices of the items lost on the way (in the whole
+        input: learner ranks agree on them and skip the update together) and how many items could be lost (0:
+        none can). ``reader``: the learner group or actor reading it (its ``learner``; an actor's ``rank`` and
+        ``stream``)."""
+        raise NotImplementedError
+
+
+class FragmentInput(list, LearnerInput):
     """The fragments a learner's update reads, as a list of fragments or of references to them (the first
     argument of on-policy and asynchronous updates); learner groups resolve it where the learner runs.
 
@@ -110,6 +125,13 @@ class FragmentInput(list):
         out.offset, out.total = sum(len(part) for part in parts[:rank]), len(self)
         return out
 
+    def read(self, reader: Any) -> tuple[list[Any], list[int], int]:
+        """The fragments (fetched, frames unpacked), the lost ones' indices; a share tells the learner its rows are
+        one learner's share (``rows_sharded``)."""
+        fragments, lost = resolve(self)
+        reader.learner.rows_sharded = self.total is not None
+        return fragments, [self.offset + i for i in lost], self.total or len(self)
+
 
 class AggregatedInput(FragmentInput):
     """A :class:`FragmentInput` fetched by aggregator actors: references to their results, ``(fragments, lost
@@ -118,6 +140,12 @@ class AggregatedInput(FragmentInput):
     def __init__(self, refs: list[Any], sizes: list[int]) -> None:
         super().__init__(refs)
         self.sizes = sizes
+
+    def read(self, reader: Any) -> tuple[list[Any], list[int], int]:
+        """The aggregators' fragments in order, and the lost ones' indices."""
+        fragments, lost = resolve_aggregated(self)
+        reader.learner.rows_sharded = self.total is not None
+        return fragments, [self.offset + i for i in lost], self.total or sum(self.sizes)
 
 
 def shares(items: list[Any], count: int) -> list[list[Any]]:
