@@ -102,7 +102,7 @@ class EpisodeSequencer:
             return windows
         keep = max(0, episode["emitted"] - self.burn_in) - episode["offset"]  # steps no window will need again
         if keep > 0:
-            episode["before"] = episode["actions"][keep - 1]
+            episode["before"] = episode["actions"][keep - 1].copy()  # (not a view pinning its fragment)
             for name in ("actions", "rewards", "terminated"):
                 episode[name] = episode[name][keep:]
             episode["obs"] = obs_map(lambda a: a[keep:], episode["obs"])

@@ -382,3 +382,14 @@ def test_agents_reading_their_last_action_read_the_one_they_took_exploring():
             _, state = module.step(to_torch(batch, "cpu"), state)
             state[..., 8:] = torch.nn.functional.one_hot(torch.as_tensor(actions), 2).float()
     torch.testing.assert_close(runner.state, state)
+
+
+def test_recurrent_team_parameters_keep_the_previous_releases_order():
+    """herdrl's optimizers restore their moments by parameter position: a recurrent team's parameters stay in the
+    order its checkpoints were written in (mixer, then fc_in, rnn, fc_out), so a saved run resumes."""
+    learner = tiny_learner("qmix", last_action=True)
+    names = [name for name, _ in learner.module.named_parameters()]
+    mixer = [name for name in names if name.startswith("mixer.")]
+    assert len(mixer) == 14 and names[:14] == mixer
+    assert names[14:] == ["fc_in.weight", "fc_in.bias", "rnn.weight_ih", "rnn.weight_hh", "rnn.bias_ih",
+                          "rnn.bias_hh", "fc_out.weight", "fc_out.bias"]

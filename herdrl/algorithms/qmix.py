@@ -176,14 +176,11 @@ class TeamQNetwork(nn.Module):
         self.choices = int(action_space.nvec[0])  # each agent's actions
         # Replay stores a transition's actions as a vector, one per agent (the buffer's float32 holds them exactly).
         self.discrete, self.action_dim, self.masked = False, self.agents, True
-        self.build_agent(width, model)
+        if not getattr(self, "recurrent", False):  # (recurrent agents build their own, after the mixer)
+            self.agent = _mlp([width + self.agents, *model["fcnet_hiddens"], self.choices], model["fcnet_activation"])
         state_dim = int(np.prod(observation_space["state"].shape))
         self.mixer = QMixer(self.agents, state_dim, embed_dim, hypernet_dim) if mixer == "qmix" else None
         self.register_buffer("ids", torch.eye(self.agents), persistent=False)
-
-    def build_agent(self, width: int, model: dict) -> None:
-        """The agents' shared network: an MLP of their observation (``width`` numbers) and one-hot id."""
-        self.agent = _mlp([width + self.agents, *model["fcnet_hiddens"], self.choices], model["fcnet_activation"])
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Every agent's Q values, (batch, agents, actions)."""
@@ -221,15 +218,14 @@ class TeamRNNQNetwork(TeamQNetwork):
 
     def __init__(self, observation_space: gym.spaces.Dict, action_space: gym.spaces.MultiDiscrete, model: dict,
                  mixer: str, embed_dim: int, hypernet_dim: int, hidden: int, last_action: bool = False) -> None:
-        self.hidden, self.last_action = hidden, last_action  # (plain numbers, set before Module's init: build_agent's)
         super().__init__(observation_space, action_space, model, mixer, embed_dim, hypernet_dim)
+        width = observation_space["obs"].shape[1]
+        self.hidden, self.last_action = hidden, last_action
         self.state_width = hidden + (self.choices if last_action else 0)
-
-    def build_agent(self, width: int, model: dict) -> None:
-        """The recurrent agents' three parts (in place of the feed-forward MLP): ``fc_in``, ``rnn``, ``fc_out``."""
-        self.fc_in = nn.Linear(width + self.agents + (self.choices if self.last_action else 0), self.hidden)
-        self.rnn = nn.GRUCell(self.hidden, self.hidden)
-        self.fc_out = nn.Linear(self.hidden, self.choices)
+        # (registered after the mixer, as ever: optimizer states are restored by parameter position)
+        self.fc_in = nn.Linear(width + self.agents + (self.choices if last_action else 0), hidden)
+        self.rnn = nn.GRUCell(hidden, hidden)
+        self.fc_out = nn.Linear(hidden, self.choices)
 
     def initial_state(self, batch: int) -> torch.Tensor:
         """Zeros: the state entering an episode's first step, ``(batch, agents, state_width)``."""

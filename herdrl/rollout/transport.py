@@ -95,8 +95,8 @@ class LearnerInput:
     """An update's data, as the learner reads it where it runs: the one shape every learner group passes, whatever
     feeds it. Sampled fragments come as references (:class:`FragmentInput`; fetched by aggregators:
     :class:`AggregatedInput`), a streamed dataset as the rows each rank reads from its own Ray Data stream
-    (:class:`~herdrl.offline.reader.StreamRows`): in none of them does the data pass through the driver on its
-    way to learner actors."""
+    (:class:`~herdrl.offline.reader.StreamRows`): learner actors get the references or the row counts and fetch
+    or draw the data themselves (fragments sampled in the driver's own process are put in the object store there)."""
 
     def read(self, reader: Any) -> tuple[Any, list[int], int]:
         """What the learner's update takes from this input, the indices of the items lost on the way (in the whole
