@@ -1,4 +1,5 @@
-"""d3rlpy's side of benchmarks/offline.py: train one d3rlpy algorithm on a herdrl-recorded dataset, evaluate it.
+"""d3rlpy's side of benchmarks/offline.py: train one d3rlpy algorithm on a herdrl-recorded dataset, evaluate it
+(with ``--online-steps N``: then fine-tune it online for N env steps, the dataset kept in its replay buffer).
 
 Runs in d3rlpy's own venv (it pins gymnasium 1.0.0), never imports herdrl: it reads the dataset's Parquet episode
 files itself (Minari's columns) and prints one JSON line: the greedy evaluation return, the training seconds.
@@ -86,6 +87,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu:0", help="d3rlpy's device: cpu:0 or cuda:0")
     parser.add_argument("--eval-every", type=int, default=0, help="also evaluate every this many gradient steps")
     parser.add_argument("--deadline", type=float, default=0.0, help="stop at the first milestone after this time")
+    parser.add_argument("--online-steps", type=int, default=0,
+                        help="then this many env steps online (fit_online: the dataset in replay, exploring with "
+                             "the algorithm's own sampling, one gradient step per env step)")
     args = parser.parse_args()
 
     import d3rlpy
@@ -132,8 +136,19 @@ def main() -> None:
             break
         start = time.perf_counter()
     return_mean = curve[done] if args.eval_every else greedy()
-    print(json.dumps({"tool": "d3rlpy", "algorithm": args.algorithm, "seed": args.seed, "steps": done,
-                      "return_mean": return_mean, "train_s": train_s, "curve": curve}))
+    row = {"tool": "d3rlpy", "algorithm": args.algorithm, "seed": args.seed, "steps": done,
+           "return_mean": return_mean, "train_s": train_s, "curve": curve}
+    if args.online_steps:
+        # The dataset's episodes in the replay buffer; the online env's own seed, apart from the evaluation's.
+        buffer = d3rlpy.dataset.ReplayBuffer(d3rlpy.dataset.InfiniteBuffer(), episodes=dataset.episodes)
+        online_env = gym.make(args.env)
+        online_env.reset(seed=args.seed)
+        start = time.perf_counter()
+        algo.fit_online(online_env, buffer, n_steps=args.online_steps, n_steps_per_epoch=1000, update_interval=1,
+                        n_updates=1, update_start_step=0, save_interval=10**9, show_progress=False,
+                        logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+        row.update(online_steps=args.online_steps, online_s=time.perf_counter() - start, online_return=greedy())
+    print(json.dumps(row))
 
 if __name__ == "__main__":
     main()

@@ -6,7 +6,8 @@
     .venv/bin/python benchmarks/offline.py compare --task hopper --seeds 0,1,2 --steps 100000 --eval-every 5000 \
         --minutes 5 --parallel --device cuda      # every run at once on a GPU machine: returns every 5k steps
     .venv/bin/python benchmarks/offline.py feed --task hopper --algorithm cql    # Ray Data vs in-memory batches
-    .venv/bin/python benchmarks/offline.py online --steps 10000 --online-steps 10000   # IQL offline, then online
+    .venv/bin/python benchmarks/offline.py online --seeds 0,1 --steps 10000 --online-steps 10000 \
+        --d3rlpy /tmp/d3rlpy-venv/bin/python                  # IQL offline, then online, beside d3rlpy's
 
 Datasets (benchmarks/data/, never committed; recorded again, bit for bit, by ``record``) come from committed
 behaviour policies: CartPole-v1, a hand-written controller taking a random action 20% of the time (near-expert);
@@ -140,46 +141,72 @@ def greedy_return(env_id: str, policy) -> float:
 
 
 def online(args: argparse.Namespace) -> None:
-    """IQL offline for ``--steps`` gradient steps on the Pendulum dataset, then online (``online=True``, started
-    from that checkpoint, the dataset in replay) for ``--online-steps`` env steps; greedy returns after each."""
-    import tempfile
-
-    from herdrl.algorithms.iql import IQLConfig
+    """Per seed: IQL offline for ``--steps`` gradient steps on the Pendulum dataset, then online for
+    ``--online-steps`` env steps with the dataset in replay; herdrl, then (``--d3rlpy``) d3rlpy's ``fit_online``
+    on the same settings, one after the other; greedy returns after each phase, one table."""
+    from herdrl.offline import open_dataset
     from herdrl.offline.record import record_controller
 
-    torch_threads()
-    spec, settings = TASKS["pendulum"], SETTINGS["iql"]
+    spec = TASKS["pendulum"]
     if not (DATA / spec["dataset"]).exists():  # (as `record` records it)
         rng = np.random.default_rng(0)
         record_controller(lambda obs: pendulum_controller(obs, rng), "Pendulum-v1", DATA / spec["dataset"], 100,
                           seed=0)
+    behaviour = open_dataset(DATA / spec["dataset"]).info()["return_mean"]
+    random = random_return(spec["env"])
+    rows = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        rows.append(herdrl_online(seed, args.steps, args.online_steps))
+        print(json.dumps(rows[-1]), flush=True)
+        if args.d3rlpy:
+            command = [*d3rlpy_command(args.d3rlpy, "pendulum", "iql", seed, args.steps),
+                       "--online-steps", str(args.online_steps)]
+            row = finished("d3rlpy", subprocess.run(command, capture_output=True, text=True, check=False))
+            if row is not None:
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+
+    def score(value: float) -> str:
+        return f"{value:.1f} ({100 * (value - random) / (behaviour - random):.0f})"
+
+    print(f"\nIQL on {spec['dataset']} (behaviour {behaviour:.1f}, random {random:.1f}): {args.steps:,} gradient "
+          f"steps offline, then {args.online_steps:,} env steps online (one gradient step each)")
+    print("| tool | seed | greedy return offline (score) | after online (score) | offline s | online s |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        print(f"| {row['tool']} | {row['seed']} | {score(row['return_mean'])} | {score(row['online_return'])} | "
+              f"{row['train_s']:.0f} | {row['online_s']:.0f} |")
+
+
+def herdrl_online(seed: int, steps: int, online_steps: int) -> dict:
+    """herdrl's IQL offline for ``steps`` gradient steps, then ``online=True`` from that checkpoint (the dataset in
+    replay, runners exploring with IQL's actor, ``training_intensity`` 256: a gradient step per env step)."""
+    import tempfile
+
+    from herdrl.algorithms.iql import IQLConfig
+
+    torch_threads()
+    spec, settings = TASKS["pendulum"], SETTINGS["iql"]
     model = {"fcnet_hiddens": settings["hidden"], "fcnet_activation": "relu"}
-
-    def greedy(algo) -> float:
-        return greedy_return(spec["env"], algo.get_policy())
-
     base = (IQLConfig().offline_data(input_=str(DATA / spec["dataset"])).environment(spec["env"])
-            .training(lr=settings["lr"], train_batch_size=settings["batch"], model=model).debugging(seed=args.seed))
-    offline = base.copy().training(updates_per_iteration=args.steps, updates_per_call=1000).build()
+            .training(lr=settings["lr"], train_batch_size=settings["batch"], model=model).debugging(seed=seed))
+    offline = base.copy().training(updates_per_iteration=steps, updates_per_call=1000).build()
     start = time.perf_counter()
     offline.train()
     offline_s = time.perf_counter() - start
-    before = greedy(offline)
+    before = greedy_return(spec["env"], offline.get_policy())
     checkpoint = offline.save(Path(tempfile.mkdtemp()) / "checkpoint_000001")
     offline.stop()
     algo = base.copy().training(online=True, init_from=str(checkpoint), min_sample_timesteps_per_iteration=1000,
                                 training_intensity=256.0).evaluation(evaluation_interval=1000).build()
     start = time.perf_counter()
-    while algo.env_steps_lifetime < args.online_steps:
+    while algo.env_steps_lifetime < online_steps:
         algo.train()
     online_s = time.perf_counter() - start
-    after = greedy(algo)
+    after = greedy_return(spec["env"], algo.get_policy())
     algo.stop()
-    print("| seed | offline gradient steps | greedy return offline | online env steps | greedy return after | "
-          "offline s | online s |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    print(f"| {args.seed} | {args.steps:,} | {before:.1f} | {args.online_steps:,} | {after:.1f} | {offline_s:.0f} | "
-          f"{online_s:.0f} |", flush=True)
+    return {"tool": "herdrl", "algorithm": "iql", "seed": seed, "steps": steps, "return_mean": before,
+            "train_s": offline_s, "online_steps": online_steps, "online_s": online_s, "online_return": after}
 
 
 def d3rlpy_command(python: str, task: str, algorithm: str, seed: int, steps: int, device: str = "cpu",
@@ -349,7 +376,8 @@ def main() -> None:
     f.add_argument("--algorithm", default="cql")
     f.add_argument("--steps", type=int, default=300)
     n = sub.add_parser("online")
-    n.add_argument("--seed", type=int, default=0)
+    n.add_argument("--seeds", default="0")
+    n.add_argument("--d3rlpy", default=None, help="d3rlpy's python: its fit_online after each herdrl run")
     n.add_argument("--steps", type=int, default=10_000)
     n.add_argument("--online-steps", type=int, default=10_000)
     o = sub.add_parser("one")
