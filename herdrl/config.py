@@ -747,7 +747,10 @@ class AlgorithmConfig:
                               "itself")
         if self.shard_fragments:
             learner = self.algo_class().learner_class
-            why = ("learns on its fragments as one batch" if not getattr(learner, "supports_sharded_fragments", False)
+            why = ("learns from a dataset, not fragments" if self.learns_offline
+                   else "learns from replayed batches, not fragments" if self.stores_raw_transitions
+                   else "learns on its fragments as one batch"
+                   if not getattr(learner, "supports_sharded_fragments", False)
                    else "shards multi-agent fragments not yet" if self.is_multi_agent
                    else "shards with value normalisation not yet" if getattr(self, "value_normalization", False)
                    else "needs learner actors (num_learners >= 2) to shard between" if self.num_learners < 2

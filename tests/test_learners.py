@@ -9,9 +9,12 @@ import ray
 import torch
 
 from herdrl import A2CConfig, Algorithm, APPOConfig, ConfigError, DQNConfig, PPOConfig, SACConfig, TRPOConfig
+from herdrl.algorithms import impala as impala_module
 from herdrl.algorithms import ppo as ppo_module
 from herdrl.algorithms.a2c import A2CLearner
+from herdrl.algorithms.appo import APPOLearner
 from herdrl.algorithms.dqn import DQNLearner
+from herdrl.algorithms.impala import IMPALAConfig, IMPALALearner
 from herdrl.algorithms.ppo import PPOLearner
 from herdrl.learner.group import LearnerFailure, RayLearnerGroup
 from herdrl.rollout import EnvRunner
@@ -167,10 +170,11 @@ def test_a2c_and_sac_split_their_updates_between_two_learners():
     algo.stop()
 
 
-def _sharded_and_single_update(config, learner_class, update_args: tuple, monkeypatch, places=None):
-    """An update on 3 fragments (4 envs x 32 steps) by 2 learner actors with shard_fragments (learner 0 fetches 2,
-    learner 1 one) and by one learner from the same weights: (sharded weights, single weights, the single update's
-    metrics). ``places``: PPO's minibatches given to the single learner in its own rows (see below)."""
+def _sharded_and_single_update(config, learner_class, update_args: tuple, monkeypatch, places=None, updates=1):
+    """``updates`` updates on 3 fragments (3 envs x 32 steps) by 2 learner actors with shard_fragments (learner 0
+    fetches 2, learner 1 one) and by one learner from the same weights: (sharded weights, single weights, the single
+    update's metrics). ``places``: the minibatches of 2 passes given to the single learner in its own rows (see
+    below)."""
     from herdrl.rollout.transport import FragmentInput
 
     config = (config.environment("CartPole-v1").env_runners(num_env_runners=2, num_envs_per_env_runner=3)
@@ -181,7 +185,9 @@ def _sharded_and_single_update(config, learner_class, update_args: tuple, monkey
     one = learner_class(config, runner.observation_space, runner.action_space)
     group = RayLearnerGroup(config, learner_class, runner.observation_space, runner.action_space, init_seed=0)
     group.load_state(one.state())
-    split = group.update(FragmentInput([ray.put(f) for f in fragments]), *update_args)
+    refs = FragmentInput([ray.put(f) for f in fragments])
+    for _ in range(updates):
+        split = group.update(refs, *update_args)
     sharded = group.get_weights()
     group.stop()
     with monkeypatch.context() as patch:
@@ -189,8 +195,10 @@ def _sharded_and_single_update(config, learner_class, update_args: tuple, monkey
             rng, rows = np.random.default_rng(7), places(fragments)
             count = round(len(rows) / 40)
             epochs = [[rows[part] for part in np.array_split(rng.permutation(len(rows)), count)] for _ in range(2)]
-            patch.setattr(ppo_module, "minibatches", lambda *args: epochs.pop(0))
-        single = one.update(fragments, *update_args)
+            for module in (ppo_module, impala_module):
+                patch.setattr(module, "minibatches", lambda *args: epochs.pop(0))
+        for _ in range(updates):
+            single = one.update(fragments, *update_args)
     assert split.get("num_gradient_updates") == single.get("num_gradient_updates")
     return sharded, one.get_weights(), single
 
@@ -201,7 +209,8 @@ def test_learners_sharing_out_the_fragments_step_on_the_union_of_their_minibatch
     to end), advantages normalised over both shares. A recurrent batch's sequences are the shares' end to end
     already: one learner's own update must match. An MLP batch's rows are time-major with the fragments' envs side by
     side: one learner is given the same minibatches in its own rows. A2C: one step on the whole batch, whatever its
-    rows' order: one learner's own update must match."""
+    rows' order: one learner's own update must match. IMPALA and APPO likewise (APPO's old policy refreshed on the
+    env steps of every share)."""
     def places(fragments):  # where each share's rows (real steps, time-major, envs side by side) are in the whole
         layout = lambda parts: [(i, env, t) for t in range(32) for i in parts for env in range(3)  # noqa: E731
                                 if fragments[i].valid[t, env]]
@@ -216,6 +225,16 @@ def test_learners_sharing_out_the_fragments_step_on_the_union_of_their_minibatch
     config = A2CConfig().training(normalize_advantages=True, train_batch_size=288)
     sharded, single, _ = _sharded_and_single_update(config, A2CLearner, (), monkeypatch)
     assert _max_diff(sharded, single) < 1e-6
+    # IMPALA (V-trace along each env's own steps, afresh for each minibatch): 2 passes of minibatches of ~40.
+    config = IMPALAConfig().training(train_batch_size=288, minibatch_size=40, model={"fcnet_hiddens": [64, 64]})
+    sharded, single, metrics = _sharded_and_single_update(config, IMPALALearner, (2, 7), monkeypatch, places)
+    assert metrics["num_gradient_steps"] >= 2 * 6 and _max_diff(sharded, single) < 1e-5
+    # APPO, 2 updates of 2 whole-batch passes: the old policy is refreshed after the first (500 env steps of the
+    # 576 trained), when the env steps of both shares are counted (either share's alone are fewer than 500).
+    config = APPOConfig().training(train_batch_size=288, target_network_update_freq=500,
+                                   model={"fcnet_hiddens": [64, 64]})
+    sharded, single, metrics = _sharded_and_single_update(config, APPOLearner, (2, 7), monkeypatch, updates=2)
+    assert metrics["num_gradient_steps"] == 2 and _max_diff(sharded, single) < 1e-5
 
 
 def test_learner_settings_are_checked():
@@ -225,9 +244,11 @@ def test_learner_settings_are_checked():
         DQNConfig().environment("CartPole-v1").training(train_batch_size=8).learners(num_learners=9).validate()
     with pytest.raises(ConfigError, match="minibatch_size=3 is too small to split between 2 learners"):
         PPOConfig().environment("CartPole-v1").training(minibatch_size=3).learners(num_learners=2).validate()
-    with pytest.raises(ConfigError, match="shard_fragments=True: APPO learns on its fragments as one batch"):
-        (APPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2)
+    with pytest.raises(ConfigError, match="shard_fragments=True: DQN learns from replayed batches, not fragments"):
+        (DQNConfig().environment("CartPole-v1").env_runners(num_env_runners=2)
          .learners(num_learners=2, shard_fragments=True).validate())
+    with pytest.raises(ConfigError, match="shard_fragments=True: TRPO learns on its fragments as one batch"):
+        TRPOConfig().environment("CartPole-v1").learners(num_learners=1, shard_fragments=True).validate()
     with pytest.raises(ConfigError, match="shard_fragments=True: PPO shards the fragments of Ray runners"):
         PPOConfig().environment("CartPole-v1").learners(num_learners=2, shard_fragments=True).validate()
     with pytest.raises(ConfigError, match="shard_fragments=True: PPO needs learner actors"):

@@ -64,8 +64,10 @@ class APPOLearner(IMPALALearner):
 
     def after_batch(self, fragments: list[Fragment], passes: int) -> None:
         """Refresh the old policy when ``target_network_update_freq`` trained env steps have passed (between
-        batches, so every pass over a batch is clipped against the same old policy)."""
-        self._trained_since_refresh += passes * int(sum(f.env_steps for f in fragments))
+        batches, so every pass over a batch is clipped against the same old policy; with ``shard_fragments`` the
+        env steps of every learner's share count, so the ranks refresh together)."""
+        steps = self.global_sums([float(sum(f.env_steps for f in fragments))])[0]
+        self._trained_since_refresh += passes * int(round(steps))
         refreshes, self._trained_since_refresh = divmod(self._trained_since_refresh,
                                                         self.config.target_network_update_freq)
         if refreshes:

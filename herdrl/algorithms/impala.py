@@ -157,6 +157,9 @@ class IMPALALearner(Learner):
 
     config: IMPALAConfig
     seed_arg = 1  # update(fragments, passes, seed)
+    #: V-trace runs along each env's own steps, so a share of the fragments gets the targets the whole batch gives
+    #: its rows; minibatches are drawn over every share (``share_layout``), as PPO's.
+    supports_sharded_fragments = True
 
     def setup(self) -> None:
         """Adam over the actor-critic (RLlib's IMPALA default optimizer)."""
@@ -169,20 +172,23 @@ class IMPALALearner(Learner):
         cfg = self.config
         rng = np.random.default_rng(seed)
         sums: dict[str, float] = {}
+        counts: dict[str, int] = {}  # (a share may have no rows in a minibatch: that step reports nothing here)
         batch = None
         steps = 0
+        layout = self.share_layout if self.rows_sharded else None  # (with shard_fragments: over every share)
         for _ in range(passes):
             if batch is None or self.prepare_each_pass:
                 batch = self.prepare(fragments)
-            for i, index in enumerate(minibatches(batch, cfg.minibatch_size, rng)):
+            for i, index in enumerate(minibatches(batch, cfg.minibatch_size, rng, layout)):
                 if i and self.prepare_each_pass:
                     batch = self.prepare(fragments)  # the same rows, V-trace under the policy as it is now
                 stats = self.gradient_step(self.optimizer, self.loss, batch, index, cfg.grad_clip or float("inf"))
                 for key, value in stats.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
+                    counts[key] = counts.get(key, 0) + 1
                 steps += 1
         self.after_batch(fragments, passes)
-        return {**{key: value / steps for key, value in sums.items()}, "num_gradient_steps": steps}
+        return {**{key: value / counts[key] for key, value in sums.items()}, "num_gradient_steps": steps}
 
     #: IMPALA's policy gradient has no clipping: V-trace's importance weights must follow the policy as it moves,
     #: so each gradient step (each pass, or each minibatch) recomputes them (RLlib does so in every loss too).

@@ -366,12 +366,11 @@ class RayLearnerGroup:
         updates and :class:`FragmentsLost` names them. A learner that dies: the group restarts and updates again."""
         import ray
 
-        from herdrl.offline.reader import StreamRows
-
         # Data goes into the object store once for all learners; small arguments (a seed, a count, a policy id, rows
-        # to read from each rank's own stream) go by value, and a list of references as it is (Ray keeps the objects
-        # alive for the learners that borrow them).
-        refs = [a if isinstance(a, (int, float, str, StreamRows)) or _all_refs(a) else ray.put(a) for a in args]
+        # to read from each rank's own stream: a learner input that is not fragments) go by value, and a list of
+        # references as it is (Ray keeps the objects alive for the learners that borrow them).
+        refs = [a if isinstance(a, (int, float, str)) or _by_value_input(a) or _all_refs(a) else ray.put(a)
+                for a in args]
         # Every rank takes the scheduled hyperparameters (lr, ...) at the same env-step count: they agree.
         step = self.step_source() if self.step_source else None
         results = self._call("update", lambda: [actor.call.remote("update_at", step,
@@ -518,6 +517,11 @@ def _caused_by(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> bo
             return False
         exc = inner
     return False
+
+
+def _by_value_input(arg: Any) -> bool:
+    """Whether ``arg`` is a learner input that names its rows itself (an offline stream's rows), not fragments."""
+    return isinstance(arg, LearnerInput) and not isinstance(arg, FragmentInput)
 
 
 def _all_refs(arg: Any) -> bool:

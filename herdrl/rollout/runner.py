@@ -301,7 +301,7 @@ class EnvRunner:
 
         in_flight = [False] * len(views)  # parts whose env step was sent and not yet received
         recurrent, seq_len = self.recurrent, int(self.config.model.get("max_seq_len", 20))
-        ships_states = recurrent and self._ships_states
+        ships_states = self._ships_states
         episodes = self._episodes
         env_indices = [np.arange(envs)[part] for part in self._parts] if episodes is not None else None
         state_in: list[np.ndarray] = []  # recurrent: the state entering each training sequence, in split order

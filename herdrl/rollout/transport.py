@@ -128,9 +128,17 @@ class FragmentInput(list, LearnerInput):
     def read(self, reader: Any) -> tuple[list[Any], list[int], int]:
         """The fragments (fetched, frames unpacked), the lost ones' indices; a share tells the learner its rows are
         one learner's share (``rows_sharded``)."""
-        fragments, lost = resolve(self)
+        fragments, lost = self.fetch()
         reader.learner.rows_sharded = self.total is not None
-        return fragments, [self.offset + i for i in lost], self.total or len(self)
+        return fragments, [self.offset + i for i in lost], self.total or self.count()
+
+    def fetch(self) -> tuple[list[Any], list[int]]:
+        """The fragments, in order, and the indices of the lost ones in this input."""
+        return resolve(self)
+
+    def count(self) -> int:
+        """How many fragments this input stands for."""
+        return len(self)
 
 
 class AggregatedInput(FragmentInput):
@@ -141,11 +149,13 @@ class AggregatedInput(FragmentInput):
         super().__init__(refs)
         self.sizes = sizes
 
-    def read(self, reader: Any) -> tuple[list[Any], list[int], int]:
+    def fetch(self) -> tuple[list[Any], list[int]]:
         """The aggregators' fragments in order, and the lost ones' indices."""
-        fragments, lost = resolve_aggregated(self)
-        reader.learner.rows_sharded = self.total is not None
-        return fragments, [self.offset + i for i in lost], self.total or sum(self.sizes)
+        return resolve_aggregated(self)
+
+    def count(self) -> int:
+        """How many fragments the aggregators fetched."""
+        return sum(self.sizes)
 
 
 def shares(items: list[Any], count: int) -> list[list[Any]]:
