@@ -90,6 +90,8 @@ def main() -> None:
     parser.add_argument("--online-steps", type=int, default=0,
                         help="then this many env steps online (fit_online: the dataset in replay, exploring with "
                              "the algorithm's own sampling, one gradient step per env step)")
+    parser.add_argument("--online-eval-every", type=int, default=0,
+                        help="online, also evaluate greedily every this many env steps (their time left out)")
     args = parser.parse_args()
 
     import d3rlpy
@@ -143,11 +145,27 @@ def main() -> None:
         buffer = d3rlpy.dataset.ReplayBuffer(d3rlpy.dataset.InfiniteBuffer(), episodes=dataset.episodes)
         online_env = gym.make(args.env)
         online_env.reset(seed=args.seed)
+        online_curve: dict[int, float] = {}
+        eval_s = 0.0
+
+        def evaluate(algo_: object, epoch: int, total_step: int) -> None:  # (fit_online's callback, every step)
+            nonlocal eval_s
+            if args.online_eval_every and total_step % args.online_eval_every == 0:
+                begin = time.perf_counter()
+                online_curve[total_step] = greedy()
+                eval_s += time.perf_counter() - begin
+                print(f"d3rlpy {args.algorithm} seed {args.seed}: {total_step} env steps online, return "
+                      f"{online_curve[total_step]:.1f}", file=sys.stderr, flush=True)
+
         start = time.perf_counter()
         algo.fit_online(online_env, buffer, n_steps=args.online_steps, n_steps_per_epoch=1000, update_interval=1,
                         n_updates=1, update_start_step=0, save_interval=10**9, show_progress=False,
-                        logger_adapter=d3rlpy.logging.NoopAdapterFactory())
-        row.update(online_steps=args.online_steps, online_s=time.perf_counter() - start, online_return=greedy())
+                        logger_adapter=d3rlpy.logging.NoopAdapterFactory(), callback=evaluate)
+        online_s = time.perf_counter() - start - eval_s
+        if args.online_steps not in online_curve:
+            online_curve[args.online_steps] = greedy()
+        row.update(online_steps=args.online_steps, online_s=online_s, online_return=online_curve[args.online_steps],
+                   online_curve=online_curve)
     print(json.dumps(row))
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
         --minutes 5 --parallel --device cuda      # every run at once on a GPU machine: returns every 5k steps
     .venv/bin/python benchmarks/offline.py feed --task hopper --algorithm cql    # Ray Data vs in-memory batches
     .venv/bin/python benchmarks/offline.py online --seeds 0,1 --steps 10000 --online-steps 10000 \
-        --d3rlpy /tmp/d3rlpy-venv/bin/python                  # IQL offline, then online, beside d3rlpy's
+        --eval-every 1000 --d3rlpy /tmp/d3rlpy-venv/bin/python  # IQL offline, then online, beside d3rlpy's
 
 Datasets (benchmarks/data/, never committed; recorded again, bit for bit, by ``record``) come from committed
 behaviour policies: CartPole-v1, a hand-written controller taking a random action 20% of the time (near-expert);
@@ -142,8 +142,9 @@ def greedy_return(env_id: str, policy) -> float:
 
 def online(args: argparse.Namespace) -> None:
     """Per seed: IQL offline for ``--steps`` gradient steps on the Pendulum dataset, then online for
-    ``--online-steps`` env steps with the dataset in replay; herdrl, then (``--d3rlpy``) d3rlpy's ``fit_online``
-    on the same settings, one after the other; greedy returns after each phase, one table."""
+    ``--online-steps`` env steps with the dataset in replay, greedily evaluated every ``--eval-every`` env steps;
+    herdrl, then (``--d3rlpy``) d3rlpy's ``fit_online`` on the same settings, one after the other; one table (the
+    mean of each run's online evaluations: one 10-episode evaluation alone is mostly noise here)."""
     from herdrl.offline import open_dataset
     from herdrl.offline.record import record_controller
 
@@ -156,11 +157,11 @@ def online(args: argparse.Namespace) -> None:
     random = random_return(spec["env"])
     rows = []
     for seed in [int(s) for s in args.seeds.split(",")]:
-        rows.append(herdrl_online(seed, args.steps, args.online_steps))
+        rows.append(herdrl_online(seed, args.steps, args.online_steps, args.eval_every, args.log_std_init))
         print(json.dumps(rows[-1]), flush=True)
         if args.d3rlpy:
             command = [*d3rlpy_command(args.d3rlpy, "pendulum", "iql", seed, args.steps),
-                       "--online-steps", str(args.online_steps)]
+                       "--online-steps", str(args.online_steps), "--online-eval-every", str(args.eval_every)]
             row = finished("d3rlpy", subprocess.run(command, capture_output=True, text=True, check=False))
             if row is not None:
                 rows.append(row)
@@ -170,24 +171,38 @@ def online(args: argparse.Namespace) -> None:
         return f"{value:.1f} ({100 * (value - random) / (behaviour - random):.0f})"
 
     print(f"\nIQL on {spec['dataset']} (behaviour {behaviour:.1f}, random {random:.1f}): {args.steps:,} gradient "
-          f"steps offline, then {args.online_steps:,} env steps online (one gradient step each)")
-    print("| tool | seed | greedy return offline (score) | after online (score) | offline s | online s |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+          f"steps offline, then {args.online_steps:,} env steps online (one gradient step each), evaluated every "
+          f"{args.eval_every:,}")
+    print("| tool | seed | offline (score) | online: mean of evaluations (score) | online: last (score) | "
+          "online: best | offline s | online s |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
-        print(f"| {row['tool']} | {row['seed']} | {score(row['return_mean'])} | {score(row['online_return'])} | "
-              f"{row['train_s']:.0f} | {row['online_s']:.0f} |")
+        curve = list(row["online_curve"].values())
+        print(f"| {row['tool']} | {row['seed']} | {score(row['return_mean'])} | {score(float(np.mean(curve)))} | "
+              f"{score(curve[-1])} | {max(curve):.1f} | {row['train_s']:.0f} | {row['online_s']:.0f} |")
+    for tool in sorted({row["tool"] for row in rows}):
+        means = [float(np.mean(list(row["online_curve"].values()))) for row in rows if row["tool"] == tool]
+        gains = [float(np.mean(list(row["online_curve"].values()))) - row["return_mean"] for row in rows
+                 if row["tool"] == tool]
+        print(f"{tool}: median over seeds of the online mean {statistics.median(means):.1f}, of its gain over "
+              f"offline {statistics.median(gains):+.1f}")
+    for row in rows:
+        print(f"{row['tool']} seed {row['seed']} curve: " + ", ".join(f"{v:.0f}" for v in row["online_curve"].values()))
 
 
-def herdrl_online(seed: int, steps: int, online_steps: int) -> dict:
+def herdrl_online(seed: int, steps: int, online_steps: int, eval_every: int, log_std_init: float | None = None) -> dict:
     """herdrl's IQL offline for ``steps`` gradient steps, then ``online=True`` from that checkpoint (the dataset in
-    replay, runners exploring with IQL's actor, ``training_intensity`` 256: a gradient step per env step)."""
+    replay, runners exploring with IQL's actor, ``training_intensity`` 256: a gradient step per env step), evaluated
+    greedily at each iteration that passes a multiple of ``eval_every`` env steps (the evaluations' time left out;
+    ``log_std_init``: the actor's starting log std, else IQL's default)."""
     import tempfile
 
     from herdrl.algorithms.iql import IQLConfig
 
     torch_threads()
     spec, settings = TASKS["pendulum"], SETTINGS["iql"]
-    model = {"fcnet_hiddens": settings["hidden"], "fcnet_activation": "relu"}
+    model = {"fcnet_hiddens": settings["hidden"], "fcnet_activation": "relu",
+             **({"log_std_init": log_std_init} if log_std_init is not None else {})}
     base = (IQLConfig().offline_data(input_=str(DATA / spec["dataset"])).environment(spec["env"])
             .training(lr=settings["lr"], train_batch_size=settings["batch"], model=model).debugging(seed=seed))
     offline = base.copy().training(updates_per_iteration=steps, updates_per_call=1000).build()
@@ -197,16 +212,22 @@ def herdrl_online(seed: int, steps: int, online_steps: int) -> dict:
     before = greedy_return(spec["env"], offline.get_policy())
     checkpoint = offline.save(Path(tempfile.mkdtemp()) / "checkpoint_000001")
     offline.stop()
-    algo = base.copy().training(online=True, init_from=str(checkpoint), min_sample_timesteps_per_iteration=1000,
+    algo = base.copy().training(online=True, init_from=str(checkpoint),
+                                min_sample_timesteps_per_iteration=min(1000, eval_every),
                                 training_intensity=256.0).evaluation(evaluation_interval=1000).build()
-    start = time.perf_counter()
+    online_s, curve = 0.0, {}
     while algo.env_steps_lifetime < online_steps:
+        start = time.perf_counter()
         algo.train()
-    online_s = time.perf_counter() - start
-    after = greedy_return(spec["env"], algo.get_policy())
+        online_s += time.perf_counter() - start
+        if algo.env_steps_lifetime // eval_every > len(curve) or algo.env_steps_lifetime >= online_steps:
+            curve[algo.env_steps_lifetime] = greedy_return(spec["env"], algo.get_policy())
+            print(f"herdrl iql seed {seed}: {algo.env_steps_lifetime} env steps online, return "
+                  f"{curve[algo.env_steps_lifetime]:.1f}", file=sys.stderr, flush=True)
     algo.stop()
     return {"tool": "herdrl", "algorithm": "iql", "seed": seed, "steps": steps, "return_mean": before,
-            "train_s": offline_s, "online_steps": online_steps, "online_s": online_s, "online_return": after}
+            "train_s": offline_s, "online_steps": online_steps, "online_s": online_s,
+            "online_return": curve[max(curve)], "online_curve": curve}
 
 
 def d3rlpy_command(python: str, task: str, algorithm: str, seed: int, steps: int, device: str = "cpu",
@@ -380,6 +401,9 @@ def main() -> None:
     n.add_argument("--d3rlpy", default=None, help="d3rlpy's python: its fit_online after each herdrl run")
     n.add_argument("--steps", type=int, default=10_000)
     n.add_argument("--online-steps", type=int, default=10_000)
+    n.add_argument("--eval-every", type=int, default=1000, help="evaluate greedily every this many env steps")
+    n.add_argument("--log-std-init", type=float, default=None,
+                   help="herdrl's IQL actor's starting log std (default IQL's, 0, the paper's; d3rlpy's: -1.5)")
     o = sub.add_parser("one")
     o.add_argument("--task", choices=sorted(TASKS), required=True)
     o.add_argument("--algorithm", required=True)
