@@ -754,9 +754,7 @@ class AlgorithmConfig:
                    else "shards multi-agent fragments not yet" if self.is_multi_agent
                    else "shards with value normalisation not yet" if getattr(self, "value_normalization", False)
                    else "needs learner actors (num_learners >= 2) to shard between" if self.num_learners < 2
-                   else "shards the fragments of Ray runners: set num_env_runners >= num_learners"
-                   if self.num_env_runners < self.num_learners
-                   else None)
+                   else self.unshardable_updates())
             if why:
                 raise ConfigError(f"shard_fragments=True: {self.algo_name} {why}; leave it off")
         if self.num_aggregator_actors_per_learner and self.stores_raw_transitions:
@@ -923,6 +921,13 @@ class AlgorithmConfig:
     def total_envs(self) -> int:
         """Envs stepping in parallel across all runners (the driver counts as one runner at 0)."""
         return max(self.num_env_runners, 1) * self.num_envs_per_env_runner
+
+    def unshardable_updates(self) -> str | None:
+        """Why ``shard_fragments`` would never shard this run's updates (too few fragments in each to give every
+        learner its own), or None. An update samples one fragment from each runner."""
+        if self.num_env_runners < self.num_learners:
+            return "shards the fragments of Ray runners: set num_env_runners >= num_learners"
+        return None
 
     def fragment_length(self) -> int:
         """Steps per env per ``sample()`` call, resolving ``"auto"`` from ``train_batch_size``."""

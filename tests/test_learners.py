@@ -173,8 +173,8 @@ def test_a2c_and_sac_split_their_updates_between_two_learners():
 def _sharded_and_single_update(config, learner_class, update_args: tuple, monkeypatch, places=None, updates=1):
     """``updates`` updates on 3 fragments (3 envs x 32 steps) by 2 learner actors with shard_fragments (learner 0
     fetches 2, learner 1 one) and by one learner from the same weights: (sharded weights, single weights, the single
-    update's metrics). ``places``: the minibatches of 2 passes given to the single learner in its own rows (see
-    below)."""
+    update's metrics, each rank's state, the single learner's state). ``places``: the minibatches of 2 passes given
+    to the single learner in its own rows (see below)."""
     from herdrl.rollout.transport import FragmentInput
 
     config = (config.environment("CartPole-v1").env_runners(num_env_runners=2, num_envs_per_env_runner=3)
@@ -188,7 +188,7 @@ def _sharded_and_single_update(config, learner_class, update_args: tuple, monkey
     refs = FragmentInput([ray.put(f) for f in fragments])
     for _ in range(updates):
         split = group.update(refs, *update_args)
-    sharded = group.get_weights()
+    sharded, ranks = group.get_weights(), group.call("state")
     group.stop()
     with monkeypatch.context() as patch:
         if places is not None:  # the whole batch's minibatches, drawn over the shares end to end, in its own rows
@@ -199,8 +199,9 @@ def _sharded_and_single_update(config, learner_class, update_args: tuple, monkey
                 patch.setattr(module, "minibatches", lambda *args: epochs.pop(0))
         for _ in range(updates):
             single = one.update(fragments, *update_args)
-    assert split.get("num_gradient_updates") == single.get("num_gradient_updates")
-    return sharded, one.get_weights(), single
+    for key in [key for key in ("num_gradient_updates", "num_gradient_steps") if key in single]:  # (A2C: one)
+        assert split[key] == single[key]
+    return sharded, one.get_weights(), single, ranks, one.state()
 
 
 def test_learners_sharing_out_the_fragments_step_on_the_union_of_their_minibatches(monkeypatch):
@@ -220,21 +221,29 @@ def test_learners_sharing_out_the_fragments_step_on_the_union_of_their_minibatch
     for model, where in (({"fcnet_hiddens": [64, 64]}, places),
                          ({"use_lstm": True, "lstm_cell_size": 16, "max_seq_len": 8}, None)):
         config = PPOConfig().training(train_batch_size=288, minibatch_size=40, num_epochs=2, model=model)
-        sharded, single, metrics = _sharded_and_single_update(config, PPOLearner, (7,), monkeypatch, where)
+        sharded, single, metrics, _, _ = _sharded_and_single_update(config, PPOLearner, (7,), monkeypatch, where)
         assert metrics["num_gradient_updates"] >= 2 * 6 and _max_diff(sharded, single) < 1e-5
     config = A2CConfig().training(normalize_advantages=True, train_batch_size=288)
-    sharded, single, _ = _sharded_and_single_update(config, A2CLearner, (), monkeypatch)
+    sharded, single, *_ = _sharded_and_single_update(config, A2CLearner, (), monkeypatch)
     assert _max_diff(sharded, single) < 1e-6
-    # IMPALA (V-trace along each env's own steps, afresh for each minibatch): 2 passes of minibatches of ~40.
-    config = IMPALAConfig().training(train_batch_size=288, minibatch_size=40, model={"fcnet_hiddens": [64, 64]})
-    sharded, single, metrics = _sharded_and_single_update(config, IMPALALearner, (2, 7), monkeypatch, places)
-    assert metrics["num_gradient_steps"] >= 2 * 6 and _max_diff(sharded, single) < 1e-5
+    # IMPALA (V-trace along each env's own steps, afresh for each minibatch): 2 passes of minibatches of ~40; an
+    # LSTM's sequences (max_seq_len 8) are the shares' end to end already.
+    for model, where in (({"fcnet_hiddens": [64, 64]}, places),
+                         ({"use_lstm": True, "lstm_cell_size": 16, "max_seq_len": 8}, None)):
+        config = IMPALAConfig().training(train_batch_size=288, minibatch_size=40, model=model)
+        sharded, single, metrics, _, _ = _sharded_and_single_update(config, IMPALALearner, (2, 7), monkeypatch, where)
+        assert metrics["num_gradient_steps"] >= 2 * 6 and _max_diff(sharded, single) < 1e-5
     # APPO, 2 updates of 2 whole-batch passes: the old policy is refreshed after the first (500 env steps of the
-    # 576 trained), when the env steps of both shares are counted (either share's alone are fewer than 500).
+    # 576 trained), when the env steps of both shares are counted (either share's alone are fewer than 500); both
+    # ranks keep the single learner's old policy and count.
     config = APPOConfig().training(train_batch_size=288, target_network_update_freq=500,
                                    model={"fcnet_hiddens": [64, 64]})
-    sharded, single, metrics = _sharded_and_single_update(config, APPOLearner, (2, 7), monkeypatch, updates=2)
+    sharded, single, metrics, ranks, state = _sharded_and_single_update(config, APPOLearner, (2, 7), monkeypatch,
+                                                                        updates=2)
     assert metrics["num_gradient_steps"] == 2 and _max_diff(sharded, single) < 1e-5
+    for rank in ranks:
+        assert rank["trained_since_refresh"] == state["trained_since_refresh"] > 0
+        assert _max_diff(rank["old"], state["old"]) < 1e-5
 
 
 def test_learner_settings_are_checked():
@@ -247,6 +256,14 @@ def test_learner_settings_are_checked():
     with pytest.raises(ConfigError, match="shard_fragments=True: DQN learns from replayed batches, not fragments"):
         (DQNConfig().environment("CartPole-v1").env_runners(num_env_runners=2)
          .learners(num_learners=2, shard_fragments=True).validate())
+    with pytest.raises(ConfigError, match=r"shard_fragments=True: IMPALA learns on 2 fragment\(s\) per update "
+                                          r"\(train_batch_size 800 over 400 env steps per fragment\), fewer than "
+                                          r"num_learners=4: raise train_batch_size"):
+        (IMPALAConfig().environment("CartPole-v1").env_runners(num_env_runners=1)
+         .learners(num_learners=4, shard_fragments=True).validate())
+    with pytest.raises(ConfigError, match="shard_fragments=True: APPO shards the fragments of Ray runners: set "
+                                          "num_env_runners >= 1"):
+        APPOConfig().environment("CartPole-v1").learners(num_learners=2, shard_fragments=True).validate()
     with pytest.raises(ConfigError, match="shard_fragments=True: TRPO learns on its fragments as one batch"):
         TRPOConfig().environment("CartPole-v1").learners(num_learners=1, shard_fragments=True).validate()
     with pytest.raises(ConfigError, match="shard_fragments=True: PPO shards the fragments of Ray runners"):

@@ -87,6 +87,22 @@ class IMPALAConfig(AlgorithmConfig):
         """Steps per env per fragment (``auto``: 50)."""
         return 50 if self.rollout_fragment_length == "auto" else int(self.rollout_fragment_length)
 
+    def fragments_per_update(self) -> int:
+        """The fragments each update learns on (whichever runners they come from): ``train_batch_size`` over the
+        env steps of one fragment, rounded up."""
+        return -(-self.train_batch_size // (self.num_envs_per_env_runner * self.fragment_length()))
+
+    def unshardable_updates(self) -> str | None:
+        """(``shard_fragments``) Each update must hold a fragment for every learner, from Ray runners."""
+        if self.num_env_runners < 1:
+            return "shards the fragments of Ray runners: set num_env_runners >= 1"
+        count = self.fragments_per_update()
+        if count < self.num_learners:
+            return (f"learns on {count} fragment(s) per update (train_batch_size {self.train_batch_size} over "
+                    f"{self.num_envs_per_env_runner * self.fragment_length()} env steps per fragment), fewer than "
+                    f"num_learners={self.num_learners}: raise train_batch_size or shorten rollout_fragment_length")
+        return None
+
     @classmethod
     def algo_class(cls) -> type:
         """:class:`IMPALA`."""
@@ -263,8 +279,7 @@ class IMPALA(Algorithm):
         updates (or ``min_time_s_per_iteration`` seconds) are done."""
         cfg = self.config
         start, learn_time = time.perf_counter(), 0.0
-        fragment_steps = cfg.num_envs_per_env_runner * cfg.fragment_length()
-        per_batch = -(-cfg.train_batch_size // fragment_steps)  # fragments per train batch
+        per_batch = cfg.fragments_per_update()
         capacity = cfg.circular_buffer_num_batches * per_batch
         updates, gradient_steps, trained = 0, 0, 0
         broadcasts, dropped = self.num_broadcasts, self.sampler.num_dropped

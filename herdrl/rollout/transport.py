@@ -130,14 +130,14 @@ class FragmentInput(list, LearnerInput):
         one learner's share (``rows_sharded``)."""
         fragments, lost = self.fetch()
         reader.learner.rows_sharded = self.total is not None
-        return fragments, [self.offset + i for i in lost], self.total or self.count()
+        return fragments, [self.offset + i for i in lost], self.total or self.fragment_count()
 
     def fetch(self) -> tuple[list[Any], list[int]]:
         """The fragments, in order, and the indices of the lost ones in this input."""
         return resolve(self)
 
-    def count(self) -> int:
-        """How many fragments this input stands for."""
+    def fragment_count(self) -> int:
+        """How many fragments this input stands for (not ``list.count``, which this list keeps)."""
         return len(self)
 
 
@@ -153,7 +153,7 @@ class AggregatedInput(FragmentInput):
         """The aggregators' fragments in order, and the lost ones' indices."""
         return resolve_aggregated(self)
 
-    def count(self) -> int:
+    def fragment_count(self) -> int:
         """How many fragments the aggregators fetched."""
         return sum(self.sizes)
 
