@@ -178,12 +178,13 @@ def online(args: argparse.Namespace) -> None:
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         curve = list(row["online_curve"].values())
-        print(f"| {row['tool']} | {row['seed']} | {score(row['return_mean'])} | {score(float(np.mean(curve)))} | "
+        row["online_mean"] = float(np.mean(curve))
+        print(f"| {row['tool']} | {row['seed']} | {score(row['return_mean'])} | {score(row['online_mean'])} | "
               f"{score(curve[-1])} | {max(curve):.1f} | {row['train_s']:.0f} | {row['online_s']:.0f} |")
     for tool in sorted({row["tool"] for row in rows}):
-        means = [float(np.mean(list(row["online_curve"].values()))) for row in rows if row["tool"] == tool]
-        gains = [float(np.mean(list(row["online_curve"].values()))) - row["return_mean"] for row in rows
-                 if row["tool"] == tool]
+        mine = [row for row in rows if row["tool"] == tool]
+        means = [row["online_mean"] for row in mine]
+        gains = [row["online_mean"] - row["return_mean"] for row in mine]
         print(f"{tool}: median over seeds of the online mean {statistics.median(means):.1f}, of its gain over "
               f"offline {statistics.median(gains):+.1f}")
     for row in rows:
