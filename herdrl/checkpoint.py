@@ -31,6 +31,7 @@ import shutil
 import socket
 import stat
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +230,11 @@ def env_to_make(meta: dict[str, Any], given: str | None = None) -> str | None:
     return stored
 
 
+#: Algorithms whose critics take a Box action as input (model ``critic_unit_actions``); their actors squash Box
+#: actions with tanh into the bounds.
+BOX_CRITICS = ("SAC", "TD3", "DDPG", "CQL", "IQL")
+
+
 def checkpoint_config(meta: dict[str, Any], env: str | None = None, makes_env: bool = True) -> dict[str, Any]:
     """The config a checkpoint was trained with, ready for ``from_dict``: site keys (:data:`SITE_KEYS`) dropped
     (a warning names any a file set), older formats migrated to today's meaning of each key.
@@ -265,7 +271,33 @@ def checkpoint_config(meta: dict[str, Any], env: str | None = None, makes_env: b
         # Before encoders (format 3), every observation was flattened and cast as it was: keep that network. (A
         # config that names conv_filters was written by the encoder code already, still stamped format 2.)
         config["model"] = {**model, "obs_encoding": "flat"}
+    if (meta.get("algorithm") in BOX_CRITICS and isinstance(config.get("model"), dict)
+            and "critic_unit_actions" not in config["model"]):
+        # Before the key, these critics saw actions in the env's units: keep them so.
+        config["model"] = {**config["model"], "critic_unit_actions": False}
     return get_config_class(meta["algorithm"]).migrate_checkpoint_config(config, version, meta["spaces"])
+
+
+def critic_units_clash(meta: dict[str, Any], algo_name: str, model: dict[str, Any], action_space: gym.Space
+                       ) -> str | None:
+    """Why the critics of checkpoint ``meta`` would misread the actions of a run of ``algo_name`` with ``model`` on
+    ``action_space`` (a mapping: each policy's): they saw actions in other units (``critic_unit_actions``, absent
+    from checkpoints written before the key: the env's units). None when they read them alike (or the bounds are
+    [-1, 1] already)."""
+    if meta.get("algorithm") not in BOX_CRITICS or algo_name not in BOX_CRITICS:
+        return None
+    spaces = action_space.values() if isinstance(action_space, Mapping) else [action_space]  # (per policy)
+    if not any(isinstance(space, gym.spaces.Box) and not ((space.low == -1).all() and (space.high == 1).all())
+               for space in spaces):
+        return None
+    theirs = meta["config"].get("model") if isinstance(meta.get("config"), dict) else None
+    theirs = isinstance(theirs, dict) and bool(theirs.get("critic_unit_actions"))
+    ours = bool(model.get("critic_unit_actions"))
+    if theirs == ours:
+        return None
+    units = {True: "in [-1, 1]", False: "in the env's units"}
+    return (f"its critics saw actions {units[theirs]}, this run's see them {units[ours]}: set model "
+            f"critic_unit_actions={theirs}")
 
 
 def read_meta(path: Path) -> dict[str, Any]:

@@ -151,6 +151,9 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "custom_encoder": None,  # a herdrl.register_encoder name
     "custom_encoder_config": {},
     "obs_encoding": "auto",  # "flat": every observation flattened as it is, no CNN (checkpoints of format <= 2)
+    # SAC, TD3/DDPG, CQL and IQL: critics see actions mapped from the Box bounds into [-1, 1] (as SB3's do);
+    # False: in the env's units (checkpoints written before this key).
+    "critic_unit_actions": True,
 }
 ACTIVATIONS = ("tanh", "relu", "elu", "gelu", "silu", "swish", "linear")
 
@@ -836,8 +839,9 @@ class AlgorithmConfig:
                 raise ConfigError(f"model key '{key}' got {model[key]!r}; expected an int > 0")
         if (model["lstm_use_prev_action"] or model["lstm_use_prev_reward"]) and not model["use_lstm"]:
             raise ConfigError("model keys lstm_use_prev_action/lstm_use_prev_reward need use_lstm=True")
-        if not isinstance(model["free_log_std"], bool):
-            raise ConfigError(f"model key 'free_log_std' got {model['free_log_std']!r}; expected bool")
+        for key in ("free_log_std", "critic_unit_actions"):
+            if not isinstance(model[key], bool):
+                raise ConfigError(f"model key '{key}' got {model[key]!r}; expected bool")
         if model["vf_share_layers"] is not None and not isinstance(model["vf_share_layers"], bool):
             raise ConfigError(f"model key 'vf_share_layers' got {model['vf_share_layers']!r}; expected bool or None "
                               "(None: shared for image observations)")

@@ -8,7 +8,9 @@ advantages the policy first learns from come from a value that has seen its retu
 The observation filter's statistics come along when both runs filter observations; a source that filtered and a
 run that does not (or the other way round) is refused, as is a network whose policy weights do not all find their
 match (a different model config), and, on Box actions, an actor that squashes its actions with tanh (SAC, CQL,
-IQL, TD3, DDPG) started from one that does not, or the other way round.
+IQL, TD3, DDPG) started from one that does not, or the other way round. Critics that saw actions in the env's
+units (checkpoints written before model ``critic_unit_actions``) start a run whose critics see them in [-1, 1]
+(or the other way round) with their first layer rewritten to read the new units: the same Q values.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from herdrl.checkpoint import CheckpointError, read_meta, read_tensors, space_from_json
+from herdrl.checkpoint import (
+    BOX_CRITICS,
+    CheckpointError,
+    critic_units_clash,
+    read_meta,
+    read_tensors,
+    space_from_json,
+)
 
 logger = logging.getLogger("herdrl")
 
@@ -28,7 +37,7 @@ logger = logging.getLogger("herdrl")
 UNTRAINED_VALUE = ("BC",)
 #: Algorithms whose actor, on Box actions, puts its output through tanh into the bounds (the others' Gaussian mean
 #: is the action itself): weights of the same names and shapes mean different actions across the two groups.
-SQUASHING_ACTORS = ("SAC", "CQL", "IQL", "TD3", "DDPG")
+SQUASHING_ACTORS = BOX_CRITICS
 
 
 def _names_of(module: torch.nn.Module, params: Any) -> set[str]:
@@ -46,6 +55,30 @@ def policy_names(module: torch.nn.Module) -> set[str]:
     """The names of the module's policy (actor) parameters; empty when it has no separate policy (a Q-network)."""
     getter = getattr(module, "policy_parameters", None) or getattr(module, "actor_parameters", None)
     return set() if getter is None else _names_of(module, getter())
+
+
+def critics_in_our_units(weights: dict[str, torch.Tensor], module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``weights`` with the critics' made to read ``module``'s action input, where theirs saw actions in the other
+    units (the env's, or [-1, 1]: model ``critic_unit_actions``). A critic's first layer reads the action in its
+    last columns, and an action in one unit is an affine function of the same action in the other, so the change
+    folds into that layer exactly: the same Q value for the same action."""
+    scale, bias = module.action_scale.double().cpu(), module.action_bias.double().cpu()
+    if module.critic_unit_actions:  # theirs read ours * scale + bias
+        factor, shift = scale, bias
+    else:  # theirs read (ours - bias) / scale (a dimension with low == high: 0)
+        factor = torch.where(scale > 0, 1 / scale.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
+        shift = -bias * factor
+    converted, dim = dict(weights), module.action_dim
+    for critic in ("q1", "q2"):
+        layer = f"{critic}.mlp.0" if f"{critic}.mlp.0.weight" in weights else f"{critic}.head"
+        if f"{layer}.weight" not in weights or f"{layer}.bias" not in weights:
+            continue
+        weight, layer_bias = weights[f"{layer}.weight"], weights[f"{layer}.bias"]
+        reads_action = weight.double()[:, -dim:]
+        converted[f"{layer}.weight"] = torch.cat([weight.double()[:, :-dim], reads_action * factor], dim=1).to(
+            weight.dtype)
+        converted[f"{layer}.bias"] = (layer_bias.double() + reads_action @ shift).to(layer_bias.dtype)
+    return converted
 
 
 def load_initial_weights(algo: Any) -> int:
@@ -73,6 +106,8 @@ def load_initial_weights(algo: Any) -> int:
     skip = values if meta["algorithm"] in UNTRAINED_VALUE else set()
     matched = {key: value for key, value in source.items()
                if key in target and key not in skip and tuple(value.shape) == tuple(target[key].shape)}
+    if critic_units_clash(meta, config.algo_name, config.model, algo.action_space):
+        matched = critics_in_our_units(matched, algo.module)
     policy = policy_names(algo.module) or set(target)
     missing = sorted(policy - set(matched))
     if missing:

@@ -88,11 +88,12 @@ def test_critic_target_is_the_smaller_target_q_of_the_smoothed_target_action():
              "rewards": torch.as_tensor(rng.normal(size=16), dtype=torch.float32),
              "discounts": torch.full((16,), 0.99), "weights": torch.ones(16)}
     with torch.no_grad():
-        next_action = torch.tanh(learner.target.pi_head(learner.target.pi_encoder(batch["next_obs"]))) * 2.0
+        # The critics see actions in [-1, 1]: Pendulum's [-2, 2] halved (the target action before scaling).
+        next_action = torch.tanh(learner.target.pi_head(learner.target.pi_encoder(batch["next_obs"])))
         q1 = learner.target.q1(batch["next_obs"], next_action)
         q2 = learner.target.q2(batch["next_obs"], next_action)
         expected = batch["rewards"] + 0.99 * torch.minimum(q1, q2)
-        online = learner.module.q1(batch["obs"], batch["actions"])
+        online = learner.module.q1(batch["obs"], batch["actions"] / 2.0)
     _, parts = learner._critic_loss(batch)
     assert (q1 != q2).all()
     torch.testing.assert_close(parts["td_error"], expected - online)

@@ -112,11 +112,12 @@ class CQLLearner(OfflineUpdates, SACLearner):
         corrections = (torch.full((rows * n,), dim * math.log(2.0), device=uniform.device), -current_logp,
                        -following_logp)
         q_data = module.q_values(batch["obs"], batch["actions"])
+        inputs = [module.critic_action(actions) for actions in (random_actions, current, following)]
         total = torch.zeros((), device=uniform.device)
         for i, critic in enumerate(c for c in (module.q1, module.q2) if c is not None):
             # Every sample scored at s (those drawn at s' too), (rows * n) of each kind, row-major by state.
-            sampled = [(critic(obs, actions) + correction).view(rows, n) for actions, correction in
-                       zip((random_actions, current, following), corrections, strict=True)]
+            sampled = [(critic(obs, actions) + correction).view(rows, n)
+                       for actions, correction in zip(inputs, corrections, strict=True)]
             lse = torch.logsumexp(torch.cat(sampled, dim=1), dim=1)
             total = total + (lse - q_data[i]).mean()
         return total

@@ -192,7 +192,7 @@ class IQLModule(SACModule):
         finite and the weighted likelihood cannot drive the std to zero for them)."""
         mean, log_std = self.mean_log_std(obs)
         log_std = log_std.clamp(IQL_LOG_STD_MIN, IQL_LOG_STD_MAX)
-        scaled = (action - self.action_bias) / self.action_scale
+        scaled = self.unit_action(action)
         return (-0.5 * ((scaled - torch.tanh(mean)) / log_std.exp()).pow(2) - log_std
                 - 0.5 * math.log(2 * math.pi)).sum(-1)
 

@@ -23,7 +23,7 @@ from herdrl.config import MODEL_DEFAULTS, Field, shared_field
 from herdrl.models.actor_critic import box_scaling, mlp_blueprint, weight_views
 from herdrl.models.encoders import build_encoder, head, module_device, to_torch
 from herdrl.models.numpy_policy import MLPBlueprint, NoisyTanh
-from herdrl.models.sac_networks import QCritic, check_bounded_box
+from herdrl.models.sac_networks import BoxCritics, QCritic, check_bounded_box
 from herdrl.optim import Adam
 
 
@@ -78,8 +78,9 @@ class DDPGConfig(TD3Config):
         return DDPG
 
 
-class TD3Module(nn.Module):
-    """Actor (``pi_encoder``/``pi_head`` -> tanh, scaled to the Box) and critics ``q1`` (and ``q2``)."""
+class TD3Module(BoxCritics, nn.Module):
+    """Actor (``pi_encoder``/``pi_head`` -> tanh, scaled to the Box) and critics ``q1`` (and ``q2``) of actions in
+    the Box (seen in [-1, 1] with model ``critic_unit_actions``)."""
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, model_config: dict,
                  twin_q: bool = True, exploration_noise: float = 0.1, algo: str = "TD3") -> None:
@@ -95,6 +96,7 @@ class TD3Module(nn.Module):
         low, high = action_space.low.astype(np.float64).reshape(-1), action_space.high.astype(np.float64).reshape(-1)
         self.register_buffer("action_scale", torch.tensor((high - low) / 2, dtype=torch.float32))
         self.register_buffer("action_bias", torch.tensor((high + low) / 2, dtype=torch.float32))
+        self.critic_unit_actions = bool(model_config["critic_unit_actions"])
 
     def greedy(self, obs: Any) -> torch.Tensor:
         """The actor's action, in the Box bounds."""
@@ -108,10 +110,6 @@ class TD3Module(nn.Module):
             return action
         noisy = action + torch.randn_like(action) * self.exploration_noise * self.action_scale
         return torch.max(torch.min(noisy, self.action_bias + self.action_scale), self.action_bias - self.action_scale)
-
-    def q_values(self, obs: Any, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Q1 (and Q2) of actions in the env's units."""
-        return self.q1(obs, action), (self.q2(obs, action) if self.q2 is not None else None)
 
     def actor_parameters(self) -> list[nn.Parameter]:
         """The actor's parameters."""
@@ -193,7 +191,8 @@ class TD3Learner(OffPolicyLearner):
         return loss, {"loss": loss.detach(), "td_error": (target - q1).detach(), "q_mean": q1.detach().mean()}
 
     def _actor_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        loss = -self.module.q1(batch["obs"], self.module.greedy(batch["obs"])).mean()
+        module = self.module
+        loss = -module.q1(batch["obs"], module.critic_action(module.greedy(batch["obs"]))).mean()
         return loss, {"loss": loss.detach()}
 
     def extra_state(self) -> dict:

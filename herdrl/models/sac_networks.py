@@ -1,9 +1,11 @@
 """SAC's networks: a tanh-squashed Gaussian actor and twin Q critics, and the actor's numpy twin for runners.
 
 Actions live in the env's Box bounds: the actor samples u ~ N(mu, sigma), squashes a = tanh(u) into [-1, 1]
-and scales it to [low, high]; critics see the scaled action. Log-probabilities (and so the entropy that
-automatic tuning holds at ``target_entropy``) are those of the squashed action in [-1, 1], as in SB3 and
-RLlib: the target means the same for every env, whatever the units of its actions.
+and scales it to [low, high]; critics see that action mapped back into [-1, 1] (model ``critic_unit_actions``,
+the default, as SB3's, and d3rlpy's with its MinMaxActionScaler; False, in checkpoints written before the key:
+the env's units). Log-probabilities (and so the entropy that automatic tuning holds at ``target_entropy``) are
+those of the squashed action in [-1, 1], as in SB3 and RLlib: the target means the same for every env, whatever
+the units of its actions.
 """
 
 from __future__ import annotations
@@ -53,7 +55,32 @@ def check_bounded_box(action_space: gym.Space, algo: str) -> None:
                           "to finite bounds, or use PPO")
 
 
-class SACModule(LegacyNames):
+class BoxCritics:
+    """Critics ``q1`` (and ``q2``) of actions in a Box's bounds (SAC's, CQL's, IQL's and TD3's modules): with
+    ``critic_unit_actions`` they see the action mapped into [-1, 1] by ``action_scale`` and ``action_bias``."""
+
+    q1: QCritic
+    q2: QCritic | None
+    action_scale: torch.Tensor
+    action_bias: torch.Tensor
+    critic_unit_actions: bool
+
+    def unit_action(self, action: torch.Tensor) -> torch.Tensor:
+        """An action in the env's bounds mapped into [-1, 1] (a dimension with ``low == high`` to 0)."""
+        return (action - self.action_bias) / self.action_scale.clamp_min(torch.finfo(torch.float32).tiny)
+
+    def critic_action(self, action: torch.Tensor) -> torch.Tensor:
+        """What the critics see of an action in the env's bounds: it mapped into [-1, 1] (``critic_unit_actions``)
+        or as it is."""
+        return self.unit_action(action) if self.critic_unit_actions else action
+
+    def q_values(self, obs: Any, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Q1 (and Q2; None without twin critics) of actions in the env's bounds."""
+        action = self.critic_action(action)
+        return self.q1(obs, action), (self.q2(obs, action) if self.q2 is not None else None)
+
+
+class SACModule(BoxCritics, LegacyNames):
     """Actor (``pi_encoder``/``pi_head`` -> mean and log std) and critics ``q1``, ``q2`` on (obs, action)."""
 
     #: Weight names before encoders existed (checkpoint format <= 2) -> today's.
@@ -74,6 +101,7 @@ class SACModule(LegacyNames):
         # In float64, then float32: the half-range of a wide float32 Box is representable, its range may not be.
         self.register_buffer("action_scale", torch.tensor(((high64 - low64) / 2).reshape(-1), dtype=torch.float32))
         self.register_buffer("action_bias", torch.tensor(((high64 + low64) / 2).reshape(-1), dtype=torch.float32))
+        self.critic_unit_actions = bool(model_config["critic_unit_actions"])
 
     def mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The pre-squash Gaussian's mean and (clamped) log std."""
@@ -102,14 +130,10 @@ class SACModule(LegacyNames):
         """The log-probability :meth:`sample` gives a scaled ``action`` (one recorded in a dataset: IQL's actor
         imitates those), its squashed form clipped to ``1 - eps`` inside [-1, 1] so actions on a bound stay finite."""
         mean, log_std = self.mean_log_std(obs)
-        squashed = ((action - self.action_bias) / self.action_scale).clamp(-1 + eps, 1 - eps)
+        squashed = self.unit_action(action).clamp(-1 + eps, 1 - eps)
         u = torch.atanh(squashed)
         log_prob = (-0.5 * ((u - mean) / log_std.exp()).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         return log_prob - torch.log1p(-squashed.pow(2)).sum(-1)
-
-    def q_values(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Q1 (and Q2) of scaled actions."""
-        return self.q1(obs, action), (self.q2(obs, action) if self.q2 is not None else None)
 
     def actor_parameters(self) -> list[nn.Parameter]:
         """The actor's parameters."""
