@@ -93,10 +93,7 @@ class TD3Module(BoxCritics, nn.Module):
         self.pi_head = head(self.pi_encoder.out_dim, self.action_dim, 0.01)
         self.q1 = QCritic(observation_space, self.action_dim, model_config)
         self.q2 = QCritic(observation_space, self.action_dim, model_config) if twin_q else None
-        low, high = action_space.low.astype(np.float64).reshape(-1), action_space.high.astype(np.float64).reshape(-1)
-        self.register_buffer("action_scale", torch.tensor((high - low) / 2, dtype=torch.float32))
-        self.register_buffer("action_bias", torch.tensor((high + low) / 2, dtype=torch.float32))
-        self.critic_unit_actions = bool(model_config["critic_unit_actions"])
+        self.set_action_box(action_space, model_config)
 
     def greedy(self, obs: Any) -> torch.Tensor:
         """The actor's action, in the Box bounds."""

@@ -65,6 +65,15 @@ class BoxCritics:
     action_bias: torch.Tensor
     critic_unit_actions: bool
 
+    def set_action_box(self, action_space: gym.spaces.Box, model_config: dict) -> None:
+        """The Box's half-range and centre as buffers (``action_scale``, ``action_bias``), and whether the critics
+        see actions in [-1, 1] (model ``critic_unit_actions``)."""
+        low64, high64 = action_space.low.astype(np.float64), action_space.high.astype(np.float64)
+        # In float64, then float32: the half-range of a wide float32 Box is representable, its range may not be.
+        self.register_buffer("action_scale", torch.tensor(((high64 - low64) / 2).reshape(-1), dtype=torch.float32))
+        self.register_buffer("action_bias", torch.tensor(((high64 + low64) / 2).reshape(-1), dtype=torch.float32))
+        self.critic_unit_actions = bool(model_config["critic_unit_actions"])
+
     def unit_action(self, action: torch.Tensor) -> torch.Tensor:
         """An action in the env's bounds mapped into [-1, 1] (a dimension with ``low == high`` to 0)."""
         return (action - self.action_bias) / self.action_scale.clamp_min(torch.finfo(torch.float32).tiny)
@@ -91,17 +100,13 @@ class SACModule(BoxCritics, LegacyNames):
                  twin_q: bool = True) -> None:
         super().__init__()
         check_bounded_box(action_space, "SAC")
-        low64, high64 = action_space.low.astype(np.float64), action_space.high.astype(np.float64)
         self.discrete = False
         self.action_dim = int(np.prod(action_space.shape))
         self.pi_encoder = build_encoder(observation_space, model_config)
         self.pi_head = head(self.pi_encoder.out_dim, 2 * self.action_dim, 0.01)
         self.q1 = QCritic(observation_space, self.action_dim, model_config)
         self.q2 = QCritic(observation_space, self.action_dim, model_config) if twin_q else None
-        # In float64, then float32: the half-range of a wide float32 Box is representable, its range may not be.
-        self.register_buffer("action_scale", torch.tensor(((high64 - low64) / 2).reshape(-1), dtype=torch.float32))
-        self.register_buffer("action_bias", torch.tensor(((high64 + low64) / 2).reshape(-1), dtype=torch.float32))
-        self.critic_unit_actions = bool(model_config["critic_unit_actions"])
+        self.set_action_box(action_space, model_config)
 
     def mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The pre-squash Gaussian's mean and (clamped) log std."""
