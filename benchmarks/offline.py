@@ -98,9 +98,10 @@ def torch_threads() -> None:
 
 # -------------------------------------------------------------------------------------------------- one run
 def herdrl_run(task: str, algorithm: str, seed: int, steps: int, device: str = "cpu", eval_every: int = 0,
-               deadline: float = 0.0) -> dict:
+               deadline: float = 0.0, extra: dict | None = None) -> dict:
     """Train herdrl's ``algorithm`` for ``steps`` gradient steps on the task's dataset; evaluate greedily (also
-    every ``eval_every`` steps, into ``curve``; past the wall-clock ``deadline`` it stops at the next milestone)."""
+    every ``eval_every`` steps, into ``curve``; past the wall-clock ``deadline`` it stops at the next milestone).
+    ``extra``: config keys given on top of the shared settings (e.g. ``{"soft_q_backup": True}``)."""
     from herdrl.registry import get_config_class
 
     torch_threads()
@@ -113,6 +114,7 @@ def herdrl_run(task: str, algorithm: str, seed: int, steps: int, device: str = "
         "model": {"fcnet_hiddens": settings["hidden"], "fcnet_activation": "relu"}})
     if algorithm == "cql":
         config.update_from_dict({"target_network_update_freq": settings["target_update"]})
+    config.update_from_dict(extra or {})
     algo = config.build()
     train_s, done, curve = 0.0, 0, {}
     while done < steps and not (done and deadline and time.time() > deadline):  # (one chunk at least)
@@ -127,7 +129,7 @@ def herdrl_run(task: str, algorithm: str, seed: int, steps: int, device: str = "
     return_mean = curve[done] if eval_every else greedy_return(spec["env"], algo.get_policy())
     algo.stop()
     return {"tool": "herdrl", "algorithm": algorithm, "seed": seed, "steps": done, "return_mean": return_mean,
-            "train_s": train_s, "curve": curve}
+            "train_s": train_s, "curve": curve, **({"config": extra} if extra else {})}
 
 
 def greedy_return(env_id: str, policy) -> float:
@@ -245,10 +247,11 @@ def d3rlpy_command(python: str, task: str, algorithm: str, seed: int, steps: int
 
 
 def herdrl_command(task: str, algorithm: str, seed: int, steps: int, device: str = "cpu", eval_every: int = 0,
-                   deadline: float = 0.0) -> list[str]:
+                   deadline: float = 0.0, extra: str = "") -> list[str]:
     """The command of herdrl's run (this script's ``one``), in a fresh process."""
     return [sys.executable, __file__, "one", "--task", task, "--algorithm", algorithm, "--seed", str(seed),
-            "--steps", str(steps), "--device", device, "--eval-every", str(eval_every), "--deadline", str(deadline)]
+            "--steps", str(steps), "--device", device, "--eval-every", str(eval_every), "--deadline", str(deadline),
+            "--herdrl-config", extra]
 
 
 def finished(tool: str, out: subprocess.CompletedProcess) -> dict | None:
@@ -288,7 +291,8 @@ def compare(args: argparse.Namespace) -> None:
     runs = [(tool, algorithm, seed) for algorithm in args.algorithms.split(",")
             for seed in [int(s) for s in args.seeds.split(",")] for tool in ("herdrl", "d3rlpy")
             if not (tool == "d3rlpy" and seed not in args.d3rlpy_seeds)]
-    commands = [herdrl_command(args.task, algorithm, seed, args.steps, args.device, args.eval_every, deadline)
+    commands = [herdrl_command(args.task, algorithm, seed, args.steps, args.device, args.eval_every, deadline,
+                               args.herdrl_config)
                 if tool == "herdrl" else
                 d3rlpy_command(args.d3rlpy, args.task, algorithm, seed, args.steps, args.device, args.eval_every,
                                deadline) for tool, algorithm, seed in runs]
@@ -393,6 +397,8 @@ def main() -> None:
     c.add_argument("--parallel", action="store_true", help="every run at once (returns only, not timings)")
     c.add_argument("--minutes", type=float, default=0.0,
                    help="stop each run at the first milestone after this many minutes (with --eval-every)")
+    c.add_argument("--herdrl-config", default="", help="JSON: config keys for herdrl's runs on top of the shared "
+                   "settings, e.g. '{\"soft_q_backup\": true}'")
     f = sub.add_parser("feed")
     f.add_argument("--task", choices=sorted(TASKS), default="hopper")
     f.add_argument("--algorithm", default="cql")
@@ -413,6 +419,7 @@ def main() -> None:
     o.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     o.add_argument("--eval-every", type=int, default=0)
     o.add_argument("--deadline", type=float, default=0.0)
+    o.add_argument("--herdrl-config", default="")
     args = parser.parse_args()
     if args.command == "compare":
         if args.eval_every and args.steps % args.eval_every:
@@ -431,7 +438,7 @@ def main() -> None:
         online(args)
     else:
         print(json.dumps(herdrl_run(args.task, args.algorithm, args.seed, args.steps, args.device, args.eval_every,
-                                    args.deadline)))
+                                    args.deadline, json.loads(args.herdrl_config) if args.herdrl_config else None)))
 
 
 if __name__ == "__main__":

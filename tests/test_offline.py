@@ -505,6 +505,62 @@ def test_continuous_cql_estimates_the_log_integral_of_exp_q_over_the_action_box(
     assert penalty == pytest.approx(expected, rel=0.03), (penalty, expected)
 
 
+@pytest.mark.parametrize("soft", [False, True])
+def test_continuous_cqls_critics_back_up_min_q_and_the_entropy_term_only_when_asked(tmp_path, soft):
+    """The target of each critic, against a hand computation with the actor's next action and its log-probability
+    fixed: r + discount * min(target Q1, target Q2)(s', a'), minus discount * alpha * log pi(a'|s') with
+    ``soft_q_backup=True`` only (the CQL paper's Equation 3 and d3rlpy back up min Q alone)."""
+    from herdrl.algorithms.cql import CQLConfig
+
+    pendulum_dataset(tmp_path / "pendulum", 1)
+    algo = (CQLConfig().offline_data(input_=str(tmp_path / "pendulum"))
+            .training(soft_q_backup=soft, model={"fcnet_hiddens": [16]}).debugging(seed=0).build())
+    learner = algo.learner
+    batch = {k: torch.as_tensor(v) for k, v in algo.draw(8).items()}
+    batch["discounts"] = torch.linspace(0.5, 0.99, 8)  # (one per row, so a wrong pairing shows)
+    batch["weights"] = torch.ones(8)
+    rng = torch.Generator().manual_seed(1)
+    next_action, next_logp = torch.rand(8, 1, generator=rng) * 4 - 2, torch.rand(8, generator=rng) * 3 + 1
+    learner.module.sample = lambda obs: (next_action, next_logp)
+    alpha = torch.tensor(0.7)
+    with torch.no_grad():
+        # Independent of the module's own q_values: each critic called on the [-1, 1] action by hand.
+        unit = (next_action + 0.0) / 2.0  # Pendulum's Box is [-2, 2]
+        tq = torch.min(learner.target.q1(batch["next_obs"], unit), learner.target.q2(batch["next_obs"], unit))
+        q1 = learner.module.q1(batch["obs"], batch["actions"] / 2.0)
+        _, stats = learner._critic_loss(batch, alpha)
+    algo.stop()
+    expected = batch["rewards"] + batch["discounts"] * (tq - (alpha * next_logp if soft else 0.0))
+    torch.testing.assert_close(stats["td_error"] + q1, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_cql_checkpoint_from_before_soft_q_backup_keeps_backing_up_the_soft_value(tmp_path):
+    """A checkpoint whose config lacks the key (written before it) resumes with SAC's soft backup, as it was
+    trained; one that names it keeps its value."""
+    import json
+
+    from herdrl import Algorithm
+    from herdrl.algorithms.cql import CQLConfig
+
+    pendulum_dataset(tmp_path / "pendulum", 1)
+    algo = (CQLConfig().offline_data(input_=str(tmp_path / "pendulum"))
+            .training(updates_per_iteration=2, model={"fcnet_hiddens": [16]}).debugging(seed=0).build())
+    algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    meta_file = next(p for p in tmp_path.joinpath("ckpt").rglob("checkpoint.json"))
+    meta = json.loads(meta_file.read_text())
+    assert meta["config"]["soft_q_backup"] is False
+    restored = Algorithm.from_checkpoint(path)
+    assert restored.config.soft_q_backup is False
+    restored.stop()
+    del meta["config"]["soft_q_backup"]
+    meta_file.write_text(json.dumps(meta))
+    restored = Algorithm.from_checkpoint(path)
+    assert restored.config.soft_q_backup is True
+    restored.stop()
+
+
 def small_iql(data, env: str, updates: int):
     """IQL (expectile 0.8, beta 2, max weight 5) with 64x64 networks on ``data``, evaluated in ``env``."""
     from herdrl.algorithms.iql import IQLConfig

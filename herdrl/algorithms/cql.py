@@ -7,7 +7,8 @@ actions in general and up on the dataset's own:
 
 - Continuous actions (CQL(H) on SAC: the squashed-Gaussian actor, twin critics, entropy tuning): the logsumexp
   over all actions is estimated from ``num_actions`` uniform random actions and ``num_actions`` of the actor's at
-  s and at s', each corrected by its own density (importance sampling, as in the paper's code and d3rlpy).
+  s and at s', each corrected by its own density (importance sampling, as in the paper's code and d3rlpy). The
+  critics back up min Q(s', a') without SAC's entropy term (the paper's Equation 3; ``soft_q_backup=True`` adds it).
 - Discrete actions (on DQN: double Q, Huber loss, hard target copies every ``target_network_update_freq``
   gradient steps): the logsumexp is exact, over the actions an ``action_mask`` allows.
 """
@@ -15,6 +16,7 @@ actions in general and up on the dataset's own:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -40,6 +42,10 @@ class CQLConfig(OfflineConfig):
                                   "discrete (d3rlpy's)"),
         "num_actions": Field(10, (int,), "training", low=1,
                              doc="continuous: actions sampled per state (each kind) to estimate the logsumexp"),
+        "soft_q_backup": Field(False, (bool,), "training",
+                               doc="continuous: the critics back up SAC's soft value of s' (min Q - alpha log pi); "
+                                   "False: min Q alone, as the CQL paper's Equation 3 and d3rlpy (checkpoints "
+                                   "from before the key keep True)"),
         "initial_alpha": Field(1.0, (float,), "training", low=0, low_open=True,
                                doc="continuous: initial entropy weight (SAC's)"),
         "target_entropy": Field("auto", (str, float), "training", doc="continuous: SAC's; 'auto': -action dims"),
@@ -55,6 +61,12 @@ class CQLConfig(OfflineConfig):
         super().validate_algorithm()
         if isinstance(self.target_entropy, str) and self.target_entropy != "auto":
             raise ConfigError(f"config key 'target_entropy' got {self.target_entropy!r}; expected 'auto' or a float")
+
+    @classmethod
+    def migrate_checkpoint_config(cls, config: dict[str, Any], format_version: int,
+                                  spaces: dict[str, Any]) -> dict[str, Any]:
+        """Before ``soft_q_backup``, continuous CQL backed up SAC's soft value: a run resumed from then keeps it."""
+        return {"soft_q_backup": True, **config}
 
     def penalty_weight(self, discrete: bool) -> float:
         """``min_q_weight``, or its default for the action space."""
@@ -89,6 +101,10 @@ class CQLLearner(OfflineUpdates, SACLearner):
         """SAC's three steps (the critics' with the penalty); the penalty among the metrics."""
         metrics, td_errors = super().replay_step(batch)
         return {**metrics, "cql_loss": self._penalty}, td_errors
+
+    def next_value(self, next_q: torch.Tensor, next_logp: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        """SAC's soft value with ``soft_q_backup``; else the target critics' min Q alone."""
+        return super().next_value(next_q, next_logp, alpha) if self.config.soft_q_backup else next_q
 
     def _critic_loss(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor) -> tuple[torch.Tensor, dict]:
         loss, stats = super()._critic_loss(batch, alpha)

@@ -111,12 +111,16 @@ class SACLearner(OffPolicyLearner):
             next_action, next_logp = self.module.sample(batch["next_obs"])
             tq1, tq2 = self.target.q_values(batch["next_obs"], next_action)
             next_q = torch.min(tq1, tq2) if tq2 is not None else tq1
-            target = batch["rewards"] + batch["discounts"] * (next_q - alpha * next_logp)
+            target = batch["rewards"] + batch["discounts"] * self.next_value(next_q, next_logp, alpha)
         q1, q2 = self.module.q_values(batch["obs"], batch["actions"])
         loss = (batch["weights"] * (q1 - target).pow(2)).mean()
         if q2 is not None:
             loss = loss + (batch["weights"] * (q2 - target).pow(2)).mean()
         return loss, {"loss": loss.detach(), "td_error": (target - q1).detach()}
+
+    def next_value(self, next_q: torch.Tensor, next_logp: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        """The value of s' the critics back up: SAC's soft value, the target critics' min Q - alpha log pi."""
+        return next_q - alpha * next_logp
 
     def _actor_loss(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor) -> tuple[torch.Tensor, dict]:
         action, logp = self.module.sample(batch["obs"])
