@@ -101,7 +101,7 @@ def herdrl_run(task: str, algorithm: str, seed: int, steps: int, device: str = "
                deadline: float = 0.0, extra: dict | None = None) -> dict:
     """Train herdrl's ``algorithm`` for ``steps`` gradient steps on the task's dataset; evaluate greedily (also
     every ``eval_every`` steps, into ``curve``; past the wall-clock ``deadline`` it stops at the next milestone).
-    ``extra``: config keys given on top of the shared settings (e.g. ``{"soft_q_backup": True}``)."""
+    ``extra``: config keys given on top of the shared settings (e.g. ``{"deterministic_backup": False}``)."""
     from herdrl.registry import get_config_class
 
     torch_threads()
@@ -315,7 +315,8 @@ def compare(args: argparse.Namespace) -> None:
         print(json.dumps(row), flush=True)
     print(f"\n{args.task} ({spec['env']}, dataset {spec['dataset']}: behaviour {behaviour:.1f}, random {random:.1f}), "
           f"{args.steps:,} gradient steps, seeds {args.seeds}, device {args.device}"
-          + (" (runs side by side: wall-clock not comparable)" if args.parallel else ""))
+          + (" (runs side by side: wall-clock not comparable)" if args.parallel else "")
+          + (f", herdrl given {args.herdrl_config}" if args.herdrl_config else ""))
     if not rows:
         raise SystemExit("no run finished (their errors above)")
     if args.eval_every:
@@ -398,7 +399,7 @@ def main() -> None:
     c.add_argument("--minutes", type=float, default=0.0,
                    help="stop each run at the first milestone after this many minutes (with --eval-every)")
     c.add_argument("--herdrl-config", default="", help="JSON: config keys for herdrl's runs on top of the shared "
-                   "settings, e.g. '{\"soft_q_backup\": true}'")
+                   "settings, e.g. '{\"deterministic_backup\": false}'")
     f = sub.add_parser("feed")
     f.add_argument("--task", choices=sorted(TASKS), default="hopper")
     f.add_argument("--algorithm", default="cql")
@@ -428,6 +429,16 @@ def main() -> None:
             parser.error("--minutes needs --parallel and --eval-every (one deadline for runs side by side)")
         seeds = args.seeds if args.d3rlpy_seeds is None else args.d3rlpy_seeds
         args.d3rlpy_seeds = {int(s) for s in seeds.split(",") if s}
+        if args.herdrl_config:  # (checked here, before any run starts: every herdrl run is given these keys)
+            from herdrl.errors import HerdError
+            from herdrl.registry import get_config_class
+
+            try:
+                extra = json.loads(args.herdrl_config)
+                for algorithm in args.algorithms.split(","):
+                    get_config_class(algorithm)().update_from_dict(extra)
+            except (ValueError, HerdError) as exc:
+                parser.error(f"--herdrl-config: {exc}")
     if args.command == "record":
         record(args)
     elif args.command == "compare":

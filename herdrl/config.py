@@ -675,6 +675,11 @@ class AlgorithmConfig:
         whose keys changed meaning override this. ``spaces``: the checkpoint's spaces (JSON form)."""
         return config
 
+    def checkpoint_clash(self, meta: dict[str, Any]) -> str | None:
+        """Why a checkpoint (its raw metadata) cannot be restored into a run of this config, in a phrase; None
+        when it can. Algorithms whose keys changed meaning override this."""
+        return None
+
     @classmethod
     def from_dict(cls, config: Mapping[str, Any]) -> AlgorithmConfig:
         """Build a config from RLlib's dict form, e.g. ``{"env": "CartPole-v1", "num_workers": 2}``."""

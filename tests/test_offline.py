@@ -505,60 +505,81 @@ def test_continuous_cql_estimates_the_log_integral_of_exp_q_over_the_action_box(
     assert penalty == pytest.approx(expected, rel=0.03), (penalty, expected)
 
 
-@pytest.mark.parametrize("soft", [False, True])
-def test_continuous_cqls_critics_back_up_min_q_and_the_entropy_term_only_when_asked(tmp_path, soft):
-    """The target of each critic, against a hand computation with the actor's next action and its log-probability
-    fixed: r + discount * min(target Q1, target Q2)(s', a'), minus discount * alpha * log pi(a'|s') with
-    ``soft_q_backup=True`` only (the CQL paper's Equation 3 and d3rlpy back up min Q alone)."""
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_continuous_cqls_critics_back_up_min_q_and_the_entropy_term_only_when_asked(tmp_path, deterministic):
+    """Each critic's target and loss against a hand computation, the actor's next action and its log-probability
+    fixed: r + discount * min(target Q1, target Q2)(s', a'), minus discount * alpha * log pi(a'|s') only with
+    ``deterministic_backup=False`` (the CQL paper's Equation 3, as its code and RLlib, backs up min Q alone)."""
     from herdrl.algorithms.cql import CQLConfig
 
     pendulum_dataset(tmp_path / "pendulum", 1)
     algo = (CQLConfig().offline_data(input_=str(tmp_path / "pendulum"))
-            .training(soft_q_backup=soft, model={"fcnet_hiddens": [16]}).debugging(seed=0).build())
+            .training(deterministic_backup=deterministic, model={"fcnet_hiddens": [16]}).debugging(seed=0).build())
     learner = algo.learner
     batch = {k: torch.as_tensor(v) for k, v in algo.draw(8).items()}
     batch["discounts"] = torch.linspace(0.5, 0.99, 8)  # (one per row, so a wrong pairing shows)
+    batch["discounts"][3] = 0.0  # a terminated step backs up its reward alone
     batch["weights"] = torch.ones(8)
     rng = torch.Generator().manual_seed(1)
     next_action, next_logp = torch.rand(8, 1, generator=rng) * 4 - 2, torch.rand(8, generator=rng) * 3 + 1
     learner.module.sample = lambda obs: (next_action, next_logp)
     alpha = torch.tensor(0.7)
+    box = gym.make("Pendulum-v1").action_space
+    half, centre = torch.as_tensor((box.high - box.low) / 2), torch.as_tensor((box.high + box.low) / 2)
     with torch.no_grad():
         # Independent of the module's own q_values: each critic called on the [-1, 1] action by hand.
-        unit = (next_action + 0.0) / 2.0  # Pendulum's Box is [-2, 2]
-        tq = torch.min(learner.target.q1(batch["next_obs"], unit), learner.target.q2(batch["next_obs"], unit))
-        q1 = learner.module.q1(batch["obs"], batch["actions"] / 2.0)
-        _, stats = learner._critic_loss(batch, alpha)
+        unit = (next_action - centre) / half
+        # The target critics level on average, so that each is the lower one on some rows.
+        learner.target.q2.head.bias -= (learner.target.q2(batch["next_obs"], unit)
+                                        - learner.target.q1(batch["next_obs"], unit)).mean()
+        tq1, tq2 = learner.target.q1(batch["next_obs"], unit), learner.target.q2(batch["next_obs"], unit)
+        q1 = learner.module.q1(batch["obs"], (batch["actions"] - centre) / half)
+        q2 = learner.module.q2(batch["obs"], (batch["actions"] - centre) / half)
+        loss, stats = learner._critic_loss(batch, alpha)
+        penalty = learner.config.penalty_weight(False) * float(learner._penalty)
     algo.stop()
-    expected = batch["rewards"] + batch["discounts"] * (tq - (alpha * next_logp if soft else 0.0))
+    assert not torch.allclose(torch.min(tq1, tq2), tq1)  # (so "Q1 alone" cannot pass)
+    expected = batch["rewards"] + batch["discounts"] * (torch.min(tq1, tq2) - (0.0 if deterministic else
+                                                                               alpha * next_logp))
     torch.testing.assert_close(stats["td_error"] + q1, expected, rtol=1e-5, atol=1e-5)
+    by_hand = (q1 - expected).pow(2).mean() + (q2 - expected).pow(2).mean()
+    assert float(loss) - penalty == pytest.approx(float(by_hand), rel=1e-4, abs=1e-4)
 
 
-def test_a_cql_checkpoint_from_before_soft_q_backup_keeps_backing_up_the_soft_value(tmp_path):
-    """A checkpoint whose config lacks the key (written before it) resumes with SAC's soft backup, as it was
-    trained; one that names it keeps its value."""
-    import json
-
-    from herdrl import Algorithm
+def test_a_cql_checkpoint_from_before_deterministic_backup_keeps_the_soft_backup_or_asks(tmp_path):
+    """A continuous CQL checkpoint whose config lacks the key (written before it) loads with SAC's soft backup, as
+    it was trained, and restoring it into a run built with the default is refused in one line; one that names the
+    key keeps its value; a discrete CQL checkpoint is left alone (the key means nothing there)."""
     from herdrl.algorithms.cql import CQLConfig
+    from herdrl.checkpoint import CheckpointError
 
     pendulum_dataset(tmp_path / "pendulum", 1)
-    algo = (CQLConfig().offline_data(input_=str(tmp_path / "pendulum"))
-            .training(updates_per_iteration=2, model={"fcnet_hiddens": [16]}).debugging(seed=0).build())
+    config = (CQLConfig().offline_data(input_=str(tmp_path / "pendulum"))
+              .training(updates_per_iteration=2, model={"fcnet_hiddens": [16]}).debugging(seed=0))
+    algo = config.build()
     algo.train()
     path = algo.save(tmp_path / "ckpt")
     algo.stop()
-    meta_file = next(p for p in tmp_path.joinpath("ckpt").rglob("checkpoint.json"))
+    meta_file = path / "checkpoint.json"
     meta = json.loads(meta_file.read_text())
-    assert meta["config"]["soft_q_backup"] is False
+    assert meta["config"]["deterministic_backup"] is True
     restored = Algorithm.from_checkpoint(path)
-    assert restored.config.soft_q_backup is False
+    assert restored.config.deterministic_backup is True
     restored.stop()
-    del meta["config"]["soft_q_backup"]
+    del meta["config"]["deterministic_backup"]
     meta_file.write_text(json.dumps(meta))
     restored = Algorithm.from_checkpoint(path)
-    assert restored.config.soft_q_backup is True
+    assert restored.config.deterministic_backup is False and restored.learner.config.deterministic_backup is False
     restored.stop()
+    fresh = config.build()
+    with pytest.raises(CheckpointError, match="deterministic_backup=False"):
+        fresh.restore(path)
+    fresh.stop()
+    chosen = config.copy().training(deterministic_backup=True).build()
+    chosen.restore(path)  # (the user said which)
+    chosen.stop()
+    discrete = {"action": {"type": "Discrete", "n": 2, "start": 0}}
+    assert "deterministic_backup" not in CQLConfig.migrate_checkpoint_config({"lr": 1e-3}, 3, discrete)
 
 
 def small_iql(data, env: str, updates: int):

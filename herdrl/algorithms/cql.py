@@ -8,7 +8,8 @@ actions in general and up on the dataset's own:
 - Continuous actions (CQL(H) on SAC: the squashed-Gaussian actor, twin critics, entropy tuning): the logsumexp
   over all actions is estimated from ``num_actions`` uniform random actions and ``num_actions`` of the actor's at
   s and at s', each corrected by its own density (importance sampling, as in the paper's code and d3rlpy). The
-  critics back up min Q(s', a') without SAC's entropy term (the paper's Equation 3; ``soft_q_backup=True`` adds it).
+  critics back up min Q(s', a'), a' sampled from the actor, without SAC's entropy term (the paper's Equation 3, as
+  its code and RLlib by default: ``deterministic_backup``; False adds SAC's ``- alpha log pi``).
 - Discrete actions (on DQN: double Q, Huber loss, hard target copies every ``target_network_update_freq``
   gradient steps): the logsumexp is exact, over the actions an ``action_mask`` allows.
 """
@@ -42,10 +43,10 @@ class CQLConfig(OfflineConfig):
                                   "discrete (d3rlpy's)"),
         "num_actions": Field(10, (int,), "training", low=1,
                              doc="continuous: actions sampled per state (each kind) to estimate the logsumexp"),
-        "soft_q_backup": Field(False, (bool,), "training",
-                               doc="continuous: the critics back up SAC's soft value of s' (min Q - alpha log pi); "
-                                   "False: min Q alone, as the CQL paper's Equation 3 and d3rlpy (checkpoints "
-                                   "from before the key keep True)"),
+        "deterministic_backup": Field(True, (bool,), "training",
+                                      doc="continuous: the critics back up min Q(s', a') alone, as the CQL paper's "
+                                          "code and RLlib; False: SAC's soft value, min Q - alpha log pi(a'|s') "
+                                          "(checkpoints written before the key keep False)"),
         "initial_alpha": Field(1.0, (float,), "training", low=0, low_open=True,
                                doc="continuous: initial entropy weight (SAC's)"),
         "target_entropy": Field("auto", (str, float), "training", doc="continuous: SAC's; 'auto': -action dims"),
@@ -65,8 +66,21 @@ class CQLConfig(OfflineConfig):
     @classmethod
     def migrate_checkpoint_config(cls, config: dict[str, Any], format_version: int,
                                   spaces: dict[str, Any]) -> dict[str, Any]:
-        """Before ``soft_q_backup``, continuous CQL backed up SAC's soft value: a run resumed from then keeps it."""
-        return {"soft_q_backup": True, **config}
+        """Before ``deterministic_backup``, continuous CQL backed up SAC's soft value: a run resumed from then
+        keeps it."""
+        config = super().migrate_checkpoint_config(config, format_version, spaces)
+        if spaces.get("action", {}).get("type") != "Box":
+            return config
+        return {"deterministic_backup": False, **config}
+
+    def checkpoint_clash(self, meta: dict[str, Any]) -> str | None:
+        """A continuous CQL checkpoint written before ``deterministic_backup`` (its critics back up SAC's soft value)
+        restored into a run that backs up min Q alone by default: the user must say which."""
+        if (meta["spaces"].get("action", {}).get("type") == "Box" and "deterministic_backup" not in meta["config"]
+                and self.deterministic_backup and not self.is_explicit("deterministic_backup")):
+            return ("its critics back up SAC's soft value (written before deterministic_backup): set "
+                    "deterministic_backup=False to continue it so, or True to change it")
+        return None
 
     def penalty_weight(self, discrete: bool) -> float:
         """``min_q_weight``, or its default for the action space."""
@@ -103,8 +117,8 @@ class CQLLearner(OfflineUpdates, SACLearner):
         return {**metrics, "cql_loss": self._penalty}, td_errors
 
     def next_value(self, next_q: torch.Tensor, next_logp: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-        """SAC's soft value with ``soft_q_backup``; else the target critics' min Q alone."""
-        return super().next_value(next_q, next_logp, alpha) if self.config.soft_q_backup else next_q
+        """The target critics' min Q alone (``deterministic_backup``); else SAC's soft value."""
+        return next_q if self.config.deterministic_backup else super().next_value(next_q, next_logp, alpha)
 
     def _critic_loss(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor) -> tuple[torch.Tensor, dict]:
         loss, stats = super()._critic_loss(batch, alpha)
