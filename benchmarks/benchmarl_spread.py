@@ -76,13 +76,17 @@ def run_herdrl(seed: int, frames: int, algorithm: str = "mappo") -> dict:
                       gamma=0.99, lambda_=0.9, clip_param=0.2, entropy_coeff=0.0, vf_loss_coeff=1.0,
                       model={"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh"})
             .multi_agent(policies={"shared"}, centralized_critic=algorithm == "mappo").debugging(seed=seed).build())
-    start = time.perf_counter()
-    while (result := algo.train())["num_env_steps_sampled_lifetime"] < frames:
-        pass
+    start, curve = time.perf_counter(), []  # (env steps, seconds, return) after each iteration
+    while True:
+        result = algo.train()
+        curve.append((result["num_env_steps_sampled_lifetime"], round(time.perf_counter() - start, 2),
+                      round(result["episode_return_mean"], 2)))
+        if result["num_env_steps_sampled_lifetime"] >= frames:
+            break
     seconds = time.perf_counter() - start
     algo.stop()
     return {"return": result["episode_return_mean"], "frames": result["num_env_steps_sampled_lifetime"],
-            "seconds": seconds}
+            "seconds": seconds, "curve": curve}
 
 
 def run_benchmarl(seed: int, frames: int, algorithm: str = "mappo") -> dict:
@@ -117,6 +121,9 @@ def main() -> None:
     parser.add_argument("--tools", nargs="+", default=["herdrl", "benchmarl"], choices=["herdrl", "benchmarl"])
     parser.add_argument("--benchmarl-python", default="/tmp/benchmarl-venv/bin/python")
     parser.add_argument("--algorithm", default="mappo", choices=["mappo", "ippo", "qmix", "vdn"])
+    parser.add_argument("--reach", type=float, default=None,
+                        help="MAPPO/IPPO: also print when each herdrl run's training return first reached this "
+                             "(e.g. BenchMARL's final return): env steps and seconds")
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # (tool, seed): run it here
     args = parser.parse_args()
     if args.one:
@@ -135,7 +142,14 @@ def main() -> None:
             python = sys.executable if tool == "herdrl" else args.benchmarl_python
             out = subprocess.run([python, __file__, "--frames", str(args.frames), "--algorithm", args.algorithm,
                                   "--one", tool, str(seed)], capture_output=True, text=True, check=True).stdout
-            print(next(line for line in out.splitlines() if line.startswith("RESULT ")), flush=True)
+            line = next(line for line in out.splitlines() if line.startswith("RESULT "))
+            print(line, flush=True)
+            curve = json.loads(line[len("RESULT "):]).get("curve")
+            if args.reach is not None and curve:
+                first = next(((f, t, r) for f, t, r in curve if r >= args.reach), None)
+                print(f"herdrl seed {seed}: " + (f"return {first[2]} >= {args.reach} at {first[0]:,} env steps, "
+                                                 f"{first[1]:.0f} s" if first else f"never reached {args.reach}"),
+                      flush=True)
 
 
 if __name__ == "__main__":
