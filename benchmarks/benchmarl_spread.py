@@ -20,6 +20,9 @@ its agent's observation only). The score is the training return of the last batc
 (BenchMARL reports the mean over agents: multiplied by 3 here), and the wall-clock seconds of the run. Prints
 ``RESULT {json}`` lines.
 
+``--reach R`` (MAPPO, IPPO): also when each herdrl run's training return (its last 100 episodes) first reached R,
+e.g. BenchMARL's final return: env steps and seconds from herdrl's per-iteration curve.
+
 ``--algorithm qmix`` / ``vdn``: BenchMARL's off-policy defaults (``base_experiment.yaml``, ``qmix.yaml``,
 ``vdn.yaml``) given to herdrl's ``QMIXConfig``: 6,000 env steps per iteration from 10 env copies, 1,000 gradient
 steps of 128 transitions each per iteration (``training_intensity`` 128 x 1,000 / 6,000), lr 5e-5, gamma 0.99,
