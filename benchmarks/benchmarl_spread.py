@@ -20,8 +20,11 @@ its agent's observation only). The score is the training return of the last batc
 (BenchMARL reports the mean over agents: multiplied by 3 here), and the wall-clock seconds of the run. Prints
 ``RESULT {json}`` lines.
 
-``--reach R`` (MAPPO, IPPO): also when each herdrl run's training return (its last 100 episodes) first reached R,
-e.g. BenchMARL's final return: env steps and seconds from herdrl's per-iteration curve.
+Every run records a curve: (env steps, seconds, return) after each iteration's training.
+herdrl's return is over its last 100 episodes (two batches of 60), BenchMARL's over the batch's own episodes; both
+are the return of episodes played before that iteration's update, stamped with the time after it. When both tools
+ran, the summary gives the first iteration at which each run's return reached R: ``--reach R``, else the median of
+BenchMARL's final returns. ``--random`` first plays 200 episodes with uniformly random actions (the floor).
 
 ``--algorithm qmix`` / ``vdn``: BenchMARL's off-policy defaults (``base_experiment.yaml``, ``qmix.yaml``,
 ``vdn.yaml``) given to herdrl's ``QMIXConfig``: 6,000 env steps per iteration from 10 env copies, 1,000 gradient
@@ -29,21 +32,43 @@ steps of 128 transitions each per iteration (``training_intensity`` 128 x 1,000 
 gradient norm clipped at 5, a soft target update (tau 0.005) per gradient step (every 6 env steps), epsilon from
 0.8 to 0.01 over the first third of the frames, [256, 256] tanh agent networks, a mixing network of width 32.
 Differences left: herdrl's TD loss is Huber where BenchMARL's is L2, and its Adam epsilon is its own. The team's
-return (the agents' mean reward) is multiplied by 3 as BenchMARL's is.
+return (the agents' mean reward) is multiplied by 3 as BenchMARL's is. ``--local-ratio 0``: the shared-reward
+variant (each agent paid the team's coverage reward alone, no collision term of its own), for both tools.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+try:  # BenchMARL's venv: its callback records the curve (a module-level class: BenchMARL pickles its callbacks)
+    from benchmarl.experiment import Callback as BenchmarlCallback
+except ImportError:  # herdrl's venv
+    BenchmarlCallback = object
+
 FRAMES_PER_BATCH, MINIBATCH, EPOCHS, ENVS = 6000, 400, 45, 10
 AGENTS = 3  # BenchMARL's minibatch is 400 frames of all 3 agents; herdrl's minibatch_size counts agent rows
 ENV_CONFIG = {"N": 3, "max_cycles": 100, "local_ratio": 0.5, "continuous_actions": False}
+
+
+class Curve(BenchmarlCallback):
+    """(env steps, seconds, team return) per iteration: the batch's return, the time after its training."""
+
+    def __init__(self):
+        super().__init__()
+        self.points, self.start, self.pending = [], None, None
+
+    def on_batch_collected(self, batch):
+        self.pending = (self.experiment.total_frames, round(3 * float(self.experiment.mean_return), 2))
+
+    def on_train_end(self, training_td, group):
+        frames_, return_ = self.pending
+        self.points.append((frames_, round(time.perf_counter() - self.start, 2), return_))
 
 
 def run_herdrl_team(mixer: str, seed: int, frames: int) -> dict:
@@ -59,13 +84,15 @@ def run_herdrl_team(mixer: str, seed: int, frames: int) -> dict:
                       min_sample_timesteps_per_iteration=FRAMES_PER_BATCH // 2, mixing_embed_dim=32,
                       model={"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh"})
             .evaluation(evaluation_interval=None).debugging(seed=seed).build())
-    start = time.perf_counter()
+    start, curve = time.perf_counter(), []
     for _ in range(frames // FRAMES_PER_BATCH):  # BenchMARL's iterations (each 1,000 gradient steps)
         result = algo.train()
+        curve.append((result["num_env_steps_sampled_lifetime"], round(time.perf_counter() - start, 2),
+                      round(AGENTS * result["episode_return_mean"], 2)))
     seconds = time.perf_counter() - start
     algo.stop()
     return {"return": AGENTS * result["episode_return_mean"], "frames": result["num_env_steps_sampled_lifetime"],
-            "seconds": seconds}
+            "seconds": seconds, "curve": curve}
 
 
 def run_herdrl(seed: int, frames: int, algorithm: str = "mappo") -> dict:
@@ -92,6 +119,22 @@ def run_herdrl(seed: int, frames: int, algorithm: str = "mappo") -> dict:
             "seconds": seconds, "curve": curve}
 
 
+def random_return(episodes: int = 200, seed: int = 0) -> dict:
+    """The team return of uniformly random actions on the same task (summed over the agents), in herdrl's venv."""
+    import numpy as np
+    from mpe2 import simple_spread_v3
+
+    env, rng, returns = simple_spread_v3.parallel_env(**ENV_CONFIG), np.random.default_rng(seed), []
+    for episode in range(episodes):
+        env.reset(seed=seed + episode)
+        total = 0.0
+        while env.agents:
+            actions = {agent: int(rng.integers(env.action_space(agent).n)) for agent in env.agents}
+            total += sum(env.step(actions)[1].values())
+        returns.append(total)
+    return {"return": float(np.mean(returns)), "std": float(np.std(returns)), "episodes": episodes}
+
+
 def run_benchmarl(seed: int, frames: int, algorithm: str = "mappo") -> dict:
     """BenchMARL's MAPPO (or QMIX, VDN), its defaults, on CPU, no loggers, no evaluation (run in BenchMARL's venv)."""
     from benchmarl.algorithms import IppoConfig, MappoConfig, QmixConfig, VdnConfig
@@ -99,21 +142,50 @@ def run_benchmarl(seed: int, frames: int, algorithm: str = "mappo") -> dict:
     from benchmarl.experiment import Experiment, ExperimentConfig
     from benchmarl.models.mlp import MlpConfig
 
+
     config = ExperimentConfig.get_from_yaml()
     config.max_n_frames, config.loggers, config.evaluation = frames, [], False
     config.prefer_continuous_actions = False
     config.sampling_device = config.train_device = config.buffer_device = "cpu"
     config.save_folder, config.checkpoint_interval, config.checkpoint_at_end = tempfile.mkdtemp(), 0, False
     task = PettingZooTask.SIMPLE_SPREAD.get_from_yaml()
+    task.config["local_ratio"] = ENV_CONFIG["local_ratio"]
     algorithm_config = {"mappo": MappoConfig, "ippo": IppoConfig, "qmix": QmixConfig,
                         "vdn": VdnConfig}[algorithm].get_from_yaml()
     experiment = Experiment(task=task, algorithm_config=algorithm_config,
                             model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
-                            seed=seed, config=config)
-    start = time.perf_counter()
+                            seed=seed, config=config, callbacks=[curve := Curve()])
+    start = curve.start = time.perf_counter()
     experiment.run()
     seconds = time.perf_counter() - start
-    return {"return": 3 * float(experiment.mean_return), "frames": experiment.total_frames, "seconds": seconds}
+    return {"return": 3 * float(experiment.mean_return), "frames": experiment.total_frames, "seconds": seconds,
+            "curve": curve.points}
+
+
+def first_reach(curve: list, target: float) -> tuple | None:
+    """The first (env steps, seconds, return) point of a curve whose return is >= target, or None."""
+    return next(((f, t, r) for f, t, r in curve if r >= target), None)
+
+
+def summarise_reach(results: list[dict], target: float | None) -> None:
+    """Print when each run first reached the target return, and the ratio of the tools' median times."""
+    curves = [r for r in results if r.get("curve")]
+    if target is None:
+        finals = [r["return"] for r in curves if r["tool"] == "benchmarl"]
+        if not finals:
+            return
+        target = statistics.median(finals)
+    print(f"first iteration whose return reached {target:.1f}:")
+    times = {}
+    for r in curves:
+        point = first_reach(r["curve"], target)
+        times.setdefault(r["tool"], []).append(point[1] if point else float("inf"))
+        print(f"  {r['tool']} seed {r['seed']}: " + (f"{point[2]} at {point[0]:,} env steps, {point[1]:.0f} s "
+                                                     f"(run: {r['seconds']:.0f} s)" if point else "never"))
+    if len(times) == 2:
+        median = {tool: statistics.median(t) for tool, t in times.items()}
+        print(f"  median seconds to reach: herdrl {median['herdrl']:.0f}, BenchMARL {median['benchmarl']:.0f}, "
+              f"ratio {median['herdrl'] / median['benchmarl']:.2f}x")
 
 
 def main() -> None:
@@ -125,10 +197,14 @@ def main() -> None:
     parser.add_argument("--benchmarl-python", default="/tmp/benchmarl-venv/bin/python")
     parser.add_argument("--algorithm", default="mappo", choices=["mappo", "ippo", "qmix", "vdn"])
     parser.add_argument("--reach", type=float, default=None,
-                        help="MAPPO/IPPO: also print when each herdrl run's training return first reached this "
-                             "(e.g. BenchMARL's final return): env steps and seconds")
+                        help="the return whose first crossing the summary times (default: the median of BenchMARL's "
+                             "final returns)")
+    parser.add_argument("--random", action="store_true", help="first play 200 episodes of uniformly random actions")
+    parser.add_argument("--local-ratio", type=float, default=0.5,
+                        help="0: every agent is paid the team's reward alone (the shared-reward variant)")
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # (tool, seed): run it here
     args = parser.parse_args()
+    ENV_CONFIG["local_ratio"] = args.local_ratio
     if args.one:
         tool, seed = args.one
         if tool == "benchmarl":
@@ -140,19 +216,19 @@ def main() -> None:
         print("RESULT " + json.dumps({"tool": tool, "algorithm": args.algorithm, "seed": int(seed), **result}),
               flush=True)
         return
+    if args.random:
+        print("RANDOM " + json.dumps(random_return()), flush=True)
+    results = []
     for seed in args.seeds:
         for tool in args.tools:
             python = sys.executable if tool == "herdrl" else args.benchmarl_python
-            out = subprocess.run([python, __file__, "--frames", str(args.frames), "--algorithm", args.algorithm,
-                                  "--one", tool, str(seed)], capture_output=True, text=True, check=True).stdout
+            command = [python, __file__, "--frames", str(args.frames), "--algorithm", args.algorithm,
+                       "--local-ratio", str(args.local_ratio), "--one", tool, str(seed)]
+            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
             line = next(line for line in out.splitlines() if line.startswith("RESULT "))
             print(line, flush=True)
-            curve = json.loads(line[len("RESULT "):]).get("curve")
-            if args.reach is not None and curve:
-                first = next(((f, t, r) for f, t, r in curve if r >= args.reach), None)
-                print(f"herdrl seed {seed}: " + (f"return {first[2]} >= {args.reach} at {first[0]:,} env steps, "
-                                                 f"{first[1]:.0f} s" if first else f"never reached {args.reach}"),
-                      flush=True)
+            results.append(json.loads(line[len("RESULT "):]))
+    summarise_reach(results, args.reach)
 
 
 if __name__ == "__main__":

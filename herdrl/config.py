@@ -237,9 +237,9 @@ class AlgorithmConfig:
                 "per actor (RLlib's name); 0: learners fetch fragments themselves"),
         "shard_fragments": Field(
             False, (bool,), "learners",
-            doc="PPO and A2C on N learner actors: each fetches and learns on its own share of the fragments (1/N "
-                "of the bytes each) instead of every learner fetching all of them; the update is one learner's on the "
-                "batch in share order"),
+            doc="PPO, A2C, IMPALA and APPO on N learner actors: each fetches and learns on its own share of the "
+                "fragments (1/N of the bytes each) instead of every learner fetching all of them; the update is one "
+                "learner's on the batch in share order"),
         "learner_timeout_s": Field(600.0, (float,), "learners", low=0, low_open=True,
                                    doc="a learner call (an update, a collective) that takes longer has failed"),
         "num_cpus_for_main_process": Field(
@@ -675,10 +675,13 @@ class AlgorithmConfig:
         whose keys changed meaning override this. ``spaces``: the checkpoint's spaces (JSON form)."""
         return config
 
-    def checkpoint_clash(self, meta: dict[str, Any]) -> str | None:
-        """Why a checkpoint (its raw metadata) cannot be restored into a run of this config, in a phrase; None
-        when it can. Algorithms whose keys changed meaning override this."""
-        return None
+    def checkpoint_clash(self, meta: dict[str, Any], action_space: Any) -> str | None:
+        """Why a checkpoint (its raw metadata) cannot be restored into a run of this config on ``action_space``
+        (a mapping: each policy's), in a phrase; None when it can. Here: critics that read actions in other units
+        (:func:`herdrl.checkpoint.critic_units_clash`); algorithms whose keys changed meaning extend this."""
+        from herdrl.checkpoint import critic_units_clash
+
+        return critic_units_clash(meta, self.algo_name, self.model, action_space)
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any]) -> AlgorithmConfig:
@@ -760,7 +763,6 @@ class AlgorithmConfig:
                    else "learns on its fragments as one batch"
                    if not getattr(learner, "supports_sharded_fragments", False)
                    else "shards multi-agent fragments not yet" if self.is_multi_agent
-                   else "shards with value normalisation not yet" if getattr(self, "value_normalization", False)
                    else "needs learner actors (num_learners >= 2) to shard between" if self.num_learners < 2
                    else self.unshardable_updates())
             if why:

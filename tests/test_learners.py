@@ -204,10 +204,20 @@ def _sharded_and_single_update(config, learner_class, update_args: tuple, monkey
     return sharded, one.get_weights(), single, ranks, one.state()
 
 
+def _assert_value_statistics(ranks: list[dict], state: dict) -> None:
+    """Every rank holds the single learner's value-normalisation statistics (which saw targets: not the initial)."""
+    names = [key for key in state["module"] if key.startswith("value_normalizer.")]
+    assert len(names) == 3 and float(state["module"]["value_normalizer.count"]) > 0
+    for rank in ranks:
+        for key in names:
+            assert torch.allclose(rank["module"][key], state["module"][key], rtol=1e-9), key
+
+
 def test_learners_sharing_out_the_fragments_step_on_the_union_of_their_minibatches(monkeypatch):
     """shard_fragments: of 3 fragments learner 0 fetches 2 and learner 1 one, each learning on its own rows only.
     PPO: each gradient step must be one learner's step on the whole batch's minibatch (drawn over the shares laid end
-    to end), advantages normalised over both shares. A recurrent batch's sequences are the shares' end to end
+    to end), advantages normalised over both shares (and with value_normalization, the value statistics merged from
+    both). A recurrent batch's sequences are the shares' end to end
     already: one learner's own update must match. An MLP batch's rows are time-major with the fragments' envs side by
     side: one learner is given the same minibatches in its own rows. A2C: one step on the whole batch, whatever its
     rows' order: one learner's own update must match. IMPALA and APPO likewise (APPO's old policy refreshed on the
@@ -218,14 +228,22 @@ def test_learners_sharing_out_the_fragments_step_on_the_union_of_their_minibatch
         whole = {row: n for n, row in enumerate(layout([0, 1, 2]))}
         return np.array([whole[row] for row in layout([0, 1]) + layout([2])])
 
-    for model, where in (({"fcnet_hiddens": [64, 64]}, places),
-                         ({"use_lstm": True, "lstm_cell_size": 16, "max_seq_len": 8}, None)):
-        config = PPOConfig().training(train_batch_size=288, minibatch_size=40, num_epochs=2, model=model)
-        sharded, single, metrics, _, _ = _sharded_and_single_update(config, PPOLearner, (7,), monkeypatch, where)
+    for model, where, value_norm in (({"fcnet_hiddens": [64, 64]}, places, False),
+                                     ({"use_lstm": True, "lstm_cell_size": 16, "max_seq_len": 8}, None, False),
+                                     ({"fcnet_hiddens": [64, 64]}, places, True)):
+        config = PPOConfig().training(train_batch_size=288, minibatch_size=40, num_epochs=2, model=model,
+                                      value_normalization=value_norm)
+        sharded, single, metrics, ranks, state = _sharded_and_single_update(config, PPOLearner, (7,), monkeypatch,
+                                                                            where)
         assert metrics["num_gradient_updates"] >= 2 * 6 and _max_diff(sharded, single) < 1e-5
-    config = A2CConfig().training(normalize_advantages=True, train_batch_size=288)
-    sharded, single, *_ = _sharded_and_single_update(config, A2CLearner, (), monkeypatch)
-    assert _max_diff(sharded, single) < 1e-6
+        if value_norm:  # every rank's value statistics are the whole batch's, as one learner's
+            _assert_value_statistics(ranks, state)
+    for value_norm in (False, True):
+        config = A2CConfig().training(normalize_advantages=True, train_batch_size=288, value_normalization=value_norm)
+        sharded, single, _, ranks, state = _sharded_and_single_update(config, A2CLearner, (), monkeypatch)
+        assert _max_diff(sharded, single) < 1e-6
+        if value_norm:
+            _assert_value_statistics(ranks, state)
     # IMPALA (V-trace along each env's own steps, afresh for each minibatch): 2 passes of minibatches of ~40; an
     # LSTM's sequences (max_seq_len 8) are the shares' end to end already.
     for model, where in (({"fcnet_hiddens": [64, 64]}, places),

@@ -432,15 +432,21 @@ def test_a_turn_based_game_trains_on_two_ray_runners(algo_name, training):
     algo.stop()
 
 
-def test_dqn_learns_a_shared_policy_from_each_agents_own_replayed_rows():
+RAINBOW_LITE = {"n_step": 3, "dueling": True, "double_q": True, "replay_buffer_config": {"type": "prioritized"}}
+
+
+@pytest.mark.parametrize("options", [{}, RAINBOW_LITE], ids=["plain", "nstep-dueling-per"])
+def test_dqn_learns_a_shared_policy_from_each_agents_own_replayed_rows(options):
     """DQN with one policy for two agents that join late and leave early: it must read the id bit to answer both
-    (best return 11, random 5.5), learning from a buffer of both agents' decisions, each in its own time."""
+    (best return 11, random 5.5), learning from a buffer of both agents' decisions, each in its own time; with
+    3-step returns, a dueling head and prioritized replay as well as without."""
     from herdrl import DQNConfig
+    from herdrl.buffers import PrioritizedReplayBuffer
 
     algo = (DQNConfig().environment("relay").env_runners(num_envs_per_env_runner=4)
             .training(lr=3e-3, train_batch_size=32, num_steps_sampled_before_learning_starts=200,
                       min_sample_timesteps_per_iteration=256, epsilon=[[0, 1.0], [1000, 0.05]],
-                      training_intensity=4.0, model={"fcnet_hiddens": [32]})
+                      training_intensity=4.0, model={"fcnet_hiddens": [32]}, **options)
             .multi_agent(policies={"shared"}).debugging(seed=3)).build()
     results = [algo.train() for _ in range(6)]
     assert results[0]["episode_return_mean"] < 7
@@ -448,6 +454,62 @@ def test_dqn_learns_a_shared_policy_from_each_agents_own_replayed_rows():
     assert results[-1]["evaluation/episode_return_mean"] >= 10.5 and results[-1]["episode_return_mean"] > 9
     assert results[-1]["epsilon/shared"] == pytest.approx(0.05) and results[-1]["replay_buffer_size/shared"] > 1000
     assert results[-1]["shared/loss"] >= 0 and results[-1]["num_gradient_updates"] > 0
+    buffer = algo.streams["shared"].buffer
+    assert isinstance(buffer, PrioritizedReplayBuffer) == bool(options)
+    if options:  # the policy's TD errors came back as its rows' priorities: no longer all the initial one
+        leaves = buffer.tree[buffer.tree_size:][:len(buffer)]
+        assert leaves.min() < leaves.max()
+    assert (algo.module["shared"].value_head is not None) == bool(options)
+    algo.stop()
+
+
+def test_n_step_transitions_of_each_agent_sum_its_own_next_decisions_rewards():
+    """DQN's 3-step transitions in a multi-agent run: each is built from the next decisions of the same agent in
+    the same episode (a1 decides 3 times per episode and ends terminated, a0 8 times and is truncated), computed
+    here from each column's episodes, cut at the fragment's end; the buffer of each policy holds exactly these."""
+    from herdrl import DQNConfig
+
+    gamma, n = 0.9, 3
+    algo = (DQNConfig().environment("relay").env_runners(num_envs_per_env_runner=3)
+            .training(gamma=gamma, n_step=n, num_steps_sampled_before_learning_starts=10_000)
+            .multi_agent(**SEPARATE).debugging(seed=5)).build()
+    runner = algo.runners.runner
+    runner.sample(5)
+    fragment = runner.sample(21)  # episodes of 8 env steps: starts and ends inside the fragment, rows carried over
+    for pid, part in fragment.policies.items():
+        valid, ends = part.valid, part.terminateds | part.truncateds
+        expected = {}  # (row, column) -> (n-step reward, discount, next observation)
+        for column in range(valid.shape[1]):
+            rows = list(np.nonzero(valid[:, column])[0])
+            episodes, current = [], []
+            for row in rows:
+                current.append(row)
+                if ends[row, column]:
+                    episodes.append(current)
+                    current = []
+            episodes.append(current)
+            for episode in episodes:
+                for j, row in enumerate(episode):
+                    used = episode[j:j + n]
+                    reward = sum(gamma ** k * part.rewards[r, column] for k, r in enumerate(used))
+                    discount = 0.0 if part.terminateds[used[-1], column] else gamma ** len(used)
+                    expected[row, column] = (reward, discount, part.obs[used[-1] + 1, column])
+        discounts = {e[1] for e in expected.values()}
+        if pid == "p0":  # a0: 8 decisions, truncated: whole 3-step sums and sums cut short, never a terminal one
+            assert gamma ** n in discounts and max(discounts) > gamma ** n and 0.0 not in discounts
+        else:  # a1: 3 decisions, then terminated: its sums reach that end
+            assert 0.0 in discounts
+        order = sorted(expected)  # the buffer's order: time, then column
+        before = len(algo.streams[pid].buffer)
+        algo.store(pid, part)
+        stored = algo.streams[pid].buffer
+        assert len(stored) - before == len(order)
+        slots = np.arange(before, len(stored))
+        data = stored._gather(slots)
+        np.testing.assert_allclose(data["rewards"], [expected[key][0] for key in order], rtol=1e-6)
+        np.testing.assert_allclose(data["discounts"], [expected[key][1] for key in order], rtol=1e-6)
+        np.testing.assert_array_equal(data["next_obs"], np.stack([expected[key][2] for key in order]))
+        np.testing.assert_array_equal(data["obs"], np.stack([part.obs[key] for key in order]))
     algo.stop()
 
 

@@ -25,7 +25,6 @@ from herdrl.checkpoint import (
     CheckpointError,
     checkpoint_config,
     checkpoint_name,
-    critic_units_clash,
     list_checkpoints,
     read_meta,
     read_tensors,
@@ -720,8 +719,7 @@ class Algorithm:
                                   f"{meta.get('format_version', 1)}) for observations today's encoders read "
                                   "differently: load it with Algorithm.from_checkpoint (or herd train --resume), "
                                   "or set model obs_encoding='flat'")
-        clash = (critic_units_clash(meta, self.config.algo_name, self.config.model, self.action_space)
-                 or self.config.checkpoint_clash(meta))
+        clash = self.config.checkpoint_clash(meta, self.action_space)
         if clash:
             raise CheckpointError(f"checkpoint '{where}': {clash}")
         self._check_normalisation(meta)

@@ -73,9 +73,12 @@ class CQLConfig(OfflineConfig):
             return config
         return {"deterministic_backup": False, **config}
 
-    def checkpoint_clash(self, meta: dict[str, Any]) -> str | None:
-        """A continuous CQL checkpoint written before ``deterministic_backup`` (its critics back up SAC's soft value)
-        restored into a run that backs up min Q alone by default: the user must say which."""
+    def checkpoint_clash(self, meta: dict[str, Any], action_space: Any) -> str | None:
+        """Also a continuous CQL checkpoint written before ``deterministic_backup`` (its critics back up SAC's soft
+        value) restored into a run that backs up min Q alone by default: the user must say which."""
+        clash = super().checkpoint_clash(meta, action_space)
+        if clash:
+            return clash
         if (meta["spaces"].get("action", {}).get("type") == "Box" and "deterministic_backup" not in meta["config"]
                 and self.deterministic_backup and not self.is_explicit("deterministic_backup")):
             return ("its critics back up SAC's soft value (written before deterministic_backup): set "

@@ -89,8 +89,9 @@ class PPOLearner(Learner):
         cfg = self.config
         batch = learner_batch(self.module, fragments, cfg, self.device)
         gae_values = batch["old_values"]  # (what GAE used: the explained variance below reads them)
-        batch["old_values"] = self.module.observe_value_targets(real_steps(batch, "returns"), gae_values)
         # With shard_fragments, this rank's batch is its share: statistics and minibatches over every share.
+        batch["old_values"] = self.module.observe_value_targets(real_steps(batch, "returns"), gae_values,
+                                                                self.global_sums if self.rows_sharded else None)
         if cfg.normalize_advantages:
             normalize_advantages(batch, self.global_sums if self.rows_sharded else None)
         rng = np.random.default_rng(seed)

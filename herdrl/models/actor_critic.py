@@ -5,6 +5,7 @@ Tuple) and a value head."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -52,15 +53,22 @@ class ValueNormalizer(nn.Module):
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
 
     @torch.no_grad()
-    def observe(self, targets: torch.Tensor) -> None:
+    def observe(self, targets: torch.Tensor, global_sums: Callable[[list[float]], list[float]] | None = None) -> None:
         """Merge a batch of value targets into the running statistics (``herdrl.filters.RunningStats``: Chan et
-        al.'s parallel update, in float64)."""
+        al.'s parallel update, in float64). ``global_sums`` (learners each holding a share of the batch): sums
+        over every share, so that every rank merges the whole batch's moments."""
         from herdrl.filters import RunningStats
 
         stats = RunningStats()
         count = float(self.count)
         stats.count, stats.mean, stats.m2 = count, self.mean.cpu().numpy(), self.var.cpu().numpy() * count
-        stats.update(targets.detach().double().reshape(-1).cpu().numpy())
+        targets = targets.detach().double().reshape(-1).cpu().numpy()
+        if global_sums is None:
+            stats.update(targets)
+        else:  # two passes over every share: the batch's mean, then the squared deviations from it
+            n, total = global_sums([float(len(targets)), float(targets.sum())])
+            mean = total / n if n else 0.0
+            stats.merge_parts(n, np.array(mean), np.array(global_sums([float(np.square(targets - mean).sum())])[0]))
         if stats.count > count:
             self.mean.fill_(float(stats.mean))
             self.var.fill_(float(stats.var))
@@ -129,16 +137,18 @@ class ActorCritic(LegacyNames):
         values = self.vf_head(features).squeeze(-1).float()
         return values if self.value_normalizer is None else self.value_normalizer.denormalize(values)
 
-    def observe_value_targets(self, targets: torch.Tensor, values: torch.Tensor | None = None) -> Any:
+    def observe_value_targets(self, targets: torch.Tensor, values: torch.Tensor | None = None,
+                              global_sums: Callable[[list[float]], list[float]] | None = None) -> Any:
         """With value normalisation, merge a batch's value targets into its statistics (before its gradient
         steps, as MAPPO does); nothing without. ``values`` (computed under the statistics as they were: PPO's old
         values, which its value clip compares with) come back as the same head outputs de-standardised by the new
-        ones, so a change of statistics alone never moves a value past the clip."""
+        ones, so a change of statistics alone never moves a value past the clip. ``global_sums``: see
+        :meth:`ValueNormalizer.observe`."""
         norm = self.value_normalizer
         if norm is None:
             return values
         mean, std = norm.mean.clone(), norm.std()
-        norm.observe(targets)
+        norm.observe(targets, global_sums)
         if values is None:
             return None
         return ((values.double() - mean) / std * norm.std() + norm.mean).to(values.dtype)
