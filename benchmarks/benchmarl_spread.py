@@ -20,11 +20,12 @@ its agent's observation only). The score is the training return of the last batc
 (BenchMARL reports the mean over agents: multiplied by 3 here), and the wall-clock seconds of the run. Prints
 ``RESULT {json}`` lines.
 
-Every run records a curve: (env steps, seconds, return) after each iteration's training.
-herdrl's return is over its last 100 episodes (two batches of 60), BenchMARL's over the batch's own episodes; both
-are the return of episodes played before that iteration's update, stamped with the time after it. When both tools
-ran, the summary gives the first iteration at which each run's return reached R: ``--reach R``, else the median of
-BenchMARL's final returns. ``--random`` first plays 200 episodes with uniformly random actions (the floor).
+Every run records a curve: (env steps, seconds, return) after each iteration's training, the return the mean over
+the episodes that ended in that iteration's sampling (both tools: ~60 episodes per 6,000-step batch; the final
+``return`` of a herdrl run stays its last 100 episodes), stamped with the time after the iteration's update. When both
+tools ran, the summary gives the first iteration at which each run's return reached R (``--reach R``, else the median
+of BenchMARL's final returns), and the first from which it stayed there for two iterations, with the ratio of the
+tools' median seconds. ``--random`` first plays 200 episodes with uniformly random actions (the floor).
 
 ``--algorithm qmix`` / ``vdn``: BenchMARL's off-policy defaults (``base_experiment.yaml``, ``qmix.yaml``,
 ``vdn.yaml``) given to herdrl's ``QMIXConfig``: 6,000 env steps per iteration from 10 env copies, 1,000 gradient
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -64,11 +66,20 @@ class Curve(BenchmarlCallback):
         self.points, self.start, self.pending = [], None, None
 
     def on_batch_collected(self, batch):
-        self.pending = (self.experiment.total_frames, round(3 * float(self.experiment.mean_return), 2))
+        self.pending = (self.experiment.total_frames, 3 * float(self.experiment.mean_return))
 
     def on_train_end(self, training_td, group):
-        frames_, return_ = self.pending
-        self.points.append((frames_, round(time.perf_counter() - self.start, 2), return_))
+        if self.pending is not None:  # (once per iteration: a task with several groups trains each)
+            frames_, return_ = self.pending
+            self.points.append((frames_, round(time.perf_counter() - self.start, 2), return_))
+            self.pending = None
+
+
+def batch_return(algo, result: dict) -> float:
+    """The mean return of the episodes that ended in this iteration (as BenchMARL's point: its batch's episodes),
+    read from the algorithm's window of the last 100 episodes (``episode_return_mean`` averages all of them)."""
+    ended = result["num_episodes"]
+    return sum(list(algo._returns)[-ended:]) / ended if 0 < ended <= len(algo._returns) else float("nan")
 
 
 def run_herdrl_team(mixer: str, seed: int, frames: int) -> dict:
@@ -88,7 +99,7 @@ def run_herdrl_team(mixer: str, seed: int, frames: int) -> dict:
     for _ in range(frames // FRAMES_PER_BATCH):  # BenchMARL's iterations (each 1,000 gradient steps)
         result = algo.train()
         curve.append((result["num_env_steps_sampled_lifetime"], round(time.perf_counter() - start, 2),
-                      round(AGENTS * result["episode_return_mean"], 2)))
+                      AGENTS * batch_return(algo, result)))
     seconds = time.perf_counter() - start
     algo.stop()
     return {"return": AGENTS * result["episode_return_mean"], "frames": result["num_env_steps_sampled_lifetime"],
@@ -110,13 +121,13 @@ def run_herdrl(seed: int, frames: int, algorithm: str = "mappo") -> dict:
     while True:
         result = algo.train()
         curve.append((result["num_env_steps_sampled_lifetime"], round(time.perf_counter() - start, 2),
-                      round(result["episode_return_mean"], 2)))
+                      batch_return(algo, result)))
         if result["num_env_steps_sampled_lifetime"] >= frames:
             break
     seconds = time.perf_counter() - start
     algo.stop()
-    return {"return": result["episode_return_mean"], "frames": result["num_env_steps_sampled_lifetime"],
-            "seconds": seconds, "curve": curve}
+    return {"return": result["episode_return_mean"], "batch_return": curve[-1][2],
+            "frames": result["num_env_steps_sampled_lifetime"], "seconds": seconds, "curve": curve}
 
 
 def random_return(episodes: int = 200, seed: int = 0) -> dict:
@@ -162,9 +173,11 @@ def run_benchmarl(seed: int, frames: int, algorithm: str = "mappo") -> dict:
             "curve": curve.points}
 
 
-def first_reach(curve: list, target: float) -> tuple | None:
-    """The first (env steps, seconds, return) point of a curve whose return is >= target, or None."""
-    return next(((f, t, r) for f, t, r in curve if r >= target), None)
+def first_reach(curve: list, target: float, held: int = 1) -> tuple | None:
+    """The first (env steps, seconds, return) point of a curve that begins ``held`` points in a row whose returns
+    are >= target, or None."""
+    return next((curve[i] for i in range(len(curve) - held + 1)
+                 if all(r >= target for _, _, r in curve[i:i + held])), None)
 
 
 def summarise_reach(results: list[dict], target: float | None) -> None:
@@ -175,17 +188,20 @@ def summarise_reach(results: list[dict], target: float | None) -> None:
         if not finals:
             return
         target = statistics.median(finals)
-    print(f"first iteration whose return reached {target:.1f}:")
-    times = {}
-    for r in curves:
-        point = first_reach(r["curve"], target)
-        times.setdefault(r["tool"], []).append(point[1] if point else float("inf"))
-        print(f"  {r['tool']} seed {r['seed']}: " + (f"{point[2]} at {point[0]:,} env steps, {point[1]:.0f} s "
-                                                     f"(run: {r['seconds']:.0f} s)" if point else "never"))
-    if len(times) == 2:
+    for held in (1, 2):
+        print(f"first iteration whose return reached {target:.1f}" + (" (and the next one too)" if held > 1 else "")
+              + ":")
+        times = {}
+        for r in curves:
+            point = first_reach(r["curve"], target, held)
+            times.setdefault(r["tool"], []).append(point[1] if point else float("inf"))
+            print(f"  {r['tool']} seed {r['seed']}: " + (f"{point[2]:.1f} at {point[0]:,} env steps, {point[1]:.0f} s "
+                                                         f"(run: {r['seconds']:.0f} s)" if point else "never"))
         median = {tool: statistics.median(t) for tool, t in times.items()}
-        print(f"  median seconds to reach: herdrl {median['herdrl']:.0f}, BenchMARL {median['benchmarl']:.0f}, "
-              f"ratio {median['herdrl'] / median['benchmarl']:.2f}x")
+        if len(median) == 2:
+            ratio = median["herdrl"] / median["benchmarl"] if math.isfinite(median["benchmarl"]) else float("nan")
+            print(f"  median seconds to reach: herdrl {median['herdrl']:.0f}, BenchMARL {median['benchmarl']:.0f}, "
+                  f"ratio {ratio:.2f}x")
 
 
 def main() -> None:

@@ -174,7 +174,7 @@ def _sharded_and_single_update(config, learner_class, update_args: tuple, monkey
     """``updates`` updates on 3 fragments (3 envs x 32 steps) by 2 learner actors with shard_fragments (learner 0
     fetches 2, learner 1 one) and by one learner from the same weights: (sharded weights, single weights, the single
     update's metrics, each rank's state, the single learner's state). ``places``: the minibatches of 2 passes given
-    to the single learner in its own rows (see below)."""
+    to the single learner in its own rows (see below), for each update."""
     from herdrl.rollout.transport import FragmentInput
 
     config = (config.environment("CartPole-v1").env_runners(num_env_runners=2, num_envs_per_env_runner=3)
@@ -194,7 +194,8 @@ def _sharded_and_single_update(config, learner_class, update_args: tuple, monkey
         if places is not None:  # the whole batch's minibatches, drawn over the shares end to end, in its own rows
             rng, rows = np.random.default_rng(7), places(fragments)
             count = round(len(rows) / 40)
-            epochs = [[rows[part] for part in np.array_split(rng.permutation(len(rows)), count)] for _ in range(2)]
+            epochs = [[rows[part] for part in np.array_split(rng.permutation(len(rows)), count)]
+                      for _ in range(2)] * updates  # (each update's seed is the same: the same minibatches)
             for module in (ppo_module, impala_module):
                 patch.setattr(module, "minibatches", lambda *args: epochs.pop(0))
         for _ in range(updates):
@@ -210,7 +211,7 @@ def _assert_value_statistics(ranks: list[dict], state: dict) -> None:
     assert len(names) == 3 and float(state["module"]["value_normalizer.count"]) > 0
     for rank in ranks:
         for key in names:
-            assert torch.allclose(rank["module"][key], state["module"][key], rtol=1e-9), key
+            assert torch.allclose(rank["module"][key], state["module"][key], rtol=1e-6), key  # (weights: 1e-5)
 
 
 def test_learners_sharing_out_the_fragments_step_on_the_union_of_their_minibatches(monkeypatch):
@@ -233,14 +234,16 @@ def test_learners_sharing_out_the_fragments_step_on_the_union_of_their_minibatch
                                      ({"fcnet_hiddens": [64, 64]}, places, True)):
         config = PPOConfig().training(train_batch_size=288, minibatch_size=40, num_epochs=2, model=model,
                                       value_normalization=value_norm)
+        # (value normalisation: 2 updates, the second merging into statistics the first began)
         sharded, single, metrics, ranks, state = _sharded_and_single_update(config, PPOLearner, (7,), monkeypatch,
-                                                                            where)
+                                                                            where, updates=1 + value_norm)
         assert metrics["num_gradient_updates"] >= 2 * 6 and _max_diff(sharded, single) < 1e-5
         if value_norm:  # every rank's value statistics are the whole batch's, as one learner's
             _assert_value_statistics(ranks, state)
     for value_norm in (False, True):
         config = A2CConfig().training(normalize_advantages=True, train_batch_size=288, value_normalization=value_norm)
-        sharded, single, _, ranks, state = _sharded_and_single_update(config, A2CLearner, (), monkeypatch)
+        sharded, single, _, ranks, state = _sharded_and_single_update(config, A2CLearner, (), monkeypatch,
+                                                                      updates=1 + value_norm)
         assert _max_diff(sharded, single) < 1e-6
         if value_norm:
             _assert_value_statistics(ranks, state)

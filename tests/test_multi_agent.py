@@ -494,6 +494,15 @@ def test_n_step_transitions_of_each_agent_sum_its_own_next_decisions_rewards():
                     reward = sum(gamma ** k * part.rewards[r, column] for k, r in enumerate(used))
                     discount = 0.0 if part.terminateds[used[-1], column] else gamma ** len(used)
                     expected[row, column] = (reward, discount, part.obs[used[-1] + 1, column])
+        whole = []  # (facts of the env, not of the layout) each whole episode of a1: 3 decisions, then terminated
+        for column in range(valid.shape[1]):
+            rows = np.nonzero(valid[:, column])[0]
+            ended = rows[ends[rows, column]]
+            if pid == "p1":
+                assert len(ended) and all(part.terminateds[ended, column])
+                np.testing.assert_array_equal(part.obs[ended + 1, column], [[0.0, 1.0]] * len(ended))
+                whole += [int(np.sum((rows > a) & (rows <= b))) for a, b in zip(ended, ended[1:], strict=False)]
+        assert (pid == "p0") or (whole and set(whole) == {3})
         discounts = {e[1] for e in expected.values()}
         if pid == "p0":  # a0: 8 decisions, truncated: whole 3-step sums and sums cut short, never a terminal one
             assert gamma ** n in discounts and max(discounts) > gamma ** n and 0.0 not in discounts
