@@ -153,7 +153,6 @@ def run_benchmarl(seed: int, frames: int, algorithm: str = "mappo") -> dict:
     from benchmarl.experiment import Experiment, ExperimentConfig
     from benchmarl.models.mlp import MlpConfig
 
-
     config = ExperimentConfig.get_from_yaml()
     config.max_n_frames, config.loggers, config.evaluation = frames, [], False
     config.prefer_continuous_actions = False

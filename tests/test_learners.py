@@ -218,9 +218,9 @@ def test_learners_sharing_out_the_fragments_step_on_the_union_of_their_minibatch
     """shard_fragments: of 3 fragments learner 0 fetches 2 and learner 1 one, each learning on its own rows only.
     PPO: each gradient step must be one learner's step on the whole batch's minibatch (drawn over the shares laid end
     to end), advantages normalised over both shares (and with value_normalization, the value statistics merged from
-    both). A recurrent batch's sequences are the shares' end to end
-    already: one learner's own update must match. An MLP batch's rows are time-major with the fragments' envs side by
-    side: one learner is given the same minibatches in its own rows. A2C: one step on the whole batch, whatever its
+    both). A recurrent batch's sequences are the shares' end to end already: one learner's own update must match. An
+    MLP batch's rows are time-major with the fragments' envs side by side: one learner is given the same minibatches
+    in its own rows. A2C: one step on the whole batch, whatever its
     rows' order: one learner's own update must match. IMPALA and APPO likewise (APPO's old policy refreshed on the
     env steps of every share)."""
     def places(fragments):  # where each share's rows (real steps, time-major, envs side by side) are in the whole
