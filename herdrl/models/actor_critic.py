@@ -63,12 +63,11 @@ class ValueNormalizer(nn.Module):
         count = float(self.count)
         stats.count, stats.mean, stats.m2 = count, self.mean.cpu().numpy(), self.var.cpu().numpy() * count
         targets = targets.detach().double().reshape(-1).cpu().numpy()
-        if global_sums is None:
-            stats.update(targets)
-        else:  # two passes over every share: the batch's mean, then the squared deviations from it
-            n, total = global_sums([float(len(targets)), float(targets.sum())])
-            mean = total / n if n else 0.0
-            stats.merge_parts(n, np.array(mean), np.array(global_sums([float(np.square(targets - mean).sum())])[0]))
+        sums = global_sums or (lambda values: values)
+        # Two passes (over every share): the batch's mean, then the squared deviations from it.
+        n, total = sums([float(len(targets)), float(targets.sum())])
+        mean = total / n if n else 0.0
+        stats.merge_parts(n, np.array(mean), np.array(sums([float(np.square(targets - mean).sum())])[0]))
         if stats.count > count:
             self.mean.fill_(float(stats.mean))
             self.var.fill_(float(stats.var))
