@@ -12,8 +12,9 @@ paths compared:
 * ``reference``: the learner-actor path now: the driver fetches only the infos and hands the fragments'
   references to the learner actor, which fetches them from the producers' nodes itself. Fragments over Ray's
   inline limit are put by their producers, which own them (as herdrl's runners do).
-* ``aggregators``: as ``reference``, but K aggregator actors beside the learner fetch and concatenate the fragments
-  (each a share of the batch); the learner fetches K partial batches.
+* ``aggregators``: as ``reference``, but K aggregator actors beside the learner fetch the fragments and join them
+  side by side (each a share of the batch, packed stacks rebuilt straight into it); the learner fetches K partial
+  batches and joins them (one: takes it as it is).
 
 Every actor reserves no CPU (``num_cpus=0``: they measure transport, not scheduling); the learner and aggregators
 sit on the driver's node, the producers on that node (``same-node``) or on the other nodes (``cross-node``, over
@@ -90,29 +91,30 @@ class _Producer:
         return sorted({name.split(".")[0] for name in sys.modules})
 
 
-def _concatenate(parts: list[dict[str, np.ndarray]], side_by_side: bool = True) -> dict[str, np.ndarray]:
+def _concatenate(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Fragments side by side along their env axis (axis 1), key by key: the first thing a learner does, as
-    herdrl's does it (packed stacks rebuilt straight into the batch: ``herdrl.rollout.transport``; an aggregator
-    rebuilds each fragment's own, ``side_by_side=False``)."""
+    herdrl's does it (packed stacks rebuilt straight into the batch: ``herdrl.rollout.transport``). One part
+    without packed frames (an aggregator's share, already joined) is taken as it is, as herdrl's learner reads it."""
     from herdrl.obs import obs_concat
     from herdrl.rollout.transport import PackedFrames, rebuild_side_by_side
 
+    if len(parts) == 1 and "frames" not in parts[0]:
+        return parts[0]
     if "frames" in parts[0]:
-        packed = [PackedFrames(part["frames"], part["index"]) for part in parts]
-        obs = rebuild_side_by_side(packed) if side_by_side else [leaf.unpack() for leaf in packed]
+        obs = rebuild_side_by_side([PackedFrames(part["frames"], part["index"]) for part in parts])
         parts = [{"obs": leaf, **{k: v for k, v in part.items() if k not in ("frames", "index")}}
                  for leaf, part in zip(obs, parts, strict=True)]
     return {key: obs_concat([part[key] for part in parts], axis=1) for key in parts[0]}
 
 
 class _Aggregator:
-    """Fetches a share of a batch's fragments and concatenates them."""
+    """Fetches a share of a batch's fragments and joins them, as herdrl's aggregators do."""
 
     def gather(self, refs: list[Any]) -> dict[str, np.ndarray]:
-        """The fragments behind ``refs``, concatenated."""
+        """The fragments behind ``refs``, side by side (packed stacks rebuilt straight into the joined array)."""
         import ray
 
-        return _concatenate(ray.get(refs), side_by_side=False)
+        return _concatenate(ray.get(refs))
 
 
 class _Learner:

@@ -6,14 +6,16 @@ import pytest
 from envs import MovingDot
 
 import herdrl
-from herdrl import PPOConfig
+from herdrl import APPOConfig, PPOConfig
 from herdrl.rollout import EnvRunner
+from herdrl.rollout.batch import side_by_side
 from herdrl.rollout.runner import Fragment
 from herdrl.rollout.transport import (
     FragmentInput,
     FragmentLostError,
     FragmentsLost,
     PackedFrames,
+    join_side_by_side,
     nbytes,
     pack,
     pack_leaf,
@@ -23,6 +25,35 @@ from herdrl.rollout.transport import (
 
 def _stacked_dots(config=None):
     return gym.wrappers.FrameStackObservation(MovingDot(config), 4, padding_type="zero")
+
+
+def test_an_aggregators_share_is_one_fragment_as_wide_as_its_fragments():
+    """Three packed fragments joined (an aggregator's share): every field a learner reads is the three recorded
+    fragments side by side (APPO's: with the sampling policy's log-probabilities), the stacks rebuilt straight into
+    the joined array, which a learner's batch then reads as it is. Fragments that cannot be laid side by side as one
+    (recurrent states, different lengths) are each unpacked on their own, contiguous."""
+    herdrl.register_env("stacked_dots", _stacked_dots)
+    config = APPOConfig().environment("stacked_dots").env_runners(num_envs_per_env_runner=2,
+                                                                  rollout_fragment_length=15)
+    config.validate()
+    runner = EnvRunner(config)
+    recorded = [runner.sample() for _ in range(3)]  # the second and third begin mid-episode
+    copies = [Fragment(**{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in vars(f).items()})
+              for f in recorded]
+    (joined,) = join_side_by_side([pack(f) for f in recorded])
+    assert joined.obs.dtype == np.uint8 and joined.obs.shape[:2] == (16, 6) and joined.logp is not None
+    for name in ("obs", "actions", "rewards", "terminateds", "truncateds", "valid", "logp"):
+        assert np.array_equal(getattr(joined, name), np.concatenate([getattr(c, name) for c in copies], axis=1)), name
+    assert np.array_equal(joined.begins, np.concatenate([c.begins for c in copies]))
+    assert joined.obs.base is not None  # a view of the buffer the stacks were rebuilt into (a copy owns its data)
+    assert side_by_side([joined]) is joined.obs
+    shorter = runner.sample(num_steps=5)
+    recurrent = Fragment(**{**vars(copies[1]), "state_in": np.zeros((2, 2, 8), np.float32)})
+    for pair in ([copies[0], shorter], [copies[0], recurrent]):
+        expected = [f.obs.copy() for f in pair]
+        kept = join_side_by_side([pack(f) for f in pair])
+        assert len(kept) == 2 and all(np.array_equal(f.obs, e) and f.obs.flags.c_contiguous
+                                      for f, e in zip(kept, expected, strict=True))
 
 
 def _dict_of_stacks_and_images(config=None):
@@ -179,6 +210,14 @@ def test_fragments_reach_learner_actors_without_entering_the_driver(monkeypatch)
     assert opened == [] and moved > 0 and result["num_env_steps_sampled"] > 60  # 80, less reset-only steps
     # A 4-frame stack is 800 bytes; packed, a step ships ~1 new frame (more after the resets of 10-step episodes)
     assert 0 < result["fragment_bytes_per_env_step"] < 0.55 * 4 * 10 * 10 * 2
+    # Asynchronous sampling the same (APPO: calls kept in flight, fragments queued as references)
+    appo = (APPOConfig().environment("stacked_dots")
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=2, rollout_fragment_length=20)
+            .training(train_batch_size=80, minibatch_size=40).learners(num_learners=1).debugging(seed=0).build())
+    for _ in range(2):
+        result = appo.train()
+    appo.stop()
+    assert opened == [] and result["num_env_steps_trained_lifetime"] >= 80
 
     algo = config(0).build()
     algo.train()
@@ -322,8 +361,9 @@ def test_a_fragment_lost_before_the_learner_reads_it_is_sampled_again(caplog, mo
 
 @pytest.mark.usefixtures("whole_ray_cluster")
 def test_learning_with_aggregator_actors_equals_learning_without():
-    """Same seed, same fragments (3 runners' stacked frames, cut 2 + 1 between two aggregators on the learner's
-    node): the learner ends with exactly the weights of a learner that fetched the fragments itself."""
+    """Same seed, same fragments (3 runners' stacked frames, 2 iterations): the learner ends with exactly the
+    weights of a learner that fetched the fragments itself, whether one aggregator on the learner's node joins all
+    of them (the learner reads its share where it lies) or two join 2 + 1."""
     import ray
 
     herdrl.register_env("stacked_dots", _stacked_dots)
@@ -335,16 +375,19 @@ def test_learning_with_aggregator_actors_equals_learning_without():
                 .learners(num_learners=1, num_aggregator_actors_per_learner=aggregators).debugging(seed=0).build())
         for _ in range(2):
             algo.train()
-        nodes = [ray.get(a.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
-                 for a in algo.learners.aggregators[0]] if aggregators else []
+        ask = lambda f: [ray.get(a.__ray_call__.remote(f)) for a in algo.learners.aggregators[0]]  # noqa: E731
+        nodes = ask(lambda self: ray.get_runtime_context().get_node_id()) if aggregators else []
+        gathered = ask(lambda self: self.gathered) if aggregators else []
         weights = algo.get_weights()
         algo.stop()
-        return weights, nodes
+        return weights, nodes, gathered
 
-    direct, _ = run(0)
-    aggregated, nodes = run(2)
-    assert len(nodes) == 2 and set(nodes) == {ray.get_runtime_context().get_node_id()}
-    assert all(np.array_equal(direct[k], aggregated[k]) for k in direct)
+    direct, _, _ = run(0)
+    for aggregators, shares in ((1, [6]), (2, [4, 2])):  # fragments each fetched over the 2 iterations
+        aggregated, nodes, gathered = run(aggregators)
+        assert len(nodes) == aggregators and set(nodes) == {ray.get_runtime_context().get_node_id()}
+        assert gathered == shares
+        assert all(np.array_equal(direct[k], aggregated[k]) for k in direct)
 
 
 @pytest.mark.usefixtures("whole_ray_cluster")

@@ -26,11 +26,19 @@ from herdrl.errors import ConfigError
 from herdrl.learner import Learner
 from herdrl.models.encoders import to_torch
 from herdrl.multi_agent import trained_policies
-from herdrl.obs import obs_concat, obs_map
+from herdrl.obs import obs_map
 from herdrl.optim import Adam
 from herdrl.rollout import Fragment
 from herdrl.rollout.async_sampling import AsyncSampler, LocalSampler
-from herdrl.rollout.batch import forward_flat, from_sequences, minibatches, sequence_batch, sequence_logp, to_sequences
+from herdrl.rollout.batch import (
+    forward_flat,
+    from_sequences,
+    minibatches,
+    sequence_batch,
+    sequence_logp,
+    side_by_side,
+    to_sequences,
+)
 from herdrl.rollout.group import RayRunnerGroup
 from herdrl.rollout.transport import FragmentInput, FragmentsLost, Sampled
 from herdrl.rollout.vtrace import vtrace
@@ -121,7 +129,7 @@ def vtrace_batch(module: Any, fragments: list[Fragment], config: IMPALAConfig, d
     if getattr(module, "recurrent", False):
         return recurrent_vtrace_batch(module, fragments, config, device, target_module)
     cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
-    obs = obs_concat([f.obs for f in fragments], axis=1)
+    obs = side_by_side(fragments)
     actions = cat("actions")
     steps, envs = actions.shape[:2]
     n = steps * envs

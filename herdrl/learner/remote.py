@@ -15,7 +15,7 @@ import torch
 
 from herdrl.config import AlgorithmConfig
 from herdrl.models.encoders import torch_device
-from herdrl.rollout.transport import FragmentsLost, LearnerInput, resolve
+from herdrl.rollout.transport import FragmentsLost, LearnerInput, fetch, join_side_by_side
 
 
 # A thread of its own for `alive`: it answers while an update runs or hangs (a rank waiting in an all-reduce for a peer
@@ -125,9 +125,13 @@ class LearnerActor:
 
 @ray.remote(concurrency_groups={"health": 1})
 class FragmentAggregator:
-    """Beside a learner, on its node: fetches a share of the learner's fragments from the runners' nodes and
-    unpacks their frames, so the learner reads one object per aggregator from its own node's store and spends no
-    time on fetches (``num_aggregator_actors_per_learner``)."""
+    """Beside a learner, on its node: fetches a share of the learner's fragments from the runners' nodes, rebuilds
+    their frames and joins them into one wide fragment, so the learner reads one object per aggregator from its
+    own node's store, ready to learn on, and spends no time on fetches or rebuilding
+    (``num_aggregator_actors_per_learner``)."""
+
+    def __init__(self) -> None:
+        self.gathered = 0  # fragments fetched so far
 
     @ray.method(concurrency_group="health")
     def alive(self) -> bool:
@@ -135,6 +139,10 @@ class FragmentAggregator:
         return True
 
     def gather(self, refs: list[Any]) -> tuple[list[Any], list[int]]:
-        """The fragments behind ``refs`` (frames unpacked, each fragment its own arrays: they travel on to the
-        learner) and the indices of those lost with their node."""
-        return resolve(list(refs), side_by_side=False)
+        """The fragments behind ``refs`` joined side by side into one (frames rebuilt straight into it:
+        :func:`~herdrl.rollout.transport.join_side_by_side`), and the indices of those lost with their node."""
+        fragments, lost = fetch(list(refs))
+        self.gathered += len(fragments)
+        if lost:  # the learners skip this update (every rank): nothing to build
+            return [], lost
+        return join_side_by_side(fragments), lost

@@ -18,6 +18,7 @@ module lives on. ``custom_encoder`` swaps all of this for your own module (see :
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -311,6 +312,12 @@ def torch_device(num_gpus: float, key: str = "num_gpus") -> torch.device:
 def module_device(module: nn.Module) -> torch.device:
     """Where a module's parameters live (the CPU for a module without any)."""
     return next(iter(module.parameters()), torch.empty(0)).device
+
+
+# A read-only batch (an aggregator's share, read where it lies in the object store) is shared, not copied: the
+# learner only reads its batch (encoders make new tensors). Torch would warn that it cannot forbid writes to it.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning,
+                        module=__name__)
 
 
 def to_torch(obs: np.ndarray | dict[str, np.ndarray], device: torch.device | str = "cpu",

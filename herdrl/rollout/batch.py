@@ -15,6 +15,12 @@ from herdrl.rollout.advantages import compute_gae
 from herdrl.rollout.runner import Fragment
 
 
+def side_by_side(fragments: list[Fragment]) -> Any:
+    """The fragments' observations laid side by side (T+1, sum of B, ...): one fragment's as they are (an
+    aggregator's joined share of the batch, read where it lies in the object store), several joined."""
+    return fragments[0].obs if len(fragments) == 1 else obs_concat([f.obs for f in fragments], axis=1)
+
+
 def take(batch: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
     """Rows ``index`` of every entry of a learner batch (observations may be dicts of tensors)."""
     return {key: obs_map(lambda value: value[index], value) for key, value in batch.items()}
@@ -29,7 +35,7 @@ def on_policy_batch(module: ActorCritic, fragments: list[Fragment], gamma: float
     ``old_values``, ``advantages``, ``returns``.
     """
     cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
-    obs = obs_concat([f.obs for f in fragments], axis=1)  # (T+1, B, ...): envs of all fragments side by side
+    obs = side_by_side(fragments)  # (T+1, B, ...): envs of all fragments side by side
     actions = cat("actions")
     steps, envs = actions.shape[:2]
     flat_obs = to_torch(obs_map(lambda a: a.reshape(-1, *a.shape[2:]), obs), device)
@@ -118,7 +124,7 @@ def sequence_batch(module: Any, fragments: list[Fragment], seq_len: int,
     ``old_values``, and ``seq_index`` (where each sequence step sits on the fragments' grid, -1 for padding).
     """
     cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
-    obs = obs_concat([f.obs for f in fragments], axis=1)
+    obs = side_by_side(fragments)
     actions, valid = cat("actions"), cat("valid")
     steps, envs = actions.shape[:2]
     indices, offset = [], 0  # each fragment's sequences, in the order its runner recorded their states

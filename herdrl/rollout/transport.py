@@ -24,7 +24,7 @@ reports which, and the algorithm drops them and samples again (:meth:`Algorithm.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -303,6 +303,29 @@ def unpack_side_by_side(fragments: list[Any]) -> list[Any]:
     return fragments
 
 
+def join_side_by_side(fragments: list[Any]) -> list[Any]:
+    """Fetched fragments (frames still packed) unpacked and joined into one fragment as wide as all of them: an
+    aggregator's share of the learner's batch, built beside it. The stacks are rebuilt straight into the joined
+    array (:func:`rebuild_side_by_side`), which the learner then reads from its node's store as it is. Multi-agent
+    and recurrent fragments, fragments of different lengths or observation keys, are each unpacked on their own
+    instead (contiguous arrays: the object store takes them without a copy). The joined fragment's bookkeeping
+    (episodes, statistics, weight versions) is its first fragment's: the driver keeps every fragment's own in its
+    infos, and learners read only the arrays."""
+    keys = {tuple(f.obs) if isinstance(f.obs, dict) else None for f in fragments if not hasattr(f, "policies")}
+    if len(fragments) < 2 or any(hasattr(f, "policies") or f.state_in is not None for f in fragments) \
+            or len({f.rewards.shape[0] for f in fragments}) != 1 or len(keys) != 1:
+        return [unpack(f) for f in fragments]
+    from herdrl.obs import obs_concat
+
+    fragments = unpack_side_by_side(fragments)
+    cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
+    return [replace(fragments[0], obs=obs_concat([f.obs for f in fragments], axis=1), actions=cat("actions"),
+                    rewards=cat("rewards"), terminateds=cat("terminateds"), truncateds=cat("truncateds"),
+                    valid=cat("valid"), logp=None if fragments[0].logp is None else cat("logp"),
+                    begins=None if any(f.begins is None for f in fragments)
+                    else np.concatenate([f.begins for f in fragments]))]
+
+
 def nbytes(fragment: Any) -> int:
     """Bytes of a fragment's arrays (packed frames as shipped)."""
     total = 0
@@ -315,14 +338,19 @@ def nbytes(fragment: Any) -> int:
     return total
 
 
-def resolve(items: list[Any], side_by_side: bool = True) -> tuple[list[Any], list[int]]:
-    """The fragments of a :class:`FragmentInput` (fetching references, unpacking frames: ``side_by_side``, as the
-    learner will concatenate them, :func:`unpack_side_by_side`) and the indices of those that were lost with their
-    node."""
-    unpack_all = unpack_side_by_side if side_by_side else lambda fragments: [unpack(f) for f in fragments]
+def resolve(items: list[Any]) -> tuple[list[Any], list[int]]:
+    """The fragments of a :class:`FragmentInput` (fetched, frames unpacked side by side, as the learner will
+    concatenate them: :func:`unpack_side_by_side`) and the indices of those that were lost with their node."""
+    fragments, lost = fetch(items)
+    return unpack_side_by_side(fragments), lost
+
+
+def fetch(items: list[Any]) -> tuple[list[Any], list[int]]:
+    """The fragments behind ``items`` (references fetched; fragments passed as they are), frames still packed, and
+    the indices of those that were lost with their node."""
     refs = [i for i, item in enumerate(items) if not hasattr(item, "valid") and not hasattr(item, "policies")]
     if not refs:
-        return unpack_all(list(items)), []
+        return list(items), []
     import ray
 
     fetched: dict[int, Any] = {}
@@ -335,5 +363,4 @@ def resolve(items: list[Any], side_by_side: bool = True) -> tuple[list[Any], lis
                 fetched[i] = ray.get(items[i])
             except ray.exceptions.ObjectLostError:
                 lost.append(i)
-    fragments = [fetched[i] if i in fetched else item for i, item in enumerate(items) if i not in lost]
-    return unpack_all(fragments), lost
+    return [fetched[i] if i in fetched else item for i, item in enumerate(items) if i not in lost], lost
