@@ -203,6 +203,23 @@ def summarise_reach(results: list[dict], target: float | None) -> None:
                   f"ratio {ratio:.2f}x")
 
 
+def summarise_logs(paths: list[str], target: float | None) -> None:
+    """The final returns (median per tool and algorithm) and the time-to-reach summary of logged RESULT lines."""
+    results = [json.loads(line[len("RESULT "):]) for path in paths for line in open(path)
+               if line.startswith("RESULT ")]
+    if not results:
+        raise SystemExit(f"no RESULT lines in {', '.join(paths)}")
+    finals: dict[tuple, list] = {}
+    for r in results:  # the last batch's return (BenchMARL's own score) for both tools
+        finals.setdefault((r["tool"], r["algorithm"]), []).append((r["seed"], r["curve"][-1][2], r["seconds"]))
+    for (tool, algorithm), runs in sorted(finals.items()):
+        runs.sort()
+        print(f"{tool} {algorithm}: " + ", ".join(f"seed {s} {ret:.1f} in {sec:.0f} s" for s, ret, sec in runs)
+              + f"; median {statistics.median(r[1] for r in runs):.1f}, {statistics.median(r[2] for r in runs):.0f} s")
+    for algorithm in sorted({r["algorithm"] for r in results}):
+        summarise_reach([r for r in results if r["algorithm"] == algorithm], target)
+
+
 def main() -> None:
     """Each (tool, seed) in its own subprocess; one RESULT line each, then a side-by-side summary."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -217,8 +234,14 @@ def main() -> None:
     parser.add_argument("--random", action="store_true", help="first play 200 episodes of uniformly random actions")
     parser.add_argument("--local-ratio", type=float, default=0.5,
                         help="0: every agent is paid the team's reward alone (the shared-reward variant)")
+    parser.add_argument("--summarise", nargs="+", metavar="LOG",
+                        help="only print the summary of the RESULT lines in these logs (runs made apart, e.g. each "
+                             "tool alone with --tools)")
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # (tool, seed): run it here
     args = parser.parse_args()
+    if args.summarise:
+        summarise_logs(args.summarise, args.reach)
+        return
     ENV_CONFIG["local_ratio"] = args.local_ratio
     if args.one:
         tool, seed = args.one
