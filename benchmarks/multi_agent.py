@@ -2,6 +2,7 @@
 
     python benchmarks/multi_agent.py spread --seeds 1 2 3 --steps 150000
     python benchmarks/multi_agent.py spread --modes shared mappo --seeds 1 2 3 --steps 300000
+    python benchmarks/multi_agent.py spread --modes shared-vn mappo-no-vn --seeds 1 2 3 --steps 300000
     python benchmarks/multi_agent.py spread --modes qmix vdn --seeds 1 2 3 --steps 300000
     python benchmarks/multi_agent.py spread --modes qmix-rnn vdn-rnn qmix vdn --local-ratio 0 --steps 300000
     python benchmarks/multi_agent.py tictactoe --seeds 1 2 3 --steps 150000
@@ -10,8 +11,9 @@
 
 ``spread``: MPE ``simple_spread_v3`` (mpe2; 3 agents cover 3 landmarks, 25 steps, a shared reward plus
 collision penalties), PPO with one policy shared by the 3 agents (IPPO: each agent's critic sees its own
-observation) vs one policy per agent (independent PPO per agent) vs MAPPO (``mappo``: the shared policy with a
-centralised critic that sees the env's global state, and value normalisation), QMIX and VDN (``qmix``, ``vdn``:
+observation; ``shared-vn``: with value normalisation) vs one policy per agent (independent PPO per agent) vs
+MAPPO (``mappo``: the shared policy with a centralised critic that sees the env's global state, and value
+normalisation; ``mappo-no-vn``: without), QMIX and VDN (``qmix``, ``vdn``:
 the three agents as one team, value decomposition; their team reward is the agents' mean, so their score is
 multiplied by 3 to be summed over agents as the others'; ``qmix-rnn``, ``vdn-rnn``: the paper's GRU agents learned
 on replayed whole episodes), each for the same env-step budget, beside a uniformly random policy.
@@ -56,10 +58,11 @@ def spread_config(mode: str, seed: int, local_ratio: float = 0.5):
               .env_runners(num_envs_per_env_runner=16).training(**PPO_SETTINGS,
                                                                 model={"fcnet_hiddens": [128, 128]})
               .debugging(seed=seed))
-    if mode == "shared":
-        return config.multi_agent(policies={"shared"})
-    if mode == "mappo":  # the shared actor, a critic that sees the env's global state, normalised values
-        return config.multi_agent(policies={"shared"}, centralized_critic=True).training(value_normalization=True)
+    if mode in ("shared", "shared-vn"):  # IPPO; -vn: with MAPPO's value normalisation, the fair comparison
+        return config.multi_agent(policies={"shared"}).training(value_normalization=mode == "shared-vn")
+    if mode in ("mappo", "mappo-no-vn"):  # the shared actor, a critic that sees the env's global state, normalised
+        return (config.multi_agent(policies={"shared"}, centralized_critic=True)  # values (-no-vn: not)
+                .training(value_normalization=mode == "mappo"))
     return config.multi_agent(policies={"agent_0", "agent_1", "agent_2"}, policy_mapping_fn="per_agent")
 
 
@@ -229,7 +232,8 @@ def main() -> None:
             print(json.dumps({"runners": runners, **result}), flush=True)
         return
     modes = ["random", "shared", "separate"] + (["self-play", "dqn-self-play"] if opts.what == "tictactoe" else
-                                                ["mappo", "qmix", "vdn", "qmix-rnn", "vdn-rnn"])
+                                                ["shared-vn", "mappo", "mappo-no-vn", "qmix", "vdn", "qmix-rnn",
+                                                 "vdn-rnn"])
     modes = [mode for mode in modes if mode in (opts.modes or modes)]
     rows = {}
     for mode in modes:
@@ -242,7 +246,7 @@ def main() -> None:
     print(f"\n{opts.what}, {opts.steps} env steps{ratio}, seeds {opts.seeds} (median):")
     for mode, results in rows.items():
         keys = [k for k in results[0] if k != "steps"]
-        print(f"  {mode:10s} " + "  ".join(f"{k} {np.median([r[k] for r in results]):8.2f}" for k in keys))
+        print(f"  {mode:12s} " + "  ".join(f"{k} {np.median([r[k] for r in results]):8.2f}" for k in keys))
 
 
 if __name__ == "__main__":

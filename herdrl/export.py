@@ -30,6 +30,7 @@ from torch import nn
 from herdrl.errors import HerdError
 from herdrl.filters import Normalizer
 from herdrl.models.distributions import ActionDistribution
+from herdrl.models.q_network import masked_q
 from herdrl.obs import leaf_spaces
 from herdrl.policy import Policy
 
@@ -201,9 +202,6 @@ class AgentGreedy(nn.Module):
                             "for a policy of a multi-agent run)")
         if not 0 <= index < module.agents:
             raise HerdError(f"--agent {index}: the team has agents 0 .. {module.agents - 1}")
-        from herdrl.models.q_network import MASKED_Q
-
-        self.masked_q = MASKED_Q
         self.recurrent = bool(getattr(module, "recurrent", False))
         if not self.recurrent:
             self.agent = module.agent
@@ -228,11 +226,11 @@ class AgentGreedy(nn.Module):
             x = torch.clamp((x - self.mean) * self.inv_std, -self.clip, self.clip)
         x = torch.cat([x, self.agent_id.expand(x.shape[0], -1)], -1)
         if not self.recurrent:
-            return self.agent(x).masked_fill(action_mask == 0, self.masked_q).argmax(-1)
+            return masked_q(self.agent(x), action_mask).argmax(-1)
         if self.last_action:
             x = torch.cat([x, state[:, self.hidden:]], -1)
         h = self.rnn(torch.relu(self.fc_in(x)), state[:, :self.hidden])
-        action = self.fc_out(h).masked_fill(action_mask == 0, self.masked_q).argmax(-1)
+        action = masked_q(self.fc_out(h), action_mask).argmax(-1)
         if self.last_action:
             h = torch.cat([h, nn.functional.one_hot(action, self.choices).to(h.dtype)], -1)
         return action, h

@@ -8,7 +8,7 @@ import torch
 import herdrl
 from herdrl import ConfigError, PPOConfig
 from herdrl.checkpoint import CheckpointError
-from herdrl.env.testing import CueRelay
+from herdrl.env.testing import CueRelay, TwoStepGame
 from herdrl.models.actor_critic import ActorCritic
 from herdrl.policy import Policy
 from herdrl.rollout.multi_agent import MultiAgentEnvRunner
@@ -148,6 +148,61 @@ def test_turn_based_self_play_never_plays_a_masked_move_and_pays_each_player_its
     np.testing.assert_array_equal(fragment.rewards[final] == 1, wins[final])
     assert (fragment.rewards[final] == -1).any() and wins[final].any()
     algo.stop()
+
+
+@pytest.mark.parametrize("use_lstm", [False, True])
+def test_a_turn_based_row_carried_into_the_next_fragment_keeps_the_log_probability_of_the_weights_that_chose_it(
+        use_lstm):
+    """A fragment cut mid-game leaves each game's last mover waiting for its reward: its row ships with the next
+    fragment, sampled after new weights came. PPO's old log-probability for that row is the one of the weights that
+    chose the move (PPO's ratio is to the acting policy), not the new weights' again; every other row's is what the
+    learner computes (LSTM: from its own unroll, so that the first epoch's ratio stays 1 there)."""
+    import copy
+    import dataclasses
+
+    from herdrl.models.encoders import to_torch
+    from herdrl.obs import obs_map
+    from herdrl.rollout.batch import from_sequences, learner_batch
+
+    config = (PPOConfig().environment("pettingzoo/classic/tictactoe-v3").env_runners(num_envs_per_env_runner=4)
+              .training(train_batch_size=64, minibatch_size=32, model={"use_lstm": use_lstm, "max_seq_len": 4})
+              .multi_agent(policies={"main"}).debugging(seed=0))
+    config.validate()
+    runner = MultiAgentEnvRunner(config)
+    runner.sample(7)  # (games last 5 to 9 moves: most are cut in the middle)
+    module = runner.module["main"]
+    before = copy.deepcopy(module)
+    with torch.no_grad():  # new weights, loaded in place as set_weights does
+        for p in module.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    part = runner.sample(7).policies["main"]
+    runner.stop()
+    valid = part.valid
+    carried = ~np.isnan(part.logp[valid])  # the rows the runner recorded
+    first_rows = valid & (np.cumsum(valid, axis=0) == 1)  # each column's first real row
+    assert 1 <= carried.sum() <= 4 and first_rows[valid][carried].all()  # at most one per env copy, at the top
+    device = torch.device("cpu")
+
+    def old_logp(fragment):  # the learner's, at the fragment's real rows in grid order
+        batch = learner_batch(module, [fragment], config, device)
+        if use_lstm:  # (sequences back onto the fragment's grid)
+            return from_sequences(batch, batch["old_logp"].numpy(), *valid.shape)[valid]
+        return batch["old_logp"].numpy()
+
+    old, recomputed = old_logp(part), old_logp(dataclasses.replace(part, logp=None))
+    np.testing.assert_array_equal(old[~carried], recomputed[~carried])  # the others: as the learner computes them
+    if not use_lstm:  # the recorded ones: the weights before, against both weights recomputed on their own
+        obs = to_torch(obs_map(lambda o: o[:-1][valid], part.obs), device)
+        actions = torch.as_tensor(part.actions[valid])
+        with torch.no_grad():
+            by = {name: net.log_prob_entropy(net(obs)[0], actions)[0].numpy() for name, net in
+                  (("before", before), ("after", module))}
+        np.testing.assert_allclose(old[carried], by["before"][carried], atol=1e-5)
+        np.testing.assert_allclose(recomputed, by["after"], atol=1e-5)
+        assert (np.abs(by["before"] - by["after"])[carried] > 1e-3).any()  # (the check can tell them apart)
+    else:
+        np.testing.assert_array_equal(old[carried], part.logp[valid][carried])
+        assert (np.abs(old - recomputed)[carried] > 1e-3).any()
 
 
 def test_self_play_snapshots_start_as_the_learner_and_move_one_older_each_time():
@@ -801,6 +856,40 @@ def test_a_global_state_without_the_envs_state_is_every_agents_latest_observatio
     assert steps == 8 and latest["a1"][0] == 0.0  # a1 left: its final observation (no cue) stays in the state
 
 
+class StatedTwoStep(TwoStepGame):
+    """The two-step game with a ``state()`` that is not its agents' observations (each a one-hot of the step):
+    ``[10 k + 3, -1, k, 7]`` for step code k, 4 numbers where the observations side by side would be 6."""
+
+    def state(self) -> np.ndarray:
+        return np.array([10 * self._state + 3, -1, self._state, 7], np.float32)
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        return {agent: np.eye(3, dtype=np.float32)[self._state] for agent in self.agents}
+
+
+herdrl.register_env("stated_two_step", lambda cfg: StatedTwoStep(cfg))
+
+
+def test_a_centralised_critic_reads_the_envs_own_state_not_the_observations_side_by_side():
+    """Where the env has a ``state()``, the critic's input at each decision is that state: every stored row's
+    global state is the one the env gave at the step its own observation shows."""
+    config = (PPOConfig().environment("stated_two_step").env_runners(num_envs_per_env_runner=3)
+              .training(train_batch_size=24, minibatch_size=12)
+              .multi_agent(policies={"shared"}, centralized_critic=True).debugging(seed=0))
+    config.validate()
+    runner = MultiAgentEnvRunner(config)
+    part = runner.sample(8).policies["shared"]
+    runner.stop()
+    own, state = part.obs["own_observation"], part.obs["global_state"]
+    assert state.shape[-1] == 4
+    rows = 0
+    for t, b in zip(*np.nonzero(part.valid), strict=True):
+        k = int(np.argmax(own[t, b]))
+        np.testing.assert_array_equal(state[t, b], [10 * k + 3, -1, k, 7])
+        rows += 1
+    assert rows >= 2 * 3 * 3  # both agents, at both steps, in every env copy
+
+
 def test_a_centralised_critic_reads_the_envs_global_state_at_each_decision_and_the_actor_its_own_observation(
         tmp_path):
     """MPE simple_spread's state() is its three agents' observations side by side: every row a shared policy
@@ -1184,7 +1273,8 @@ def test_a_recurrent_policy_is_unrolled_by_the_learner_exactly_as_each_agent_act
             p.normal_(0.0, 0.5)
 
     def worst_error(part):
-        batch = recurrent_batch(module, [part], 0.99, 0.95, 4, torch.device("cpu"))
+        # (logp=None: the learner's own unroll, not the logged values it would take where a fragment has them)
+        batch = recurrent_batch(module, [dataclasses.replace(part, logp=None)], 0.99, 0.95, 4, torch.device("cpu"))
         index, valid, logp = batch["seq_index"].numpy(), batch["valid"].numpy(), batch["old_logp"].numpy()
         logged = part.logp.reshape(-1)
         errors = [abs(logp[n, t] - logged[index[n, t]]) for n, t in zip(*np.nonzero(valid), strict=True)]

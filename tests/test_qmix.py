@@ -229,13 +229,14 @@ def test_qmix_trains_on_two_ray_runners_resumes_and_refuses_what_it_has_not(tmp_
     assert main(["export", str(path), "--format", "torch-export", "--out", out, "--agent", "1"]) == 0
     alone = torch.export.load(tmp_path / "a1.pt2").module()
     mask = obs["action_mask"][:, 1].copy()
-    mask[::2, 1] = 0  # and a mask of its own: every other row may take action 0 only
+    mask[::2, 1] = 0  # and a mask of its own: every other row may take action 0 only,
+    mask[1::2] = 0  # the others nothing (an agent with no allowed action: its Q values as they are, as the team's)
     team_obs = {**obs, "action_mask": obs["action_mask"].copy()}
     team_obs["action_mask"][:, 1] = mask
     team = program(*[torch.as_tensor(team_obs[key]) for key in sorted(team_obs)]).numpy()
     mine = alone(torch.as_tensor(mask), torch.as_tensor(obs["obs"][:, 1])).numpy()
     np.testing.assert_array_equal(mine, team[:, 1])
-    assert (mine[::2] == 0).all()
+    assert (mine[::2] == 0).all() and (mine[1::2] == 1).any()  # (a mask applied to every row would give 0)
     with pytest.raises(HerdError, match="the team has agents 0 .. 1"):
         export_policy(path, "torch-export", tmp_path / "a5.pt2", agent=5)
     with pytest.raises(ConfigError, match="leave .multi_agent\\(\\) out"):

@@ -244,6 +244,28 @@ def test_the_window_loss_is_the_td_loss_of_each_trained_step_stepped_by_hand(mix
     assert stats["td_error"].shape == (n,)
 
 
+def test_the_burn_in_only_rebuilds_the_state_no_gradient_reaches_its_steps():
+    """R2D2's burn-in: the loss's gradient reaches every observation a window's trained steps read, through the
+    agents' recurrent state, but none of its burn-in steps' (window 0: 2 burn-in steps; window 1: none)."""
+    learner = tiny_learner("qmix")
+    n, width = 2, 6
+    g = torch.Generator().manual_seed(1)
+    obs = {"obs": torch.rand(n, width + 1, 2, 2, generator=g).requires_grad_(),
+           "state": torch.rand(n, width + 1, 4, generator=g), "action_mask": torch.ones(n, width + 1, 2, 2)}
+    train = torch.ones(n, width, dtype=torch.bool)
+    train[0, :2] = False
+    batch = {"obs": obs, "actions": torch.randint(0, 2, (n, width, 2), generator=g),
+             "rewards": torch.randn(n, width, generator=g), "discounts": torch.full((n, width), 0.9),
+             "train": train, "valid": torch.ones(n, width, dtype=torch.bool), "weights": torch.ones(n),
+             "prev_actions": torch.full((n, 2), -1)}
+    loss, _ = learner.loss(batch)
+    loss.backward()
+    reached = obs["obs"].grad.abs().sum((2, 3))  # (windows, steps): gradient per step's observations
+    assert (reached[0, :2] == 0).all()  # the burn-in
+    assert (reached[0, 2:width] > 0).all() and (reached[1, :width] > 0).all()
+    assert (reached[:, width] == 0).all()  # the last observation: only the (gradient-free) target reads it
+
+
 @pytest.mark.parametrize("last_action", [False, True])
 def test_recurrent_vdn_learns_to_remember_and_checkpoints_evaluates_and_exports(tmp_path, last_action):
     """Each agent sees its cue once and must name it for 8 steps: without memory the team's best is 4.5 (right at

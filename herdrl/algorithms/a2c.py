@@ -81,8 +81,7 @@ class A2CLearner(Learner):
         """One gradient step on the batch the fragments make."""
         cfg = self.config
         batch = learner_batch(self.module, fragments, cfg, self.device)
-        self.module.observe_value_targets(real_steps(batch, "returns"),
-                                          global_sums=self.global_sums if self.rows_sharded else None)
+        self.module.observe_value_targets(real_steps(batch, "returns"), global_sums=self.global_sums)
         if cfg.normalize_advantages:  # (with shard_fragments, over every share's rows)
             normalize_advantages(batch, self.global_sums if self.rows_sharded else None)
         stats = self.gradient_step(self.optimizer, self.loss, batch, None,

@@ -32,6 +32,12 @@ from herdrl.obs import obs_map
 from herdrl.offline.algorithm import ACTOR_CRITIC_OFFLINE_FIELDS, OfflineAlgorithm, OfflineConfig, OfflineUpdates
 
 
+def soft_backup_era(config: dict[str, Any], spaces: dict[str, Any]) -> bool:
+    """Whether a checkpoint's config is a continuous CQL's from before ``deterministic_backup``: its critics backed
+    up SAC's soft value."""
+    return spaces.get("action", {}).get("type") == "Box" and "deterministic_backup" not in config
+
+
 class CQLConfig(OfflineConfig):
     """CQL settings (RLlib's names where it has them; d3rlpy's defaults for the rest)."""
 
@@ -69,9 +75,7 @@ class CQLConfig(OfflineConfig):
         """Before ``deterministic_backup``, continuous CQL backed up SAC's soft value: a run resumed from then
         keeps it."""
         config = super().migrate_checkpoint_config(config, format_version, spaces)
-        if spaces.get("action", {}).get("type") != "Box":
-            return config
-        return {"deterministic_backup": False, **config}
+        return {**config, "deterministic_backup": False} if soft_backup_era(config, spaces) else config
 
     def checkpoint_clash(self, meta: dict[str, Any], action_space: Any) -> str | None:
         """Also a continuous CQL checkpoint written before ``deterministic_backup`` (its critics back up SAC's soft
@@ -79,8 +83,8 @@ class CQLConfig(OfflineConfig):
         clash = super().checkpoint_clash(meta, action_space)
         if clash:
             return clash
-        if (meta["spaces"].get("action", {}).get("type") == "Box" and "deterministic_backup" not in meta["config"]
-                and self.deterministic_backup and not self.is_explicit("deterministic_backup")):
+        if (soft_backup_era(meta["config"], meta["spaces"]) and self.deterministic_backup
+                and not self.is_explicit("deterministic_backup")):
             return ("its critics back up SAC's soft value (written before deterministic_backup): set "
                     "deterministic_backup=False to continue it so, or True to change it")
         return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,7 @@ from herdrl.rollout.batch import (
     to_sequences,
 )
 from herdrl.rollout.group import RayRunnerGroup
-from herdrl.rollout.transport import FragmentInput, FragmentsLost, Sampled
+from herdrl.rollout.transport import FragmentInput, FragmentsLost, Sampled, side_by_side_field
 from herdrl.rollout.vtrace import vtrace
 
 
@@ -128,7 +129,7 @@ def vtrace_batch(module: Any, fragments: list[Fragment], config: IMPALAConfig, d
     """
     if getattr(module, "recurrent", False):
         return recurrent_vtrace_batch(module, fragments, config, device, target_module)
-    cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
+    cat = partial(side_by_side_field, fragments)
     obs = side_by_side(fragments)
     actions = cat("actions")
     steps, envs = actions.shape[:2]
@@ -160,7 +161,7 @@ def recurrent_vtrace_batch(module: Any, fragments: list[Fragment], config: IMPAL
     if target_module is not None:
         dist_inputs, _ = target_module.unroll(batch["obs"], batch["state"], batch["starts"])
     old_logp = sequence_logp(module, dist_inputs, batch["actions"])
-    cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
+    cat = partial(side_by_side_field, fragments)
     steps, envs = cat("valid").shape
     target = torch.from_numpy(from_sequences(batch, old_logp.cpu().numpy(), steps, envs)).to(device)
     behaviour = torch.from_numpy(cat("logp")).to(device) if config.vtrace else target

@@ -28,6 +28,7 @@ class PPOConfig(AlgorithmConfig):
     supports_lstm = True
     supports_multi_agent = True
     supports_centralized_critic = True  # MAPPO: critics that see the global state
+    multi_agent_old_logp = True  # multi-agent runners record the acting policy's log-probabilities: old_logp
     FIELDS = {
         "value_normalization": VALUE_NORMALIZATION,
         # Shared keys with PPO's defaults.
@@ -91,7 +92,7 @@ class PPOLearner(Learner):
         gae_values = batch["old_values"]  # (what GAE used: the explained variance below reads them)
         # With shard_fragments, this rank's batch is its share: statistics and minibatches over every share.
         batch["old_values"] = self.module.observe_value_targets(real_steps(batch, "returns"), gae_values,
-                                                                self.global_sums if self.rows_sharded else None)
+                                                                self.global_sums)
         if cfg.normalize_advantages:
             normalize_advantages(batch, self.global_sums if self.rows_sharded else None)
         rng = np.random.default_rng(seed)

@@ -31,6 +31,7 @@ class TRPOConfig(AlgorithmConfig):
     algo_name = "TRPO"
     supports_multi_agent = True
     supports_centralized_critic = True  # MAPPO: critics that see the global state
+    multi_agent_old_logp = True  # multi-agent runners record the acting policy's log-probabilities: old_logp
     data_parallel = False  # see TRPOLearner
     FIELDS = {
         "value_normalization": VALUE_NORMALIZATION,

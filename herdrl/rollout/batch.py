@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -13,12 +14,24 @@ from herdrl.models.encoders import to_torch
 from herdrl.obs import obs_concat, obs_map
 from herdrl.rollout.advantages import compute_gae
 from herdrl.rollout.runner import Fragment
+from herdrl.rollout.transport import side_by_side_field
 
 
 def side_by_side(fragments: list[Fragment]) -> Any:
     """The fragments' observations laid side by side (T+1, sum of B, ...): one fragment's as they are (an
     aggregator's joined share of the batch, read where it lies in the object store), several joined."""
     return fragments[0].obs if len(fragments) == 1 else obs_concat([f.obs for f in fragments], axis=1)
+
+
+def with_recorded_logp(old_logp: torch.Tensor, fragments: list[Fragment],
+                       layout: Callable[[np.ndarray], torch.Tensor]) -> torch.Tensor:
+    """``old_logp`` with the log-probabilities the runners recorded where they did (multi-agent PPO and TRPO: a
+    turn-based agent's row carried into a fragment, chosen maybe by the weights before; recomputing it would start
+    its ratio at 1); ``layout``: the fragments' ``(T, B)`` grid to ``old_logp``'s layout."""
+    if any(f.logp is None for f in fragments):
+        return old_logp
+    recorded = layout(side_by_side_field(fragments, "logp"))
+    return torch.where(torch.isnan(recorded), old_logp, recorded)
 
 
 def take(batch: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
@@ -34,7 +47,7 @@ def on_policy_batch(module: ActorCritic, fragments: list[Fragment], gamma: float
     Keys: ``obs`` (in its stored dtypes: frames cross to the device as uint8), ``actions``, ``old_logp``,
     ``old_values``, ``advantages``, ``returns``.
     """
-    cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
+    cat = partial(side_by_side_field, fragments)
     obs = side_by_side(fragments)  # (T+1, B, ...): envs of all fragments side by side
     actions = cat("actions")
     steps, envs = actions.shape[:2]
@@ -46,6 +59,7 @@ def on_policy_batch(module: ActorCritic, fragments: list[Fragment], gamma: float
     n = steps * envs
     flat_actions = torch.from_numpy(actions.reshape(n, *actions.shape[2:])).to(device)
     old_logp, _ = module.log_prob_entropy(dist_inputs[:n], flat_actions)
+    old_logp = with_recorded_logp(old_logp, fragments, lambda a: torch.from_numpy(a.reshape(-1)).to(device))
     to_device = lambda a: torch.from_numpy(a.reshape(-1)).to(device)[valid]  # noqa: E731
     return {
         "obs": obs_map(lambda o: o[:n][valid], flat_obs),
@@ -123,7 +137,7 @@ def sequence_batch(module: Any, fragments: list[Fragment], seq_len: int,
     start), ``valid`` ``(N, L)`` (real steps: not padding, not reset-only), ``actions`` ``(N, L, ...)``,
     ``old_values``, and ``seq_index`` (where each sequence step sits on the fragments' grid, -1 for padding).
     """
-    cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
+    cat = partial(side_by_side_field, fragments)
     obs = side_by_side(fragments)
     actions, valid = cat("actions"), cat("valid")
     steps, envs = actions.shape[:2]
@@ -174,12 +188,15 @@ def recurrent_batch(module: Any, fragments: list[Fragment], gamma: float, lam: f
                     device: torch.device) -> dict[str, Any]:
     """:func:`sequence_batch` with GAE: per step ``old_logp``, ``old_values``, ``advantages`` and ``returns``
     ``(N, L)``. Values and log-probabilities are the module's, unrolled from the same states the loss unrolls
-    from."""
+    from (but recorded log-probabilities: :func:`with_recorded_logp`)."""
     batch, dist_inputs, values = sequence_batch(module, fragments, seq_len, device)
-    cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
+    cat = partial(side_by_side_field, fragments)
     advantages, returns = compute_gae(cat("rewards"), values, cat("terminateds"), cat("truncateds"), gamma, lam)
     index = batch["seq_index"].cpu().numpy()
-    batch.update({"old_logp": sequence_logp(module, dist_inputs, batch["actions"]),
+    old_logp = with_recorded_logp(sequence_logp(module, dist_inputs, batch["actions"]), fragments,
+                                  lambda a: torch.from_numpy(np.where(index >= 0, _to_sequences(a, index),
+                                                                      np.nan)).to(device))
+    batch.update({"old_logp": old_logp,
                   "advantages": to_sequences(index, advantages.astype(np.float32), device),
                   "returns": to_sequences(index, returns.astype(np.float32), device)})
     return batch

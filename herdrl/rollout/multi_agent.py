@@ -86,6 +86,7 @@ class _Row:
     complete: bool = False
     state: np.ndarray | None = None  # recurrent policies: the state entering this decision, (2, H)
     state_after: np.ndarray | None = None  # ... and the state after it
+    carried: bool = False  # still open when a fragment shipped: it ships with the next, maybe after new weights
 
 
 class MultiAgentEnvRunner:
@@ -128,7 +129,11 @@ class MultiAgentEnvRunner:
         self._cells = {pid: module.cell_size for pid, module in self.module.items()
                        if getattr(module, "recurrent", False)}
         self._seq_len = int(config.model.get("max_seq_len", 20))
-        self._with_logp = bool(getattr(config, "behaviour_logp", False))
+        # The acting policy's log-probabilities: V-trace's behaviour for every row (IMPALA, APPO); PPO's and TRPO's
+        # old policy for the rows carried into a fragment (chosen, maybe, by the weights before: NaN elsewhere,
+        # where the learner computes them with the weights that acted, from the same unroll as its loss).
+        self._all_logp = bool(getattr(config, "behaviour_logp", False))
+        self._with_logp = self._all_logp or bool(getattr(config, "multi_agent_old_logp", False))
         self.weights_version = -1
         self.callbacks, self.metrics_logger, self._episodes = runner_callbacks(
             self, MultiAgentEpisodeTracker, [agent_env.env for agent_env in self.envs])
@@ -468,6 +473,8 @@ class MultiAgentEnvRunner:
         for (k, agent), rows in self._lanes.items():
             done = len(rows) if not rows or rows[-1].complete else len(rows) - 1
             self._lanes[k, agent] = rows[done:]
+            for row in rows[done:]:
+                row.carried = True
             by_policy: dict[str, list[int]] = {}
             for i in range(done):
                 by_policy.setdefault(rows[i].policy, []).append(i)
@@ -495,7 +502,7 @@ class MultiAgentEnvRunner:
         terminateds = np.zeros((length, width), bool)
         truncateds = np.zeros((length, width), bool)
         valid = np.zeros((length, width), bool)
-        logp = np.zeros((length, width), np.float32) if self._with_logp else None
+        logp = None if not self._with_logp else np.full((length, width), 0.0 if self._all_logp else np.nan, np.float32)
         for b, (rows, (_, _, after)) in enumerate(zip(laid_out, columns, strict=True)):
             start = length - len(rows)  # right-aligned: the padding in front is invalid
             for t, (row, real) in enumerate(rows, start):
@@ -504,7 +511,7 @@ class MultiAgentEnvRunner:
                     actions[t, b] = row.action
                     rewards[t, b], terminateds[t, b], truncateds[t, b] = row.reward, row.terminated, row.truncated
                     valid[t, b] = True
-                    if logp is not None:
+                    if logp is not None and (self._all_logp or row.carried):
                         logp[t, b] = row.logp
             _write(obs, (length, b), after)
         norm = self.normalizers.get(pid)

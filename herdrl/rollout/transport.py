@@ -25,6 +25,7 @@ reports which, and the algorithm drops them and samples again (:meth:`Algorithm.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -285,6 +286,11 @@ def rebuild_side_by_side(leaves: list[np.ndarray | PackedFrames]) -> list[np.nda
     return out
 
 
+def side_by_side_field(fragments: list[Any], name: str) -> np.ndarray:
+    """A per-step field of fragments (``actions``, ``rewards``, ...) laid side by side: ``(T, sum of B, ...)``."""
+    return np.concatenate([getattr(f, name) for f in fragments], axis=1)
+
+
 def unpack_side_by_side(fragments: list[Any]) -> list[Any]:
     """:func:`unpack` for fragments a learner concatenates in this order: single-agent fragments' packed leaves
     rebuilt side by side (:func:`rebuild_side_by_side`); multi-agent ones each on its own."""
@@ -318,7 +324,7 @@ def join_side_by_side(fragments: list[Any]) -> list[Any]:
     from herdrl.obs import obs_concat
 
     fragments = unpack_side_by_side(fragments)
-    cat = lambda name: np.concatenate([getattr(f, name) for f in fragments], axis=1)  # noqa: E731
+    cat = partial(side_by_side_field, fragments)
     return [replace(fragments[0], obs=obs_concat([f.obs for f in fragments], axis=1), actions=cat("actions"),
                     rewards=cat("rewards"), terminateds=cat("terminateds"), truncateds=cat("truncateds"),
                     valid=cat("valid"), logp=None if fragments[0].logp is None else cat("logp"),
