@@ -3,6 +3,7 @@
     python benchmarks/multi_agent.py spread --seeds 1 2 3 --steps 150000
     python benchmarks/multi_agent.py spread --modes shared mappo --seeds 1 2 3 --steps 300000
     python benchmarks/multi_agent.py spread --modes shared-vn mappo-no-vn --seeds 1 2 3 --steps 300000
+    python benchmarks/multi_agent.py spread --modes shared-vn-paper mappo-paper --seeds 1 2 3 --steps 300000
     python benchmarks/multi_agent.py spread --modes qmix vdn --seeds 1 2 3 --steps 300000
     python benchmarks/multi_agent.py spread --modes qmix-rnn vdn-rnn qmix vdn --local-ratio 0 --steps 300000
     python benchmarks/multi_agent.py tictactoe --seeds 1 2 3 --steps 150000
@@ -13,7 +14,8 @@
 collision penalties), PPO with one policy shared by the 3 agents (IPPO: each agent's critic sees its own
 observation; ``shared-vn``: with value normalisation) vs one policy per agent (independent PPO per agent) vs
 MAPPO (``mappo``: the shared policy with a centralised critic that sees the env's global state, and value
-normalisation; ``mappo-no-vn``: without), QMIX and VDN (``qmix``, ``vdn``:
+normalisation; ``mappo-no-vn``: without; ``shared-vn-paper``, ``mappo-paper``: IPPO and MAPPO with settings after
+the MAPPO paper's for MPE, ``PAPER_SETTINGS``), QMIX and VDN (``qmix``, ``vdn``:
 the three agents as one team, value decomposition; their team reward is the agents' mean, so their score is
 multiplied by 3 to be summed over agents as the others'; ``qmix-rnn``, ``vdn-rnn``: the paper's GRU agents learned
 on replayed whole episodes), each for the same env-step budget, beside a uniformly random policy.
@@ -50,9 +52,19 @@ PPO_SETTINGS = {"train_batch_size": 4000, "minibatch_size": 500, "num_epochs": 1
                 "lambda_": 0.95, "entropy_coeff": 0.01, "vf_loss_coeff": 0.5, "clip_param": 0.2}
 
 
+#: ``-paper`` modes: after the MAPPO paper's recipe for MPE (its code's ``train_mpe.sh``): lr 7e-4, 64-wide layers,
+#: 128 env copies x 25 steps per batch (3,200 env steps, 9,600 agent rows), 10 epochs, gradient norm clipped at 10;
+#: minibatches of 3,200 rows (3 per epoch, where the paper takes 1). Not its GRU, input LayerNorm or Huber loss.
+PAPER_SETTINGS = {"train_batch_size": 3200, "minibatch_size": 3200, "num_epochs": 10, "lr": 7e-4, "grad_clip": 10.0,
+                  "model": {"fcnet_hiddens": [64, 64]}}
+
+
 def spread_config(mode: str, seed: int, local_ratio: float = 0.5):
     from herdrl import PPOConfig
 
+    if mode.endswith("-paper"):
+        return (spread_config(mode.removesuffix("-paper"), seed, local_ratio)
+                .env_runners(num_envs_per_env_runner=128, rollout_fragment_length=25).training(**PAPER_SETTINGS))
     config = (PPOConfig().environment(SPREAD, env_config={"max_cycles": 25, "continuous_actions": False,
                                                           "local_ratio": local_ratio})
               .env_runners(num_envs_per_env_runner=16).training(**PPO_SETTINGS,
@@ -232,7 +244,8 @@ def main() -> None:
             print(json.dumps({"runners": runners, **result}), flush=True)
         return
     modes = ["random", "shared", "separate"] + (["self-play", "dqn-self-play"] if opts.what == "tictactoe" else
-                                                ["shared-vn", "mappo", "mappo-no-vn", "qmix", "vdn", "qmix-rnn",
+                                                ["shared-vn", "mappo", "mappo-no-vn", "shared-vn-paper",
+                                                 "mappo-paper", "qmix", "vdn", "qmix-rnn",
                                                  "vdn-rnn"])
     modes = [mode for mode in modes if mode in (opts.modes or modes)]
     rows = {}
