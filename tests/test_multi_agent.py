@@ -83,6 +83,38 @@ def test_agents_that_join_late_and_leave_early_learn_with_shared_and_separate_po
     algo.stop()
 
 
+@pytest.mark.parametrize("algo_name", ["PPO", "IMPALA"])
+def test_a_minibatch_larger_than_the_env_steps_of_a_batch_is_its_whole_batch_of_agent_rows(algo_name, monkeypatch):
+    """A multi-agent batch holds a row per agent decision, more than its env steps for a shared policy (the
+    MAPPO paper's one minibatch per epoch): such a minibatch is accepted, and each step reads every row once."""
+    from herdrl.learner.learner import Learner
+    from herdrl.registry import get_config_class
+
+    with pytest.raises(ConfigError, match="minibatch_size"):  # single-agent, as before
+        get_config_class(algo_name)().environment("CartPole-v1").training(train_batch_size=64,
+                                                                          minibatch_size=1000).validate()
+    steps, original = [], Learner.gradient_step
+
+    def recording(self, optimizer, loss_fn, batch, index=None, grad_clip=None):
+        real = len(batch["actions"]) if "valid" not in batch else int(batch["valid"].sum())
+        steps.append((len(batch["actions"]), real, None if index is None else np.sort(index)))
+        return original(self, optimizer, loss_fn, batch, index, grad_clip)
+
+    monkeypatch.setattr(Learner, "gradient_step", recording)
+    config = (get_config_class(algo_name)().environment("relay").env_runners(num_envs_per_env_runner=4,
+                                                                             rollout_fragment_length=16)
+              .training(train_batch_size=64, minibatch_size=1000).multi_agent(policies={"shared"})
+              .debugging(seed=3))
+    if algo_name == "PPO":
+        config.training(num_epochs=3)
+    algo = config.build()
+    result = algo.train()
+    assert len(steps) == (3 if algo_name == "PPO" else result["num_gradient_updates"])  # (IMPALA: one per update)
+    for rows, real, index in steps:  # every row of the batch, once; more real rows than the batch's 64 env steps
+        assert real > 64 and (index is None or np.array_equal(index, np.arange(rows)))
+    algo.stop()
+
+
 def test_a_multi_policy_checkpoint_round_trips_and_loads_one_policy(tmp_path):
     algo = (relay_config(**SEPARATE, policies_to_train={"p1", "p0"})  # a set: saved as a sorted list
             .evaluation(evaluation_interval=12, evaluation_duration=5).build())

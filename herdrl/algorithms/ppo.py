@@ -63,8 +63,10 @@ class PPOConfig(AlgorithmConfig):
         return migrate_value_loss_coeff(config, format_version)
 
     def validate_algorithm(self) -> None:
-        """Minibatches must fit in the train batch."""
-        if self.minibatch_size > self.train_batch_size:
+        """Minibatches must fit in the train batch (single-agent: in a multi-agent run a batch of
+        ``train_batch_size`` env steps holds a row per agent decision, more than that for a shared policy; a
+        minibatch as large as the batch's rows, or larger, is the whole batch, one gradient step per epoch)."""
+        if self.minibatch_size > self.train_batch_size and not self.is_multi_agent:
             raise ConfigError(f"config key 'minibatch_size' got {self.minibatch_size}; expected "
                               f"<= train_batch_size ({self.train_batch_size})")
 
