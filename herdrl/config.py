@@ -880,6 +880,15 @@ class AlgorithmConfig:
     def validate_algorithm(self) -> None:
         """Cross-key rules of one algorithm; subclasses override."""
 
+    def check_minibatch_fits(self) -> None:
+        """``minibatch_size`` (where the algorithm has one) no larger than ``train_batch_size``, in single-agent runs: a
+        multi-agent batch of ``train_batch_size`` env steps holds a row per agent decision, more than that for a
+        shared policy, and a minibatch as large as its rows, or larger, is the whole batch, one step per epoch."""
+        minibatch = getattr(self, "minibatch_size", None)
+        if minibatch is not None and minibatch > self.train_batch_size and not self.is_multi_agent:
+            raise ConfigError(f"config key 'minibatch_size' got {minibatch}; expected <= train_batch_size "
+                              f"({self.train_batch_size})")
+
     def decay_over(self, steps: int) -> AlgorithmConfig:
         """Give every named schedule (``{schedule: linear, start, end}``) without ``steps`` this many env steps (the
         run's ``--stop-timesteps``)."""

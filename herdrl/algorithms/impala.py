@@ -84,10 +84,7 @@ class IMPALAConfig(AlgorithmConfig):
 
     def validate_algorithm(self) -> None:
         """A train batch holds at least one fragment, and at least one minibatch."""
-        if self.minibatch_size is not None and self.minibatch_size > self.train_batch_size \
-                and not self.is_multi_agent:  # (a multi-agent batch holds a row per decision: see PPOConfig's)
-            raise ConfigError(f"config key 'minibatch_size' got {self.minibatch_size}; expected <= "
-                              f"train_batch_size ({self.train_batch_size})")
+        self.check_minibatch_fits()
         fragment = self.num_envs_per_env_runner * self.fragment_length()
         if self.train_batch_size < fragment:
             raise ConfigError(f"config key 'train_batch_size' got {self.train_batch_size}; expected >= one "

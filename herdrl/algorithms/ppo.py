@@ -14,7 +14,6 @@ import torch
 
 from herdrl.algorithms.base import Algorithm
 from herdrl.config import VALUE_NORMALIZATION, AlgorithmConfig, Field, migrate_value_loss_coeff, shared_field
-from herdrl.errors import ConfigError
 from herdrl.learner import Learner
 from herdrl.optim import Adam
 from herdrl.rollout import Fragment
@@ -63,12 +62,8 @@ class PPOConfig(AlgorithmConfig):
         return migrate_value_loss_coeff(config, format_version)
 
     def validate_algorithm(self) -> None:
-        """Minibatches must fit in the train batch (single-agent: in a multi-agent run a batch of
-        ``train_batch_size`` env steps holds a row per agent decision, more than that for a shared policy; a
-        minibatch as large as the batch's rows, or larger, is the whole batch, one gradient step per epoch)."""
-        if self.minibatch_size > self.train_batch_size and not self.is_multi_agent:
-            raise ConfigError(f"config key 'minibatch_size' got {self.minibatch_size}; expected "
-                              f"<= train_batch_size ({self.train_batch_size})")
+        """Minibatches must fit in the train batch (:meth:`check_minibatch_fits`)."""
+        self.check_minibatch_fits()
 
     @classmethod
     def algo_class(cls) -> type:
