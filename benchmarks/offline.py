@@ -258,7 +258,8 @@ def finished(tool: str, out: subprocess.CompletedProcess) -> dict | None:
     """The JSON row a run printed last; None (its error printed) where it failed: the other runs still count."""
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
-        print(f"{tool} failed ({' '.join(out.args[2:])}): {out.stderr[-2000:]}", file=sys.stderr, flush=True)
+        print(f"{tool} failed ({' '.join(out.args[2:])}): {(out.stderr or '(its errors above)')[-2000:]}",
+              file=sys.stderr, flush=True)
         return None
     return json.loads(lines[-1])
 
@@ -302,9 +303,9 @@ def compare(args: argparse.Namespace) -> None:
         outs = []
         for c, p in zip(commands, started, strict=True):
             out = p.communicate()[0]  # (read as it waits: a full pipe never blocks a child)
-            outs.append(subprocess.CompletedProcess(c, p.returncode, out, "(above)"))
-    else:
-        outs = (subprocess.run(c, capture_output=True, text=True, check=False) for c in commands)
+            outs.append(subprocess.CompletedProcess(c, p.returncode, out))
+    else:  # (their stderr, as in parallel: a 50k-step run's progress lines show as it goes)
+        outs = (subprocess.run(c, stdout=subprocess.PIPE, text=True, check=False) for c in commands)
     rows = []
     for (tool, _, _), out in zip(runs, outs, strict=True):
         row = finished(tool, out)
