@@ -5,6 +5,8 @@
         --steps 50000 --d3rlpy /tmp/d3rlpy-venv/bin/python
     .venv/bin/python benchmarks/offline.py compare --task hopper --seeds 0,1,2 --steps 100000 --eval-every 5000 \
         --minutes 5 --parallel --device cuda      # every run at once on a GPU machine: returns every 5k steps
+    .venv/bin/python benchmarks/offline.py compare --task pendulum --algorithms cql --herdrl-seeds "" \
+        --d3rlpy-seeds 1,2 --steps 50000 --eval-every 10000                # one tool's runs only, on its own seeds
     .venv/bin/python benchmarks/offline.py feed --task hopper --algorithm cql    # Ray Data vs in-memory batches
     .venv/bin/python benchmarks/offline.py online --seeds 0,1 --steps 10000 --online-steps 10000 \
         --eval-every 1000 --d3rlpy /tmp/d3rlpy-venv/bin/python  # IQL offline, then online, beside d3rlpy's
@@ -289,9 +291,10 @@ def compare(args: argparse.Namespace) -> None:
     behaviour = open_dataset(DATA / spec["dataset"]).info()["return_mean"]
     random = random_return(spec["env"])
     deadline = time.time() + args.minutes * 60 if args.minutes else 0.0
+    seeds = {"herdrl": args.herdrl_seeds, "d3rlpy": args.d3rlpy_seeds}
     runs = [(tool, algorithm, seed) for algorithm in args.algorithms.split(",")
-            for seed in [int(s) for s in args.seeds.split(",")] for tool in ("herdrl", "d3rlpy")
-            if not (tool == "d3rlpy" and seed not in args.d3rlpy_seeds)]
+            for seed in sorted(seeds["herdrl"] | seeds["d3rlpy"]) for tool in ("herdrl", "d3rlpy")
+            if seed in seeds[tool]]
     commands = [herdrl_command(args.task, algorithm, seed, args.steps, args.device, args.eval_every, deadline,
                                args.herdrl_config)
                 if tool == "herdrl" else
@@ -315,7 +318,8 @@ def compare(args: argparse.Namespace) -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     print(f"\n{args.task} ({spec['env']}, dataset {spec['dataset']}: behaviour {behaviour:.1f}, random {random:.1f}), "
-          f"{args.steps:,} gradient steps, seeds {args.seeds}, device {args.device}"
+          f"{args.steps:,} gradient steps, seeds: herdrl {sorted(seeds['herdrl'])}, d3rlpy {sorted(seeds['d3rlpy'])}, "
+          f"device {args.device}"
           + (" (runs side by side: wall-clock not comparable)" if args.parallel else "")
           + (f", herdrl given {args.herdrl_config}" if args.herdrl_config else ""))
     if not rows:
@@ -393,7 +397,8 @@ def main() -> None:
     c.add_argument("--seeds", default="0,1,2")
     c.add_argument("--steps", type=int, default=50_000)
     c.add_argument("--d3rlpy", default="/tmp/d3rlpy-venv/bin/python")
-    c.add_argument("--d3rlpy-seeds", default=None, help="d3rlpy's seeds (default: --seeds)")
+    c.add_argument("--herdrl-seeds", default=None, help="herdrl's seeds (default: --seeds; \"\": none)")
+    c.add_argument("--d3rlpy-seeds", default=None, help="d3rlpy's seeds (default: --seeds; \"\": none)")
     c.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="both tools' learner device")
     c.add_argument("--eval-every", type=int, default=0, help="also evaluate every this many gradient steps")
     c.add_argument("--parallel", action="store_true", help="every run at once (returns only, not timings)")
@@ -428,8 +433,11 @@ def main() -> None:
             parser.error("--steps must be a multiple of --eval-every (both tools train whole chunks)")
         if args.minutes and not (args.parallel and args.eval_every):
             parser.error("--minutes needs --parallel and --eval-every (one deadline for runs side by side)")
-        seeds = args.seeds if args.d3rlpy_seeds is None else args.d3rlpy_seeds
-        args.d3rlpy_seeds = {int(s) for s in seeds.split(",") if s}
+        for tool in ("herdrl", "d3rlpy"):  # (each tool's own seeds, --seeds where not given)
+            given = getattr(args, f"{tool}_seeds")
+            setattr(args, f"{tool}_seeds", {int(s) for s in (args.seeds if given is None else given).split(",") if s})
+        if not args.herdrl_seeds | args.d3rlpy_seeds:
+            parser.error("no seeds to run: give --seeds, --herdrl-seeds or --d3rlpy-seeds")
         if args.herdrl_config:  # (checked here, before any run starts: every herdrl run is given these keys)
             from herdrl.errors import HerdError
             from herdrl.registry import get_config_class
