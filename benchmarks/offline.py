@@ -160,7 +160,7 @@ def online(args: argparse.Namespace) -> None:
     behaviour = open_dataset(DATA / spec["dataset"]).info()["return_mean"]
     random = random_return(spec["env"])
     rows = []
-    for seed in [int(s) for s in args.seeds.split(",")]:
+    for seed in sorted(args.seeds):
         rows.append(herdrl_online(seed, args.steps, args.online_steps, args.eval_every, args.log_std_init))
         print(json.dumps(rows[-1]), flush=True)
         if args.d3rlpy:
@@ -291,7 +291,7 @@ def compare(args: argparse.Namespace) -> None:
     behaviour = open_dataset(DATA / spec["dataset"]).info()["return_mean"]
     random = random_return(spec["env"])
     deadline = time.time() + args.minutes * 60 if args.minutes else 0.0
-    seeds = {"herdrl": args.herdrl_seeds, "d3rlpy": args.d3rlpy_seeds}
+    seeds = args.tool_seeds
     runs = [(tool, algorithm, seed) for algorithm in args.algorithms.split(",")
             for seed in sorted(seeds["herdrl"] | seeds["d3rlpy"]) for tool in ("herdrl", "d3rlpy")
             if seed in seeds[tool]]
@@ -386,6 +386,14 @@ def feed(args: argparse.Namespace) -> None:
     print(f"Ray Data / memory: **{rates['ray_data'] / rates['memory']:.2f}**")
 
 
+def seed_set(text: str) -> set[int]:
+    """An option's comma-separated seeds ("" for none) as a set; anything but integers refused in one line."""
+    try:
+        return {int(s) for s in text.split(",") if s.strip()}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -394,11 +402,11 @@ def main() -> None:
     c = sub.add_parser("compare")
     c.add_argument("--task", choices=sorted(TASKS), required=True)
     c.add_argument("--algorithms", default="bc,cql,iql")
-    c.add_argument("--seeds", default="0,1,2")
+    c.add_argument("--seeds", type=seed_set, default="0,1,2")
     c.add_argument("--steps", type=int, default=50_000)
     c.add_argument("--d3rlpy", default="/tmp/d3rlpy-venv/bin/python")
-    c.add_argument("--herdrl-seeds", default=None, help="herdrl's seeds (default: --seeds; \"\": none)")
-    c.add_argument("--d3rlpy-seeds", default=None, help="d3rlpy's seeds (default: --seeds; \"\": none)")
+    c.add_argument("--herdrl-seeds", type=seed_set, default=None, help="herdrl's seeds (default: --seeds; \"\": none)")
+    c.add_argument("--d3rlpy-seeds", type=seed_set, default=None, help="d3rlpy's seeds (default: --seeds; \"\": none)")
     c.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="both tools' learner device")
     c.add_argument("--eval-every", type=int, default=0, help="also evaluate every this many gradient steps")
     c.add_argument("--parallel", action="store_true", help="every run at once (returns only, not timings)")
@@ -411,7 +419,7 @@ def main() -> None:
     f.add_argument("--algorithm", default="cql")
     f.add_argument("--steps", type=int, default=300)
     n = sub.add_parser("online")
-    n.add_argument("--seeds", default="0")
+    n.add_argument("--seeds", type=seed_set, default="0")
     n.add_argument("--d3rlpy", default=None, help="d3rlpy's python: its fit_online after each herdrl run")
     n.add_argument("--steps", type=int, default=10_000)
     n.add_argument("--online-steps", type=int, default=10_000)
@@ -433,10 +441,9 @@ def main() -> None:
             parser.error("--steps must be a multiple of --eval-every (both tools train whole chunks)")
         if args.minutes and not (args.parallel and args.eval_every):
             parser.error("--minutes needs --parallel and --eval-every (one deadline for runs side by side)")
-        for tool in ("herdrl", "d3rlpy"):  # (each tool's own seeds, --seeds where not given)
-            given = getattr(args, f"{tool}_seeds")
-            setattr(args, f"{tool}_seeds", {int(s) for s in (args.seeds if given is None else given).split(",") if s})
-        if not args.herdrl_seeds | args.d3rlpy_seeds:
+        args.tool_seeds = {tool: args.seeds if given is None else given  # (--seeds where a tool's are not given)
+                           for tool, given in (("herdrl", args.herdrl_seeds), ("d3rlpy", args.d3rlpy_seeds))}
+        if not set().union(*args.tool_seeds.values()):
             parser.error("no seeds to run: give --seeds, --herdrl-seeds or --d3rlpy-seeds")
         if args.herdrl_config:  # (checked here, before any run starts: every herdrl run is given these keys)
             from herdrl.errors import HerdError
@@ -448,6 +455,8 @@ def main() -> None:
                     get_config_class(algorithm)().update_from_dict(extra)
             except (ValueError, HerdError) as exc:
                 parser.error(f"--herdrl-config: {exc}")
+    if args.command == "online" and not args.seeds:
+        parser.error("no seeds to run: give --seeds")
     if args.command == "record":
         record(args)
     elif args.command == "compare":

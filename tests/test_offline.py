@@ -546,6 +546,43 @@ def test_continuous_cqls_critics_back_up_min_q_and_the_entropy_term_only_when_as
     assert float(loss) - penalty == pytest.approx(float(by_hand), rel=1e-4, abs=1e-4)
 
 
+def test_continuous_cql_backs_up_at_the_actors_mean_action_when_asked(tmp_path):
+    """``backup_action='mean'`` (d3rlpy's backup): each target is r + discount * min target Q at tanh of the actor's
+    pre-squash mean at s', scaled to the env's bounds, computed here from the actor's layers by hand; no action is
+    sampled. With the soft backup it is refused in one line."""
+    from herdrl.algorithms.cql import CQLConfig
+
+    pendulum_dataset(tmp_path / "pendulum", 1)
+    config = CQLConfig().offline_data(input_=str(tmp_path / "pendulum")).training(model={"fcnet_hiddens": [16]})
+    with pytest.raises(ConfigError, match="backup_action"):
+        config.copy().training(backup_action="mean", deterministic_backup=False).validate()
+    algo = config.copy().training(backup_action="mean").debugging(seed=0).build()
+    learner, module = algo.learner, algo.learner.module
+    batch = {k: torch.as_tensor(v) for k, v in algo.draw(8).items()}
+    batch["discounts"], batch["weights"] = torch.linspace(0.5, 0.99, 8), torch.ones(8)
+
+    def no_sampling(obs):
+        raise AssertionError("the mean backup sampled an action")
+
+    module.sample = no_sampling
+    box = gym.make("Pendulum-v1").action_space
+    half, centre = torch.as_tensor((box.high - box.low) / 2), torch.as_tensor((box.high + box.low) / 2)
+    with torch.no_grad():
+        mean = module.pi_head(module.pi_encoder(batch["next_obs"]))[:, :1]  # (mean, log std) per action dim
+        # The target critics level on average, so that each is the lower one on some rows.
+        learner.target.q2.head.bias -= (learner.target.q2(batch["next_obs"], torch.tanh(mean))
+                                        - learner.target.q1(batch["next_obs"], torch.tanh(mean))).mean()
+        tq = torch.min(learner.target.q1(batch["next_obs"], torch.tanh(mean)),
+                       learner.target.q2(batch["next_obs"], torch.tanh(mean)))
+        q1 = module.q1(batch["obs"], (batch["actions"] - centre) / half)
+        _, stats = learner._critic_loss(batch, torch.tensor(0.7))
+    algo.stop()
+    assert not torch.allclose(tq, learner.target.q1(batch["next_obs"], torch.tanh(mean)))
+    assert torch.tanh(mean).abs().max() < 0.99  # (not pinned to a bound, where the scaling would not show)
+    torch.testing.assert_close(stats["td_error"] + q1, batch["rewards"] + batch["discounts"] * tq, rtol=1e-5,
+                               atol=1e-5)
+
+
 def test_a_cql_checkpoint_from_before_deterministic_backup_keeps_the_soft_backup_or_asks(tmp_path):
     """A continuous CQL checkpoint whose config lacks the key (written before it) loads with SAC's soft backup, as
     it was trained, and restoring it into a run built with the default is refused in one line; one that names the

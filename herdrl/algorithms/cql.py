@@ -10,6 +10,7 @@ actions in general and up on the dataset's own:
   s and at s', each corrected by its own density (importance sampling, as in the paper's code and d3rlpy). The
   critics back up min Q(s', a'), a' sampled from the actor, without SAC's entropy term (the paper's Equation 3, as
   its code and RLlib by default: ``deterministic_backup``; False adds SAC's ``- alpha log pi``).
+  ``backup_action='mean'`` backs up at the actor's mean action instead, as d3rlpy does.
 - Discrete actions (on DQN: double Q, Huber loss, hard target copies every ``target_network_update_freq``
   gradient steps): the logsumexp is exact, over the actions an ``action_mask`` allows.
 """
@@ -53,6 +54,10 @@ class CQLConfig(OfflineConfig):
                                       doc="continuous: the critics back up min Q(s', a') alone, as the CQL paper's "
                                           "code and RLlib; False: SAC's soft value, min Q - alpha log pi(a'|s') "
                                           "(checkpoints written before the key keep False)"),
+        "backup_action": Field("sample", (str,), "training", choices=("sample", "mean"),
+                               doc="continuous, with deterministic_backup: the action a' the critics back up min "
+                                   "Q(s', a') at: 'sample' (one drawn from the actor, as the paper's code and "
+                                   "RLlib) or 'mean' (the actor's mean action, as d3rlpy)"),
         "initial_alpha": Field(1.0, (float,), "training", low=0, low_open=True,
                                doc="continuous: initial entropy weight (SAC's)"),
         "target_entropy": Field("auto", (str, float), "training", doc="continuous: SAC's; 'auto': -action dims"),
@@ -68,6 +73,9 @@ class CQLConfig(OfflineConfig):
         super().validate_algorithm()
         if isinstance(self.target_entropy, str) and self.target_entropy != "auto":
             raise ConfigError(f"config key 'target_entropy' got {self.target_entropy!r}; expected 'auto' or a float")
+        if self.backup_action == "mean" and not self.deterministic_backup:
+            raise ConfigError("config key 'backup_action' 'mean' needs deterministic_backup=True: SAC's soft value "
+                              "backs up a sampled action's log-probability")
 
     @classmethod
     def migrate_checkpoint_config(cls, config: dict[str, Any], format_version: int,
@@ -122,6 +130,14 @@ class CQLLearner(OfflineUpdates, SACLearner):
         """SAC's three steps (the critics' with the penalty); the penalty among the metrics."""
         metrics, td_errors = super().replay_step(batch)
         return {**metrics, "cql_loss": self._penalty}, td_errors
+
+    def next_action(self, next_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actor's mean action (``backup_action='mean'``; its log-probability unused, zeros), else a sampled
+        one."""
+        if self.config.backup_action == "mean":
+            action = self.module.greedy(next_obs)
+            return action, torch.zeros(len(action), device=action.device)
+        return super().next_action(next_obs)
 
     def next_value(self, next_q: torch.Tensor, next_logp: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
         """The target critics' min Q alone (``deterministic_backup``); else SAC's soft value."""

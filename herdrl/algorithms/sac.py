@@ -108,7 +108,7 @@ class SACLearner(OffPolicyLearner):
 
     def _critic_loss(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor) -> tuple[torch.Tensor, dict]:
         with torch.no_grad():
-            next_action, next_logp = self.module.sample(batch["next_obs"])
+            next_action, next_logp = self.next_action(batch["next_obs"])
             tq1, tq2 = self.target.q_values(batch["next_obs"], next_action)
             next_q = torch.min(tq1, tq2) if tq2 is not None else tq1
             target = batch["rewards"] + batch["discounts"] * self.next_value(next_q, next_logp, alpha)
@@ -117,6 +117,10 @@ class SACLearner(OffPolicyLearner):
         if q2 is not None:
             loss = loss + (batch["weights"] * (q2 - target).pow(2)).mean()
         return loss, {"loss": loss.detach(), "td_error": (target - q1).detach()}
+
+    def next_action(self, next_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The action at s' the critics back up, and its log-probability: one sampled from the actor."""
+        return self.module.sample(next_obs)
 
     def next_value(self, next_q: torch.Tensor, next_logp: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
         """The value of s' the critics back up: SAC's soft value, the target critics' min Q - alpha log pi."""
