@@ -154,6 +154,10 @@ MODEL_DEFAULTS: dict[str, Any] = {
     # SAC, TD3/DDPG, CQL and IQL: critics see actions mapped from the Box bounds into [-1, 1] (as SB3's do);
     # False: in the env's units (checkpoints written before this key).
     "critic_unit_actions": True,
+    # Initial weights of the layers herdrl builds: "orthogonal" (gain sqrt 2, policy heads 0.01, zero biases: as
+    # CleanRL and SB3) or "pytorch" (each layer's PyTorch default, Kaiming-uniform: as d3rlpy). New runs only: a
+    # checkpoint brings its weights.
+    "init": "orthogonal",
 }
 ACTIVATIONS = ("tanh", "relu", "elu", "gelu", "silu", "swish", "linear")
 
@@ -876,6 +880,9 @@ class AlgorithmConfig:
         if not isinstance(model["custom_encoder_config"], dict):
             raise ConfigError(f"model key 'custom_encoder_config' got {model['custom_encoder_config']!r}; "
                               "expected a dict")
+        if model["init"] not in ("orthogonal", "pytorch"):
+            raise ConfigError(f"model key 'init' got {model['init']!r}; expected 'orthogonal' (herdrl's) or "
+                              "'pytorch' (each layer's PyTorch default)")
 
     def validate_algorithm(self) -> None:
         """Cross-key rules of one algorithm; subclasses override."""
@@ -962,9 +969,15 @@ class AlgorithmConfig:
         if isinstance(observation_space, dict):  # multi-agent: policy id -> space
             from herdrl.multi_agent import MultiAgentModule
 
-            return MultiAgentModule({pid: self.build_policy_module(space, action_space[pid])
-                                     for pid, space in observation_space.items()})
-        return self.build_policy_module(observation_space, action_space)
+            module = MultiAgentModule({pid: self.build_policy_module(space, action_space[pid])
+                                       for pid, space in observation_space.items()})
+        else:
+            module = self.build_policy_module(observation_space, action_space)
+        if self.model["init"] == "pytorch":
+            from herdrl.models.encoders import pytorch_default_init
+
+            pytorch_default_init(module)
+        return module
 
     def build_policy_module(self, observation_space: Any, action_space: Any) -> Any:
         """One policy's network (an actor-critic by default: :meth:`actor_critic`)."""

@@ -288,6 +288,18 @@ class CustomEncoder(nn.Module):
         return None
 
 
+def pytorch_default_init(module: nn.Module) -> nn.Module:
+    """Draw every Linear and Conv2d layer of ``module`` again with PyTorch's default init (Kaiming-uniform weights,
+    uniform biases; d3rlpy's layers keep it) in place of herdrl's orthogonal one (model ``init="pytorch"``). A
+    custom encoder's layers keep the init its factory gave them."""
+    custom = {id(layer) for encoder in module.modules() if isinstance(encoder, CustomEncoder)
+              for layer in encoder.modules()}
+    for layer in module.modules():
+        if isinstance(layer, (nn.Linear, nn.Conv2d)) and id(layer) not in custom:
+            layer.reset_parameters()
+    return module
+
+
 def build_encoder(space: gym.Space, model_config: dict, mlp: bool = True) -> Encoder | CustomEncoder:
     """The encoder the observation space and ``model_config`` call for (``mlp=False``: leaves only, as SAC's
     critics take them before adding the action)."""
