@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -151,6 +152,14 @@ def test_bad_episodes_and_datasets_are_refused_in_one_line(tmp_path):
         with pytest.raises(DatasetError, match=message) as caught:
             _write_one(tmp_path / "w", episode)
         assert "\n" not in str(caught.value)
+    # Pixels given as floats would wrap when cast to uint8: refused instead.
+    frames = gym.spaces.Box(0, 255, (4, 2), np.uint8)
+    for value, message in ((300.0, "values outside"), (-1.0, "values outside"), (2.5, "fractions")):
+        pixels = np.zeros((4, 4, 2), np.float32)
+        pixels[1, 0, 0] = value
+        with pytest.raises(DatasetError, match=f"episode 0 observations holds {message}"):
+            _write_one(tmp_path / "w", Episode(pixels, np.zeros(3, np.int64), np.zeros(3), np.zeros(3, bool),
+                                               np.array([False, False, True])), frames, gym.spaces.Discrete(2))
     # A file crafted by hand (bypassing the writer) is refused when read, naming the episode.
     _write_one(tmp_path / "d", good)
     write_metadata(tmp_path / "d", DICT_OBS, BOX_ACTIONS)
@@ -239,6 +248,16 @@ def test_marwil_loss_on_a_fixed_batch_matches_a_hand_computation(tmp_path):
     assert abs(float(tail_value[0])) > 0.01  # (the bootstrap moves the advantages)
     assert float(loss.detach()) == pytest.approx(expected, rel=1e-4)
     assert float(stats["sqd_adv_norm"]) == pytest.approx(c, rel=1e-5)
+    # Weights are capped at max_weight (100): a normaliser putting the median row at the cap, and a tiny one,
+    # which would overflow exp to inf (then NaN weights) without the cap.
+    for norm in (0.7 * np.median(advantages) / np.log(100), 1e-3):
+        learner.sqd_adv_norm = torch.tensor(norm**2)
+        with torch.no_grad():  # (no running-mean update outside training)
+            capped, _ = learner.loss(torch_batch)
+        weights = np.minimum(np.exp(np.minimum(0.7 * advantages / norm, 50.0)), 100.0)
+        assert (weights == 100).any() and ((weights < 100).any() or norm == 1e-3)
+        expected = -np.mean(weights * logp) + 0.3 * 0.5 * np.mean(advantages ** 2)
+        assert float(capped) == pytest.approx(expected, rel=1e-4)
     # The returns are each step's discounted reward-to-go inside its episode (rewards all 1 in CartPole).
     to_go = (1 - 0.99 ** np.arange(steps, 0, -1)) / (1 - 0.99)
     np.testing.assert_allclose(np.sort(algo.reader.transitions["returns"]), np.sort(to_go), rtol=1e-5)
@@ -251,11 +270,11 @@ def test_marwil_does_not_bootstrap_an_episode_that_terminated(tmp_path):
     from herdrl.offline.dataset import to_transitions
 
     episodes = random_episodes(2)  # episode 0 terminates after 3 steps, episode 1 is truncated after 4
-    rows = to_transitions(episodes, DICT_OBS, 0.9, tails=True)
+    rows = to_transitions(episodes, DICT_OBS, BOX_ACTIONS, 0.9, tails=True)
     np.testing.assert_array_equal(rows["tail_discounts"][:3], 0.0)
     np.testing.assert_allclose(rows["tail_discounts"][3:], 0.9 ** np.arange(4, 0, -1), rtol=1e-6)
     np.testing.assert_array_equal(rows["tail_obs"]["pos"][3:], np.repeat(episodes[1].observations["pos"][-1:], 4, 0))
-    assert "tail_obs" not in to_transitions(episodes, DICT_OBS, 0.9)
+    assert "tail_obs" not in to_transitions(episodes, DICT_OBS, BOX_ACTIONS, 0.9)
 
 
 def test_rows_streamed_by_ray_data_carry_their_episodes_tails(tmp_path, ray_session):
@@ -365,6 +384,72 @@ def test_offline_configs_refuse_what_they_cannot_do_in_one_line(tmp_path):
         BCConfig().offline_data(input_=str(tmp_path / "expert")).environment("Pendulum-v1").build()
     with pytest.raises(ConfigError, match="BC has beta=0"):
         BCConfig().offline_data(input_=str(tmp_path / "expert")).training(beta=1.0).build()
+    with pytest.raises(ConfigError, match="num_learners=3 is more than train_batch_size=2"):
+        BCConfig().offline_data(input_=str(tmp_path / "expert")).training(train_batch_size=2).learners(
+            num_learners=3).validate()
+
+
+def test_jpeg_images_decode_and_other_image_formats_are_refused():
+    """Minari's JPEG-encoded frames decode; a cell holding another format (Pillow has decoders that call external
+    programs) is refused in one line rather than decoded."""
+    from PIL import Image
+
+    from herdrl.offline.dataset import _jpeg_frames
+
+    frame = np.zeros((32, 32, 3), np.uint8)
+    frame[8:24, 8:24] = 200
+    blobs = {}
+    for kind in ("JPEG", "PNG"):
+        buffer = io.BytesIO()
+        Image.fromarray(frame).save(buffer, format=kind)
+        blobs[kind] = buffer.getvalue()
+    decoded = _jpeg_frames([blobs["JPEG"]])
+    assert decoded.shape == (1, 32, 32, 3) and np.abs(decoded[0].astype(int) - frame).max() < 16  # (lossy)
+    with pytest.raises(DatasetError, match="is not a readable JPEG"):
+        _jpeg_frames([blobs["JPEG"], blobs["PNG"]])
+
+
+def test_an_env_whose_action_bounds_differ_from_the_datasets_is_refused(tmp_path):
+    """CQL's and IQL's actors scale actions to the dataset's Box bounds: an env taking other units is refused."""
+    from herdrl.offline.source import check_spaces
+
+    pendulum = gym.make("Pendulum-v1")
+    rng = np.random.default_rng(0)
+    for high in (2.0, 1.0):
+        actions = gym.spaces.Box(-high, high, (1,), np.float32)
+        episode = Episode(rng.uniform(-1, 1, (4, 3)).astype(np.float32), rng.uniform(-1, 1, (3, 1)).astype(np.float32),
+                          np.zeros(3), np.zeros(3, bool), np.array([False, False, True]))
+        _write_one(tmp_path / str(high), episode, pendulum.observation_space, actions)
+        write_metadata(tmp_path / str(high), pendulum.observation_space, actions)
+    check_spaces(open_dataset(tmp_path / "2.0"), "Pendulum-v1", {})  # Pendulum's own bounds: taken
+    with pytest.raises(DatasetError, match=r"action space Box\(-1.0, 1.0, \(1,\), float32\) is not the env's"):
+        check_spaces(open_dataset(tmp_path / "1.0"), "Pendulum-v1", {})
+
+
+def test_bc_reads_tuple_actions_from_episodes_of_different_lengths(tmp_path):
+    """A Tuple(Discrete, Box) action dataset: each row's stored action is [the discrete part, the Box part], in the
+    episodes' order, and BC trains on it."""
+    from herdrl.algorithms.bc import BCConfig
+    from herdrl.offline.reader import episode_transitions
+
+    obs_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,), np.float32)))
+    rng = np.random.default_rng(0)
+    writer, episodes = DatasetWriter(tmp_path / "tuple", obs_space, action_space), []
+    for steps in (3, 5):
+        episodes.append(Episode(rng.uniform(-1, 1, (steps + 1, 2)).astype(np.float32),
+                                (rng.integers(0, 3, steps), rng.uniform(-1, 1, (steps, 2)).astype(np.float32)),
+                                np.ones(steps), np.arange(steps) == steps - 1, np.zeros(steps, bool)))
+        writer.write(episodes[-1])
+    write_metadata(tmp_path / "tuple", obs_space, action_space)
+    rows = episode_transitions(list(open_dataset(tmp_path / "tuple").episodes()), obs_space, action_space, 0.99)
+    by_hand = np.concatenate([np.column_stack([e.actions[0], e.actions[1]]) for e in episodes])
+    np.testing.assert_array_equal(rows["actions"], by_hand.astype(rows["actions"].dtype))
+    algo = (BCConfig().offline_data(input_=str(tmp_path / "tuple"))
+            .training(updates_per_iteration=5, train_batch_size=4).debugging(seed=0).build())
+    result = algo.train()
+    assert result["dataset/transitions"] == 8 and np.isfinite(result["policy_loss"]), result
+    algo.stop()
 
 
 def test_herd_record_writes_what_the_policy_plays_and_herd_data_info_sums_it(tmp_path, capsys):
@@ -503,6 +588,43 @@ def test_continuous_cql_estimates_the_log_integral_of_exp_q_over_the_action_box(
     algo.stop()
     assert spread > 1.0, spread  # (scoring s' samples at s' would be far off)
     assert penalty == pytest.approx(expected, rel=0.03), (penalty, expected)
+
+
+def test_continuous_cql_penalty_with_critics_that_read_the_action_matches_a_hand_computation(tmp_path):
+    """Critics that depend on the action; the actor's samples at s and at s' fixed (different actions, different
+    log-probabilities) and the uniform draws replayed from the seed: per critic, the mean over states of
+    logsumexp(Q(s, u) + d log 2, Q(s, a_s) - log pi(a_s), Q(s, a_s') - log pi(a_s')) - Q(s, a_data), every
+    critic called here on the [-1, 1] action by hand, summed over the two critics."""
+    from herdrl.algorithms.cql import CQLConfig
+
+    pendulum_dataset(tmp_path / "pendulum", 1)
+    rows, n = 8, 3
+    algo = (CQLConfig().offline_data(input_=str(tmp_path / "pendulum"))
+            .training(num_actions=n, model={"fcnet_hiddens": [16]}).debugging(seed=0).build())
+    learner, module = algo.learner, algo.learner.module
+    batch = {k: torch.as_tensor(v) for k, v in algo.draw(rows).items()}
+    rng = torch.Generator().manual_seed(2)
+    at_s, at_next = (torch.rand(rows * n, 1, generator=rng) * 4 - 2 for _ in range(2))  # env units, [-2, 2]
+    logp_s, logp_next = torch.rand(rows * n, generator=rng) * 2, torch.rand(rows * n, generator=rng) * 2 - 3
+    module.sample_n = lambda obs, k: (at_s, logp_s) if obs is batch["obs"] else (at_next, logp_next)
+    with torch.no_grad():
+        for critic in (module.q1, module.q2):
+            critic.mlp[0].weight[:, -1:] *= 30.0  # Q far from flat in the action
+        torch.manual_seed(7)
+        penalty = float(learner.conservative_penalty(batch))
+        torch.manual_seed(7)
+        uniform = torch.rand(rows * n, 1) * 2 - 1  # the penalty's draws, in [-1, 1] units
+        obs = batch["obs"].repeat_interleave(n, dim=0)
+        expected = 0.0
+        for critic in (module.q1, module.q2):
+            scores = torch.cat([(critic(obs, uniform) + np.log(2.0)).view(rows, n),
+                                (critic(obs, at_s / 2) - logp_s).view(rows, n),
+                                (critic(obs, at_next / 2) - logp_next).view(rows, n)], dim=1)
+            expected += float((torch.logsumexp(scores, 1) - critic(batch["obs"], batch["actions"] / 2)).mean())
+        spread = float(module.q1(obs, at_s / 2).std())
+    algo.stop()
+    assert spread > 1.0, spread  # (the action matters to the critics)
+    assert penalty == pytest.approx(expected, rel=1e-5, abs=1e-5)
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
@@ -916,7 +1038,7 @@ def test_transitions_discount_zero_only_after_a_termination_and_returns_stop_at_
                     np.array([False, False, True]), np.zeros(3, bool))
     cut = Episode(np.arange(10, 13, dtype=np.float32)[:, None], np.zeros(2, np.int64), np.array([1.0, 1.0]),
                   np.zeros(2, bool), np.array([False, True]))
-    t = to_transitions([ended, cut], space, 0.5)
+    t = to_transitions([ended, cut], space, gym.spaces.Discrete(2), 0.5)
     np.testing.assert_array_equal(t["discounts"], [0.5, 0.5, 0.0, 0.5, 0.5])  # a truncation still bootstraps
     np.testing.assert_array_equal(t["obs"][:, 0], [0, 1, 2, 10, 11])
     np.testing.assert_array_equal(t["next_obs"][:, 0], [1, 2, 3, 11, 12])

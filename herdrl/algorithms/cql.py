@@ -40,7 +40,10 @@ def soft_backup_era(config: dict[str, Any], spaces: dict[str, Any]) -> bool:
 
 
 class CQLConfig(OfflineConfig):
-    """CQL settings (RLlib's names where it has them; d3rlpy's defaults for the rest)."""
+    """CQL settings (RLlib's names where it has them). The conservative weight is fixed (d3rlpy's 5.0 by default;
+    d3rlpy by default tunes it by a Lagrange multiplier, ``alpha_learning_rate`` 1e-4, RLlib with ``lagrangian``,
+    off by default: herdrl does not offer that), and one ``lr`` drives actor and critics (d3rlpy: 1e-4 for the
+    actor). benchmarks/offline.py runs d3rlpy with the same fixed weight and one learning rate."""
 
     algo_name = "CQL"
     FIELDS = {

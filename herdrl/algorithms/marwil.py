@@ -3,9 +3,11 @@
 The policy imitates the dataset's actions, each weighted by ``exp(beta * advantage / c)``: actions that did better
 than the value estimate count more. The advantage is the discounted return-to-go recorded in the episode minus a
 learned value ``V(s)``; ``c`` is the root of a running mean of the squared advantages (RLlib's update rate and
-start by default). ``beta = 0`` is behaviour cloning (:mod:`herdrl.algorithms.bc`). The loss:
+start by default). A weight is capped at ``max_weight`` (100, as IQL's; RLlib's has no cap, and its weights
+overflow to inf on dense-reward data while the value is still near 0). ``beta = 0`` is behaviour cloning
+(:mod:`herdrl.algorithms.bc`). The loss:
 
-    -mean(exp(beta * (R - V(s)) / c) * log pi(a|s)) + vf_coeff * 0.5 * mean((R - V(s))^2)
+    -mean(min(exp(beta * (R - V(s)) / c), max_weight) * log pi(a|s)) + vf_coeff * 0.5 * mean((R - V(s))^2)
 
 ``R`` is the discounted reward-to-go to where the recorded episode stops, plus, where it stopped without
 terminating (truncated, or cut short by the recording), ``gamma ** (T - t)`` times the current value of the
@@ -33,6 +35,8 @@ class MARWILConfig(OfflineConfig):
         "beta": Field(1.0, (float,), "training", low=0,
                       doc="advantage weighting: 0 is behaviour cloning; larger imitates the better actions more"),
         "vf_coeff": Field(1.0, (float,), "training", low=0, doc="weight of the value loss"),
+        "max_weight": Field(100.0, (float,), "training", low=0, low_open=True,
+                            doc="cap on an advantage weight (exp overflows float32 past 88: inf, then NaN weights)"),
         "moving_average_sqd_adv_norm_start": Field(100.0, (float,), "training", low=0, low_open=True,
                                                    doc="the running mean of squared advantages starts here"),
         "moving_average_sqd_adv_norm_update_rate": Field(
@@ -84,7 +88,8 @@ class MARWILLearner(OfflineUpdates, Learner):
         if self.module.training and torch.is_grad_enabled():  # (one update per gradient step, not per evaluation)
             rate = cfg.moving_average_sqd_adv_norm_update_rate
             self.sqd_adv_norm += rate * (self._batch_mean(advantages.detach().pow(2)) - self.sqd_adv_norm)
-        weights = torch.exp(cfg.beta * advantages.detach() / (1e-8 + self.sqd_adv_norm.to(values.device).sqrt()))
+        weights = torch.exp(cfg.beta * advantages.detach() / (1e-8 + self.sqd_adv_norm.to(values.device).sqrt())
+                            ).clamp(max=cfg.max_weight)
         policy_loss = -(weights * logp).mean()
         vf_loss = 0.5 * advantages.pow(2).mean()
         loss = policy_loss + cfg.vf_coeff * vf_loss

@@ -80,7 +80,7 @@ ACTOR_CRITIC_OFFLINE_FIELDS = {
     "lr": shared_field("lr", 3e-4),
     "gamma": shared_field("gamma", 0.99),
     "tau": Field(0.005, (float,), "training", low=0, low_open=True, high=1,
-                 doc="Polyak factor of the target critics (continuous actions)"),
+                 doc="Polyak factor of the target critics (IQL; CQL with continuous actions)"),
     "twin_q": Field(True, (bool,), "training"),
 }
 

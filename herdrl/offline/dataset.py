@@ -20,7 +20,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,6 +182,12 @@ def check_leaf(space: gym.Space, values: Any, rows: int, name: str) -> np.ndarra
                 else low + space.nvec - 1 if isinstance(space, gym.spaces.MultiDiscrete) else 1)
         if array.size and (np.any(array < low) or np.any(array > high)):
             raise DatasetError(f"{name} holds values outside its space {space}")
+    elif isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.integer) and array.dtype.kind != "b":
+        # cast to the space's integer dtype below: a fraction or an out-of-range value would wrap silently
+        if array.dtype.kind == "f" and np.any(array != np.round(array)):
+            raise DatasetError(f"{name} holds fractions where its space {space} takes whole numbers")
+        if array.size and (np.any(array < space.low) or np.any(array > space.high)):
+            raise DatasetError(f"{name} holds values outside its space {space}")
     return array.astype(space.dtype, copy=False) if space.dtype is not None else array
 
 
@@ -254,6 +260,18 @@ def _encode(space: gym.Space, values: Any, pad: int) -> Any:
     return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
 
 
+def _jpeg_frames(blobs: Iterable[bytes]) -> np.ndarray:
+    """Minari's JPEG-encoded frames as uint8 arrays; JPEG only, so a crafted cell cannot pick another of Pillow's
+    decoders (some call external programs)."""
+    from PIL import Image
+
+    try:
+        return np.stack([np.asarray(Image.open(io.BytesIO(blob), formats=["JPEG"])) for blob in blobs]
+                        ).astype(np.uint8)
+    except OSError as exc:  # (PIL's UnidentifiedImageError too)
+        raise DatasetError(f"an image of a JPEG-encoded dataset is not a readable JPEG ({exc})") from exc
+
+
 def _decode(space: gym.Space, column: Any, jpeg: bool) -> Any:
     """Inverse of :func:`_encode` (and of Minari's JPEG images when ``jpeg``)."""
     if isinstance(space, gym.spaces.Dict):
@@ -261,9 +279,7 @@ def _decode(space: gym.Space, column: Any, jpeg: bool) -> Any:
     if isinstance(space, gym.spaces.Tuple):
         return tuple(_decode(sub, column.field(str(i)), jpeg) for i, sub in enumerate(space.spaces))
     if jpeg and is_image_space(space):
-        from PIL import Image
-
-        return np.stack([np.asarray(Image.open(io.BytesIO(item.as_py()))) for item in column]).astype(np.uint8)
+        return _jpeg_frames(item.as_py() for item in column)
     if isinstance(space, gym.spaces.Discrete):
         return np.array(column.to_numpy(zero_copy_only=False))  # (a copy: Arrow's own memory is read-only)
     flat = np.array(column.flatten().to_numpy(zero_copy_only=False))
@@ -483,9 +499,7 @@ class OfflineDataset:
             if isinstance(space, gym.spaces.Tuple):
                 return tuple(leaf(sub, node[f"_index_{i}"]) for i, sub in enumerate(space.spaces))
             if self.jpeg and is_image_space(space):
-                from PIL import Image
-
-                return np.stack([np.asarray(Image.open(io.BytesIO(bytes(frame)))) for frame in node[()]])
+                return _jpeg_frames(bytes(frame) for frame in node[()])
             return node[()]
 
         def infos(node: Any) -> dict[str, Any]:
@@ -534,10 +548,11 @@ class OfflineDataset:
                                                         "herdrl_checkpoint", "herdrl_explore") if key in self.metadata}}
 
 
-def to_transitions(episodes: list[Episode], observation_space: gym.Space, gamma: float,
+def to_transitions(episodes: list[Episode], observation_space: gym.Space, action_space: gym.Space, gamma: float,
                    tails: bool = False) -> dict[str, Any]:
-    """The episodes' steps as transitions in stored form (:class:`herdrl.obs.ObsSpec`): ``obs``, ``actions``,
-    ``rewards``, ``next_obs``, ``discounts`` (``gamma``, 0 where the step terminated its episode) and ``returns``
+    """The episodes' steps as transitions in stored form (:class:`herdrl.obs.ObsSpec`): ``obs``, ``actions`` (env
+    actions joined along the steps; a Tuple space's part by part), ``rewards``, ``next_obs``, ``discounts``
+    (``gamma``, 0 where the step terminated its episode) and ``returns``
     (the discounted reward-to-go from each step to its episode's last recorded step). ``tails``: also
     ``tail_obs`` (the observation the step's episode stopped at) and ``tail_discounts`` (``gamma ** (T - t)`` from
     step ``t`` of an episode of ``T`` steps that did not terminate, 0 in one that did), so a learner can bootstrap
@@ -545,13 +560,12 @@ def to_transitions(episodes: list[Episode], observation_space: gym.Space, gamma:
     from herdrl.obs import ObsSpec, obs_concat, obs_map
 
     spec = ObsSpec(observation_space)
-    obs, next_obs, actions, rewards, discounts, returns = [], [], [], [], [], []
+    obs, next_obs, rewards, discounts, returns = [], [], [], [], []
     tail_obs, tail_discounts = [], []
     for episode in episodes:
         stored = spec.batch(episode.observations)
         obs.append(obs_map(lambda o: o[:-1], stored))
         next_obs.append(obs_map(lambda o: o[1:], stored))
-        actions.append(np.asarray(episode.actions))
         rewards.append(episode.rewards.astype(np.float32))
         discounts.append(np.where(episode.terminations, 0.0, gamma).astype(np.float32))
         to_go, running = np.zeros(len(episode), np.float32), 0.0
@@ -567,12 +581,19 @@ def to_transitions(episodes: list[Episode], observation_space: gym.Space, gamma:
                                   (gamma ** np.arange(steps, 0, -1, dtype=np.float64)).astype(np.float32))
     if not obs:
         raise DatasetError("the dataset has no episodes")
-    out = {"obs": obs_concat(obs), "next_obs": obs_concat(next_obs), "actions": np.concatenate(actions),
+    out = {"obs": obs_concat(obs), "next_obs": obs_concat(next_obs), "actions": joined_actions(action_space, episodes),
            "rewards": np.concatenate(rewards), "discounts": np.concatenate(discounts),
            "returns": np.concatenate(returns)}
     if tails:
         out.update(tail_obs=obs_concat(tail_obs), tail_discounts=np.concatenate(tail_discounts))
     return out
+
+
+def joined_actions(space: gym.Space, episodes: list[Episode]) -> Any:
+    """Every episode's env actions joined along the step axis (a Tuple space's part by part)."""
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(np.concatenate([np.asarray(e.actions[i]) for e in episodes]) for i in range(len(space.spaces)))
+    return np.concatenate([np.asarray(e.actions) for e in episodes])
 
 
 def _h5py() -> Any:

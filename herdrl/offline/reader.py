@@ -44,8 +44,8 @@ def episode_transitions(episodes: list[Episode], observation_space: gym.Space, a
     """The episodes' transitions with actions in stored form (what learners read)."""
     from herdrl.models.distributions import ActionDistribution
 
-    transitions = to_transitions(episodes, observation_space, gamma, tails)
-    transitions["actions"] = ActionDistribution(action_space).from_env(_joined_actions(action_space, episodes))
+    transitions = to_transitions(episodes, observation_space, action_space, gamma, tails)
+    transitions["actions"] = ActionDistribution(action_space).from_env(transitions["actions"])
     return transitions
 
 
@@ -74,13 +74,6 @@ def normalized_rows(batch: dict[str, Any], normalizer: Any) -> dict[str, Any]:
     if normalizer is None or not normalizer.observations:
         return batch
     return {key: normalizer.normalize(value) if key in OBSERVATION_KEYS else value for key, value in batch.items()}
-
-
-def _joined_actions(space: gym.Space, episodes: list[Episode]) -> Any:
-    """Every episode's env actions joined along the step axis (a Tuple space's part by part)."""
-    if isinstance(space, gym.spaces.Tuple):
-        return tuple(np.concatenate([np.asarray(e.actions[i]) for e in episodes]) for i in range(len(space.spaces)))
-    return np.concatenate([np.asarray(e.actions) for e in episodes])
 
 
 def stored_row_bytes(observation_space: gym.Space, action_space: gym.Space, tails: bool = False) -> int:

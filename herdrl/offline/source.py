@@ -11,17 +11,22 @@ from herdrl.errors import HerdError
 from herdrl.offline.dataset import DatasetError, open_dataset
 
 
-def _same_space(a: gym.Space, b: gym.Space) -> bool:
-    """Same kind, shape, dtype and size (Box bounds may differ between a dataset's metadata and its env)."""
+def _same_space(a: gym.Space, b: gym.Space, bounds: bool = False) -> bool:
+    """Same kind, shape, dtype and size; with ``bounds``, Box bounds too (an action Box: CQL's and IQL's actors
+    scale actions to the dataset's bounds, and the env must take them in the same units). Observation bounds may
+    differ between a dataset's metadata and its env."""
     if type(a) is not type(b):
         return False
     if isinstance(a, gym.spaces.Dict):
-        return a.spaces.keys() == b.spaces.keys() and all(_same_space(a[k], b[k]) for k in a.spaces)
+        return a.spaces.keys() == b.spaces.keys() and all(_same_space(a[k], b[k], bounds) for k in a.spaces)
     if isinstance(a, gym.spaces.Tuple):
-        return len(a.spaces) == len(b.spaces) and all(_same_space(x, y) for x, y in zip(a.spaces, b.spaces,
-                                                                                          strict=True))
+        return len(a.spaces) == len(b.spaces) and all(_same_space(x, y, bounds) for x, y in zip(a.spaces, b.spaces,
+                                                                                                  strict=True))
     if isinstance(a, gym.spaces.Discrete):
         return a.n == b.n and a.start == b.start
+    if bounds and isinstance(a, gym.spaces.Box) and a.shape == b.shape and not (
+            np.allclose(a.low, b.low, rtol=1e-6, atol=0) and np.allclose(a.high, b.high, rtol=1e-6, atol=0)):
+        return False
     return a.shape == b.shape and a.dtype == b.dtype and (
         not isinstance(a, gym.spaces.MultiDiscrete) or np.array_equal(a.nvec, b.nvec))
 
@@ -34,7 +39,7 @@ def check_spaces(dataset: Any, env_id: Any, env_config: dict | None) -> None:
     try:
         for kind, ours, theirs in (("observation", dataset.observation_space, env.observation_space),
                                    ("action", dataset.action_space, env.action_space)):
-            if not _same_space(ours, theirs):
+            if not _same_space(ours, theirs, bounds=kind == "action"):
                 raise DatasetError(f"the dataset's {kind} space {ours} is not the env's ({theirs}): record it on "
                                    f"{env_id}, or evaluate on the env it was recorded on")
     finally:
