@@ -560,6 +560,26 @@ def pendulum_dataset(path, episodes: int = 4, seed: int = 0) -> None:
     record_controller(controller, "Pendulum-v1", path, episodes, seed)
 
 
+def test_bc_loss_on_box_actions_is_the_gaussian_negative_log_likelihood(tmp_path):
+    """BC on Box actions (Pendulum's, on and off the bounds): minus the mean log-density of each recorded action
+    under N(mean(s), exp(log_std)), summed over action dimensions, from torch.distributions."""
+    from herdrl.algorithms.bc import BCConfig
+
+    pendulum_dataset(tmp_path / "pendulum", 1)
+    algo = BCConfig().offline_data(input_=str(tmp_path / "pendulum")).debugging(seed=0).build()
+    learner = algo.learner
+    batch = {k: torch.as_tensor(v) for k, v in algo.draw(32).items()}
+    with torch.no_grad():
+        learner.module.log_std.fill_(-0.3)
+        loss, _ = learner.loss(batch)
+        mean = learner.module.pi_head(learner.module.pi_encoder(batch["obs"]))
+        normal = torch.distributions.Normal(mean, torch.full_like(mean, np.exp(-0.3)))
+        expected = -normal.log_prob(batch["actions"].reshape(mean.shape)).sum(-1).mean()
+    algo.stop()
+    assert (batch["actions"].abs() == 2).any() and (batch["actions"].abs() < 2).any()
+    assert float(loss) == pytest.approx(float(expected), rel=1e-5)
+
+
 def test_continuous_cql_estimates_the_log_integral_of_exp_q_over_the_action_box(tmp_path):
     """Critics made blind to the action (Q(s, a) = f(s), f far from constant across states): the integral of
     exp(Q(s, .)) over the squashed box [-1, 1]^d is 2^d exp(f(s)), so per critic the penalty (an importance-sampled
@@ -759,8 +779,9 @@ def test_iql_losses_on_a_fixed_batch_match_a_hand_computation_and_it_learns(tmp_
     with torch.no_grad():
         value_loss, _ = learner.value_loss(batch)
         actor_loss, _ = learner.actor_loss(batch)
-        q1, q2 = learner.target.q_values(batch["obs"], batch["actions"])
-        q = torch.min(q1, q2).numpy()
+        # Independent of the module's own q_values: each critic called on the [-1, 1] action by hand.
+        unit = batch["actions"] / 2.0  # (Pendulum's bounds are +-2)
+        q = torch.min(learner.target.q1(batch["obs"], unit), learner.target.q2(batch["obs"], unit)).numpy()
         v = learner.module.value(batch["obs"]).numpy()
         mean, log_std = learner.module.mean_log_std(batch["obs"])
     u = q - v
@@ -776,12 +797,22 @@ def test_iql_losses_on_a_fixed_batch_match_a_hand_computation_and_it_learns(tmp_
     # The critics regress on r + gamma * V(s') (0 after a termination: Pendulum has none, only truncations).
     with torch.no_grad():
         critic_loss, _ = learner.critic_loss(batch)
-        q1, q2 = learner.module.q_values(batch["obs"], batch["actions"])
+        q1, q2 = learner.module.q1(batch["obs"], unit), learner.module.q2(batch["obs"], unit)
         v_next = learner.module.value(batch["next_obs"]).numpy()
     assert (batch["discounts"].numpy() == np.float32(0.99)).all()
     target = batch["rewards"].numpy() + 0.99 * v_next
     expected_critic = np.mean((q1.numpy() - target) ** 2) + np.mean((q2.numpy() - target) ** 2)
     assert float(critic_loss) == pytest.approx(expected_critic, rel=1e-5)
+    # After a step, every target weight has moved tau (0.005) of the way to the updated network's.
+    before = {key: value.clone() for key, value in learner.target.state_dict().items()}
+    learner.replay_step({**batch, "weights": torch.ones(64)})
+    online = learner.module.state_dict()
+    moved = 0
+    for key, value in learner.target.state_dict().items():
+        if value.is_floating_point():
+            torch.testing.assert_close(value, 0.995 * before[key] + 0.005 * online[key], rtol=1e-5, atol=1e-6)
+            moved += int(not torch.equal(value, before[key]))
+    assert moved > 0
     returns = [algo.train()["evaluation/episode_return_mean"] for _ in range(3)]
     algo.stop()
     assert max(returns) > -1000, returns  # random actions score about -1,200, the dataset's episodes -1,056
