@@ -40,10 +40,10 @@ def soft_backup_era(config: dict[str, Any], spaces: dict[str, Any]) -> bool:
 
 
 class CQLConfig(OfflineConfig):
-    """CQL settings (RLlib's names where it has them). The conservative weight is fixed (d3rlpy's 5.0 by default;
-    d3rlpy by default tunes it by a Lagrange multiplier, ``alpha_learning_rate`` 1e-4, RLlib with ``lagrangian``,
-    off by default: herdrl does not offer that), and one ``lr`` drives actor and critics (d3rlpy: 1e-4 for the
-    actor). benchmarks/offline.py runs d3rlpy with the same fixed weight and one learning rate."""
+    """CQL settings (RLlib's names where it has them). The conservative weight ``min_q_weight`` is fixed (5.0 for
+    Box actions, d3rlpy's); d3rlpy by default tunes it with a Lagrange multiplier (``alpha_learning_rate`` 1e-4) and
+    RLlib can (``lagrangian``, off by default); herdrl does not. One ``lr`` drives the actor and the critics
+    (d3rlpy's actor default is 1e-4). benchmarks/offline.py runs d3rlpy with the same fixed weight and one rate."""
 
     algo_name = "CQL"
     FIELDS = {
