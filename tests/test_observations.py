@@ -307,24 +307,24 @@ def test_model_init_pytorch_draws_herdrls_layers_as_pytorch_does_and_leaves_a_cu
         custom = PPOConfig().training(model={"custom_encoder": "tiny", "init": init}).build_module(
             frames, gym.spaces.Discrete(2))
         built[init] = (sac, image, custom)
-    for sac, image in [built["orthogonal"][:2]]:
-        for name, layer in {**_layers(sac), **_layers(image)}.items():
-            weight = layer.weight.detach().flatten(1)
-            assert not layer.bias.detach().any(), name
-            if weight.shape[0] <= weight.shape[1]:  # orthonormal rows times the gain
-                gram = weight @ weight.T
-                gain = gram.diagonal().mean().sqrt()
-                torch.testing.assert_close(gram, gain**2 * torch.eye(len(gram)), atol=1e-4 * max(1.0, gain**2),
-                                           rtol=0, msg=name)
-    for sac, image in [built["pytorch"][:2]]:
-        for name, layer in {**_layers(sac), **_layers(image)}.items():
-            # PyTorch's default: weights and biases uniform in +-1/sqrt(fan_in) (Kaiming-uniform with a = sqrt 5)
-            bound = 1 / np.sqrt(layer.weight[0].numel())
-            for values in (layer.weight.detach(), layer.bias.detach()):
-                spread = values.abs().max()
-                assert spread <= bound and (spread > 0.8 * bound if values.numel() >= 50 else spread > 0), name
-            if layer.weight.numel() >= 500:  # enough draws for the uniform's std, bound / sqrt 3, within 10%
-                assert abs(layer.weight.detach().std() / (bound / np.sqrt(3)) - 1) < 0.1, name
+    sac, image, _ = built["orthogonal"]
+    for name, layer in {**_layers(sac), **_layers(image)}.items():
+        weight = layer.weight.detach().flatten(1)
+        assert not layer.bias.detach().any(), name
+        # orthonormal rows (or columns, for a layer wider than its input) times the gain
+        gram = weight @ weight.T if weight.shape[0] <= weight.shape[1] else weight.T @ weight
+        gain = gram.diagonal().mean().sqrt()
+        torch.testing.assert_close(gram, gain**2 * torch.eye(len(gram)), atol=1e-4 * max(1.0, gain**2), rtol=0,
+                                   msg=name)
+    sac, image, _ = built["pytorch"]
+    for name, layer in {**_layers(sac), **_layers(image)}.items():
+        # PyTorch's default: weights and biases uniform in +-1/sqrt(fan_in) (Kaiming-uniform with a = sqrt 5)
+        bound = 1 / np.sqrt(layer.weight[0].numel())
+        for values in (layer.weight.detach(), layer.bias.detach()):
+            spread = values.abs().max()
+            assert spread <= bound and (spread > 0.8 * bound if values.numel() >= 50 else spread > 0), name
+        if layer.weight.numel() >= 500:  # enough draws for the uniform's std, bound / sqrt 3, within 10%
+            assert abs(layer.weight.detach().std() / (bound / np.sqrt(3)) - 1) < 0.1, name
     # the custom encoder's own layers are as its factory drew them (same seed, same draws), herdrl's heads are not
     ortho, default = (dict(built[init][2].named_parameters()) for init in ("orthogonal", "pytorch"))
     custom_keys = [key for key in ortho if ".net." in key]
