@@ -291,10 +291,8 @@ def compare(args: argparse.Namespace) -> None:
     behaviour = open_dataset(DATA / spec["dataset"]).info()["return_mean"]
     random = random_return(spec["env"])
     deadline = time.time() + args.minutes * 60 if args.minutes else 0.0
-    seeds = args.tool_seeds
-    runs = [(tool, algorithm, seed) for algorithm in args.algorithms.split(",")
-            for seed in sorted(seeds["herdrl"] | seeds["d3rlpy"]) for tool in ("herdrl", "d3rlpy")
-            if seed in seeds[tool]]
+    runs = [(tool, algorithm, seed) for algorithm in args.algorithms.split(",") for seed in args.all_seeds
+            for tool in ("herdrl", "d3rlpy") if seed in args.tool_seeds[tool]]
     commands = [herdrl_command(args.task, algorithm, seed, args.steps, args.device, args.eval_every, deadline,
                                args.herdrl_config)
                 if tool == "herdrl" else
@@ -318,7 +316,8 @@ def compare(args: argparse.Namespace) -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     print(f"\n{args.task} ({spec['env']}, dataset {spec['dataset']}: behaviour {behaviour:.1f}, random {random:.1f}), "
-          f"{args.steps:,} gradient steps, seeds: herdrl {sorted(seeds['herdrl'])}, d3rlpy {sorted(seeds['d3rlpy'])}, "
+          f"{args.steps:,} gradient steps, seeds: herdrl {sorted(args.tool_seeds['herdrl'])}, "
+          f"d3rlpy {sorted(args.tool_seeds['d3rlpy'])}, "
           f"device {args.device}"
           + (" (runs side by side: wall-clock not comparable)" if args.parallel else "")
           + (f", herdrl given {args.herdrl_config}" if args.herdrl_config else ""))
@@ -443,7 +442,8 @@ def main() -> None:
             parser.error("--minutes needs --parallel and --eval-every (one deadline for runs side by side)")
         args.tool_seeds = {tool: args.seeds if given is None else given  # (--seeds where a tool's are not given)
                            for tool, given in (("herdrl", args.herdrl_seeds), ("d3rlpy", args.d3rlpy_seeds))}
-        if not set().union(*args.tool_seeds.values()):
+        args.all_seeds = sorted(set().union(*args.tool_seeds.values()))
+        if not args.all_seeds:
             parser.error("no seeds to run: give --seeds, --herdrl-seeds or --d3rlpy-seeds")
         if args.herdrl_config:  # (checked here, before any run starts: every herdrl run is given these keys)
             from herdrl.errors import HerdError

@@ -160,6 +160,17 @@ def test_bad_episodes_and_datasets_are_refused_in_one_line(tmp_path):
         with pytest.raises(DatasetError, match=f"episode 0 observations holds {message}"):
             _write_one(tmp_path / "w", Episode(pixels, np.zeros(3, np.int64), np.zeros(3), np.zeros(3, bool),
                                                np.array([False, False, True])), frames, gym.spaces.Discrete(2))
+    # Each space of whole numbers is checked against its own bounds (a start, per-element sizes), fractions refused.
+    from herdrl.offline.dataset import check_leaf
+
+    shifted, multi = gym.spaces.Discrete(3, start=-1), gym.spaces.MultiDiscrete([2, 3], start=[1, 0])
+    for space, values in ((shifted, [-1, 1.0]), (multi, [[1, 0], [2, 2]]), (gym.spaces.MultiBinary(2), [[0, 1]])):
+        np.testing.assert_array_equal(check_leaf(space, values, len(values), "a"), np.asarray(values, space.dtype))
+    for space, values, message in ((shifted, [-2], "outside"), (shifted, [2], "outside"), (shifted, [0.5], "fractions"),
+                                   (multi, [[0, 0]], "outside"), (multi, [[1, 3]], "outside"),
+                                   (multi, [[1.5, 0]], "fractions"), (gym.spaces.MultiBinary(2), [[0, 2]], "outside")):
+        with pytest.raises(DatasetError, match=f"a holds (values )?{message}"):
+            check_leaf(space, values, len(values), "a")
     # A file crafted by hand (bypassing the writer) is refused when read, naming the episode.
     _write_one(tmp_path / "d", good)
     write_metadata(tmp_path / "d", DICT_OBS, BOX_ACTIONS)

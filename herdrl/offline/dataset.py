@@ -162,6 +162,19 @@ def _leaves(space: gym.Space, value: Any, name: str) -> Iterator[tuple[str, gym.
         yield name, space, value
 
 
+def _whole_number_bounds(space: gym.Space) -> tuple[Any, Any] | None:
+    """The lowest and highest value of a space of whole numbers (per element where they vary); None for others."""
+    if isinstance(space, gym.spaces.Discrete):
+        return space.start, space.start + space.n - 1
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return space.start, space.start + space.nvec - 1
+    if isinstance(space, gym.spaces.MultiBinary):
+        return 0, 1
+    if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.integer):
+        return space.low, space.high
+    return None
+
+
 def check_leaf(space: gym.Space, values: Any, rows: int, name: str) -> np.ndarray:
     """``values`` as an array of ``rows`` elements of ``space`` (its dtype), or a one-line DatasetError saying
     what is wrong: the shape, a NaN or infinity, an index outside a discrete space."""
@@ -174,19 +187,13 @@ def check_leaf(space: gym.Space, values: Any, rows: int, name: str) -> np.ndarra
     if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
         bad = int(np.argwhere(~np.isfinite(array.reshape(rows, -1)))[0][0])
         raise DatasetError(f"{name} holds a NaN or infinity (row {bad})")
-    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+    bounds = _whole_number_bounds(space)
+    if bounds is not None:
+        # cast to the space's dtype below: a fraction or an out-of-range value would wrap or index outside it
+        low, high = bounds
         if array.dtype.kind == "f" and np.any(array != np.round(array)):
             raise DatasetError(f"{name} holds fractions where its space {space} takes whole numbers")
-        low = space.start if not isinstance(space, gym.spaces.MultiBinary) else 0
-        high = (low + space.n - 1 if isinstance(space, gym.spaces.Discrete)
-                else low + space.nvec - 1 if isinstance(space, gym.spaces.MultiDiscrete) else 1)
         if array.size and (np.any(array < low) or np.any(array > high)):
-            raise DatasetError(f"{name} holds values outside its space {space}")
-    elif isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.integer) and array.dtype.kind != "b":
-        # cast to the space's integer dtype below: a fraction or an out-of-range value would wrap silently
-        if array.dtype.kind == "f" and np.any(array != np.round(array)):
-            raise DatasetError(f"{name} holds fractions where its space {space} takes whole numbers")
-        if array.size and (np.any(array < space.low) or np.any(array > space.high)):
             raise DatasetError(f"{name} holds values outside its space {space}")
     return array.astype(space.dtype, copy=False) if space.dtype is not None else array
 
