@@ -414,10 +414,17 @@ def test_jpeg_images_decode_and_other_image_formats_are_refused():
         buffer = io.BytesIO()
         Image.fromarray(frame).save(buffer, format=kind)
         blobs[kind] = buffer.getvalue()
-    decoded = _jpeg_frames([blobs["JPEG"]])
+    decoded = _jpeg_frames([blobs["JPEG"]], (32, 32, 3))
     assert decoded.shape == (1, 32, 32, 3) and np.abs(decoded[0].astype(int) - frame).max() < 16  # (lossy)
     with pytest.raises(DatasetError, match="is not a readable JPEG"):
-        _jpeg_frames([blobs["JPEG"], blobs["PNG"]])
+        _jpeg_frames([blobs["JPEG"], blobs["PNG"]], (32, 32, 3))
+    # A crafted header claiming 6,000x8,000 pixels (~144 MB decoded) is refused from its header, before decoding
+    # (decoding it would allocate the image, then fail on the missing data with another message).
+    start = blobs["JPEG"].index(b"\xff\xc0") + 5  # SOF0: marker, length (2), precision (1), height (2), width (2)
+    huge = blobs["JPEG"][:start] + (6000).to_bytes(2, "big") + (8000).to_bytes(2, "big") + blobs["JPEG"][start + 4:]
+    assert Image.open(io.BytesIO(huge)).size == (8000, 6000)
+    with pytest.raises(DatasetError, match="is 6000x8000; its space needs 32x32"):
+        _jpeg_frames([blobs["JPEG"], huge], (32, 32, 3))
 
 
 def test_an_env_whose_action_bounds_differ_from_the_datasets_is_refused(tmp_path):
@@ -435,26 +442,35 @@ def test_an_env_whose_action_bounds_differ_from_the_datasets_is_refused(tmp_path
     check_spaces(open_dataset(tmp_path / "2.0"), "Pendulum-v1", {})  # Pendulum's own bounds: taken
     with pytest.raises(DatasetError, match=r"action space Box\(-1.0, 1.0, \(1,\), float32\) is not the env's"):
         check_spaces(open_dataset(tmp_path / "1.0"), "Pendulum-v1", {})
+    # A MultiDiscrete's start is its units too: actions are stored from 0 and shifted back by the env's start.
+    from herdrl.offline.source import _same_space
+
+    shifted = gym.spaces.MultiDiscrete([2, 3], start=[1, 0])
+    assert _same_space(shifted, gym.spaces.MultiDiscrete([2, 3], start=[1, 0]))
+    assert not _same_space(shifted, gym.spaces.MultiDiscrete([2, 3]))
+    assert not _same_space(shifted, gym.spaces.MultiDiscrete([2, 4], start=[1, 0]))
 
 
 def test_bc_reads_tuple_actions_from_episodes_of_different_lengths(tmp_path):
-    """A Tuple(Discrete, Box) action dataset: each row's stored action is [the discrete part, the Box part], in the
-    episodes' order, and BC trains on it."""
+    """A nested Tuple(Discrete, Tuple(Discrete, Box)) action dataset: each row's stored action is [the discrete
+    parts, the Box part], in the episodes' order, and BC trains on it."""
     from herdrl.algorithms.bc import BCConfig
     from herdrl.offline.reader import episode_transitions
 
     obs_space = gym.spaces.Box(-1, 1, (2,), np.float32)
-    action_space = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,), np.float32)))
+    inner = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, (2,), np.float32)))
+    action_space = gym.spaces.Tuple((gym.spaces.Discrete(3), inner))
     rng = np.random.default_rng(0)
     writer, episodes = DatasetWriter(tmp_path / "tuple", obs_space, action_space), []
     for steps in (3, 5):
         episodes.append(Episode(rng.uniform(-1, 1, (steps + 1, 2)).astype(np.float32),
-                                (rng.integers(0, 3, steps), rng.uniform(-1, 1, (steps, 2)).astype(np.float32)),
+                                (rng.integers(0, 3, steps),
+                                 (rng.integers(0, 2, steps), rng.uniform(-1, 1, (steps, 2)).astype(np.float32))),
                                 np.ones(steps), np.arange(steps) == steps - 1, np.zeros(steps, bool)))
         writer.write(episodes[-1])
     write_metadata(tmp_path / "tuple", obs_space, action_space)
     rows = episode_transitions(list(open_dataset(tmp_path / "tuple").episodes()), obs_space, action_space, 0.99)
-    by_hand = np.concatenate([np.column_stack([e.actions[0], e.actions[1]]) for e in episodes])
+    by_hand = np.concatenate([np.column_stack([e.actions[0], *e.actions[1]]) for e in episodes])
     np.testing.assert_array_equal(rows["actions"], by_hand.astype(rows["actions"].dtype))
     algo = (BCConfig().offline_data(input_=str(tmp_path / "tuple"))
             .training(updates_per_iteration=5, train_batch_size=4).debugging(seed=0).build())

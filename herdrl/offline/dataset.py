@@ -177,7 +177,8 @@ def _whole_number_bounds(space: gym.Space) -> tuple[Any, Any] | None:
 
 def check_leaf(space: gym.Space, values: Any, rows: int, name: str) -> np.ndarray:
     """``values`` as an array of ``rows`` elements of ``space`` (its dtype), or a one-line DatasetError saying
-    what is wrong: the shape, a NaN or infinity, an index outside a discrete space."""
+    what is wrong: the shape, a NaN or infinity, a fraction or a value outside a space of whole numbers
+    (Discrete, MultiDiscrete, MultiBinary, an integer Box)."""
     array = np.asarray(values)
     shape = space.shape if space.shape is not None else ()
     if array.shape != (rows, *shape):
@@ -267,16 +268,23 @@ def _encode(space: gym.Space, values: Any, pad: int) -> Any:
     return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
 
 
-def _jpeg_frames(blobs: Iterable[bytes]) -> np.ndarray:
-    """Minari's JPEG-encoded frames as uint8 arrays; JPEG only, so a crafted cell cannot pick another of Pillow's
-    decoders (some call external programs)."""
+def _jpeg_frames(blobs: Iterable[bytes], shape: tuple[int, ...]) -> np.ndarray:
+    """Minari's JPEG-encoded frames of ``shape`` (height, width[, channels]) as uint8 arrays. JPEG only, so a crafted
+    cell cannot pick another of Pillow's decoders (some call external programs); each frame's size is read from its
+    header and checked before it is decoded, so a small crafted cell cannot make a huge image."""
     from PIL import Image
 
+    frames = []
     try:
-        return np.stack([np.asarray(Image.open(io.BytesIO(blob), formats=["JPEG"])) for blob in blobs]
-                        ).astype(np.uint8)
-    except OSError as exc:  # (PIL's UnidentifiedImageError too)
+        for blob in blobs:
+            image = Image.open(io.BytesIO(blob), formats=["JPEG"])  # (reads the header only)
+            if (image.height, image.width) != tuple(shape[:2]):
+                raise DatasetError(f"an image of a JPEG-encoded dataset is {image.height}x{image.width}; its space "
+                                   f"needs {shape[0]}x{shape[1]}")
+            frames.append(np.asarray(image))
+    except (OSError, Image.DecompressionBombError) as exc:  # (PIL's UnidentifiedImageError is an OSError)
         raise DatasetError(f"an image of a JPEG-encoded dataset is not a readable JPEG ({exc})") from exc
+    return np.stack(frames).astype(np.uint8, copy=False)
 
 
 def _decode(space: gym.Space, column: Any, jpeg: bool) -> Any:
@@ -286,7 +294,7 @@ def _decode(space: gym.Space, column: Any, jpeg: bool) -> Any:
     if isinstance(space, gym.spaces.Tuple):
         return tuple(_decode(sub, column.field(str(i)), jpeg) for i, sub in enumerate(space.spaces))
     if jpeg and is_image_space(space):
-        return _jpeg_frames(item.as_py() for item in column)
+        return _jpeg_frames((item.as_py() for item in column), space.shape)
     if isinstance(space, gym.spaces.Discrete):
         return np.array(column.to_numpy(zero_copy_only=False))  # (a copy: Arrow's own memory is read-only)
     flat = np.array(column.flatten().to_numpy(zero_copy_only=False))
@@ -506,7 +514,7 @@ class OfflineDataset:
             if isinstance(space, gym.spaces.Tuple):
                 return tuple(leaf(sub, node[f"_index_{i}"]) for i, sub in enumerate(space.spaces))
             if self.jpeg and is_image_space(space):
-                return _jpeg_frames(bytes(frame) for frame in node[()])
+                return _jpeg_frames((bytes(frame) for frame in node[()]), space.shape)
             return node[()]
 
         def infos(node: Any) -> dict[str, Any]:
@@ -597,10 +605,14 @@ def to_transitions(episodes: list[Episode], observation_space: gym.Space, action
 
 
 def joined_actions(space: gym.Space, episodes: list[Episode]) -> Any:
-    """Every episode's env actions joined along the step axis (a Tuple space's part by part)."""
-    if isinstance(space, gym.spaces.Tuple):
-        return tuple(np.concatenate([np.asarray(e.actions[i]) for e in episodes]) for i in range(len(space.spaces)))
-    return np.concatenate([np.asarray(e.actions) for e in episodes])
+    """Every episode's env actions joined along the step axis (a Tuple space's part by part, nested ones too)."""
+
+    def join(sub: gym.Space, parts: list[Any]) -> Any:
+        if isinstance(sub, gym.spaces.Tuple):
+            return tuple(join(part_space, [p[i] for p in parts]) for i, part_space in enumerate(sub.spaces))
+        return np.concatenate([np.asarray(p) for p in parts])
+
+    return join(space, [e.actions for e in episodes])
 
 
 def _h5py() -> Any:
