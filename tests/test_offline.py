@@ -259,9 +259,9 @@ def test_marwil_loss_on_a_fixed_batch_matches_a_hand_computation(tmp_path):
     assert abs(float(tail_value[0])) > 0.01  # (the bootstrap moves the advantages)
     assert float(loss.detach()) == pytest.approx(expected, rel=1e-4)
     assert float(stats["sqd_adv_norm"]) == pytest.approx(c, rel=1e-5)
-    # Weights are capped at max_weight (100): a normaliser putting the median row at the cap, and a tiny one,
-    # which would overflow exp to inf (then NaN weights) without the cap.
-    for norm in (0.7 * np.median(advantages) / np.log(100), 1e-3):
+    # Weights are capped at max_weight (100): a normaliser putting an advantage of median size at the cap, and a tiny
+    # one, which would overflow exp to inf (then NaN weights) without the cap.
+    for norm in (0.7 * np.median(np.abs(advantages)) / np.log(100), 1e-3):
         learner.sqd_adv_norm = torch.tensor(norm**2)
         with torch.no_grad():  # (no running-mean update outside training)
             capped, _ = learner.loss(torch_batch)
