@@ -27,9 +27,8 @@ def _same_space(a: gym.Space, b: gym.Space, bounds: bool = False) -> bool:
     if bounds and isinstance(a, gym.spaces.Box) and a.shape == b.shape and not (
             np.allclose(a.low, b.low, rtol=1e-6, atol=0) and np.allclose(a.high, b.high, rtol=1e-6, atol=0)):
         return False
-    if isinstance(a, gym.spaces.MultiDiscrete) and not (np.array_equal(a.nvec, b.nvec)
-                                                       and np.array_equal(a.start, b.start)):
-        return False
+    if isinstance(a, gym.spaces.MultiDiscrete):
+        return a == b  # (gymnasium's own: nvec, start, shape and dtype)
     return a.shape == b.shape and a.dtype == b.dtype
 
 
