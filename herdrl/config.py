@@ -90,15 +90,36 @@ class Field:
         return text + (" or None" if self.allow_none else "") + (", or a schedule" if self.schedule else "")
 
 
-def _epsilon_greedy(current: Any, config: dict[str, Any]) -> list[list[float]]:
-    """RLlib's EpsilonGreedy settings (popped from ``config``) as an ``epsilon`` schedule, the keys left out taken
-    from the ``current`` two-point schedule: ``[[0, initial], [warmup, initial], [warmup + timesteps, final]]``."""
-    points = current if isinstance(current, list) and len(current) == 2 and current[0][0] == 0 else [[0, 1.0],
-                                                                                                    [10_000, 0.02]]
-    start = config.pop("initial_epsilon", points[0][1])
-    end = config.pop("final_epsilon", points[1][1])
-    steps = config.pop("epsilon_timesteps", points[1][0])
-    warmup = config.pop("warmup_timesteps", 0)
+#: RLlib's ``EpsilonGreedy`` defaults: what keys left out take when a changed ``type`` replaces the whole dict.
+_EPSILON_GREEDY_DEFAULTS = {"initial_epsilon": 1.0, "final_epsilon": 0.05, "warmup_timesteps": 0,
+                           "epsilon_timesteps": 100_000}
+#: RLlib's DQN ``exploration_config`` (its old stack's default), for an ``epsilon`` of no EpsilonGreedy shape.
+_DQN_EXPLORATION = {"initial_epsilon": 1.0, "final_epsilon": 0.02, "warmup_timesteps": 0, "epsilon_timesteps": 10_000}
+
+
+def _epsilon_greedy_settings(schedule: Any) -> dict[str, Any] | None:
+    """RLlib's EpsilonGreedy keys read back from an ``epsilon`` schedule of the shape they make
+    (``[[0, initial], [timesteps, final]]`` or ``[[0, initial], [warmup, initial], [warmup + timesteps, final]]``);
+    None for any other value (a constant, a named decay, more points)."""
+    if not isinstance(schedule, list) or not schedule or schedule[0][0] != 0:
+        return None
+    if len(schedule) == 2:
+        (_, start), (steps, end) = schedule
+        return {"initial_epsilon": start, "final_epsilon": end, "warmup_timesteps": 0, "epsilon_timesteps": steps}
+    if len(schedule) == 3 and schedule[1][1] == schedule[0][1]:
+        (_, start), (warmup, _), (stop, end) = schedule
+        return {"initial_epsilon": start, "final_epsilon": end, "warmup_timesteps": warmup,
+                "epsilon_timesteps": stop - warmup}
+    return None
+
+
+def _epsilon_greedy(base: Mapping[str, Any], config: dict[str, Any]) -> list[list[float]]:
+    """RLlib's EpsilonGreedy settings (popped from ``config``) merged over ``base`` (the settings in force), as an
+    ``epsilon`` schedule: ``[[0, initial], [warmup, initial], [warmup + timesteps, final]]`` (RLlib's
+    ``PiecewiseSchedule``), two points when there is no warmup."""
+    merged = {key: config.pop(key, value) for key, value in base.items()}
+    start, end = merged["initial_epsilon"], merged["final_epsilon"]
+    warmup, steps = merged["warmup_timesteps"], merged["epsilon_timesteps"]
     if warmup:
         return [[0, start], [warmup, start], [warmup + steps, end]]
     return [[0, start], [steps, end]]
@@ -372,6 +393,7 @@ class AlgorithmConfig:
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_explicit", set())  # keys the user set
         object.__setattr__(self, "_by_schedule_key", set())  # keys set by lr_schedule / entropy_coeff_schedule
+        object.__setattr__(self, "_exploration_type", None)  # the last exploration_config type (None: the default)
 
     # ----------------------------------------------------------------- keys
     @classmethod
@@ -603,8 +625,10 @@ class AlgorithmConfig:
                     **kwargs: Any) -> AlgorithmConfig:
         """RLlib's exploration settings (RLlib 2.10 on takes them in ``.env_runners()``, which passes them here).
         ``exploration_config={"type": "EpsilonGreedy", "initial_epsilon", "final_epsilon", "epsilon_timesteps",
-        "warmup_timesteps"}`` becomes DQN's ``epsilon`` schedule; keys left out keep the current schedule's values
-        (RLlib merges a partial dict into DQN's defaults the same way). Stochastic sampling (``StochasticSampling``)
+        "warmup_timesteps"}`` becomes DQN's ``epsilon`` schedule. As RLlib's deep update, a later call merges into
+        the settings in force (keys left out keep the current schedule's values: a warmup and final epsilon set
+        before stay), and a changed ``type`` replaces the whole dict (keys left out take RLlib's EpsilonGreedy
+        defaults: 1.0 to 0.05 over 100,000 steps, no warmup). Stochastic sampling (``StochasticSampling``)
         is what herdrl does anyway; ``explore=False`` while training is refused (training samples explore;
         evaluation is greedy unless ``evaluation_config={"explore": True}``)."""
         if explore is False:
@@ -616,9 +640,14 @@ class AlgorithmConfig:
             return self
         config = dict(exploration_config)
         default = "EpsilonGreedy" if "epsilon" in self.fields() else "StochasticSampling"  # RLlib's defaults
-        kind = str(config.pop("type", default)).rsplit(".", 1)[-1]
+        kind = str(config.pop("type", self._exploration_type or default)).rsplit(".", 1)[-1]
+        # RLlib's deep update: the same type merges into the settings in force, a changed type replaces them all.
+        replaced = kind != (self._exploration_type or default)
+        object.__setattr__(self, "_exploration_type", kind)
         if kind == "EpsilonGreedy" and "epsilon" in self.fields():
-            self._set("training", {"epsilon": _epsilon_greedy(self.epsilon, config)})
+            in_force = _epsilon_greedy_settings(self.epsilon) or _DQN_EXPLORATION
+            base = _EPSILON_GREEDY_DEFAULTS if replaced else in_force
+            self._set("training", {"epsilon": _epsilon_greedy(base, config)})
         elif kind != "StochasticSampling":
             _note(f".exploration(exploration_config={{'type': '{kind}'}})", f"{self.algo_name}'s own exploration "
                   "applies (see its noise or entropy keys)")
@@ -698,6 +727,7 @@ class AlgorithmConfig:
         object.__setattr__(clone, "_values", copy.deepcopy(self._values))
         object.__setattr__(clone, "_explicit", set(self._explicit))
         object.__setattr__(clone, "_by_schedule_key", set(self._by_schedule_key))
+        object.__setattr__(clone, "_exploration_type", self._exploration_type)
         return clone
 
     def __repr__(self) -> str:

@@ -95,6 +95,46 @@ def test_builder_calls_with_little_to_set_are_accepted_and_say_so(caplog, monkey
         PPOConfig().rl_module(rl_module_spec=object())
 
 
+def _rllib_epsilon(settings, step):
+    """RLlib's EpsilonGreedy epsilon at ``step``, from its documented settings (initial until the warmup ends, then a
+    straight line to final over epsilon_timesteps, final after)."""
+    start, end = settings["initial_epsilon"], settings["final_epsilon"]
+    warmup, steps = settings.get("warmup_timesteps", 0), settings["epsilon_timesteps"]
+    if step <= warmup:
+        return start
+    return start + (end - start) * min(1.0, (step - warmup) / steps)
+
+
+@pytest.mark.parametrize("second", [{"epsilon_timesteps": 20_000},
+                                    {"type": "EpsilonGreedy", "initial_epsilon": 0.5},
+                                    {"type": "SoftQ"}, {}])
+def test_a_second_exploration_config_merges_into_the_first_as_rllibs_deep_update(second, monkeypatch):
+    import herdrl.config
+    from herdrl.schedules import schedule_of
+
+    monkeypatch.setattr(herdrl.config, "_NOTED", set())
+    first = {"type": "EpsilonGreedy", "final_epsilon": 0.05, "warmup_timesteps": 1000}
+    config = DQNConfig().env_runners(exploration_config=first)
+    config.exploration(exploration_config=second)
+    # RLlib's deep update written out: the same type merges key by key into what is in force (DQN's default here)
+    (_, start), (steps, end) = DQNConfig().epsilon
+    expected = {"initial_epsilon": start, "final_epsilon": end, "epsilon_timesteps": steps}
+    expected.update({k: v for k, v in first.items() if k != "type"})
+    expected.update({k: v for k, v in second.items() if k != "type"})
+    schedule = schedule_of("epsilon", config.epsilon)
+    if second.get("type") == "SoftQ":  # another kind: DQN's epsilon as the first call left it
+        expected = {k: v for k, v in expected.items() if k not in second}
+    for step in (0, 500, 1000, 1500, 6000, 11_000, 15_000, 21_000, 40_000):
+        assert schedule(step) == pytest.approx(_rllib_epsilon(expected, step)), (step, config.epsilon)
+    # a changed type replaces the whole dict: keys left out take EpsilonGreedy's own defaults
+    config.exploration(exploration_config={"type": "StochasticSampling"})
+    config.exploration(exploration_config={"type": "EpsilonGreedy", "epsilon_timesteps": 3000})
+    defaults = {"initial_epsilon": 1.0, "final_epsilon": 0.05, "warmup_timesteps": 0, "epsilon_timesteps": 3000}
+    assert [schedule_of("epsilon", config.epsilon)(t) for t in (0, 1500, 3000)] == pytest.approx(
+        [_rllib_epsilon(defaults, t) for t in (0, 1500, 3000)])
+    assert config.copy().epsilon == config.epsilon
+
+
 def test_compute_actions_acts_for_every_key_as_compute_single_action_does():
     algo = PPOConfig().environment("CartPole-v1").debugging(seed=0).build()
     rng = np.random.default_rng(0)
