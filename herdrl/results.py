@@ -11,11 +11,12 @@ get). Reading it with an RLlib script's key works too::
     result["custom_metrics"]["ret_mean"]              # the old stack's episode.custom_metrics: custom_metrics/...
 
 Those names are answered on reading (``[]``, ``get``, ``in``) and never stored, so nothing is written twice.
+:func:`flat_name` maps them (and their ``/``-joined forms, as Tune names nested metrics) to herdrl's keys: what
+stop criteria and Tune metrics go through.
+
 Groups are live views of the flat keys, writable as RLlib's nested dicts are: in ``on_train_result``,
 ``result["custom_metrics"]["x"] = v`` sets ``custom_metrics/x`` in the row (``custom_metrics``, ``env_runners`` and
 ``learners`` exist even while empty), and a dict set as a value is flattened to ``<key>/<leaf>`` keys.
-:func:`flat_name` maps them (and their ``/``-joined forms, as Tune names nested metrics) to herdrl's keys: what
-stop criteria and Tune metrics go through.
 """
 
 from __future__ import annotations
