@@ -83,7 +83,8 @@ class RLlibCallback:
         """A runner sampled a fragment (``samples``: a list with the one :class:`~herdrl.rollout.runner.Fragment`)."""
 
     def on_train_result(self, *, algorithm: Any, metrics_logger: Any = None, result: dict, **kwargs: Any) -> None:
-        """An iteration ended: ``result`` is its row, before it is logged (keys set here are logged too)."""
+        """An iteration ended: ``result`` is its row, before it is logged (keys set here are logged too, nested ones
+        such as ``result["custom_metrics"]["x"]`` as ``custom_metrics/x``)."""
 
     def on_evaluate_start(self, *, algorithm: Any, metrics_logger: Any = None, **kwargs: Any) -> None:
         """A periodic (or ``herd evaluate``) evaluation is about to play."""
@@ -289,7 +290,8 @@ class MetricsLogger:
     """What hooks log custom metrics with (RLlib's ``metrics_logger``). Values logged in runners are shipped with
     each fragment and reduced in the driver over every runner's values pooled (a true mean of all values, not a
     mean of each runner's means), into the result row as ``env_runners/<key>`` (read also as
-    ``result["env_runners"][key]``); values logged in the driver (``on_train_result``, ...) go in as ``<key>``.
+    ``result["env_runners"][key]``); values logged in the driver (``on_train_result``, ...) go in as ``<key>``,
+    refused if the row has that key already (herdrl's own, or one set by ``on_train_result``).
 
     ``reduce`` (RLlib's meanings, as of Ray 2.50):
 

@@ -13,10 +13,15 @@ get). Reading it with an RLlib script's key works too::
 Those names are answered on reading (``[]``, ``get``, ``in``) and never stored, so nothing is written twice.
 :func:`flat_name` maps them (and their ``/``-joined forms, as Tune names nested metrics) to herdrl's keys: what
 stop criteria and Tune metrics go through.
+
+Groups are live views of the flat keys, writable as RLlib's nested dicts are: in ``on_train_result``,
+``result["custom_metrics"]["x"] = v`` sets ``custom_metrics/x`` in the row (``custom_metrics``, ``env_runners`` and
+``learners`` exist even while empty), and a dict set as a value is flattened to ``<key>/<leaf>`` keys.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 #: RLlib's names of herdrl's flat keys (the old stack's, and a few new-stack spellings).
@@ -53,25 +58,20 @@ def flat_name(name: str) -> str:
     return prefix + ALIASES.get(name, name)
 
 
+#: Groups every row has, as RLlib's rows do: a callback can write into them before anything was logged there.
+ALWAYS_GROUPS = ("custom_metrics", "env_runners", "learners")
+
+
 class Result(dict):
-    """One iteration's row: herdrl's flat keys, readable by RLlib's names too (see the module docstring)."""
+    """One iteration's row: herdrl's flat keys, readable by RLlib's names too (see the module docstring).
+
+    A group (``result["custom_metrics"]``, ``["env_runners"]``, ``["learners"]``, ``["evaluation"]``, or any
+    ``<name>`` with keys ``<name>/...``) is a live :class:`ResultGroup` view: what is written into it is written into
+    the row, as ``<name>/<key>``. A dict stored as a value is held as it is until :meth:`flatten` turns it into
+    ``<key>/<leaf>`` keys (the algorithm calls it after ``on_train_result``, before the row is logged)."""
 
     def __missing__(self, key: Any) -> Any:
-        if key == "env_runners":  # herdrl's runner keys, and custom metrics logged in runners (env_runners/<key>)
-            return Result({**{k: dict.__getitem__(self, k) for k in ENV_RUNNER_KEYS if dict.__contains__(self, k)},
-                           **self._group("env_runners/")})
-        if isinstance(key, str) and "/" not in key:  # a group of keys: evaluation/..., custom_metrics/...
-            inner = self._group(f"{key}/")
-            if inner:
-                return Result(inner)
-        if isinstance(key, str):
-            flat = flat_name(key)
-            if flat != key and dict.__contains__(self, flat):
-                return dict.__getitem__(self, flat)
-        raise KeyError(key)
-
-    def _group(self, prefix: str) -> dict[str, Any]:
-        return {k[len(prefix):]: v for k, v in self.items() if isinstance(k, str) and k.startswith(prefix)}
+        return _find(self, "", key)
 
     def get(self, key: Any, default: Any = None) -> Any:
         """``self[key]`` (RLlib's names included), or ``default``."""
@@ -88,3 +88,94 @@ class Result(dict):
         except KeyError:
             return False
         return True
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        """``self[key]`` if it answers (a group view included), else ``default``, stored first."""
+        if key in self:
+            return self[key]
+        return dict.setdefault(self, key, default)
+
+    def flatten(self) -> None:
+        """Replace every dict value by its leaves, ``<key>/<leaf>`` (nested dicts joined with ``/`` too), added to
+        the keys already there: the CSV, TensorBoard and trackers take numbers, and Tune names nested keys so."""
+        for key in [k for k, v in self.items() if isinstance(v, Mapping)]:
+            for leaf, value in _leaves(dict.pop(self, key), f"{key}/"):
+                self[leaf] = value
+
+
+class ResultGroup(MutableMapping):
+    """A live view of a row's keys under ``prefix`` (``result["custom_metrics"]`` is the keys
+    ``custom_metrics/...``): reading, writing and deleting act on the row itself, so a callback's writes are logged.
+    An ``env_runners`` group also answers herdrl's runner keys (:data:`ENV_RUNNER_KEYS`, at ``runners``)."""
+
+    def __init__(self, row: Result, prefix: str, runners: str | None = None) -> None:
+        self._row, self._prefix, self._runners = row, prefix, runners
+
+    def _key(self, key: Any) -> str:
+        """The row's key for this group's ``key``."""
+        if not isinstance(key, str):
+            raise KeyError(key)
+        if self._runners is not None and ALIASES.get(key, key) in ENV_RUNNER_KEYS:
+            return self._runners + ALIASES.get(key, key)
+        return self._prefix + key
+
+    def __getitem__(self, key: Any) -> Any:
+        return _find(self._row, self._prefix, key, self._key(key))
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._row[self._key(key)] = value  # (a dict is flattened with the row)
+
+    def __delitem__(self, key: Any) -> None:
+        flat = self._key(key)
+        if dict.__contains__(self._row, flat):
+            del self._row[flat]
+            return
+        group = [k for k in self._row if isinstance(k, str) and k.startswith(f"{flat}/")]
+        if not group:
+            raise KeyError(key)
+        for k in group:
+            del self._row[k]
+
+    def __iter__(self) -> Iterator[str]:
+        seen: set[str] = set()
+        if self._runners is not None:
+            seen.update(k for k in ENV_RUNNER_KEYS if dict.__contains__(self._row, self._runners + k))
+            yield from (k for k in ENV_RUNNER_KEYS if k in seen)
+        for key in list(self._row):
+            if isinstance(key, str) and key.startswith(self._prefix):
+                name = key[len(self._prefix):].split("/", 1)[0]  # a nested group is one key here
+                if name not in seen:
+                    seen.add(name)
+                    yield name
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+def _find(row: Result, prefix: str, key: Any, flat: str | None = None) -> Any:
+    """``key`` of the group ``prefix`` of ``row`` (``""``: the row itself): a value, a group's view, or
+    ``KeyError``. ``flat``: the row's key for it, if not ``prefix + key``."""
+    if not isinstance(key, str):
+        raise KeyError(key)
+    flat = prefix + key if flat is None else flat
+    if dict.__contains__(row, flat):
+        return dict.__getitem__(row, flat)
+    if key == "env_runners":  # herdrl's runner keys, and custom metrics logged in runners (env_runners/<key>)
+        return ResultGroup(row, f"{flat}/", runners=prefix)
+    if (not prefix and key in ALWAYS_GROUPS) or any(isinstance(k, str) and k.startswith(f"{flat}/") for k in row):
+        return ResultGroup(row, f"{flat}/")
+    alias = prefix + flat_name(key)
+    if alias != flat and dict.__contains__(row, alias):
+        return dict.__getitem__(row, alias)
+    raise KeyError(key)
+
+
+def _leaves(value: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+    for key, inner in value.items():
+        if isinstance(inner, Mapping):
+            yield from _leaves(inner, f"{prefix}{key}/")
+        else:
+            yield f"{prefix}{key}", inner

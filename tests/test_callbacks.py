@@ -1,6 +1,9 @@
 """Callbacks with RLlib's hooks (new stack and old) and custom metrics: what the hooks see is checked against what
 the env itself did, reductions against numpy, pooling over Ray runners against what each runner logged."""
 
+import csv
+import importlib.util
+import json
 import logging
 import math
 import sys
@@ -251,6 +254,73 @@ def test_driver_hooks_order_and_a_resumed_run_continues_its_metrics(tmp_path, ca
     algo.stop()
     assert algo.config.callbacks_class is None and algo.config.evaluation_config == {"explore": True}
     assert "callbacks_class='os:system'; ignored" in caplog.text and "env='os:Anything-v0'; ignored" in caplog.text
+
+
+class Writes(RLlibCallback):
+    """Writes into the row's nested groups as RLlib scripts do, old stack and new, before any custom metric exists."""
+
+    def on_train_result(self, *, result, **kwargs):
+        it = result["training_iteration"]
+        result["custom_metrics"]["x"] = 3.5 * it  # RLlib's old stack
+        result["env_runners"]["y"] = result["num_env_steps_sampled"] + 0.5  # the new stack
+        result["learners"]["default_policy"] = {"z": -it}
+        result["learners"].setdefault("shared", {})["w"] = 2.0 * it
+        result.setdefault("custom_metrics", {})["v"] = 1.0
+        result["mine"] = {"deep": {"u": 10.0 * it}}
+
+
+def test_writes_into_nested_result_keys_reach_the_row_csv_json_tensorboard_and_trackers(tmp_path, monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from herdrl.experiment import run_experiment
+
+    wandb = importlib.util.find_spec("wandb") is not None  # (an optional extra: the files are checked without it)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    config = (PPOConfig().environment("CartPole-v1").training(train_batch_size=64, minibatch_size=32, num_epochs=1)
+              .debugging(seed=0).callbacks(Writes))
+    outcome = run_experiment(config, stop={"training_iteration": 2}, output=tmp_path, quiet=True,
+                             checkpoint_every=None, wandb="herd-test" if wandb else None)
+    csv_rows = list(csv.DictReader((outcome.logdir / "progress.csv").open()))
+    json_rows = [json.loads(line) for line in (outcome.logdir / "result.json").read_text().splitlines()]
+    events = EventAccumulator(str(outcome.logdir))
+    events.Reload()
+    assert len(csv_rows) == len(json_rows) == 2
+    for it, (csv_row, json_row) in enumerate(zip(csv_rows, json_rows, strict=True), 1):
+        steps = int(csv_row["num_env_steps_sampled"])  # 64 a row, as the config asked
+        expected = {"custom_metrics/x": 3.5 * it, "env_runners/y": steps + 0.5, "learners/default_policy/z": -it,
+                    "learners/shared/w": 2.0 * it, "custom_metrics/v": 1.0, "mine/deep/u": 10.0 * it}
+        assert steps == 64 and {k: float(csv_row[k]) for k in expected} == expected
+        assert {k: json_row[k] for k in expected} == expected
+        for key, value in expected.items():
+            assert events.Scalars(key)[it - 1].value == value
+    assert not {"custom_metrics", "env_runners", "learners", "mine"} & set(json_rows[-1])  # flat keys only
+    if wandb:
+        from test_trackers import _wandb_history
+
+        history = _wandb_history(outcome.logdir)[0]
+        assert [{k: h[k] for k in ("custom_metrics/x", "learners/shared/w", "mine/deep/u")} for h in history] == [
+            {"custom_metrics/x": 3.5 * it, "learners/shared/w": 2.0 * it, "mine/deep/u": 10.0 * it} for it in (1, 2)]
+    assert outcome.result["learners"]["shared"]["w"] == 4.0 and outcome.result["mine"]["deep"]["u"] == 20.0
+
+
+class Shadows(RLlibCallback):
+    key = ""
+
+    def on_train_result(self, *, result, metrics_logger, **kwargs):
+        result["mine"] = 1.0
+        metrics_logger.log_value(type(self).key, 2.0)
+
+
+@pytest.mark.parametrize("key", ["episode_return_mean", "mine", "episode_reward_mean"])
+def test_a_driver_metric_named_like_a_key_of_the_row_is_refused(key):
+    Shadows.key = key
+    algo = _config(callbacks_class=Shadows).build()
+    try:
+        with pytest.raises(CallbackError, match=rf"log_value\('{key}'\) in the driver: .* 'custom/{key}'"):
+            algo.train()
+    finally:
+        algo.stop()
 
 
 def test_callbacks_by_name_need_their_module_imported_and_errors_are_one_line(tmp_path, monkeypatch):

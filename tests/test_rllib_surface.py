@@ -46,6 +46,24 @@ def test_a_row_answers_rllibs_old_and_new_names_without_holding_them(tmp_path):
     assert not names & set(json.loads(trial.with_name("result.json").read_text().splitlines()[-1]))
 
 
+def test_a_rows_groups_are_live_views_of_its_flat_keys():
+    row = Result({"episode_return_mean": 1.0, "env_runners/hits": 2.0, "evaluation/episode_return_mean": 3.0})
+    assert dict(row["custom_metrics"]) == {} and dict(row["learners"]) == {}  # exist before anything is logged
+    assert "custom_metrics" in row and row.get("learners") is not None and "no_group" not in row
+    assert dict(row["env_runners"]) == {"episode_return_mean": 1.0, "hits": 2.0}
+    row["env_runners"]["episode_reward_mean"] = 5.0  # RLlib's name of a runner key: the flat key itself
+    row["evaluation"]["env_runners"]["hits"] = 4.0
+    row["learners"].setdefault("p0", {})["loss"] = 0.5  # a new group, written into after setdefault
+    assert row.setdefault("custom_metrics", None) is not None  # an existing group is not replaced
+    del row["env_runners"]["hits"]
+    row.flatten()
+    assert dict(row) == {"episode_return_mean": 5.0, "evaluation/episode_return_mean": 3.0,
+                         "evaluation/env_runners/hits": 4.0, "learners/p0/loss": 0.5}
+    assert row["evaluation"]["env_runners"]["episode_return_mean"] == 3.0 and len(row["learners"]) == 1
+    with pytest.raises(KeyError):
+        row["learners"]["p1"]
+
+
 def test_rllib_names_map_to_herdrls_keys():
     assert flat_name("episode_reward_mean") == "episode_return_mean"
     assert flat_name("env_runners/episode_return_mean") == "episode_return_mean"

@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from herdrl.callbacks import Callbacks, MetricsLogger, MetricsReducer
+from herdrl.callbacks import CallbackError, Callbacks, MetricsLogger, MetricsReducer
 from herdrl.checkpoint import (
     PREFIX,
     SITE_KEYS,
@@ -403,8 +403,9 @@ class Algorithm:
         })
         if self.callbacks is not None:
             self._callback("on_train_result", algorithm=self, result=result)
+            result.flatten()  # dicts the callback stored: <key>/<leaf>, as every sink takes them
             self._driver_metrics.add(self.metrics_logger.take())
-            result.update(self._driver_metrics.reduce())
+            result.update(_driver_values(result, self._driver_metrics.reduce()))
         self.last_result = result
         if self.logger is not None:
             self.logger.log(result)
@@ -838,6 +839,16 @@ def _evaluation_result(metrics: dict[str, float]) -> Result:
 def _space(space: gym.Space | dict[str, gym.Space]) -> gym.Space:
     """A space as checkpoints hold it: a multi-agent run's policy id -> space as a Dict space."""
     return gym.spaces.Dict(space) if isinstance(space, dict) else space
+
+
+def _driver_values(row: Mapping[str, Any], values: dict[str, float]) -> dict[str, float]:
+    """The driver's custom metrics, checked against the row they join: one named like a key it has already (herdrl's
+    own, a runner's custom metric, or one ``on_train_result`` set) would replace that key without a word."""
+    for key in values:
+        if key in row:
+            raise CallbackError(f"metrics_logger.log_value({key!r}) in the driver: the result row has a key "
+                                f"{key!r} already; log it under another name, e.g. 'custom/{key}'")
+    return values
 
 
 def _mean(values: deque) -> float:
