@@ -327,3 +327,95 @@ def test_two_learners_with_minibatches_update_like_one_learner(config_class, lea
 
 def _max_diff(a, b):
     return max(float(np.abs(np.asarray(a[k]) - np.asarray(b[k])).max()) for k in a)
+
+
+class _Submissions:
+    """A runner's actor handle that notes when each sample call is submitted (``sample_with.options().remote``)."""
+
+    def __init__(self, actor, times):
+        self.actor, self.times, self.sample_with = actor, times, self
+
+    def options(self, **options):
+        self.method = self.actor.sample_with.options(**options)
+        return self
+
+    def remote(self, *args):
+        import time
+
+        self.times.append(time.monotonic())
+        return self.method.remote(*args)
+
+
+def _timed_runner(seconds, sample_timeout_s):
+    """A Ray actor whose sample call takes ``seconds`` and notes when it finished, in a runner group of its own
+    that notes the failures it is told of (and keeps the runner); returns (actor, group, submit times, failures)."""
+    import time
+    from types import SimpleNamespace
+
+    import ray
+
+    from herdrl.rollout.transport import FragmentInfo
+
+    @ray.remote(num_cpus=0)
+    class TimedRunner:
+        def __init__(self):
+            self.ends = []
+
+        def sample_with(self, weights, exploration, version, broadcast):
+            time.sleep(seconds)
+            self.ends.append(time.monotonic())
+            return FragmentInfo(env_steps=1, weights_version=version), None
+
+        def finished(self):
+            return self.ends
+
+    actor, submitted, failures = TimedRunner.remote(), [], []
+    ray.get(actor.finished.remote())  # started
+    group = SimpleNamespace(actors=[_Submissions(actor, submitted)],
+                            config=SimpleNamespace(sample_timeout_s=sample_timeout_s), num_healthy=1, waiting={},
+                            admit=lambda: [], wait_for_runner=lambda: None,
+                            _handle_failure=lambda index, exc: failures.append(exc))
+    return actor, group, submitted, failures
+
+
+def test_calls_dropped_by_a_restore_still_count_in_flight_on_their_runner(ray_session):
+    """A restore drops the calls in flight, but their runner still runs them (an actor's calls run in order): new
+    calls must not queue behind them past max_requests_in_flight, and the runner, delivering a fragment every
+    sample call (0.4 s), must not be taken for silent with a sample_timeout_s (0.7 s) under two calls. Calls per
+    runner counted from when the driver submitted them and when the runner finished them."""
+    import time
+
+    from herdrl.rollout.async_sampling import AsyncSampler
+
+    actor, group, submitted, failures = _timed_runner(0.4, sample_timeout_s=0.7)
+    sampler = AsyncSampler(group, max_in_flight=3)
+    sampler.set_weights({}, 0)
+    versions = []
+    while len(versions) < 2:
+        versions += [s.info.weights_version for s in sampler.fetch(10)]
+    sampler.forget_in_flight()  # a restore: 2 calls on the old weights dropped, still running
+    sampler.set_weights({}, 1)
+    after, deadline = [], time.monotonic() + 20
+    while len(after) < 3 and not failures and time.monotonic() < deadline:
+        after += [s.info.weights_version for s in sampler.fetch(10)]
+    ends = ray_session.get(actor.finished.remote())
+    queued = [sum(t <= at for t in submitted) - sum(t < at for t in ends) for at in submitted]
+    assert max(queued) == 3, queued  # on the runner at once, the dropped calls included
+    assert not failures and after == [1, 1, 1]  # nothing of the old timeline
+    assert sampler.num_dropped == 2  # those the restore dropped
+    ray_session.kill(actor)
+
+
+def test_a_silent_runner_drops_the_calls_it_had_in_flight(ray_session):
+    """A runner past sample_timeout_s fails, and the fragments dropped are its calls in flight, not one more."""
+    from herdrl.rollout.async_sampling import AsyncSampler
+
+    actor, group, submitted, failures = _timed_runner(5.0, sample_timeout_s=0.2)
+    sampler = AsyncSampler(group, max_in_flight=2)
+    sampler.set_weights({}, 0)
+    fetched = sampler.fetch(2)
+    while not failures and not fetched:  # (Ray's wait may return a hair before the deadline)
+        fetched = sampler.fetch(0)
+    assert fetched == [] and len(failures) == 1 and "sample_timeout_s=0.2" in str(failures[0])
+    assert len(submitted) == 2 and sampler.num_dropped == 2 and sampler.num_in_flight == 0
+    ray_session.kill(actor)

@@ -330,3 +330,87 @@ def test_bf16_autocast_computes_the_loss_in_bfloat16_and_keeps_float32_weights()
     assert 0 < _max_diff(step32, step16) < 0.5 * max(float(np.abs(v).max()) for v in step32.values())
     with pytest.raises(ConfigError, match=r"mixed_precision' got 'fp16'; expected one of \['bf16'\]"):
         base.copy().learners(mixed_precision="fp16").validate()
+
+
+class _FakeRank:
+    """A learner actor that only counts the updates its state holds; its calls run at once (a ref is the result)."""
+
+    def __init__(self, applied: int = 0) -> None:
+        self.applied = applied
+        self.call = self  # actor.call.remote(method, *args), as on a LearnerActor
+
+    def remote(self, method, *args):
+        if method == "update_at":
+            self.applied += 1
+            return {"loss": 0.0}
+        assert method == "state", method
+        return {"applied": self.applied}
+
+
+def test_restart_counters_stay_monotone_when_a_fallback_passes_the_checkpoint(monkeypatch):
+    """A restart that cannot read the newest kept state nor the checkpoint falls back to an older kept state; the
+    checkpoint then holds updates of the abandoned timeline, so the next restart must not go forward to it: the
+    updates lost only grow and always equal the updates made minus those the restored state holds (counted by a
+    fake learner here), and the group's update count is the state's. (Bookkeeping only: fake actors, no Ray.)"""
+    import herdrl.survival
+    from herdrl.learner.group import _LearnerDied
+
+    monkeypatch.setattr(herdrl.survival, "node_changes", lambda: ([], []))
+    config = PPOConfig().fault_tolerance(learner_state_interval=1)
+    group = object.__new__(RayLearnerGroup)  # the bookkeeping of a started group, with one fake rank
+    group.config, group.actors, group.aggregators, group._stream = config, [_FakeRank()], [], None
+    group.num_restarts = group.num_updates_lost = group._updates = 0
+    group._checkpoint_updates, group._kept, group._warned_unsharded = None, [], False
+    group._keep()
+    lost_states, fail, checkpoint = [], [], {"state": None, "readable": True}
+    group.checkpoint_state = lambda: checkpoint["state"] if checkpoint["readable"] else None
+    group._checkpoint_ref = group.checkpoint_state  # (no object store: the state itself)
+    group._kill_actors = lambda: None
+
+    def start_with(state, source, timeout, failures):  # a state lost with its node cannot be loaded
+        if any(state is lost for lost in lost_states):
+            failures.append(f"{source}: lost")
+            return False
+        group.actors = [_FakeRank(state["applied"])]
+        return True
+
+    def get(refs, what, timeout_s=None):
+        if fail:
+            fail.pop()
+            raise _LearnerDied(0, "was killed")
+        return refs
+
+    group._start_with, group._get = start_with, get
+    made, history = 0, []
+
+    def update(count, iteration_end=True):
+        nonlocal made
+        for _ in range(count):
+            group.update()
+            made += 1
+        if iteration_end:
+            group.end_iteration(1)  # keeps a state (learner_state_interval=1)
+        applied = group.actors[0].applied
+        assert group._updates == applied and group.num_updates_lost == made - applied
+        history.append(group.num_updates_lost)
+
+    update(4)  # kept: after 4
+    update(2, iteration_end=False)
+    checkpoint["state"] = group.state()  # a checkpoint after 6 updates
+    group.checkpoint_written()
+    update(2)  # kept: after 8 and 4
+    lost_states.append(group._kept[0][0])  # the state after 8 goes with its node, and the checkpoint is unreadable
+    checkpoint["readable"], fail[:] = False, [True]
+    update(1, iteration_end=False)  # the 9th update fails: restarted from the state after 4, and made again
+    assert group.num_restarts == 1 and group.num_updates_lost == 4 and group.actors[0].applied == 5
+    checkpoint["readable"], fail[:] = True, [True]
+    update(1)  # fails again: back to the state after 4, not forward to the checkpoint's (another timeline)
+    assert group.num_restarts == 2 and group.num_updates_lost == 5 and group.actors[0].applied == 5
+    assert group._checkpoint_updates is None
+    update(1, iteration_end=False)
+    checkpoint["state"] = group.state()  # a checkpoint of this timeline: a restart's candidate again
+    group.checkpoint_written()
+    fail[:] = [True]
+    update(1)
+    assert group.num_restarts == 3 and group.num_updates_lost == 5 and group.actors[0].applied == 7  # (from it)
+    assert history == sorted(history)  # never decreasing

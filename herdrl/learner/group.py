@@ -303,7 +303,11 @@ class RayLearnerGroup:
             lost = self._updates - updates
             self.num_updates_lost += lost
             self._updates = updates
+            # States newer than this one hold updates of the abandoned timeline: going forward to one later (a
+            # checkpoint unreadable now may be readable then) would count lost updates as found again.
             self._kept = [(ref, n) for ref, n in self._kept if n <= updates]
+            if self._checkpoint_updates is not None and self._checkpoint_updates > updates:
+                self._checkpoint_updates = None  # (until the next checkpoint is written)
             self._dirty = True
             logger.warning("herdrl: %s during its %s; the learner group was restarted (%d of at most %d restarts) "
                            "from %s: %d update%s lost", died, what, self.num_restarts, cfg.max_num_learner_restarts,

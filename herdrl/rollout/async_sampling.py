@@ -54,6 +54,11 @@ class AsyncSampler:
         self.max_in_flight = max_in_flight
         # info reference -> (runner index, actor, fragment reference): only infos are fetched here
         self._calls: dict[Any, tuple[int, Any, Any]] = {}
+        # info reference -> (runner index, actor): calls a restore dropped, which their runners still run (an actor
+        # runs its calls in order; ray.cancel does not stop a synchronous actor's call once begun, and in Ray 2.60
+        # the queued ones ran too): counted on their runner until they finish, so new calls do not queue behind
+        # them past max_in_flight, and a runner that finishes one is heard from
+        self._dropped_calls: dict[Any, tuple[int, Any]] = {}
         self._weights_ref: Any = None
         self._version = 0  # stamped on fragments: the learner's update count (policy lag)
         self._broadcast = 0  # which broadcast: never repeats, so runners reload exactly when it changes
@@ -77,8 +82,10 @@ class AsyncSampler:
         self._broadcast += 1
 
     def forget_in_flight(self) -> None:
-        """Drop the calls in flight (a restore: they sample the old timeline); their fragments count as dropped."""
+        """Drop the calls in flight (a restore: they sample the old timeline); their fragments count as dropped.
+        Their runners still run them: until they finish, they count among their runners' calls in flight."""
         self.num_dropped += len(self._calls)
+        self._dropped_calls.update({ref: (index, actor) for ref, (index, actor, _) in self._calls.items()})
         self._calls.clear()
 
     def fetch(self, room: int) -> list[Sampled]:
@@ -89,16 +96,22 @@ class AsyncSampler:
         import ray
 
         self.group.admit()
+        self._dropped_calls = {ref: (index, actor) for ref, (index, actor) in self._dropped_calls.items()
+                               if self.group.actors[index] is actor}  # (a runner replaced since: nothing to wait for)
         if room > 0 and not self._calls:
             self.group.wait_for_runner()  # none in service: the replacements must be placed first
         self._top_up(room)
-        if not self._calls:
+        if not self._calls and not self._dropped_calls:
             return []
-        ready, pending = ray.wait(list(self._calls), num_returns=1, timeout=self._time_to_deadline())
+        ready, pending = ray.wait([*self._calls, *self._dropped_calls], num_returns=1,
+                                  timeout=self._time_to_deadline())
         if pending:
             ready += ray.wait(pending, num_returns=len(pending), timeout=0)[0]
         fragments = []
         for ref in ready:
+            if ref in self._dropped_calls:
+                self._drop_finished(ref)
+                continue
             if ref not in self._calls:
                 continue  # a call of a runner that failed earlier in this loop: already counted as dropped
             index, actor, data = self._calls.pop(ref)
@@ -106,15 +119,32 @@ class AsyncSampler:
                 fragments.append(sampled(ray.get(ref), data))
                 self._heard[index] = (actor, time.monotonic())
             except ray.exceptions.RayError as exc:
-                self._runner_failed(index, actor, exc)
+                self._runner_failed(index, actor, exc, uncounted=1)
         self._fail_silent()
         return fragments
+
+    def _drop_finished(self, ref: Any) -> None:
+        """A dropped call finished: its fragment is let go (counted as dropped already), its runner was heard from."""
+        import ray
+
+        index, actor = self._dropped_calls.pop(ref)
+        try:
+            ray.get(ref)  # (the info only)
+        except ray.exceptions.RayError as exc:
+            self._runner_failed(index, actor, exc)
+            return
+        if self.group.actors[index] is actor:
+            self._heard[index] = (actor, time.monotonic())
+
+    def _outstanding(self) -> list[tuple[int, Any]]:
+        """(runner index, actor) of every call a runner has yet to finish, the dropped ones included."""
+        return [*((index, actor) for index, actor, _ in self._calls.values()), *self._dropped_calls.values()]
 
     def _top_up(self, room: int) -> None:
         """Spend ``room`` on new calls, each to the runner holding the fewest (the longest-waiting first), so a
         buffer smaller than runners x requests still keeps every runner busy."""
         counts = [0] * len(self.group.actors)
-        for index, *_ in self._calls.values():
+        for index, _ in self._outstanding():
             counts[index] += 1
         while room > 0:
             open_runners = [i for i, actor in enumerate(self.group.actors)
@@ -142,7 +172,7 @@ class AsyncSampler:
 
     def _silent(self) -> list[tuple[int, Any]]:
         """Runners with calls in flight that have not delivered within their time."""
-        now, busy = time.monotonic(), {index: actor for index, actor, _ in self._calls.values()}
+        now, busy = time.monotonic(), dict(self._outstanding())
         return [(index, actor) for index, actor in busy.items()
                 if now - self._heard.get(index, (actor, now))[1] >= self._timeout()]
 
@@ -151,22 +181,26 @@ class AsyncSampler:
             return None
         now = time.monotonic()
         deadlines = [self._heard.get(index, (actor, now))[1] + self._timeout() - now
-                     for index, actor, _ in self._calls.values()]
-        return max(0.0, min(deadlines))
+                     for index, actor in self._outstanding()]
+        return max(0.0, min(deadlines)) if deadlines else None
 
     def _fail_silent(self) -> None:
         for index, actor in self._silent():
             self._runner_failed(index, actor, TimeoutError(
                 f"no fragment within sample_timeout_s={self._timeout():g} s"))
 
-    def _runner_failed(self, index: int, actor: Any, exc: BaseException) -> None:
+    def _runner_failed(self, index: int, actor: Any, exc: BaseException, uncounted: int = 0) -> None:
+        """Runner ``index`` failed: its calls are dropped (and counted, with ``uncounted`` more: the failed call
+        taken out of the calls in flight) and the group handles it, unless it was replaced already."""
         if self.group.actors[index] is not actor:
-            self.num_dropped += 1  # an earlier call of the same failed runner: already replaced
+            self.num_dropped += uncounted  # an earlier call of the same failed runner: already replaced
             return
         lost = [ref for ref, (i, a, _) in self._calls.items() if i == index and a is actor]
         for ref in lost:
             del self._calls[ref]
-        self.num_dropped += 1 + len(lost)
+        for ref in [ref for ref, (i, a) in self._dropped_calls.items() if i == index and a is actor]:
+            del self._dropped_calls[ref]  # (counted when they were dropped)
+        self.num_dropped += uncounted + len(lost)
         self.group._handle_failure(index, exc)
         if self.group.num_healthy == 0 and not self.group.waiting:
             raise RunnerFailure(f"every env runner has failed (last: runner {index + 1}: {_one_line(exc)})")
