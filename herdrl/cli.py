@@ -225,8 +225,9 @@ def _add_plot_parser(subparsers: Any) -> None:
     p.add_argument("--y", "--metric", dest="metric", default=None,
                    help="result column on the y axis (default: each run's algorithm's own metric, "
                         "episode_return_mean, or evaluation/episode_return_mean for DQN, SAC, TD3)")
-    p.add_argument("--x", default="steps",
-                   help="x axis: steps (env steps, default), time (s), iteration, or any result column")
+    p.add_argument("--x", default=None,
+                   help="x axis: steps (env steps), updates (gradient updates), time (s), iteration, or any result "
+                        "column (default: env steps, or gradient updates for offline runs, which sample no env)")
     p.add_argument("--out", default="curves.png", help="output .png or .svg (default curves.png)")
     p.add_argument("--title", help="plot title")
 
