@@ -211,7 +211,12 @@ def group_curves(folders: list[str | Path], metric: str = JUDGED, x: str | None 
     if not runs:
         what = "a return column" if metric == JUDGED else f"'{metric}'"
         columns = f"'{x}'" if x else f"'{ENV_STEPS}' (or '{UPDATES}')"
-        raise HerdError(f"no progress.csv with columns {columns} and {what} under {', '.join(map(str, folders))}")
+        offline = metric == JUDGED and any(run.x_column == UPDATES for folder in folders
+                                           for run in read_runs(Path(folder), UPDATES, None))
+        hint = ": an offline run without an env has no return; plot one of its losses (--y policy_loss)" \
+            if offline else ""
+        raise HerdError(f"no progress.csv with columns {columns} and {what} under "
+                        f"{', '.join(map(str, folders))}{hint}")
     mixed = len({run.metric for run in runs}) > 1
     for run in runs:
         run.params["metric"] = METRIC_NAMES.get(run.metric, run.metric)

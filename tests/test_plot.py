@@ -115,7 +115,7 @@ def test_each_run_is_drawn_on_the_metric_its_algorithm_is_judged_by(tmp_path):
     assert curves["DQN [greedy evaluation]"].metric == "evaluation/episode_return_mean"
 
 
-def test_an_offline_run_is_drawn_against_its_gradient_updates_beside_an_online_one(tmp_path, monkeypatch):
+def test_an_offline_run_is_drawn_against_its_gradient_updates_beside_an_online_one(tmp_path, monkeypatch, capsys):
     """A BC run samples no env (its env steps stay 0): it is drawn against its gradient updates, and said so; an
     online run beside it keeps env steps. Folders may be given one relative, one absolute."""
     import matplotlib.figure
@@ -149,3 +149,11 @@ def test_an_offline_run_is_drawn_against_its_gradient_updates_beside_an_online_o
     assert ranges == {"offline/CartPole-v1 BC CartPole-v1 [greedy evaluation] [x: gradient updates] (1 run)": (5, 15),
                       "online PPO [training return] [x: env steps] (1 run)": (0, 1000)}
     assert "gradient updates" in ax.get_xlabel() and "env steps" in ax.get_xlabel()
+    assert main(["train", "bc", "--input", "expert", "--stop-iters", "2", "--output", "no_env", "--no-tensorboard",
+                 "--config", "updates_per_iteration=5"]) == 0  # no env: no evaluation, no return at all
+    capsys.readouterr()
+    assert main(["plot", "no_env", "--out", "none.png"]) == 2
+    assert "an offline run without an env has no return; plot one of its losses" in capsys.readouterr().err
+    assert main(["plot", "no_env", "--y", "policy_loss", "--out", "loss.png"]) == 0
+    (line,) = saved[-1].axes[0].get_lines()
+    assert list(line.get_xdata()[[0, -1]]) == [5, 10]
