@@ -225,8 +225,9 @@ def _add_plot_parser(subparsers: Any) -> None:
     p.add_argument("--y", "--metric", dest="metric", default=None,
                    help="result column on the y axis (default: each run's algorithm's own metric, "
                         "episode_return_mean, or evaluation/episode_return_mean for DQN, SAC, TD3)")
-    p.add_argument("--x", default="steps",
-                   help="x axis: steps (env steps, default), time (s), iteration, or any result column")
+    p.add_argument("--x", default=None,
+                   help="x axis: steps (env steps), updates (gradient updates), time (s), iteration, or any result "
+                        "column (default: env steps, or gradient updates for offline runs, which sample no env)")
     p.add_argument("--out", default="curves.png", help="output .png or .svg (default curves.png)")
     p.add_argument("--title", help="plot title")
 
@@ -279,6 +280,40 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+#: ``herd train`` flags whose value is a config key's as given: (argparse dest, config key, the flag as typed).
+PLAIN_FLAG_KEYS = (("num_envs_per_env_runner", "num_envs_per_env_runner", "--num-envs-per-env-runner"),
+                   ("num_gpus", "num_gpus", "--num-gpus"), ("num_learners", "num_learners", "--num-learners"),
+                   ("num_gpus_per_learner", "num_gpus_per_learner", "--num-gpus-per-learner"),
+                   ("address", "address", "--address"), ("node_ip_address", "node_ip_address", "--node-ip-address"),
+                   ("ray_connect_timeout", "ray_connect_timeout_s", "--ray-connect-timeout"),
+                   ("seed", "seed", "--seed"), ("input_", "input_", "--input"),
+                   ("init_from", "init_from", "--init-from"))
+#: Every ``herd train`` flag that sets a config key (those above, and those whose value is turned into the key's).
+FLAG_KEYS = PLAIN_FLAG_KEYS + (
+    ("num_env_runners", "num_env_runners", "--num-env-runners"), ("num_cpus", "num_env_runners", "--num-cpus"),
+    ("local_mode", "num_env_runners", "--local-mode"), ("callbacks", "callbacks_class", "--callbacks"),
+    ("dashboard", "include_dashboard", "--dashboard"), ("working_dir", "runtime_env", "--working-dir"))
+
+#: What a flag that only some algorithms take is for, in the message that refuses it for the others.
+FLAG_PURPOSES = {"--input": "the offline algorithms, which learn from a dataset"}
+
+
+def check_flags(args: argparse.Namespace, config_class: type) -> None:
+    """Refuse a flag whose config key the algorithm does not have, by the flag the user typed (``--input``), not
+    the key it sets (``input_``), naming the algorithms it is for."""
+    from herdrl.errors import ConfigError
+    from herdrl.registry import algorithms_with_key
+
+    for dest, key, flag in FLAG_KEYS:
+        if getattr(args, dest, None) not in (None, False) and key not in config_class.fields():
+            owners = [name for name in algorithms_with_key(key) if name != config_class.algo_name]
+            purpose = FLAG_PURPOSES.get(flag, "")
+            where = f"is for {purpose}{' (' if purpose else ''}{', '.join(owners)}{')' if purpose else ''}" \
+                if owners else "sets a key it does not have"
+            raise ConfigError(f"{flag} {where}, not {config_class.algo_name}: drop {flag}"
+                              + (" or train one of those" if owners else ""))
+
+
 def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Config keys the command line sets explicitly (``--config`` items and the dedicated flags)."""
     from herdrl.errors import ConfigError
@@ -291,11 +326,7 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
         overrides["num_env_runners"] = runners.pop()
     if args.local_mode:
         overrides["num_env_runners"] = 0
-    for flag, key in (("num_envs_per_env_runner", "num_envs_per_env_runner"), ("num_gpus", "num_gpus"),
-                      ("num_learners", "num_learners"), ("num_gpus_per_learner", "num_gpus_per_learner"),
-                      ("address", "address"), ("node_ip_address", "node_ip_address"),
-                      ("ray_connect_timeout", "ray_connect_timeout_s"), ("seed", "seed"), ("input_", "input_"),
-                      ("init_from", "init_from")):
+    for flag, key, _ in PLAIN_FLAG_KEYS:
         if getattr(args, flag) is not None:
             overrides[key] = getattr(args, flag)
     if args.callbacks:
@@ -392,6 +423,7 @@ def _train(args: argparse.Namespace) -> int:
             raise ConfigError(f"--resume: {trial_dir} is a {meta['algorithm']} trial, not {algorithm}")
         if env and meta["config"]["env"] and plain_env(env) != plain_env(meta["config"]["env"]):
             raise ConfigError(f"--resume: {trial_dir} trained on {meta['config']['env']}, not {env}")
+        check_flags(args, get_config_class(meta["algorithm"]))
         config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta, env))
         if env and not meta["config"]["env"]:
             config.environment(env)
@@ -400,6 +432,7 @@ def _train(args: argparse.Namespace) -> int:
     else:
         if not algorithm:
             raise ConfigError("no algorithm: use `herd train ppo ...`, --run PPO, or `run:` in the -f file")
+        check_flags(args, get_config_class(str(algorithm)))
         config = get_config_class(str(algorithm)).from_dict(overrides)
         if env is not None:
             config.environment(env)

@@ -419,6 +419,11 @@ class AlgorithmConfig:
         if key not in cls.fields():
             known = list(cls.fields()) + list(cls.aliases())
             hint = did_you_mean(given, known)
+            if not hint:  # another algorithm's key (`input` given to PPO): say whose
+                from herdrl.registry import algorithms_with_key
+
+                owners = [name for name in algorithms_with_key(given) if name != cls.algo_name]
+                hint = f" (a key of {', '.join(owners)})" if owners else ""
             where = f" for {cls.algo_name}" if cls.algo_name else ""
             raise ConfigError(f"unknown config key '{given}'{where}{hint}")
         return key
@@ -545,7 +550,7 @@ class AlgorithmConfig:
     def training(self, **kwargs: Any) -> AlgorithmConfig:
         """Set learning keys: ``lr``, ``gamma``, ``train_batch_size``, ``grad_clip``, ``model`` and the
         algorithm's own (see its ``FIELDS``)."""
-        if "lambda" in kwargs:  # `lambda` is a Python keyword: only reachable via **{"lambda": ...}
+        if "lambda" in kwargs and "lambda_" in self.fields():  # a Python keyword: only reachable via **{"lambda": ...}
             kwargs = {("lambda_" if k == "lambda" else k): v for k, v in kwargs.items()}
         return self._set("training", kwargs)
 
@@ -697,7 +702,7 @@ class AlgorithmConfig:
         config = dict(config)
         if "framework" in config:
             self.framework(config.pop("framework"))
-        if "lambda" in config:
+        if "lambda" in config and "lambda_" in self.fields():  # (elsewhere refused as typed: 'lambda')
             config["lambda_"] = config.pop("lambda")
         return self._set(None, config)
 

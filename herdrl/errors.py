@@ -43,3 +43,21 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     lowered = {c.lower(): c for c in candidates}
     close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
     return f" (did you mean '{lowered[close[0]]}'?)" if close else ""
+
+
+def yaml_error_parts(exc: Exception, source: str) -> tuple[str, str]:
+    """Where a YAML syntax error is and what is wrong, for a one-line message: ``("cfg.yaml, line 5, column 9",
+    "mapping values are not allowed here")`` from PyYAML's ``problem_mark`` (counted from 1, as editors count) and
+    ``problem``, with the construct it arose in (``context``) and where that starts when elsewhere."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is None or not problem:  # not a marked error: PyYAML's own first line is all there is
+        return source, (str(exc).splitlines() or [type(exc).__name__])[0]
+    where = f"{source}, line {mark.line + 1}, column {mark.column + 1}"
+    context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context:
+        if start is not None and (start.line, start.column) != (mark.line, mark.column):
+            context += f" that starts at line {start.line + 1}, column {start.column + 1}"
+        problem = f"{problem} ({context})"
+    if "'\\t'" in problem:
+        problem += "; YAML indents with spaces, not tabs"
+    return where, problem

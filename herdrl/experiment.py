@@ -22,7 +22,7 @@ from typing import Any
 from herdrl.checkpoint import TUNE_SUBDIR, checkpoint_name
 from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold, imports
-from herdrl.errors import STOP_AT_ENV, ConfigError, HerdError, did_you_mean
+from herdrl.errors import STOP_AT_ENV, ConfigError, HerdError, did_you_mean, yaml_error_parts
 from herdrl.logger import ConsoleReporter, Logger, format_value, write_json_atomic
 from herdrl.results import Result, flat_name
 from herdrl.trial_dir import TrialLock, create_trial_dir
@@ -498,7 +498,8 @@ def parse_yaml(text: str, source: str = "<string>") -> Any:
     try:
         return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: invalid YAML: {str(exc).splitlines()[0]}") from None
+        where, problem = yaml_error_parts(exc, source)
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
 
 
 EXPERIMENT_KEYS = ("run", "algorithm", "env", "stop", "config", "name", "imports", "mlflow", "wandb")

@@ -161,52 +161,70 @@ class ConsoleReporter:
                 best = (max(0.0, seconds), label)
         return best
 
-    def report(self, result: dict[str, Any]) -> None:
-        """Print the progress line of one result row."""
-        if self._first is None:
-            self._first = dict(result)
-        ret_text = format_value(result.get(self.metric), 8)
+    def fields(self, result: dict[str, Any], eta: tuple[float, str] | None = None) -> list[tuple[str, str, int]]:
+        """The progress line of one result row as fields ``(text, compact text, rank)``, in order: a narrow
+        terminal drops the fields of the highest rank first; rank 0 (the elapsed time and the ETA) never goes."""
+        it, t = result["training_iteration"], result["time_total_s"]
         target = f"/{self.target:g}" if self.target is not None else ""
-        if self.metric != "episode_return_mean":
-            ret_text = f"{format_value(result.get('episode_return_mean'), 8)}  eval {ret_text}"
-        # The mean is over the last 100 finished episodes: say when it is not new (long episodes, or all
-        # episodes restarted by a resume), rather than repeat it as if it were.
-        quiet = "  (no episode finished this iteration)" if result.get("num_episodes", 1) == 0 else ""
-        if "policy_lag_mean" in result:  # asynchronous algorithms: how stale the learned-on samples were
-            quiet = (f"  lag {result['policy_lag_mean']:.1f}/{result['policy_lag_max']:g}  learner "
-                     f"{100 * result['learner_busy_fraction']:.0f}% busy  queue {result['queue_depth']}{quiet}")
-        policies = [key for key in result if key.startswith("policy_return_mean/")]
-        if policies:  # multi-agent: each policy's return, after the sum over agents
-            quiet = "  " + " ".join(f"{key.split('/', 1)[1]} {result[key]:.2f}" for key in policies[:4]) + quiet
-        scores = [key for key in result if key.startswith("score_vs_random/")]
-        if scores:  # turn-based zero-sum games: the returns above say little, this says how well it plays
-            quiet = "  vs random " + " ".join(f"{key.split('/', 1)[1]} {result[key]:+.2f}" for key in scores[:4]) \
-                + quiet
-        eta = self.eta(result)
-        left = f"  ETA {format_duration(eta[0])}" if eta else ""
+        fields = [(f"iter {it:4d}", f"iter {it}", 4)]
         if "num_gradient_updates_lifetime" in result and not result.get("num_env_steps_sampled_lifetime"):
             # an offline run: no env steps or training episodes; its gradient steps and losses instead
-            losses = "  ".join(f"{key} {result[key]:.4g}" for key in OFFLINE_LOSSES if key in result)
-            line = (f"iter {result['training_iteration']:4d}  updates {result['num_gradient_updates_lifetime']:>9,}  "
-                    f"eval {format_value(result.get('evaluation/episode_return_mean'), 8)}{target}  {losses}  "
-                    f"{result['time_total_s']:6.1f} s{left}")
+            updates, ret = result["num_gradient_updates_lifetime"], result.get("evaluation/episode_return_mean")
+            fields += [(f"updates {updates:>9,}", f"updates {updates:,}", 2),
+                       (f"eval {format_value(ret, 8)}{target}", f"eval {format_value(ret)}{target}", 1)]
+            fields += [(f"{key} {result[key]:.4g}",) * 2 + (5 + i,)
+                       for i, key in enumerate(key for key in OFFLINE_LOSSES if key in result)]
         else:
-            line = (f"iter {result['training_iteration']:4d}  steps {result['num_env_steps_sampled_lifetime']:>9,}  "
-                    f"return {ret_text}{target}  episodes {result['num_episodes_lifetime']:>6,}  "
-                    f"{result['env_steps_per_s']:>8,.0f} steps/s  {result['time_total_s']:6.1f} s{left}{quiet}")
+            steps, episodes, speed = (result["num_env_steps_sampled_lifetime"], result["num_episodes_lifetime"],
+                                      result["env_steps_per_s"])
+            ret, short = format_value(result.get(self.metric), 8), format_value(result.get(self.metric))
+            if self.metric != "episode_return_mean":
+                train = result.get("episode_return_mean")
+                ret, short = (f"{format_value(train, 8)}  eval {ret}", f"{format_value(train)}  eval {short}")
+            fields += [(f"steps {steps:>9,}", f"steps {steps:,}", 2), (f"return {ret}{target}",
+                                                                       f"return {short}{target}", 1),
+                       (f"episodes {episodes:>6,}", f"episodes {episodes:,}", 6),
+                       (f"{speed:>8,.0f} steps/s", f"{speed:,.0f} steps/s", 5)]
+        fields.append((f"{t:6.1f} s", f"{t:.1f} s", 0))
+        if eta:
+            fields.append((f"ETA {format_duration(eta[0])}",) * 2 + (0,))
+        extras = []
+        scores = [key for key in result if key.startswith("score_vs_random/")]
+        if scores:  # turn-based zero-sum games: the returns above say little, this says how well it plays
+            extras.append("vs random " + " ".join(f"{key.split('/', 1)[1]} {result[key]:+.2f}" for key in scores[:4]))
+        policies = [key for key in result if key.startswith("policy_return_mean/")]
+        if policies:  # multi-agent: each policy's return, after the sum over agents
+            extras.append(" ".join(f"{key.split('/', 1)[1]} {result[key]:.2f}" for key in policies[:4]))
+        if "policy_lag_mean" in result:  # asynchronous algorithms: how stale the learned-on samples were
+            extras.append(f"lag {result['policy_lag_mean']:.1f}/{result['policy_lag_max']:g}  learner "
+                          f"{100 * result['learner_busy_fraction']:.0f}% busy  queue {result['queue_depth']}")
+        # The mean is over the last 100 finished episodes: say when it is not new (long episodes, or all
+        # episodes restarted by a resume), rather than repeat it as if it were.
+        if "num_gradient_updates_lifetime" not in result or result.get("num_env_steps_sampled_lifetime"):
+            if result.get("num_episodes", 1) == 0:
+                extras.append("(no episode finished this iteration)")
+        return fields + [(text, text, 10 + i) for i, text in enumerate(extras)]
+
+    def report(self, result: dict[str, Any]) -> None:
+        """Print the progress line of one result row (on a terminal, fitted to its width: see :func:`fit_line`)."""
+        if self._first is None:
+            self._first = dict(result)
+        eta = self.eta(result)
+        fields = self.fields(result, eta)
         if eta and not self._said_duration and eta[0] >= 60.0 and result.get("time_total_s", 0.0) - self._first.get(
                 "time_total_s", 0.0) >= 5.0:  # once the pace is known, for runs long enough to plan around
             self._said_duration = True
             finish = time.strftime("%H:%M", time.localtime(time.time() + eta[0]))
             self.message(f"at this pace the run reaches {eta[1]} in about {format_duration(eta[0])} (around "
                          f"{finish}), unless a return target stops it first")
-        if not self.live:
-            self.console.print(line, soft_wrap=True, markup=False, highlight=False)
+        if not self.live:  # a log file: every field, aligned from row to row
+            self.console.print("  ".join(text for text, _, _ in fields), soft_wrap=True, markup=False,
+                               highlight=False)
             return
         now = time.monotonic()
         keep = now - self._kept_at >= self.keep_every_s
-        if len(line) >= self.console.width:  # a wrapped line could not be rewritten in place
-            line = line[:max(1, self.console.width - 2)] + "…"
+        # (narrower than the terminal: a wrapped line could not be rewritten in place)
+        line = fit_line(fields, self.console.width - 1)
         self.console.file.write("\r\x1b[2K" + line + ("\n" if keep else ""))
         self.console.file.flush()
         self._pending = not keep
@@ -230,6 +248,32 @@ class ConsoleReporter:
         """Print a line of its own (start, stop reason, where results are); a live line on screen is kept."""
         self.end_line()
         self.console.print(text, soft_wrap=True, highlight=False)
+
+
+def fit_line(fields: list[tuple[str, str, int]], width: int) -> str:
+    """Fields ``(text, compact text, rank)`` joined into at most ``width`` cells: every field as it is if they fit,
+    else their compact texts, dropping the fields of the highest rank first (never rank 0: the elapsed time and the
+    ETA); only a line still too wide then is cut, with an ellipsis."""
+    from rich.cells import cell_len, set_cell_size
+
+    line = "  ".join(text for text, _, _ in fields)
+    if cell_len(line) <= width:
+        return line
+
+    def joined(kept: set[int]) -> str:
+        return "  ".join(fields[i][1] for i in sorted(kept))
+
+    kept = set(range(len(fields)))
+    by_rank = sorted(kept, key=lambda i: fields[i][2])
+    for i in reversed(by_rank):  # the highest rank first, until the rest fits
+        if cell_len(joined(kept)) <= width or not fields[i][2]:
+            break
+        kept.discard(i)
+    for i in by_rank:  # a field dropped on the way that fits after all (a shorter one of a lower rank)
+        if i not in kept and cell_len(joined(kept | {i})) <= width:
+            kept.add(i)
+    line = joined(kept)
+    return line if cell_len(line) <= width else set_cell_size(line, max(0, width - 1)) + "…"
 
 
 class _EndLine(logging.Filter):

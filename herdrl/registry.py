@@ -61,6 +61,16 @@ def get_config_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
+def algorithms_with_key(key: str) -> list[str]:
+    """The algorithms whose configs have ``key`` (or an alias of it), e.g. ``input_`` -> BC, MARWIL, CQL, IQL."""
+    names = []
+    for name in ALGORITHMS:
+        config_class = get_config_class(name)
+        if config_class.aliases().get(key, key) in config_class.fields():
+            names.append(name)
+    return names
+
+
 def register_env(name: str, creator: Callable[[dict], Any]) -> None:
     """Make ``creator(env_config) -> gymnasium.Env`` available under ``name`` (RLlib's convention).
 

@@ -215,3 +215,56 @@ def test_a_kill_while_progress_csv_is_rewritten_keeps_the_curve(tmp_path, monkey
     monkeypatch.undo()
     with open(tmp_path / "progress.csv", newline="") as f:
         assert [row["training_iteration"] for row in csv_module.DictReader(f)] == ["1", "2"]
+
+
+def test_a_flag_or_key_an_algorithm_lacks_is_refused_as_the_user_typed_it(tmp_path, capsys):
+    """`--input` sets `input_`, which only the offline algorithms have: the error names `--input` and them, never
+    the key the user did not type; every flag's table entry is the flag argparse maps to that destination."""
+    cases = [(["ppo", "--input", "data/x"], "--input is for the offline algorithms, which learn from a dataset "
+                                            "(BC, MARWIL, CQL, IQL), not PPO"),
+             (["ppo", "--config", "input=data/x"], "unknown config key 'input' for PPO (a key of BC, MARWIL, CQL, "
+                                                   "IQL)"),
+             (["dqn", "--config", "lambda=0.9"], "unknown config key 'lambda' for DQN (a key of PPO, A2C, TRPO)")]
+    for argv, message in cases:
+        assert main(["train", *argv, "--env", "CartPole-v1", "--output", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "input_" not in err and "lambda_" not in err, err
+    from herdrl.cli import FLAG_KEYS, build_parser
+
+    parser = build_parser()
+    for dest, _, flag in FLAG_KEYS:
+        args = parser.parse_args(["train", flag, *([] if flag in ("--local-mode", "--dashboard") else ["1"])])
+        assert getattr(args, dest) not in (None, False), flag
+    assert not list(tmp_path.iterdir())
+
+
+def test_yaml_syntax_errors_say_the_file_line_and_column_and_what_is_wrong(tmp_path, capsys):
+    from herdrl.cluster.connect import ClusterError
+    from herdrl.cluster.hosts import load_hosts
+
+    def position(text, line_text, char):  # where `char` is on the line that starts with `line_text`, from 1
+        lines = text.splitlines()
+        row = next(i for i, line in enumerate(lines) if line.startswith(line_text))
+        return f"line {row + 1}, column {lines[row].index(char) + 1}"
+
+    indented = "run: PPO\nenv: CartPole-v1\nconfig:\n  lr: 1e-3\n   gamma: 0.9\n"
+    unclosed = "run: PPO\nconfig: {lr: 1e-3\nstop: {}\n"
+    tabbed = "run: PPO\n\tenv: CartPole-v1\n"
+    expected = [(indented, f"{position(indented, '   gamma', ':')}: invalid YAML: mapping values are not allowed "
+                           "here"),
+                (unclosed, f"{position(unclosed, 'stop', ':')}: invalid YAML: expected ',' or '}}', but got ':' "
+                           f"(while parsing a flow mapping that starts at {position(unclosed, 'config', '{')})"),
+                (tabbed, f"{position(tabbed, chr(9), chr(9))}: invalid YAML: found character '\\t' that cannot "
+                         "start any token (while scanning for the next token); YAML indents with spaces")]
+    for i, (text, message) in enumerate(expected):
+        path = tmp_path / f"bad{i}.yaml"
+        path.write_text(text)
+        assert main(["train", "-f", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"herd train: error: {path}, {message}" in err and len(err.strip().splitlines()) == 1, err
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("head: a\nworkers: [b, c\n")
+    with pytest.raises(ClusterError, match=r"hosts\.yaml, line 3, column 1 is not valid YAML: expected ',' or "
+                                           r"'\]', but got '<stream end>' \(while parsing a flow sequence that "
+                                           r"starts at line 2, column 10\)"):
+        load_hosts(hosts)

@@ -48,6 +48,18 @@ def test_unknown_key_names_the_nearest_valid_key(kwargs, message):
         PPOConfig().training(**kwargs)
 
 
+def test_an_unknown_key_is_named_as_typed_with_the_algorithms_that_have_it():
+    """`lambda` (a Python keyword, stored as `lambda_`) given to DQN, which has none: the message says `lambda`."""
+    from herdrl.algorithms.dqn import DQNConfig
+
+    for build in (lambda: DQNConfig().update_from_dict({"lambda": 0.9}), lambda: DQNConfig().training(
+            **{"lambda": 0.9})):
+        with pytest.raises(ConfigError, match=r"^unknown config key 'lambda' for DQN \(a key of PPO, A2C, TRPO\)$"):
+            build()
+    assert PPOConfig().update_from_dict({"lambda": 0.5}).lambda_ == 0.5
+    assert PPOConfig().training(**{"lambda": 0.25}).lambda_ == 0.25
+
+
 def test_key_given_to_the_wrong_builder_method_names_the_right_one():
     with pytest.raises(ConfigError, match=r"'num_env_runners' is set with .env_runners\(\), not .training\(\)"):
         PPOConfig().training(num_env_runners=2)

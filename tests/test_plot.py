@@ -113,3 +113,47 @@ def test_each_run_is_drawn_on_the_metric_its_algorithm_is_judged_by(tmp_path):
     assert curves["DQN [greedy evaluation]"].mean[-1] == 500.0 and curves["PPO [training return]"].mean[-1] == 480
     assert {c.label for c in group_curves([exp], "episode_return_mean")} == {"DQN", "PPO"}  # --y: one metric
     assert curves["DQN [greedy evaluation]"].metric == "evaluation/episode_return_mean"
+
+
+def test_an_offline_run_is_drawn_against_its_gradient_updates_beside_an_online_one(tmp_path, monkeypatch, capsys):
+    """A BC run samples no env (its env steps stay 0): it is drawn against its gradient updates, and said so; an
+    online run beside it keeps env steps. Folders may be given one relative, one absolute."""
+    import matplotlib.figure
+
+    from tests.test_offline import record_expert
+
+    record_expert(tmp_path / "expert", 1)
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "bc", "--input", "expert", "--env", "CartPole-v1", "--stop-iters", "3", "--seed", "0",
+                 "--output", "offline", "--no-tensorboard", "--config", "updates_per_iteration=5",
+                 "evaluation_duration=1"]) == 0
+    (progress,) = (tmp_path / "offline").rglob("progress.csv")
+    with open(progress, newline="") as f:
+        rows = list(csv.DictReader(f))
+    updates = [float(row["num_gradient_updates_lifetime"]) for row in rows]
+    returns = [float(row["evaluation/episode_return_mean"]) for row in rows]
+    assert updates == [5, 10, 15] and {row["num_env_steps_sampled_lifetime"] for row in rows} == {"0"}
+    fake_trial(tmp_path / "online", "PPO_a", {"algorithm": "PPO", "seed": 1}, [0, 1000], [20.0, 480.0])
+    saved = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
+    assert main(["plot", "offline/CartPole-v1", "--out", "bc.png"]) == 0
+    (ax,) = saved[-1].axes
+    (line,) = ax.get_lines()
+    assert line.get_xdata()[0] == 5 and line.get_xdata()[-1] == 15  # updates, not the env steps (all 0)
+    np.testing.assert_allclose(line.get_ydata(), np.interp(line.get_xdata(), updates, returns))
+    assert "gradient updates" in ax.get_xlabel()
+    assert main(["plot", "offline/CartPole-v1", str(tmp_path / "online"), "--out", "both.png"]) == 0
+    (ax,) = saved[-1].axes
+    ranges = {text.get_text(): (line.get_xdata()[0], line.get_xdata()[-1])
+              for text, line in zip(ax.get_legend().get_texts(), ax.get_lines(), strict=True)}
+    assert ranges == {"offline/CartPole-v1 BC CartPole-v1 [greedy evaluation] [x: gradient updates] (1 run)": (5, 15),
+                      "online PPO [training return] [x: env steps] (1 run)": (0, 1000)}
+    assert "gradient updates" in ax.get_xlabel() and "env steps" in ax.get_xlabel()
+    assert main(["train", "bc", "--input", "expert", "--stop-iters", "2", "--output", "no_env", "--no-tensorboard",
+                 "--config", "updates_per_iteration=5"]) == 0  # no env: no evaluation, no return at all
+    capsys.readouterr()
+    assert main(["plot", "no_env", "--out", "none.png"]) == 2
+    assert "an offline run without an env has no return; plot one of its losses" in capsys.readouterr().err
+    assert main(["plot", "no_env", "--y", "policy_loss", "--out", "loss.png"]) == 0
+    (line,) = saved[-1].axes[0].get_lines()
+    assert list(line.get_xdata()[[0, -1]]) == [5, 10]

@@ -36,7 +36,7 @@ from typing import Any
 
 from herdrl.cluster.connect import ClusterError
 from herdrl.cluster.nodes import NodeOptions, node_token_path, write_token
-from herdrl.errors import did_you_mean
+from herdrl.errors import did_you_mean, yaml_error_parts
 
 KEYS = {"cluster_name", "head", "workers", "ssh", "setup", "workdir", "ray"}
 SSH_KEYS = {"user", "key", "port", "options"}
@@ -136,7 +136,8 @@ def load_hosts(path: str | Path) -> HostsFile:
     except OSError as exc:
         raise ClusterError(f"cannot read hosts file {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
-        raise ClusterError(f"hosts file {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        where, problem = yaml_error_parts(exc, str(path))
+        raise ClusterError(f"hosts file {where} is not valid YAML: {problem}") from exc
     if isinstance(data, dict) and "provider" in data:
         data = from_ray_cluster_yaml(data, str(path))
     if not isinstance(data, dict) or "head" not in data:
