@@ -338,7 +338,8 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         stops = ", ".join(f"{k} >= {v:g}" for k, v in criteria.items())
         shown = checkpoint.parent if checkpoint is not None and checkpoint.name == TUNE_SUBDIR else checkpoint
         action = f"resuming from {shown.name}" if shown is not None else "results"
-        console.message(f"{config.algo_name} on {config.env}: {action} in {logdir}; stops at {stops}")
+        source = config.env if config.env is not None else f"the dataset {config.to_dict().get('input_')}"
+        console.message(f"{config.algo_name} on {source}: {action} in {logdir}; stops at {stops}")
     saved_at = algo.iteration if checkpoint is not None else -1
     best_key = ("evaluation/episode_return_mean" if config.evaluation_interval else config.stop_metric)
     if keep_best:

@@ -530,7 +530,9 @@ def test_herd_train_bc_without_an_env_names_the_run_after_its_dataset(tmp_path, 
     code = main(["train", "bc", "--input", str(tmp_path / "expert"), "--stop-iters", "1", "--output",
                  str(tmp_path / "results"), "--no-tensorboard", "--config", "updates_per_iteration=10"])
     assert code == 0
-    assert "after 10 gradient steps" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "after 10 gradient steps" in out
+    assert f"BC on the dataset {tmp_path / 'expert'}: results in" in out and " on None" not in out
     trials = list((tmp_path / "results" / "expert").iterdir())
     assert len(trials) == 1 and trials[0].name.startswith("BC_expert_")
     assert main(["export", str(trials[0]), "--format", "onnx", "--out", str(tmp_path / "bc.onnx")]) == 0
