@@ -186,3 +186,44 @@ def test_a_tracker_that_cannot_start_leaves_no_trial_folder(tmp_path, monkeypatc
         run_experiment(PPOConfig().environment("CartPole-v1"), output=tmp_path / "out", quiet=True, wandb="p",
                        mlflow=f"sqlite:///{tmp_path / 'm.db'}", trial="t")
     assert not (tmp_path / "out" / "CartPole-v1" / "t").exists()  # (MLflow's run id was written there, then gone)
+
+
+SECRET = "s3cr3t-9f2b7c"  # a runtime_env credential: in no file written, on no console, in no tracker
+
+
+def files_holding(root: Path, text: str) -> list[Path]:
+    """Every file under ``root`` whose bytes hold ``text`` (JSON, CSV, pickles, SQLite, W&B run files alike)."""
+    return [p for p in root.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
+
+
+def test_runtime_env_credentials_reach_the_run_but_no_result_tracker_or_console(tmp_path, monkeypatch, capsys):
+    """A key in ``runtime_env.env_vars`` (how Ray users hand workers credentials) is masked in params.json, MLflow's
+    params and W&B's config, whose files go to WANDB_DIR; the run's config keeps it for ``ray.init``."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "scratch"))
+    seen = []
+    config = PPOConfig().environment("CartPole-v1").training(train_batch_size=128, minibatch_size=64, num_epochs=1) \
+        .resources(runtime_env={"env_vars": {"WANDB_API_KEY": SECRET}}) \
+        .callbacks(on_algorithm_init=lambda algorithm, **kw: seen.append(algorithm.config.runtime_env))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    outcome = run_experiment(config, stop={"training_iteration": 1}, output=tmp_path / "results", trial="t",
+                             tensorboard=False, mlflow=uri, wandb="herd-test", checkpoint_every=1)
+    print(config)  # a config shown on the console
+    assert seen == [{"env_vars": {"WANDB_API_KEY": SECRET}}]  # what connect() gives ray.init
+    assert files_holding(tmp_path, SECRET) == []
+    out = capsys.readouterr()
+    assert SECRET not in out.out + out.err
+    params = json.loads((outcome.logdir / "params.json").read_text())
+    assert params["runtime_env"] == {"env_vars": {"WANDB_API_KEY": "***"}}  # the name stays, for the record
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("CartPole-v1").experiment_id])
+    assert run.data.params["runtime_env.env_vars.WANDB_API_KEY"] == "***"
+    # W&B's files in WANDB_DIR, none in the trial folder
+    assert not (outcome.logdir / "wandb").exists()
+    (run_file,) = (tmp_path / "scratch").glob("wandb/offline-run-*/run-*.wandb")
+    (run,) = [r.run for r in wandb_records(run_file) if r.WhichOneof("record_type") == "run"]
+    config_logged = {_key(item): json.loads(item.value_json) for item in run.config.update}
+    assert config_logged["runtime_env"] == {"env_vars": {"WANDB_API_KEY": "***"}} and config_logged["lr"] == 2e-3
