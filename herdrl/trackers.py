@@ -8,8 +8,9 @@ Also ``mlflow: URI`` / ``wandb: PROJECT`` in an experiment file, ``run_experimen
 ``herd tune --mlflow/--wandb`` (Tune's own logger callbacks, one tracker run per trial). Both come with
 ``pip install 'herdrl[tracking]'`` and are imported only when used.
 
-Each tracker run gets the config once (as parameters), every result row as metrics at its env-step count
-(``num_env_steps_sampled_lifetime``), the trial folder and, as it is written, the newest checkpoint folder. The
+Each tracker run gets the config once (as parameters; site keys' values, ``runtime_env`` credentials say,
+masked), every result row as metrics at its env-step count (``num_env_steps_sampled_lifetime``), the trial folder
+and, as it is written, the newest checkpoint folder. The
 run's id is kept in the trial folder (``trackers.json``): ``--resume`` and the next job of a chain continue the
 same run. A resumed run computes the iterations after its checkpoint again; those the killed run had logged are
 not logged twice (the tracker keeps the killed run's values for them, progress.csv the new ones), so a tracker's

@@ -438,6 +438,9 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     last result and the sweep stops (:mod:`herdrl.tune_stop`); the returned analysis then names why
     (``stop_reason``) and how many trials ``resume=True`` will continue (``num_unfinished``).
 
+    The site keys of ``config`` (``runtime_env``, ``address``, ...) go to this driver's ``ray.init`` (a runtime_env then
+    reaches every trial), never into Tune's param space: no file of the sweep and no tracker holds them.
+
     ``mlflow`` (a tracking URI) and ``wandb`` (a project): Tune's own logger callbacks, one tracker run per trial in
     an experiment (W&B: a group) named as the sweep.
     """
