@@ -72,6 +72,7 @@ def test_mlflow_and_wandb_runs_read_back_and_continue_across_a_resume(tmp_path, 
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_DIR", raising=False)  # W&B's files in the trial folder, read below
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     config = PPOConfig().environment("CartPole-v1").training(train_batch_size=256, minibatch_size=128, lr=7e-4) \
         .debugging(seed=0)
@@ -131,6 +132,7 @@ def test_a_sweep_logs_each_trial_to_mlflow_and_wandb_with_tunes_callbacks(tmp_pa
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_DIR", raising=False)  # W&B's files beside each trial's results, read below
     given, connect = [], herdrl.cluster.connect
     monkeypatch.setattr(herdrl.cluster, "connect", lambda config, **kw: given.append(config.runtime_env) or connect(
         config, **kw))  # (Ray is up already: the real call is a no-op here)
