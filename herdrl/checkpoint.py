@@ -39,6 +39,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from herdrl.config import SITE_KEYS
 from herdrl.errors import ConfigError, HerdError
 
 #: 2: PPO/A2C ``vf_loss_coeff`` weighs the plain mean squared error (RLlib's formula; 1 weighed half of it).
@@ -48,12 +49,6 @@ META_FILE = "checkpoint.json"
 TUNE_SUBDIR = "herd"  # a Tune trial's checkpoint_N/ holds herdrl's checkpoint here
 TENSOR_FILE = "learner.pt"
 
-#: Config keys that decide where a run executes, what it installs or runs at start-up, and which cluster it
-#: joins. They come from the user's command (flags, environment), never from a file: ``save()`` writes them
-#: blank and :func:`checkpoint_config` drops them. ``runtime_env`` can run shell commands (``py_executable``),
-#: install packages (``pip``, ``uv``, ``conda``), set ``env_vars`` and run hooks; a foreign ``address`` would
-#: connect this driver to a cluster whose replies Ray unpickles; the dashboard serves Ray's job-submission API.
-SITE_KEYS = ("address", "node_ip_address", "runtime_env", "include_dashboard")
 #: Keys that name code to run (callbacks): never saved (written empty) and never read back from a checkpoint.
 CODE_KEYS = ("callbacks_class", "callbacks_hooks")
 

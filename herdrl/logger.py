@@ -329,7 +329,9 @@ class Logger:
 
                 raise HerdError(f"{self.logdir / name}: a symbolic link; results are written only into the trial "
                                 "folder itself: remove it")
-        write_json_atomic(self.logdir / "params.json", params)
+        from herdrl.config import mask_site_values
+
+        write_json_atomic(self.logdir / "params.json", mask_site_values(params))  # no credentials in results
         self.console = console
         self.trackers = list(trackers or [])
         self._tracker_state = read_tracker_state(self.logdir) if self.trackers else {}  # (read once, kept here)

@@ -8,8 +8,9 @@ Also ``mlflow: URI`` / ``wandb: PROJECT`` in an experiment file, ``run_experimen
 ``herd tune --mlflow/--wandb`` (Tune's own logger callbacks, one tracker run per trial). Both come with
 ``pip install 'herdrl[tracking]'`` and are imported only when used.
 
-Each tracker run gets the config once (as parameters), every result row as metrics at its env-step count
-(``num_env_steps_sampled_lifetime``), the trial folder and, as it is written, the newest checkpoint folder. The
+Each tracker run gets the config once (as parameters; site keys' values, ``runtime_env`` credentials say,
+masked), every result row as metrics at its env-step count (``num_env_steps_sampled_lifetime``), the trial folder
+and, as it is written, the newest checkpoint folder. The
 run's id is kept in the trial folder (``trackers.json``): ``--resume`` and the next job of a chain continue the
 same run. A resumed run computes the iterations after its checkpoint again; those the killed run had logged are
 not logged twice (the tracker keeps the killed run's values for them, progress.csv the new ones), so a tracker's
@@ -28,6 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from herdrl.config import mask_site_values
 from herdrl.errors import HerdError
 
 logger = logging.getLogger("herdrl")
@@ -64,6 +66,14 @@ def default_mlflow_uri(output: str | Path) -> str:
     import os
 
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(output).resolve() / 'mlflow.db'}"
+
+
+def wandb_dir(trial_dir: str | Path) -> str:
+    """Where W&B keeps a run's files (it adds ``wandb/``): ``WANDB_DIR`` if set (a scratch disk, say), else the
+    trial folder."""
+    import os
+
+    return os.environ.get("WANDB_DIR") or str(trial_dir)
 
 
 def _numbers(result: dict[str, Any]) -> dict[str, float]:
@@ -164,7 +174,7 @@ class MLflowTracker(Tracker):
                 run = self.client.create_run(experiment_id, run_name=trial,
                                              tags={"herdrl.trial_dir": str(self.logdir.resolve())})
                 self.run_id = run.info.run_id
-                items = [Param(k, v) for k, v in flat_params(params).items()]
+                items = [Param(k, v) for k, v in flat_params(mask_site_values(params)).items()]
                 for start in range(0, len(items), MLFLOW_BATCH):
                     self.client.log_batch(self.run_id, params=items[start:start + MLFLOW_BATCH])
         except MlflowException as exc:
@@ -189,7 +199,8 @@ class MLflowTracker(Tracker):
 
 
 class WandbTracker(Tracker):
-    """A Weights & Biases run in ``project`` (its files under the trial folder's ``wandb/``)."""
+    """A Weights & Biases run in ``project`` (its files under the trial folder's ``wandb/``, or ``$WANDB_DIR/wandb/``
+    when ``WANDB_DIR`` is set)."""
 
     name = "wandb"
 
@@ -199,8 +210,9 @@ class WandbTracker(Tracker):
         saved = self._saved()
         run_id = saved.get("run_id") or uuid.uuid4().hex[:12]
         try:
-            self.run = wandb.init(project=project, name=trial, id=run_id, resume="allow", dir=str(self.logdir),
-                                  config=params, group=experiment, job_type="train", reinit="create_new")
+            self.run = wandb.init(project=project, name=trial, id=run_id, resume="allow", dir=wandb_dir(self.logdir),
+                                  config=mask_site_values(params), group=experiment, job_type="train",
+                                  reinit="create_new")
         except Exception as exc:  # noqa: BLE001 - no login, no network: one line
             raise TrackerError(f"--wandb {project}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__} "
                                "(log in with `wandb login` or WANDB_API_KEY, or set WANDB_MODE=offline)") from None
@@ -283,7 +295,9 @@ def _sweep_wandb_callback(project: str, experiment: str) -> Any:
             import os
 
             folder = Path(trial.path)
-            if folder.parent.is_dir():  # results on this machine's filesystem (not a cloud bucket)
+            if os.environ.get("WANDB_DIR"):  # the driver's, given on: the logging actors may not see it
+                init_kwargs.setdefault("dir", wandb_dir(folder))
+            elif folder.parent.is_dir():  # results on this machine's filesystem (not a cloud bucket)
                 folder.mkdir(parents=True, exist_ok=True)
                 init_kwargs.setdefault("dir", str(folder))
             if os.environ.get("WANDB_MODE"):  # the driver's (offline, ...): Tune's logging actors may not see it

@@ -391,6 +391,25 @@ def _check_fits(trainable: type, config_class: type, config: Mapping[str, Any]) 
                           f"cluster has {have_gpu:g}: ask for {have_gpu:g} or fewer")
 
 
+def _take_site_keys(config_class: type, config: dict[str, Any]) -> dict[str, Any]:
+    """Take the site keys (:data:`~herdrl.config.SITE_KEYS`: ``address``, ``runtime_env``, ...) out of a sweep's
+    config and return them. They are the whole sweep's, for the driver's ``ray.init``, not a trial's parameters:
+    kept out of the param space, Tune never writes them (``params.json``, ``params.pkl``, ``result.json``, its
+    experiment state) nor hands them to its logger callbacks (MLflow, W&B)."""
+    from ray.tune.search.sample import Domain
+
+    from herdrl.config import SITE_KEYS
+
+    site = {}
+    for key in [k for k in config if k != "framework" and config_class.canonical_key(k) in SITE_KEYS]:
+        value = config.pop(key)
+        if isinstance(value, Domain) or (isinstance(value, Mapping) and "grid_search" in value):
+            raise ConfigError(f"'{key}' cannot be searched: it is the whole sweep's (where and how Ray runs), not "
+                              "a trial's; give one value")
+        site[config_class.canonical_key(key)] = value
+    return site
+
+
 def _check_keys(config_class: type, config: Mapping[str, Any]) -> None:
     """Fail before any trial starts on keys the algorithm does not have."""
     for key, value in config.items():
@@ -419,6 +438,9 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     last result and the sweep stops (:mod:`herdrl.tune_stop`); the returned analysis then names why
     (``stop_reason``) and how many trials ``resume=True`` will continue (``num_unfinished``).
 
+    The site keys of ``config`` (``runtime_env``, ``address``, ...) go to this driver's ``ray.init`` (a runtime_env then
+    reaches every trial), never into Tune's param space: no file of the sweep and no tracker holds them.
+
     ``mlflow`` (a tracking URI) and ``wandb`` (a project): Tune's own logger callbacks, one tracker run per trial in
     an experiment (W&B: a group) named as the sweep.
     """
@@ -439,6 +461,7 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     config_class = get_config_class(algorithm)
     config = dict(config)
     _check_keys(config_class, config)
+    site = _take_site_keys(config_class, config)  # the driver's: Tune never holds them (nor writes them to disk)
     metric = flat_name(metric)  # RLlib's names (episode_reward_mean, env_runners/episode_return_mean) work
     if num_samples < 1:
         raise ConfigError(f"num_samples got {num_samples}; expected >= 1")
@@ -453,9 +476,9 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     env = config.get("env")
     name = name or (str(env).replace("/", "_") if isinstance(env, str) else config_class.algo_name)
     storage = Path(storage_path or "results").resolve()
-    where = config_class().resources(address=address or config.get("address"))
-    if isinstance(config.get("node_ip_address"), str):
-        where.resources(node_ip_address=config["node_ip_address"])
+    # The job's runtime_env reaches every trial (Ray gives it to all the job's actors): its env_vars, credentials
+    # included, never pass through Tune's param space, trial configs or experiment files.
+    where = config_class().resources(**{**site, "address": address or site.get("address")})
     if not sys.stdout.isatty():  # a log file or CI: Ray's colour codes would stay in it as raw escapes
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     owns = connect(where)  # a private Ray sized to this machine's CPUs, or the cluster named

@@ -59,11 +59,20 @@ def _wandb_history(trial: Path) -> tuple[list[dict], dict, list]:
     return rows, summary, runs
 
 
+SECRET = "s3cr3t-9f2b7c"  # a runtime_env credential: in no file written, on no console, in no tracker
+
+
+def files_holding(root: Path, text: str) -> list[Path]:
+    """Every file under ``root`` whose bytes hold ``text`` (JSON, CSV, pickles, SQLite, W&B run files alike)."""
+    return [p for p in root.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
+
+
 def test_mlflow_and_wandb_runs_read_back_and_continue_across_a_resume(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_DIR", raising=False)  # W&B's files in the trial folder, read below
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     config = PPOConfig().environment("CartPole-v1").training(train_batch_size=256, minibatch_size=128, lr=7e-4) \
         .debugging(seed=0)
@@ -114,18 +123,30 @@ def test_a_tracker_asked_for_but_not_installed_is_one_line_before_anything_is_wr
 
 @pytest.mark.usefixtures("whole_ray_cluster")
 def test_a_sweep_logs_each_trial_to_mlflow_and_wandb_with_tunes_callbacks(tmp_path, monkeypatch):
+    """Also: the sweep's runtime_env (a credential in env_vars) reaches the driver's ray.init, and no file Tune writes
+    (params.json, params.pkl, result.json, tuner.pkl, experiment state) and no tracker holds it."""
     from mlflow.tracking import MlflowClient
 
+    import herdrl.cluster
     from herdrl import tune
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_DIR", raising=False)  # W&B's files beside each trial's results, read below
+    given, connect = [], herdrl.cluster.connect
+    monkeypatch.setattr(herdrl.cluster, "connect", lambda config, **kw: given.append(config.runtime_env) or connect(
+        config, **kw))  # (Ray is up already: the real call is a no-op here)
     uri = f"sqlite:///{tmp_path / 'sweep.db'}"
     analysis = tune.run("PPO", config={"env": "CartPole-v1", "train_batch_size": 256, "minibatch_size": 128,
-                                       "lr": tune.grid_search([1e-3, 3e-3])},
+                                       "lr": tune.grid_search([1e-3, 3e-3]),
+                                       "runtime_env": {"env_vars": {"WANDB_API_KEY": SECRET}}},
                         stop={"training_iteration": 2}, name="sweep", storage_path=tmp_path, verbose=0, mlflow=uri,
                         wandb="herd-sweep")
     assert not analysis.errors
+    written = {p.name for p in (tmp_path / "sweep").rglob("*")}
+    assert {"params.json", "params.pkl", "result.json", "tuner.pkl"} <= written  # each writer wrote (no secret)
+    assert files_holding(tmp_path, SECRET) == []
+    assert given == [{"env_vars": {"WANDB_API_KEY": SECRET}}]  # the driver's ray.init gets it: every trial has it
     trials = [p for p in (tmp_path / "sweep").glob("PPO_*") if p.is_dir()]
     assert len(trials) == 2
     for trial in trials:  # W&B's offline runs beside each trial's results, kept
@@ -186,3 +207,64 @@ def test_a_tracker_that_cannot_start_leaves_no_trial_folder(tmp_path, monkeypatc
         run_experiment(PPOConfig().environment("CartPole-v1"), output=tmp_path / "out", quiet=True, wandb="p",
                        mlflow=f"sqlite:///{tmp_path / 'm.db'}", trial="t")
     assert not (tmp_path / "out" / "CartPole-v1" / "t").exists()  # (MLflow's run id was written there, then gone)
+
+
+def test_runtime_env_credentials_reach_the_run_but_no_result_tracker_or_console(tmp_path, monkeypatch, capsys):
+    """A key in ``runtime_env.env_vars`` (how Ray users hand workers credentials) is masked in params.json, MLflow's
+    params and W&B's config, whose files go to WANDB_DIR; the run's config keeps it for ``ray.init``."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "scratch"))
+    seen = []
+    config = PPOConfig().environment("CartPole-v1").training(train_batch_size=128, minibatch_size=64, num_epochs=1) \
+        .resources(runtime_env={"env_vars": {"WANDB_API_KEY": SECRET}}) \
+        .callbacks(on_algorithm_init=lambda algorithm, **kw: seen.append(algorithm.config.runtime_env))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    outcome = run_experiment(config, stop={"training_iteration": 1}, output=tmp_path / "results", trial="t",
+                             tensorboard=False, mlflow=uri, wandb="herd-test", checkpoint_every=1)
+    print(config)  # a config shown on the console
+    assert seen == [{"env_vars": {"WANDB_API_KEY": SECRET}}]  # what connect() gives ray.init
+    assert files_holding(tmp_path, SECRET) == []
+    out = capsys.readouterr()
+    assert SECRET not in out.out + out.err
+    params = json.loads((outcome.logdir / "params.json").read_text())
+    assert params["runtime_env"] == {"env_vars": {"WANDB_API_KEY": "***"}}  # the name stays, for the record
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("CartPole-v1").experiment_id])
+    assert run.data.params["runtime_env.env_vars.WANDB_API_KEY"] == "***"
+    # W&B's files in WANDB_DIR, none in the trial folder
+    assert not (outcome.logdir / "wandb").exists()
+    (run_file,) = (tmp_path / "scratch").glob("wandb/offline-run-*/run-*.wandb")
+    (run,) = [r.run for r in wandb_records(run_file) if r.WhichOneof("record_type") == "run"]
+    config_logged = {_key(item): json.loads(item.value_json) for item in run.config.update}
+    assert config_logged["runtime_env"] == {"env_vars": {"WANDB_API_KEY": "***"}} and config_logged["lr"] == 2e-3
+
+
+def test_a_sweep_cannot_search_over_a_site_key():
+    from herdrl import ConfigError, tune
+
+    with pytest.raises(ConfigError, match="'runtime_env' cannot be searched"):
+        tune.run("PPO", config={"env": "CartPole-v1", "runtime_env": tune.grid_search([{}, {"env_vars": {}}])})
+
+
+def test_a_sweeps_wandb_runs_go_to_the_drivers_wandb_dir(tmp_path, monkeypatch):
+    """Tune's logging actors may not see the driver's environment: WANDB_DIR is handed to wandb.init."""
+    from types import SimpleNamespace
+
+    from ray.air.integrations.wandb import WandbLoggerCallback
+
+    from herdrl.trackers import tune_callbacks
+
+    given = []
+    monkeypatch.setattr(WandbLoggerCallback, "_start_logging_actor",
+                        lambda self, trial, exclude, **init: given.append(init["dir"]))
+    (callback,) = tune_callbacks("sweep", wandb="p")
+    (tmp_path / "sweep").mkdir()  # results on this machine: W&B's files would go beside them
+    trial = SimpleNamespace(path=str(tmp_path / "sweep" / "PPO_1"))
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "scratch"))
+    callback._start_logging_actor(trial, [])
+    monkeypatch.delenv("WANDB_DIR")
+    callback._start_logging_actor(trial, [])
+    assert given == [str(tmp_path / "scratch"), trial.path]
