@@ -8,6 +8,7 @@ names the holder (host, pid, start time) for the message a second run gets. File
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -29,21 +30,30 @@ class TrialBusy(HerdError):
     """Another live run holds the trial folder."""
 
 
-def create_trial_dir(path: Path, exact: bool) -> Path:
-    """Create ``path`` atomically and return it. ``exact=False`` (a generated name): if it exists, take
-    ``path_2``, ``path_3``, ... (the first that this process creates). ``exact=True``: an existing folder is
-    returned as is (the caller's lock then decides whether it may be used)."""
+def create_unique_dir(path: Path, mode: int = 0o777) -> Path:
+    """Create ``path`` atomically (``mode``, less the umask) and return it; if it exists, ``path_2``, ``path_3``,
+    ... (the first that this process creates: two processes naming a folder in the same second never share it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     candidate, n = path, 1
     while True:
         try:
-            candidate.mkdir()
+            candidate.mkdir(mode)
             return candidate
         except FileExistsError:
-            if exact:
-                return candidate
             n += 1
             candidate = path.with_name(f"{path.name}_{n}")
+
+
+def create_trial_dir(path: Path, exact: bool) -> Path:
+    """Create ``path`` atomically and return it. ``exact=False`` (a generated name): if it exists, take
+    ``path_2``, ``path_3``, ... (:func:`create_unique_dir`). ``exact=True``: an existing folder is returned as is
+    (the caller's lock then decides whether it may be used)."""
+    if not exact:
+        return create_unique_dir(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir()
+    return path
 
 
 def _holder_alive(holder: dict[str, Any]) -> bool:
