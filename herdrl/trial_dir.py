@@ -100,14 +100,10 @@ class TrialLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            holder = self._read_holder()
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            busy = self._busy_after(exc)
+            if busy is not None:
                 os.close(fd)
-                raise self._busy(holder) from None
-            # No flock on this file system: the pid in the file decides.
-            if holder.get("pid") and _holder_alive(holder) and holder.get("pid") != os.getpid():
-                os.close(fd)
-                raise self._busy(holder, checked=holder.get("host") == socket.gethostname()) from None
+                raise busy from None
         holder = self._read_holder()  # ours now: whatever it names ended without releasing it
         if holder.get("pid") and holder.get("pid") != os.getpid():
             logger.warning("herdrl: %s: taking over from a run that ended without releasing it (pid %s on %s)",
@@ -127,10 +123,21 @@ class TrialLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise self._busy(self._read_holder()) from None
+            busy = self._busy_after(exc)
+            if busy is not None:
+                raise busy from None
         finally:
             os.close(fd)  # closing drops the look's own lock, if it got one
+
+    def _busy_after(self, exc: OSError) -> TrialBusy | None:
+        """What a failed ``flock`` means: the lock is held (:class:`TrialBusy`), or, on a file system without
+        ``flock``, held if the pid in the file is a live run's (None: free)."""
+        holder = self._read_holder()
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return self._busy(holder)
+        if holder.get("pid") and _holder_alive(holder) and holder.get("pid") != os.getpid():
+            return self._busy(holder, checked=holder.get("host") == socket.gethostname())
+        return None
 
     def _busy(self, holder: dict[str, Any], checked: bool = True) -> TrialBusy:
         who = (f"run pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}"
