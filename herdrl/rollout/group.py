@@ -229,6 +229,7 @@ def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
             f"{f'at {joined} ' if joined else '(private, this machine) '}has {have_gpus:g}: set "
             "num_gpus_per_env_runner=0 (CPU inference) or a fraction that fits, or add GPU nodes")
     if joined and os.environ.get("HERD_CLUSTER_AUTOSCALES", "0") != "1":
+        _check_node_fits(config, count, joined)
         have = ray.cluster_resources().get("CPU", 0.0)
         if count * cpus > have:
             raise ClusterError(
@@ -244,9 +245,35 @@ def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
                 "add nodes")
     elif count * cpus > (os.cpu_count() or 1) and not _said["oversubscribed"]:
         _said["oversubscribed"] = True
-        logger.warning("herdrl: note: %d env runners on %d cores: the private Ray offers a CPU per runner, so the "
-                       "cores are shared (latency-bound envs gain from it; CPU-bound envs gain nothing past %d)",
-                       count, os.cpu_count() or 1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+        if cpus > cores:  # the private Ray is sized to hold the runners (connect()): they start, on fewer cores
+            logger.warning("herdrl: note: num_cpus_per_env_runner=%g is more than this machine's %d cores: the private "
+                           "Ray starts the runners anyway, sharing the %d cores (on a cluster each runner needs a node "
+                           "with %g CPUs); set it to %d or less to reserve real cores", cpus, cores, cores, cpus, cores)
+        else:
+            logger.warning("herdrl: note: %d env runners on %d cores: the private Ray offers the %g CPUs they reserve, "
+                           "so the cores are shared (latency-bound envs gain from it; CPU-bound envs gain nothing past "
+                           "%d)", count, cores, count * cpus, cores)
+
+
+def _check_node_fits(config: AlgorithmConfig, count: int, where: str) -> None:
+    """A runner's CPUs (and GPUs) are reserved on one node: one asking for more than the largest alive node has
+    could never be placed (the placement group would wait, then fail naming the whole cluster's free CPUs)."""
+    import ray
+
+    from herdrl.cluster import ClusterError
+
+    if not count:
+        return
+    nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
+    for resource, key in (("CPU", "num_cpus_per_env_runner"), ("GPU", "num_gpus_per_env_runner")):
+        want = float(getattr(config, key))
+        largest = max((node.get(resource, 0.0) for node in nodes), default=0.0)
+        if want > largest:
+            raise ClusterError(f"{key}={want:g} is more than the largest node of the Ray cluster at {where} offers "
+                               f"({largest:g} {resource}): a runner's {resource} is reserved on one node, so no "
+                               f"runner could ever be placed; set {key} to {largest:g} or less, or add a node with "
+                               f"{want:g} {resource}")
 
 
 class RayRunnerGroup:
