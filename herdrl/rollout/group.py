@@ -208,6 +208,12 @@ def runner_bundle(config: AlgorithmConfig) -> dict[str, float]:
     return {"CPU": float(config.num_cpus_per_env_runner), **({"GPU": gpus} if gpus else {})}
 
 
+def runner_keys(config: AlgorithmConfig) -> dict[str, tuple[str, float]]:
+    """What one Ray runner reserves, by config key: key -> (Ray resource, amount)."""
+    return {"num_cpus_per_env_runner": ("CPU", float(config.num_cpus_per_env_runner)),
+            "num_gpus_per_env_runner": ("GPU", float(config.num_gpus_per_env_runner))}
+
+
 def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
     """A joined cluster that can never hold the runners fails now, not after a minute of waiting; a private Ray
     holds them all (it offers a CPU per runner) and oversubscribes the cores on purpose: say so once."""
@@ -216,6 +222,7 @@ def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
     import ray
 
     from herdrl.cluster import ClusterError
+    from herdrl.cluster.connect import check_fits_one_node
 
     if ray.util.get_current_placement_group() is not None:
         return  # inside a Tune trial: its placement group already holds the runners
@@ -229,7 +236,8 @@ def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
             f"{f'at {joined} ' if joined else '(private, this machine) '}has {have_gpus:g}: set "
             "num_gpus_per_env_runner=0 (CPU inference) or a fraction that fits, or add GPU nodes")
     if joined and os.environ.get("HERD_CLUSTER_AUTOSCALES", "0") != "1":
-        _check_node_fits(config, count, joined)
+        if count:
+            check_fits_one_node(runner_keys(config), f"the Ray cluster at {joined}")
         have = ray.cluster_resources().get("CPU", 0.0)
         if count * cpus > have:
             raise ClusterError(
@@ -254,26 +262,6 @@ def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
             logger.warning("herdrl: note: %d env runners on %d cores: the private Ray offers the %g CPUs they reserve, "
                            "so the cores are shared (latency-bound envs gain from it; CPU-bound envs gain nothing past "
                            "%d)", count, cores, count * cpus, cores)
-
-
-def _check_node_fits(config: AlgorithmConfig, count: int, where: str) -> None:
-    """A runner's CPUs (and GPUs) are reserved on one node: one asking for more than the largest alive node has
-    could never be placed (the placement group would wait, then fail naming the whole cluster's free CPUs)."""
-    import ray
-
-    from herdrl.cluster import ClusterError
-
-    if not count:
-        return
-    nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
-    for resource, key in (("CPU", "num_cpus_per_env_runner"), ("GPU", "num_gpus_per_env_runner")):
-        want = float(getattr(config, key))
-        largest = max((node.get(resource, 0.0) for node in nodes), default=0.0)
-        if want > largest:
-            raise ClusterError(f"{key}={want:g} is more than the largest node of the Ray cluster at {where} offers "
-                               f"({largest:g} {resource}): a runner's {resource} is reserved on one node, so no "
-                               f"runner could ever be placed; set {key} to {largest:g} or less, or add a node with "
-                               f"{want:g} {resource}")
 
 
 class RayRunnerGroup:
