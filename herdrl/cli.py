@@ -359,17 +359,19 @@ def _train_args_without_cluster(argv: list[str]) -> list[str]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    if args.detach and not args.cluster:
-        from herdrl.errors import ConfigError
+    from herdrl.errors import ConfigError
 
+    if args.detach and not args.cluster:
         raise ConfigError("--detach runs a training on a cluster's head: give --cluster HOSTS_YAML too")
+    if args.checkpoint_every < 0:  # before a cluster's head is asked to run it
+        raise ConfigError(f"--checkpoint-every got {args.checkpoint_every}; expected a number of iterations >= 1, "
+                          "or 0 (only at the end)")
     if args.cluster:
         from herdrl.cluster.hosts import load_hosts, train_on_head
 
         return train_on_head(load_hosts(args.cluster), _train_args_without_cluster(args.argv), detach=args.detach)
     from herdrl.checkpoint import checkpoint_config, read_meta
     from herdrl.env.imports import import_envs
-    from herdrl.errors import ConfigError
     from herdrl.experiment import (
         catch_walltime_signal,
         experiment_name,

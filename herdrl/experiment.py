@@ -123,8 +123,10 @@ def resume_checkpoint(trial_dir: Path) -> Path:
 
 def find_resume_point(output: str | Path, experiment: str, trial: str | None = None,
                       algorithm: str | None = None) -> tuple[Path, Path]:
-    """The trial to resume (see :func:`find_resume_trial`) and its newest valid checkpoint."""
+    """The trial to resume (see :func:`find_resume_trial`) and its newest valid checkpoint; :class:`TrialBusy`
+    when a live run holds the trial (one that has not checkpointed yet included: it is in use, not abandoned)."""
     trial_dir = find_resume_trial(output, experiment, trial, algorithm)
+    TrialLock(trial_dir).check_free()
     return trial_dir, resume_checkpoint(trial_dir)
 
 
@@ -231,8 +233,8 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     With no ``stop``, the run stops when ``episode_return_mean`` reaches the env's
     ``reward_threshold`` ("solved") or after ``budget`` env steps (default ``DEFAULT_STEP_BUDGET``; an offline run:
     gradient steps, default ``DEFAULT_GRADIENT_BUDGET``).
-    Checkpoints go to ``<trial>/checkpoint_<iteration>`` every ``checkpoint_every`` iterations (None: only
-    at the end) and when the run ends or is interrupted; the ``keep_checkpoints_num`` newest and the best
+    Checkpoints go to ``<trial>/checkpoint_<iteration>`` every ``checkpoint_every`` iterations (0 or None:
+    only at the end) and when the run ends or is interrupted; the ``keep_checkpoints_num`` newest and the best
     by ``checkpoint_score_attr`` are kept. ``resume``: continue the trial (``trial``, else the newest of
     the experiment) from its newest valid checkpoint. ``start_over``: the named ``trial`` may hold rows of a run
     that wrote no checkpoint (a batch job requeued early): start it again in place, dropping them. ``keep_best``
@@ -249,8 +251,10 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         check_installed(mlflow=mlflow, wandb=wandb)
     stop_at = _stop_at()
     metric = config.stop_metric  # off-policy: greedy evaluation returns
-    if checkpoint_every is not None and checkpoint_every < 1:
-        raise ConfigError(f"checkpoint_every got {checkpoint_every}; expected an int >= 1 or None")
+    if checkpoint_every is not None and checkpoint_every < 0:
+        raise ConfigError(f"checkpoint_every got {checkpoint_every}; expected an int >= 1, or 0 or None (only at "
+                          "the end)")
+    checkpoint_every = checkpoint_every or None  # 0, as `herd train --checkpoint-every 0`: only at the end
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
         raise ConfigError(f"budget got {budget!r}; expected an int >= 1 (env steps; offline: gradient steps)")
     if isinstance(keep_checkpoints_num, bool) or not isinstance(keep_checkpoints_num, int) or keep_checkpoints_num < 1:

@@ -8,6 +8,7 @@ names the holder (host, pid, start time) for the message a second run gets. File
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -29,21 +30,30 @@ class TrialBusy(HerdError):
     """Another live run holds the trial folder."""
 
 
-def create_trial_dir(path: Path, exact: bool) -> Path:
-    """Create ``path`` atomically and return it. ``exact=False`` (a generated name): if it exists, take
-    ``path_2``, ``path_3``, ... (the first that this process creates). ``exact=True``: an existing folder is
-    returned as is (the caller's lock then decides whether it may be used)."""
+def create_unique_dir(path: Path, mode: int = 0o777) -> Path:
+    """Create ``path`` atomically (``mode``, less the umask) and return it; if it exists, ``path_2``, ``path_3``,
+    ... (the first that this process creates: two processes naming a folder in the same second never share it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     candidate, n = path, 1
     while True:
         try:
-            candidate.mkdir()
+            candidate.mkdir(mode)
             return candidate
         except FileExistsError:
-            if exact:
-                return candidate
             n += 1
             candidate = path.with_name(f"{path.name}_{n}")
+
+
+def create_trial_dir(path: Path, exact: bool) -> Path:
+    """Create ``path`` atomically and return it. ``exact=False`` (a generated name): if it exists, take
+    ``path_2``, ``path_3``, ... (:func:`create_unique_dir`). ``exact=True``: an existing folder is returned as is
+    (the caller's lock then decides whether it may be used)."""
+    if not exact:
+        return create_unique_dir(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir()
+    return path
 
 
 def _holder_alive(holder: dict[str, Any]) -> bool:
@@ -90,14 +100,10 @@ class TrialLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            holder = self._read_holder()
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            busy = self._busy_after(exc)
+            if busy is not None:
                 os.close(fd)
-                raise self._busy(holder) from None
-            # No flock on this file system: the pid in the file decides.
-            if holder.get("pid") and _holder_alive(holder) and holder.get("pid") != os.getpid():
-                os.close(fd)
-                raise self._busy(holder, checked=holder.get("host") == socket.gethostname()) from None
+                raise busy from None
         holder = self._read_holder()  # ours now: whatever it names ended without releasing it
         if holder.get("pid") and holder.get("pid") != os.getpid():
             logger.warning("herdrl: %s: taking over from a run that ended without releasing it (pid %s on %s)",
@@ -117,10 +123,21 @@ class TrialLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise self._busy(self._read_holder()) from None
+            busy = self._busy_after(exc)
+            if busy is not None:
+                raise busy from None
         finally:
             os.close(fd)  # closing drops the look's own lock, if it got one
+
+    def _busy_after(self, exc: OSError) -> TrialBusy | None:
+        """What a failed ``flock`` means: the lock is held (:class:`TrialBusy`), or, on a file system without
+        ``flock``, held if the pid in the file is a live run's (None: free)."""
+        holder = self._read_holder()
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return self._busy(holder)
+        if holder.get("pid") and _holder_alive(holder) and holder.get("pid") != os.getpid():
+            return self._busy(holder, checked=holder.get("host") == socket.gethostname())
+        return None
 
     def _busy(self, holder: dict[str, Any], checked: bool = True) -> TrialBusy:
         who = (f"run pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}"

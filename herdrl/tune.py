@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from herdrl.checkpoint import TUNE_SUBDIR
-from herdrl.errors import ConfigError
+from herdrl.errors import ConfigError, HerdError
 from herdrl.results import Result, flat_name
 
 
@@ -371,6 +371,13 @@ def _check_fits(trainable: type, config_class: type, config: Mapping[str, Any]) 
             fixed[name] = value
     resolved = config_class.from_dict(fixed)
     runners, cpus = resolved.num_env_runners, resolved.num_cpus_per_env_runner
+    if runners:  # before the totals: their advice (fewer runners) cannot help a runner no node can hold
+        from herdrl.cluster.connect import check_fits_one_node
+        from herdrl.rollout.group import runner_keys
+
+        address = os.environ.get("RAY_ADDRESS")  # connect() set it when it joined a cluster
+        check_fits_one_node(runner_keys(resolved),
+                            f"the Ray cluster at {address}" if address else "this machine's private Ray")
     bundles = trainable.default_resource_request(fixed).bundles  # what Tune will ask the cluster for
     need_cpu, need_gpu = (sum(b.get(k, 0.0) for b in bundles) for k in ("CPU", "GPU"))
     have_cpu, have_gpu = (ray.cluster_resources().get(k, 0.0) for k in ("CPU", "GPU"))
@@ -485,7 +492,7 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     trainable = _trainable(config_class.algo_name)
     try:
         _check_fits(trainable, config_class, config)
-    except ConfigError:
+    except HerdError:  # (ClusterError too: a runner no node can hold)
         if owns:
             disconnect()
         raise

@@ -53,6 +53,8 @@ def test_quiet_prints_only_the_summary_and_names_are_settable(tmp_path, capsys):
     (["train", "ppo"], "no env set"),
     (["train", "--env", "CartPole-v1"], "no algorithm"),
     (["train", "ppo", "--env", "CartPole-v1", "-f", "missing.yaml"], "experiment file 'missing.yaml' not found"),
+    (["train", "ppo", "--env", "CartPole-v1", "--checkpoint-every", "-1"],
+     "--checkpoint-every got -1; expected a number of iterations >= 1, or 0 (only at the end)"),
 ])
 def test_bad_input_gives_one_clear_line_and_exit_2(tmp_path, capsys, argv, message):
     assert main([*argv, "--output", str(tmp_path)]) == 2
@@ -268,3 +270,17 @@ def test_yaml_syntax_errors_say_the_file_line_and_column_and_what_is_wrong(tmp_p
                                            r"'\]', but got '<stream end>' \(while parsing a flow sequence that "
                                            r"starts at line 2, column 10\)"):
         load_hosts(hosts)
+
+
+def test_checkpoint_every_zero_means_only_at_the_end_in_the_library_too(tmp_path):
+    """The library takes what its message says (and the CLI's --checkpoint-every takes): 0 or None, only at the
+    end; below 0 is refused, naming both."""
+    from herdrl.algorithms.ppo import PPOConfig
+    from herdrl.experiment import run_experiment
+
+    config = PPOConfig().environment("CartPole-v1").training(train_batch_size=128, minibatch_size=64)
+    with pytest.raises(ConfigError, match=r"checkpoint_every got -1; expected an int >= 1, or 0 or None"):
+        run_experiment(config, checkpoint_every=-1, output=tmp_path, quiet=True)
+    outcome = run_experiment(config, stop={"training_iteration": 3}, checkpoint_every=0, output=tmp_path,
+                             quiet=True, tensorboard=False)
+    assert sorted(p.name for p in outcome.logdir.glob("checkpoint_*")) == ["checkpoint_000003"]

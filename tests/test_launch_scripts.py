@@ -168,3 +168,31 @@ def test_the_walltime_signal_lead_fits_the_walltime() -> None:
     again = slurm_script(_job(max_jobs=2, driver=["herd", "train", "-f", "x.yaml", "--resume"]))
     assert "resume=()  # the driver resumes by itself" in again and "--trial" not in again
     assert "resume=(--resume)" not in again
+
+
+def test_launches_in_the_same_second_each_get_their_own_folder_script_token_and_trial(tmp_path: Path, capsys,
+                                                                                       monkeypatch) -> None:
+    """Launch folders are named by the second: launches within one (the clock held still here) each get a folder of
+    their own, with their own script, token and chained trial name, and each chain resubmits its own script."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here: none is run
+    monkeypatch.setattr("time.strftime", lambda *_: "2026-01-01_00-00-00")
+    chain = ["launch", "slurm", "--no-submit", "--time", "01:00:00", "--max-jobs", "3", "--", "herd", "train", "ppo"]
+    assert main(chain[:3] + chain[5:]) == 2  # refused (--max-jobs needs --time): no folder is left behind
+    assert not list(tmp_path.glob("results/launch/*"))
+    capsys.readouterr()
+    for _ in range(6):
+        assert main(chain) == 0
+    scripts = [Path(m) for m in re.findall(r"herd launch: wrote (\S+);", capsys.readouterr().out)]
+    assert len(scripts) == 6 and len({s.parent for s in scripts}) == 6
+    assert all(s.parent.name.startswith("herd_2026-01-01_00-00-00") for s in scripts)  # the stamp stays readable
+    tokens = set()
+    for script in scripts:
+        text, folder = script.read_text(), script.parent
+        assert os.stat(folder).st_mode & 0o777 == 0o700
+        resubmits = re.findall(r"HERD_CHAIN_INDEX=\$\(\(chain_index \+ 1\)\) (\S+)\)", text)
+        assert resubmits == [str(folder / "job.sbatch")]
+        assert re.findall(r" train ppo --trial (\S+) ", text) == [folder.name]
+        assert f"RAY_AUTH_TOKEN_PATH={folder / 'ray_token'}\n" in text
+        tokens.add((folder / "ray_token").read_text())
+    assert len(tokens) == 6

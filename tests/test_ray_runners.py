@@ -468,3 +468,40 @@ def test_runners_the_cluster_cannot_place_in_time_are_one_line(monkeypatch):
                                            r"0 GPU\); lower num_env_runners or num_cpus_per_env_runner, "
                                            r"num_gpus_per_env_runner$"):
         ray_config(runners=2).env_runners(num_gpus_per_env_runner=0.5).build()
+
+
+def test_a_runner_larger_than_every_node_fails_at_once_naming_the_key(ray_session, monkeypatch, caplog):
+    """A runner's CPUs are reserved on one node: asking for more than the largest node has fails at once with one
+    line (key, value, the largest node's CPUs), even when the cluster's total would hold it (two 4-CPU nodes and a
+    6-CPU runner: the placement group used to wait a minute, then name 8 CPUs free). A private Ray is sized to hold
+    the runners: they start, and the note says what happens and what to do."""
+    import ray
+
+    from herdrl.cluster import ClusterError
+    from herdrl.rollout import group
+
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # joined (this process is on the session's Ray already)
+    node_cpus = ray_session.cluster_resources()["CPU"]  # one node: the session's
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match=rf"^num_cpus_per_env_runner={node_cpus + 1:g} is more than the largest "
+                                           rf"node of the Ray cluster at 10.0.0.1:6379 offers \({node_cpus:g} CPU\)"
+                                           rf".*; set num_cpus_per_env_runner to {node_cpus:g} or less"):
+        ray_config(runners=1).env_runners(num_cpus_per_env_runner=node_cpus + 1).build()
+    assert time.monotonic() - started < 10
+    nodes = [{"Alive": True, "Resources": {"CPU": 4.0, "GPU": 1.0}}, {"Alive": True, "Resources": {"CPU": 4.0,
+                                                                                           "GPU": 1.0}},
+             {"Alive": False, "Resources": {"CPU": 64.0, "GPU": 8.0}}]  # a dead node offers nothing
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0, "GPU": 2.0})
+    with pytest.raises(ClusterError, match=r"^num_cpus_per_env_runner=6 is more than .* offers \(4 CPU\)"):
+        group._check_room(ray_config(runners=1).env_runners(num_cpus_per_env_runner=6), 1, 6.0)
+    group._check_room(ray_config(runners=2).env_runners(num_cpus_per_env_runner=4), 2, 4.0)  # one per node: fits
+    with pytest.raises(ClusterError, match=r"^num_gpus_per_env_runner=2 is more than .* offers \(1 GPU\)"):
+        group._check_room(ray_config(runners=1).env_runners(num_gpus_per_env_runner=2), 1, 1.0)
+    monkeypatch.undo()  # the session's Ray again, as a private one (no address)
+    monkeypatch.setitem(group._said, "oversubscribed", False)
+    cores = os.cpu_count() or 1
+    with caplog.at_level("WARNING", logger="herdrl"):
+        group._check_room(ray_config(runners=1).env_runners(num_cpus_per_env_runner=cores + 1), 1, cores + 1.0)
+    assert (f"num_cpus_per_env_runner={cores + 1} is more than this machine's {cores} cores: the private Ray starts "
+            f"the runners anyway" in caplog.text and f"set it to {cores} or less" in caplog.text)

@@ -60,6 +60,24 @@ def test_more_runners_than_the_cluster_holds_fail_at_once(cluster, tmp_path):
     assert time.time() - start < 40
 
 
+
+def test_a_runner_larger_than_every_node_fails_at_once(cluster, tmp_path):
+    """Two 1-CPU nodes hold 2 CPUs, but not a 2-CPU runner (its CPUs are reserved on one node): one line naming the
+    key, the value and the largest node's CPUs, at once (the placement group used to wait a minute first)."""
+    import time
+
+    herd = str(Path(sys.executable).parent / "herd")
+    start = time.time()
+    out = subprocess.run(
+        [herd, "train", "ppo", "--env", "CartPole-v1", "--address", cluster.address, "--node-ip-address",
+         "127.0.0.2", "--num-env-runners", "1", "--config", "num_cpus_per_env_runner=2", "--stop-iters", "1",
+         "--output", str(tmp_path)], env=cluster.env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert (f"num_cpus_per_env_runner=2 is more than the largest node of the Ray cluster at {cluster.address} offers "
+            "(1 CPU)" in last and "set num_cpus_per_env_runner to 1 or less" in last), last
+    assert time.time() - start < 40
+
 def test_working_dir_ships_data_files_to_the_nodes(cluster, tmp_path):
     """--working-dir: a data file next to the user's env code is readable on the runners' nodes."""
     project = tmp_path / "project"

@@ -95,6 +95,8 @@ def test_without_flock_the_holders_pid_decides(tmp_path, monkeypatch, caplog):
     lock_file.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getppid(), "started": "x"}))
     with pytest.raises(TrialBusy, match=f"in use by run pid {os.getppid()}"):
         TrialLock(tmp_path).acquire()
+    with pytest.raises(TrialBusy, match=f"in use by run pid {os.getppid()}"):
+        TrialLock(tmp_path).check_free()  # the quick look before work decides the same way
     dead = subprocess.Popen(["true"])
     dead.wait()
     lock_file.write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid, "started": "x"}))
@@ -106,3 +108,28 @@ def test_without_flock_the_holders_pid_decides(tmp_path, monkeypatch, caplog):
     lock_file.write_text(json.dumps({"host": "elsewhere", "pid": 1, "started": "x"}))
     with pytest.raises(TrialBusy, match="if that run is gone, delete"):
         TrialLock(tmp_path).acquire()
+
+
+def test_resuming_a_live_trial_before_its_first_checkpoint_says_it_is_in_use(tmp_path, monkeypatch, capsys):
+    """A running trial that has not checkpointed yet is in use, not abandoned: --resume names the run holding it
+    (the lock is per open file, so this process's own look is refused too), and says "no checkpoint" only once
+    the trial is free."""
+    import os
+    import socket
+
+    from herdrl.cli import main
+    from herdrl.trial_dir import TrialLock
+
+    monkeypatch.chdir(tmp_path)
+    trial = tmp_path / "results" / "CartPole-v1" / "T"
+    trial.mkdir(parents=True)
+    (trial / "params.json").write_text(json.dumps({"algorithm": "PPO"}))
+    resume = ["train", "ppo", "--env", "CartPole-v1", "--resume", "--quiet"]
+    with TrialLock(trial):
+        for extra in ([], ["--trial", "T"]):  # the newest trial, or the one named
+            assert main([*resume, *extra]) == 2
+            err = capsys.readouterr().err
+            assert f"is in use by run pid {os.getpid()} on {socket.gethostname()}" in err, err
+            assert len(err.strip().splitlines()) == 1
+    assert main([*resume, "--trial", "T"]) == 2
+    assert "has no valid checkpoint; start it again without --resume" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import pytest
 
 from herdrl import ConfigError, tune
 from herdrl.cli import main
+from herdrl.errors import HerdError
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -101,6 +102,22 @@ def test_a_trial_the_cluster_can_never_hold_fails_at_once(tmp_path):
                  config={"env": "CartPole-v1", "num_workers": tune.grid_search([1, 4]), "num_gpus": 0})
     assert time.time() - start < 10
 
+
+
+def test_a_runner_no_node_can_hold_fails_at_once_naming_the_key(tmp_path, monkeypatch):
+    """A runner's bundle is placed on one node: asking for more CPUs than the largest has fails at once with the
+    key, the value and the node's CPUs (not the totals' advice of 0 runners; Tune alone would wait forever)."""
+    import ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    node_cpus = ray.cluster_resources()["CPU"]  # the session's Ray: one node
+    start = time.time()
+    with pytest.raises(HerdError, match=rf"^num_cpus_per_env_runner={node_cpus + 1:g} is more than the largest node "
+                                        rf"of this machine's private Ray offers \({node_cpus:g} CPU\).*; set "
+                                        rf"num_cpus_per_env_runner to {node_cpus:g} or less"):
+        tune.run("PPO", name="too-wide", stop={"training_iteration": 1}, storage_path=tmp_path, verbose=0,
+                 config={"env": "CartPole-v1", "num_workers": 1, "num_cpus_per_worker": node_cpus + 1})
+    assert time.time() - start < 10
 
 def test_asha_stops_a_bad_trial_early(tmp_path):
     analysis = tune.run(

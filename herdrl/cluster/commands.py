@@ -172,11 +172,9 @@ def launch(args: argparse.Namespace) -> int:
     raise ClusterError(f"unknown launcher {args.launch_kind}")
 
 
-def _batch_job(args: argparse.Namespace) -> Any:
+def _batch_job(args: argparse.Namespace, launch_dir: Path) -> Any:
     from herdrl.cluster.scripts import BatchJob
 
-    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-    launch_dir = (Path(args.output) / "launch" / f"{args.job_name}_{stamp}").resolve()
     return BatchJob(driver=_driver(args), launch_dir=launch_dir, workdir=Path.cwd(), nodes=args.nodes,
                     node_options=_node_options(args), time=args.time, partition=args.queue, account=args.account,
                     job_name=args.job_name, setup=list(args.setup), unset_ld_preload=args.unset_ld_preload,
@@ -184,23 +182,33 @@ def _batch_job(args: argparse.Namespace) -> Any:
 
 
 def _batch(args: argparse.Namespace) -> int:
-    """Write the Slurm or PBS script into OUTPUT/launch/NAME_STAMP/ and run, submit or print it."""
+    """Write the Slurm or PBS script into a launch folder of its own, OUTPUT/launch/NAME_STAMP[_N]/, and run,
+    submit or print it."""
     from herdrl.cluster import scripts
-    from herdrl.cluster.nodes import AUTH_TOKEN_FILE, write_token
+    from herdrl.cluster.nodes import AUTH_TOKEN_FILE, private_dir, write_token
+    from herdrl.trial_dir import create_unique_dir
 
-    job = _batch_job(args)
     slurm = args.launch_kind == "slurm"
     if slurm and args.wait and (not args.submit or args.dry_run):
         raise ClusterError("--wait waits for a submitted job: drop --no-submit/--dry-run, or --wait")
-    text = scripts.slurm_script(job) if slurm else scripts.pbs_script(job, args.launcher, args.flavor,
-                                                                        args.launcher_args)
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    launch_dir = (Path(args.output) / "launch" / f"{args.job_name}_{stamp}").resolve()
+    if not args.dry_run:
+        # Every launch its own folder (script, token, chained trial name): launches in the same second get _2, _3,
+        # ... The folder is created private (0700) in one step: it holds the cluster's token until the job starts.
+        launch_dir = create_unique_dir(launch_dir, mode=0o700)
+    try:
+        job = _batch_job(args, launch_dir)
+        text = scripts.slurm_script(job) if slurm else scripts.pbs_script(job, args.launcher, args.flavor,
+                                                                            args.launcher_args)
+    except BaseException:
+        if not args.dry_run:
+            launch_dir.rmdir()  # refused options leave no empty launch folder behind
+        raise
     if args.dry_run:
         print(text, end="")
         return 0
-    from herdrl.cluster.nodes import private_dir
-
-    job.launch_dir.parent.mkdir(parents=True, exist_ok=True)
-    private_dir(job.launch_dir)  # it holds the cluster's token until the job starts, maybe hours later
+    private_dir(job.launch_dir)  # checks what was made is ours alone
     path = job.launch_dir / ("job.sbatch" if slurm else "job.pbs")
     path.write_text(text)
     if slurm:

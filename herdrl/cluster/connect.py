@@ -113,6 +113,24 @@ def check_speaks_grpc(address: str, timeout_s: float = 10.0) -> None:
                            "port (the head's GCS port, 6379 unless changed)")
 
 
+def check_fits_one_node(wants: dict[str, tuple[str, float]], where: str) -> None:
+    """Raise :class:`ClusterError` when one actor's reservation (config key -> (Ray resource, amount)) is more than
+    the largest alive node of the connected Ray offers: Ray reserves an actor's resources on one node, so it could
+    never be placed, however much the whole cluster has (a placement group would wait for it, then time out).
+    ``where``: the cluster, as the message names it ("the Ray cluster at HOST:PORT"). A resource no node has at all
+    is left to the caller's check of the cluster's totals (its message says that)."""
+    import ray
+
+    nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
+    for key, (resource, want) in wants.items():
+        largest = max((node.get(resource, 0.0) for node in nodes), default=0.0)
+        if 0 < largest < want:
+            raise ClusterError(f"{key}={want:g} is more than the largest node of {where} offers ({largest:g} "
+                               f"{resource}): a runner's {resource} is reserved on one node, so no runner could "
+                               f"ever be placed; set {key} to {largest:g} or less, or add a node with {want:g} "
+                               f"{resource}")
+
+
 def connect(config: Any, num_cpus: float | None = None) -> bool:
     """Make sure this process is connected to Ray as ``config`` asks; no-op when it already is.
 

@@ -208,6 +208,12 @@ def runner_bundle(config: AlgorithmConfig) -> dict[str, float]:
     return {"CPU": float(config.num_cpus_per_env_runner), **({"GPU": gpus} if gpus else {})}
 
 
+def runner_keys(config: AlgorithmConfig) -> dict[str, tuple[str, float]]:
+    """What one Ray runner reserves, by config key: key -> (Ray resource, amount)."""
+    return {"num_cpus_per_env_runner": ("CPU", float(config.num_cpus_per_env_runner)),
+            "num_gpus_per_env_runner": ("GPU", float(config.num_gpus_per_env_runner))}
+
+
 def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
     """A joined cluster that can never hold the runners fails now, not after a minute of waiting; a private Ray
     holds them all (it offers a CPU per runner) and oversubscribes the cores on purpose: say so once."""
@@ -216,6 +222,7 @@ def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
     import ray
 
     from herdrl.cluster import ClusterError
+    from herdrl.cluster.connect import check_fits_one_node
 
     if ray.util.get_current_placement_group() is not None:
         return  # inside a Tune trial: its placement group already holds the runners
@@ -229,6 +236,8 @@ def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
             f"{f'at {joined} ' if joined else '(private, this machine) '}has {have_gpus:g}: set "
             "num_gpus_per_env_runner=0 (CPU inference) or a fraction that fits, or add GPU nodes")
     if joined and os.environ.get("HERD_CLUSTER_AUTOSCALES", "0") != "1":
+        if count:
+            check_fits_one_node(runner_keys(config), f"the Ray cluster at {joined}")
         have = ray.cluster_resources().get("CPU", 0.0)
         if count * cpus > have:
             raise ClusterError(
@@ -244,9 +253,15 @@ def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
                 "add nodes")
     elif count * cpus > (os.cpu_count() or 1) and not _said["oversubscribed"]:
         _said["oversubscribed"] = True
-        logger.warning("herdrl: note: %d env runners on %d cores: the private Ray offers a CPU per runner, so the "
-                       "cores are shared (latency-bound envs gain from it; CPU-bound envs gain nothing past %d)",
-                       count, os.cpu_count() or 1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+        if cpus > cores:  # the private Ray is sized to hold the runners (connect()): they start, on fewer cores
+            logger.warning("herdrl: note: num_cpus_per_env_runner=%g is more than this machine's %d cores: the private "
+                           "Ray starts the runners anyway, sharing the %d cores (on a cluster each runner needs a node "
+                           "with %g CPUs); set it to %d or less to reserve real cores", cpus, cores, cores, cpus, cores)
+        else:
+            logger.warning("herdrl: note: %d env runners on %d cores: the private Ray offers the %g CPUs they reserve, "
+                           "so the cores are shared (latency-bound envs gain from it; CPU-bound envs gain nothing past "
+                           "%d)", count, cores, count * cpus, cores)
 
 
 class RayRunnerGroup:
