@@ -191,3 +191,24 @@ def test_a_damaged_session_tag_never_reaches_a_shell_line(tmp_path: Path, monkey
     (tmp_path / "clusters" / "c" / "state.json").write_text(json.dumps({"address": "x:1", "session": "a;rm -rf ~"}))
     with pytest.raises(ClusterError, match="damaged session tag"):
         hosts.down(spec)
+
+
+def test_detached_runs_started_in_the_same_second_get_their_own_logs(tmp_path: Path, monkeypatch, capsys) -> None:
+    from herdrl.cluster import hosts as hosts_module
+
+    path = tmp_path / "hosts.yaml"
+    path.write_text("head: 10.0.0.1\nworkers: []\n")
+    hosts = load_hosts(path)
+    scripts: list[str] = []
+
+    def run(hosts, host, remote, stdin=None, timeout=300):  # the head's shell: echo the log's path
+        scripts.append(remote)
+        return "/w/" + re.search(r"> (herd-train-\S+\.log) 2>&1", remote).group(1) + "\n"
+
+    monkeypatch.setattr(hosts_module, "_state", lambda hosts: {"address": "10.0.0.1:6379"})
+    monkeypatch.setattr(hosts_module, "_run", run)
+    monkeypatch.setattr(hosts_module.time, "strftime", lambda fmt, *a: "2026-12-07_12-00-00")  # one second
+    for _ in range(5):
+        assert hosts_module.train_on_head(hosts, ["ppo", "--env", "CartPole-v1"], detach=True) == 0
+    logs = re.findall(r"its output: (\S+)", capsys.readouterr().out)
+    assert len(logs) == 5 and len(set(logs)) == 5, logs

@@ -363,7 +363,8 @@ def train_on_head(hosts: HostsFile, train_args: list[str], detach: bool = False)
     command = shlex.join(["herd", "train", *args])
     results = _output_of(train_args)
     if detach:
-        log = f"herd-train-{time.strftime('%Y-%m-%d_%H-%M-%S')}.log"
+        # (a random tail: two detached runs started in the same second must not share a log)
+        log = f"herd-train-{time.strftime('%Y-%m-%d_%H-%M-%S')}-{secrets.token_hex(3)}.log"
         out = _run(hosts, hosts.head, hosts.script(
             f"mkdir -p {workdir} && cd {workdir}", f"nohup {command} > {log} 2>&1 < /dev/null &",
             f'echo "$PWD/{log}"', token_of=0))
