@@ -198,6 +198,18 @@ def normalize_policies(policies: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def agent_ids(env: Any, env_config: dict | None = None) -> list[str]:
+    """The possible agents of a multi-agent env (one copy made to ask, then closed): the policies
+    ``policy_mapping_fn="per_agent"`` makes when no ``policies`` are given."""
+    from herdrl.env.multi_agent import make_agent_env
+
+    agent_env = make_agent_env(env, env_config)
+    try:
+        return list(agent_env.possible_agents)
+    finally:
+        agent_env.close()
+
+
 def trained_policies(config: Any) -> list[str]:
     """The ids of the policies that learn, sorted: every learner updates them in this order."""
     policies = config.policies or {}
