@@ -8,7 +8,8 @@
 * ``policy_mapping_fn(agent_id, episode, **kwargs) -> policy id``, called when an agent first appears in an
   episode (its policy is kept for the episode); ``episode`` is an :class:`EpisodeInfo`. Instead of a function:
   ``"shared"`` (every agent plays the one policy: parameter sharing), ``"per_agent"`` (each agent its own
-  policy, named as the agent), ``"self_play"`` (below) or a dict ``agent_id -> policy id``. Default: the one
+  policy, named as the agent; without ``policies``, those policies are made, with each agent's spaces),
+  ``"self_play"`` (below) or a dict ``agent_id -> policy id``. Default: the one
   policy if there is one, else ``"per_agent"`` when the policy ids are the agent ids;
 * ``policies_to_train``: the policies that learn (default: all but self-play snapshots); the others act with the
   weights they have (fixed opponents, frozen snapshots).
