@@ -709,7 +709,7 @@ class AlgorithmConfig:
         """Whether this run trains policies for the agents of a PettingZoo env."""
         from herdrl.env.multi_agent import is_pettingzoo_id
 
-        return self.policies is not None or is_pettingzoo_id(self.env)
+        return self.policies is not None or self.policy_mapping_fn is not None or is_pettingzoo_id(self.env)
 
     def debugging(self, *, seed: int | None = None, **kwargs: Any) -> AlgorithmConfig:
         """Set ``seed`` (same seed in-process -> identical results)."""
@@ -784,10 +784,11 @@ class AlgorithmConfig:
         self.schedules()  # a named decay without steps: one line
         self._validate_model(self.model)
         if self.is_multi_agent:
-            from herdrl.multi_agent import DEFAULT_POLICY, validate_multi_agent
+            from herdrl.multi_agent import DEFAULT_POLICY, agent_ids, validate_multi_agent
 
-            if self.policies is None:  # a PettingZoo env named by its module: one policy for every agent
-                self._values["policies"] = [DEFAULT_POLICY]
+            if self.policies is None:  # one policy for every agent; 'per_agent': one per agent, named as it
+                self._values["policies"] = (agent_ids(self.env, self.env_config)
+                                            if self.policy_mapping_fn == "per_agent" else [DEFAULT_POLICY])
             validate_multi_agent(self)
         elif self.centralized_critic:
             raise ConfigError("centralized_critic=True is for multi-agent runs (.multi_agent(policies=...)): a "

@@ -8,7 +8,8 @@
 * ``policy_mapping_fn(agent_id, episode, **kwargs) -> policy id``, called when an agent first appears in an
   episode (its policy is kept for the episode); ``episode`` is an :class:`EpisodeInfo`. Instead of a function:
   ``"shared"`` (every agent plays the one policy: parameter sharing), ``"per_agent"`` (each agent its own
-  policy, named as the agent), ``"self_play"`` (below) or a dict ``agent_id -> policy id``. Default: the one
+  policy, named as the agent; without ``policies``, those policies are made, with each agent's spaces),
+  ``"self_play"`` (below) or a dict ``agent_id -> policy id``. Default: the one
   policy if there is one, else ``"per_agent"`` when the policy ids are the agent ids;
 * ``policies_to_train``: the policies that learn (default: all but self-play snapshots); the others act with the
   weights they have (fixed opponents, frozen snapshots).
@@ -196,6 +197,18 @@ def normalize_policies(policies: Any) -> dict[str, dict[str, Any]]:
             raise ConfigError(f"policy '{pid}' config got {spec['config']!r}; expected a dict of learning keys")
         out[pid] = {key: value for key, value in spec.items() if value is not None and value != {}}
     return out
+
+
+def agent_ids(env: Any, env_config: dict | None = None) -> list[str]:
+    """The possible agents of a multi-agent env (one copy made to ask, then closed): the policies
+    ``policy_mapping_fn="per_agent"`` makes when no ``policies`` are given."""
+    from herdrl.env.multi_agent import make_agent_env
+
+    agent_env = make_agent_env(env, env_config)
+    try:
+        return list(agent_env.possible_agents)
+    finally:
+        agent_env.close()
 
 
 def trained_policies(config: Any) -> list[str]:

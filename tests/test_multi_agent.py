@@ -155,6 +155,41 @@ def test_bad_mappings_name_the_agent_and_the_policies():
         solo().environment("relay").multi_agent(policies={"p"}).validate()
 
 
+def test_per_agent_without_policies_gives_each_agent_a_policy_of_its_own_spaces_that_learns_and_acts_for_it():
+    """policy_mapping_fn='per_agent' and no policies: a policy per agent, named as it. On MPE's speaker and listener
+    (other observations and actions) each has its agent's spaces, as the env gives them, and an iteration moves
+    each one's weights, and compute_actions acts for each agent with its policy; on the relay each policy's rows
+    are its agent's (the id bit they show)."""
+    from mpe2 import simple_speaker_listener_v4
+
+    env = simple_speaker_listener_v4.parallel_env()
+    config = (PPOConfig().environment("mpe2.simple_speaker_listener_v4", env_config={"max_cycles": 10})
+              .training(train_batch_size=40, minibatch_size=40, num_epochs=1).multi_agent(policy_mapping_fn="per_agent")
+              .debugging(seed=0))
+    algo = config.build()
+    assert sorted(algo.policies) == sorted(env.possible_agents) == ["listener_0", "speaker_0"]
+    for agent in env.possible_agents:
+        assert algo.observation_space[agent] == env.observation_space(agent)
+        assert algo.action_space[agent] == env.action_space(agent)
+    before = {pid: {k: v.clone() for k, v in algo.module[pid].state_dict().items()} for pid in algo.policies}
+    algo.train()
+    for pid in algo.policies:
+        after = algo.module[pid].state_dict()
+        assert any(not torch.equal(after[k], before[pid][k]) for k in after), pid
+    observations, _ = env.reset(seed=0)  # (the two agents' observations differ in size: each needs its own policy)
+    for agent, action in algo.compute_actions(observations).items():
+        assert env.action_space(agent).contains(action)
+    algo.stop()
+
+    relay = relay_config(policy_mapping_fn="per_agent")
+    relay.validate()
+    assert sorted(relay.policies) == ["a0", "a1"]
+    runner = MultiAgentEnvRunner(relay)
+    for pid, part in runner.sample(16).policies.items():
+        assert part.valid.any() and (part.obs[:-1][part.valid][:, 1] == (pid == "a1")).all()
+    runner.stop()
+
+
 LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
 
 
@@ -984,6 +1019,31 @@ def test_centralised_critics_learn_beside_actors_that_see_their_own_observations
     if algo_name == "PPO":
         assert results[-1]["episode_return_mean"] > 10
     algo.stop()
+
+
+def test_a_centralised_critics_checkpoint_of_dict_observations_restores_as_it_trained_and_evaluates(tmp_path,
+                                                                                                    capsys):
+    """Tic-tac-toe's agents observe a Dict (board, action mask): the checkpoint holds it with the global state
+    beside. from_checkpoint rebuilds the spaces the run trained with (the state added once, not twice) and its
+    weights, and herd evaluate plays the checkpoint. (Box observations: tests/test_examples.py, MAPPO's example.)"""
+    from herdrl.cli import main
+
+    algo = (PPOConfig().environment("pettingzoo/classic/tictactoe-v3").env_runners(num_envs_per_env_runner=2)
+            .training(train_batch_size=64, minibatch_size=32, num_epochs=1)
+            .multi_agent(policies={"main"}, centralized_critic=True).debugging(seed=0)).build()
+    algo.train()
+    assert set(algo.observation_space["main"].spaces) == {"action_mask", "observation", "global_state"}
+    path = algo.save(tmp_path / "ckpt")
+    weights = algo.get_weights()
+    algo.stop()
+    restored = herdrl.Algorithm.from_checkpoint(path)
+    assert restored.observation_space == algo.observation_space
+    assert restored.get_weights().keys() == weights.keys()
+    assert all(np.array_equal(restored.get_weights()[k], v) for k, v in weights.items())
+    restored.stop()
+    capsys.readouterr()
+    assert main(["evaluate", str(path), "--episodes", "2", "--seed", "0"]) == 0, capsys.readouterr().err
+    assert "2 episodes (greedy)" in capsys.readouterr().out
 
 
 def test_a_centralised_critic_is_refused_where_the_algorithm_has_none():

@@ -777,6 +777,7 @@ class Algorithm:
         ``config_overrides`` only (``address=...``; the checkpoint's are dropped), and a checkpoint env of the
         ``module:EnvId`` form (which imports ``module``) is made only when passed here too: ``env="module:EnvId"``.
         """
+        from herdrl.multi_agent import actor_observation_space
         from herdrl.registry import get_config_class
 
         meta = read_meta(Path(path))
@@ -786,7 +787,10 @@ class Algorithm:
         if config.policies is not None:  # multi-agent: each policy keeps the spaces it was trained with, its keys
             spaces = {kind: space_from_json(meta["spaces"][kind]) for kind in ("observation", "action")}
             own = config.policies if isinstance(config.policies, dict) else {}  # (a list before herdrl 0.4)
-            config.policies = {pid: {"observation_space": spaces["observation"][pid],
+            # A policy's spec names its agents' own observations; the checkpoint holds what the policy stores,
+            # which with a centralised critic has the global state beside them (the runners add it again).
+            agent_space = actor_observation_space if config.centralized_critic else (lambda space: space)
+            config.policies = {pid: {"observation_space": agent_space(spaces["observation"][pid]),
                                      "action_space": spaces["action"][pid],
                                      **({"config": own[pid]["config"]} if (own.get(pid) or {}).get("config")
                                         else {})} for pid in config.policies}
