@@ -786,9 +786,12 @@ class AlgorithmConfig:
         if self.is_multi_agent:
             from herdrl.multi_agent import DEFAULT_POLICY, agent_ids, validate_multi_agent
 
+            mapping = self.policy_mapping_fn
             if self.policies is None:  # one policy for every agent; 'per_agent': one per agent, named as it
-                self._values["policies"] = (agent_ids(self.env, self.env_config)
-                                            if self.policy_mapping_fn == "per_agent" else [DEFAULT_POLICY])
+                self._values["policies"] = (agent_ids(self.env, self.env_config) if mapping == "per_agent"
+                                            # a dict agent -> policy: the policies it names
+                                            else sorted(set(mapping.values())) if isinstance(mapping, dict)
+                                            else [DEFAULT_POLICY])
             validate_multi_agent(self)
         elif self.centralized_critic:
             raise ConfigError("centralized_critic=True is for multi-agent runs (.multi_agent(policies=...)): a "

@@ -188,6 +188,14 @@ def test_per_agent_without_policies_gives_each_agent_a_policy_of_its_own_spaces_
     for pid, part in runner.sample(16).policies.items():
         assert part.valid.any() and (part.obs[:-1][part.valid][:, 1] == (pid == "a1")).all()
     runner.stop()
+    # a dict agent -> policy and no policies: the policies it names, each agent's rows its own policy's
+    relay = relay_config(policy_mapping_fn={"a0": "left", "a1": "right"})
+    relay.validate()
+    assert sorted(relay.policies) == ["left", "right"]
+    runner = MultiAgentEnvRunner(relay)
+    for pid, part in runner.sample(16).policies.items():
+        assert part.valid.any() and (part.obs[:-1][part.valid][:, 1] == (pid == "right")).all()
+    runner.stop()
 
 
 LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
