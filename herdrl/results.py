@@ -9,6 +9,7 @@ get). Reading it with an RLlib script's key works too::
     result["evaluation"]["env_runners"]["episode_return_mean"]   # evaluation/episode_return_mean
     result["env_runners"]["my_metric"]                # a callback's custom metric: env_runners/my_metric
     result["custom_metrics"]["ret_mean"]              # the old stack's episode.custom_metrics: custom_metrics/...
+    result["learners"]["default_policy"]["policy_loss"]   # RLlib's new stack nests the learner's metrics by module
 
 Those names are answered on reading (``[]``, ``get``, ``in``) and never stored, so nothing is written twice.
 :func:`flat_name` maps them (and their ``/``-joined forms, as Tune names nested metrics) to herdrl's keys: what
@@ -38,6 +39,21 @@ ENV_RUNNER_KEYS = ("episode_return_mean", "episode_return_min", "episode_return_
                    "num_healthy_env_runners", "num_env_runner_restarts", "num_agent_steps_sampled",
                    "num_agent_steps_sampled_lifetime")
 
+#: RLlib's module id of a single-agent run's module, and the key of metrics over all modules.
+DEFAULT_MODULE_ID, ALL_MODULES = "default_policy", "__all_modules__"
+
+#: Keys of a single-agent row that are not the learner's (the runners', the driver's, the clock's and Tune's own):
+#: ``result["learners"]`` holds the others (the learner's metrics and the scheduled hyperparameters).
+NOT_LEARNER_KEYS = frozenset(ENV_RUNNER_KEYS) | {
+    "training_iteration", "env_steps_per_s", "num_fragments_lost", "num_env_runners_waiting", "num_extra_fragments",
+    "num_nodes_lost", "num_learner_restarts", "num_learner_updates_lost", "object_store_bytes",
+    "object_store_fraction", "fragment_bytes_per_env_step", "policy_frozen", "time_this_iter_s", "time_total_s",
+    "sample_time_s", "learn_time_s",
+    # what Ray Tune adds to a trial's rows
+    "timestamp", "date", "done", "trial_id", "hostname", "node_ip", "pid", "time_since_restore",
+    "iterations_since_restore", "timesteps_since_restore", "checkpoint_dir_name", "config", "should_checkpoint",
+    "experiment_tag"}
+
 
 def flat_name(name: str) -> str:
     """herdrl's key for an RLlib result name: ``episode_reward_mean`` -> ``episode_return_mean``,
@@ -46,6 +62,10 @@ def flat_name(name: str) -> str:
     prefix = ""
     if name.startswith("evaluation/"):
         prefix, name = "evaluation/", name[len("evaluation/"):]
+    if name.startswith("learners/"):  # learners/<module>/<key>: a single-agent row's <key>, else <module>/<key>
+        module, _, inner = name[len("learners/"):].partition("/")
+        if inner:
+            return prefix + (inner if module in (DEFAULT_MODULE_ID, ALL_MODULES) else f"{module}/{inner}")
     if name.startswith("env_runners/"):
         inner = name[len("env_runners/"):]
         if inner in ENV_RUNNER_KEYS or inner in ALIASES:  # else a custom metric, kept as env_runners/<key>
@@ -60,6 +80,8 @@ class Result(dict):
         if key == "env_runners":  # herdrl's runner keys, and custom metrics logged in runners (env_runners/<key>)
             return Result({**{k: dict.__getitem__(self, k) for k in ENV_RUNNER_KEYS if dict.__contains__(self, k)},
                            **self._group("env_runners/")})
+        if key == "learners":
+            return Result(self._learners())
         if isinstance(key, str) and "/" not in key:  # a group of keys: evaluation/..., custom_metrics/...
             inner = self._group(f"{key}/")
             if inner:
@@ -69,6 +91,23 @@ class Result(dict):
             if flat != key and dict.__contains__(self, flat):
                 return dict.__getitem__(self, flat)
         raise KeyError(key)
+
+    def _learners(self) -> dict[str, Result]:
+        """RLlib's ``result["learners"]``: module id -> its learner metrics. A single-agent row's module is
+        ``default_policy`` (``__all_modules__`` the same); a multi-agent row's are its policies, each with its
+        ``<policy>/<key>`` metrics and ``<key>/<policy>`` scheduled values."""
+        policies = sorted(self._group("policy_return_mean/"))
+        if not policies:
+            own = Result({k: v for k, v in self.items() if isinstance(k, str) and "/" not in k
+                          and k not in NOT_LEARNER_KEYS})
+            return {DEFAULT_MODULE_ID: own, ALL_MODULES: own}
+        return {pid: Result({**self._group(f"{pid}/"), **{k[:-len(pid) - 1]: v for k, v in self.items()
+                                                          if isinstance(k, str) and k.endswith(f"/{pid}")
+                                                          and "/" not in k[:-len(pid) - 1]
+                                                          and k.split("/")[0] not in ("agent_return_mean",
+                                                                                      "policy_return_mean",
+                                                                                      "score_vs_random")}})
+                for pid in policies}
 
     def _group(self, prefix: str) -> dict[str, Any]:
         return {k[len(prefix):]: v for k, v in self.items() if isinstance(k, str) and k.startswith(prefix)}
@@ -88,3 +127,15 @@ class Result(dict):
         except KeyError:
             return False
         return True
+
+
+class EvaluationResult(Result):
+    """What ``algo.evaluate()`` returns: herdrl's ``evaluation/...`` keys, also read as RLlib's ``evaluate()``
+    nests them, without the prefix: ``["env_runners"]["episode_return_mean"]``, ``["episode_reward_mean"]``."""
+
+    def __missing__(self, key: Any) -> Any:
+        if isinstance(key, str) and not key.startswith("evaluation"):
+            inner = Result(self._group("evaluation/"))
+            if key in inner:
+                return inner[key]
+        return super().__missing__(key)
