@@ -225,3 +225,30 @@ def test_get_module_and_a_weights_round_trip_change_what_another_algorithm_compu
         other.set_weights({**trained.get_weights(), "nope": np.zeros(1)})
     trained.stop()
     other.stop()
+
+
+def test_a_multi_agent_run_answers_by_policy_id():
+    import herdrl
+    from herdrl.env.testing import CueRelay
+
+    herdrl.register_env("relay", lambda cfg: CueRelay(cfg))
+
+    def build(seed):
+        return (PPOConfig().environment("relay").env_runners(num_envs_per_env_runner=2)
+                .training(train_batch_size=128, minibatch_size=64)
+                .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda agent, episode, **kw: "p" + agent[1])
+                .debugging(seed=seed).build())
+
+    algo, other = build(0), build(1)
+    row = algo.train()
+    assert set(row["learners"]) == {"p0", "p1"}
+    assert row["learners"]["p1"]["policy_loss"] == row["p1/policy_loss"] and row["learners"]["p0"]["lr"] == row["lr/p0"]
+    assert isinstance(algo.get_module("p0"), torch.nn.Module) and algo.get_module("default_policy") is None
+    mine, theirs = algo.get_weights(["p0", "p1"]), other.get_weights(["p0", "p1"])
+    other.set_weights({"p0": mine["p0"]})  # one policy's: the other keeps its own
+    now = other.get_weights(["p0", "p1"])
+    assert all(np.array_equal(now["p0"][k], v) for k, v in mine["p0"].items())
+    assert all(np.array_equal(now["p1"][k], v) for k, v in theirs["p1"].items())
+    assert any(not np.array_equal(now["p1"][k], v) for k, v in mine["p1"].items())
+    algo.stop()
+    other.stop()
