@@ -358,6 +358,34 @@ def read_tensors(path: Path) -> dict[str, Any]:
                               "short?); refusing to load it") from None
 
 
+class CheckpointPath(type(Path())):
+    """The folder ``Algorithm.save()`` wrote, a :class:`~pathlib.Path`, that also reads as what RLlib's ``save()``
+    returns: ``.checkpoint.path`` (a str, as Ray's ``Checkpoint``), ``.metrics`` (the algorithm's last row)."""
+
+    metrics: Any = None  # (set on the path save() returns; paths derived from it have none)
+
+    @property
+    def checkpoint(self) -> CheckpointPath:
+        """Itself: RLlib's ``result.checkpoint``, whose ``.path`` is the folder."""
+        return self
+
+    @property
+    def path(self) -> str:
+        """The folder, as a str (Ray's ``Checkpoint.path``)."""
+        return str(self)
+
+
+def as_checkpoint_path(value: Any) -> Path:
+    """A checkpoint's folder from a path (str, Path), or from what RLlib and Ray Tune hand scripts: a
+    ``Checkpoint`` (its ``.path``) or a training result (its ``.checkpoint.path``)."""
+    if isinstance(value, (str, os.PathLike)):
+        return Path(value)
+    value = getattr(value, "checkpoint", value)
+    if isinstance(getattr(value, "path", None), (str, os.PathLike)):
+        return Path(value.path)
+    raise ConfigError(f"expected a checkpoint path (or an object with .path), got {type(value).__name__}")
+
+
 def _in_tune_layout(path: Path) -> Path:
     """A Tune trial's checkpoint folder holds herdrl's checkpoint in ``herd/``: that one; other paths as given."""
     inner = path / TUNE_SUBDIR

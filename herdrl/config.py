@@ -156,6 +156,8 @@ def _note(call: str, why: str) -> None:
 
 
 _NOTED: set[str] = set()
+#: RLlib's ``.debugging()`` keys with nothing to set here.
+_RLLIB_DEBUGGING = frozenset({"log_level", "log_sys_usage", "fake_sampler", "logger_config", "logger_creator"})
 
 
 #: PPO's, A2C's and TRPO's ``value_normalization`` (``herdrl.models.actor_critic.ValueNormalizer``).
@@ -362,8 +364,8 @@ class AlgorithmConfig:
                 "score_vs_random/<policy>; 0: never"),
         "random_opponent_games": Field(50, (int,), "multi_agent", low=1,
                                        doc="games per score_vs_random (the policy takes each seat in turn)"),
-        "evaluation_interval": Field(None, (int,), "evaluation", low=1, allow_none=True,
-                                     doc="evaluate every N iterations (None: never)"),
+        "evaluation_interval": Field(None, (int,), "evaluation", low=0, allow_none=True,
+                                     doc="evaluate every N iterations (None or 0: never, as in RLlib)"),
         "evaluation_duration": Field(10, (int,), "evaluation", low=1,
                                      doc="episodes (or env steps, with evaluation_duration_unit) per evaluation"),
         "evaluation_duration_unit": Field("episodes", (str,), "evaluation", choices=("episodes", "timesteps")),
@@ -712,8 +714,14 @@ class AlgorithmConfig:
         return self.policies is not None or self.policy_mapping_fn is not None or is_pettingzoo_id(self.env)
 
     def debugging(self, *, seed: int | None = None, **kwargs: Any) -> AlgorithmConfig:
-        """Set ``seed`` (same seed in-process -> identical results)."""
-        return self._set("debugging", {"seed": seed, **kwargs})
+        """Set ``seed`` (same seed in-process -> identical results). RLlib's ``log_level``, ``log_sys_usage``,
+        ``fake_sampler``, ``logger_config`` and ``logger_creator`` are accepted with a note (herdrl logs through
+        the ``herdrl`` logger: set its level with :mod:`logging`)."""
+        rllib_only = sorted(key for key in kwargs if key in _RLLIB_DEBUGGING)
+        if rllib_only:
+            _note(f".debugging({', '.join(rllib_only)})", "herdrl logs through the 'herdrl' logger (set its level "
+                  "with logging); results go to the trial folder's CSV, JSON and TensorBoard files")
+        return self._set("debugging", {"seed": seed, **{k: v for k, v in kwargs.items() if k not in rllib_only}})
 
     # -------------------------------------------------------- dict, copying
     def to_dict(self) -> dict[str, Any]:

@@ -9,6 +9,7 @@ get). Reading it with an RLlib script's key works too::
     result["evaluation"]["env_runners"]["episode_return_mean"]   # evaluation/episode_return_mean
     result["env_runners"]["my_metric"]                # a callback's custom metric: env_runners/my_metric
     result["custom_metrics"]["ret_mean"]              # the old stack's episode.custom_metrics: custom_metrics/...
+    result["learners"]["default_policy"]["policy_loss"]   # RLlib's new stack nests the learner's metrics by module
 
 Those names are answered on reading (``[]``, ``get``, ``in``) and never stored, so nothing is written twice.
 :func:`flat_name` maps them (and their ``/``-joined forms, as Tune names nested metrics) to herdrl's keys: what
@@ -21,7 +22,7 @@ Groups are live views of the flat keys, writable as RLlib's nested dicts are: in
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 #: RLlib's names of herdrl's flat keys (the old stack's, and a few new-stack spellings).
@@ -44,6 +45,22 @@ ENV_RUNNER_KEYS = ("episode_return_mean", "episode_return_min", "episode_return_
                    "num_agent_steps_sampled_lifetime")
 
 
+#: RLlib's module id of a single-agent run's module, and the key of metrics over all modules.
+DEFAULT_MODULE_ID, ALL_MODULES = "default_policy", "__all_modules__"
+
+#: Keys of a single-agent row that are not the learner's (the runners', the driver's, the clock's and Tune's own):
+#: ``result["learners"]`` holds the others (the learner's metrics and the scheduled hyperparameters).
+NOT_LEARNER_KEYS = frozenset(ENV_RUNNER_KEYS) | {
+    "training_iteration", "env_steps_per_s", "num_fragments_lost", "num_env_runners_waiting", "num_extra_fragments",
+    "num_nodes_lost", "num_learner_restarts", "num_learner_updates_lost", "object_store_bytes",
+    "object_store_fraction", "fragment_bytes_per_env_step", "policy_frozen", "time_this_iter_s", "time_total_s",
+    "sample_time_s", "learn_time_s",
+    # what Ray Tune adds to a trial's rows
+    "timestamp", "date", "done", "trial_id", "hostname", "node_ip", "pid", "time_since_restore",
+    "iterations_since_restore", "timesteps_since_restore", "checkpoint_dir_name", "config", "should_checkpoint",
+    "experiment_tag"}
+
+
 def flat_name(name: str) -> str:
     """herdrl's key for an RLlib result name: ``episode_reward_mean`` -> ``episode_return_mean``,
     ``env_runners/episode_return_mean`` -> ``episode_return_mean``, ``evaluation/env_runners/episode_return_mean``
@@ -51,6 +68,10 @@ def flat_name(name: str) -> str:
     prefix = ""
     if name.startswith("evaluation/"):
         prefix, name = "evaluation/", name[len("evaluation/"):]
+    if name.startswith("learners/"):  # learners/<module>/<key>: a single-agent row's <key>, else <module>/<key>
+        module, _, inner = name[len("learners/"):].partition("/")
+        if inner:
+            return prefix + (inner if module in (DEFAULT_MODULE_ID, ALL_MODULES) else f"{module}/{inner}")
     if name.startswith("env_runners/"):
         inner = name[len("env_runners/"):]
         if inner in ENV_RUNNER_KEYS or inner in ALIASES:  # else a custom metric, kept as env_runners/<key>
@@ -72,6 +93,26 @@ class Result(dict):
 
     def __missing__(self, key: Any) -> Any:
         return _find(self, "", key)
+
+    def _learners(self) -> dict[str, Result]:
+        """RLlib's ``result["learners"]``: module id -> its learner metrics. A single-agent row's module is
+        ``default_policy`` (``__all_modules__`` the same); a multi-agent row's are its policies, each with its
+        ``<policy>/<key>`` metrics and ``<key>/<policy>`` scheduled values."""
+        policies = sorted(self._group("policy_return_mean/"))
+        if not policies:
+            own = Result({k: v for k, v in self.items() if isinstance(k, str) and "/" not in k
+                          and k not in NOT_LEARNER_KEYS})
+            return {DEFAULT_MODULE_ID: own, ALL_MODULES: own}
+        return {pid: Result({**self._group(f"{pid}/"), **{k[:-len(pid) - 1]: v for k, v in self.items()
+                                                          if isinstance(k, str) and k.endswith(f"/{pid}")
+                                                          and "/" not in k[:-len(pid) - 1]
+                                                          and k.split("/")[0] not in ("agent_return_mean",
+                                                                                      "policy_return_mean",
+                                                                                      "score_vs_random")}})
+                for pid in policies}
+
+    def _group(self, prefix: str) -> dict[str, Any]:
+        return {k[len(prefix):]: v for k, v in self.items() if isinstance(k, str) and k.startswith(prefix)}
 
     def get(self, key: Any, default: Any = None) -> Any:
         """``self[key]`` (RLlib's names included), or ``default``."""
@@ -106,10 +147,13 @@ class Result(dict):
 class ResultGroup(MutableMapping):
     """A live view of a row's keys under ``prefix`` (``result["custom_metrics"]`` is the keys
     ``custom_metrics/...``): reading, writing and deleting act on the row itself, so a callback's writes are logged.
-    An ``env_runners`` group also answers herdrl's runner keys (:data:`ENV_RUNNER_KEYS`, at ``runners``)."""
+    An ``env_runners`` group also answers herdrl's runner keys (:data:`ENV_RUNNER_KEYS`, at ``runners``); the
+    ``learners`` group answers RLlib's module ids too (``modules``: the row's learner metrics by module, read only).
+    """
 
-    def __init__(self, row: Result, prefix: str, runners: str | None = None) -> None:
-        self._row, self._prefix, self._runners = row, prefix, runners
+    def __init__(self, row: Result, prefix: str, runners: str | None = None,
+                 modules: Callable[[], dict[str, Result]] | None = None) -> None:
+        self._row, self._prefix, self._runners, self._modules = row, prefix, runners, modules
 
     def _key(self, key: Any) -> str:
         """The row's key for this group's ``key``."""
@@ -120,7 +164,12 @@ class ResultGroup(MutableMapping):
         return self._prefix + key
 
     def __getitem__(self, key: Any) -> Any:
-        return _find(self._row, self._prefix, key, self._key(key))
+        try:
+            return _find(self._row, self._prefix, key, self._key(key))
+        except KeyError:
+            if self._modules is not None and key in (modules := self._modules()):
+                return modules[key]
+            raise
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self._row[self._key(key)] = value  # (a dict is flattened with the row)
@@ -147,6 +196,8 @@ class ResultGroup(MutableMapping):
                 if name not in seen:
                     seen.add(name)
                     yield name
+        if self._modules is not None:
+            yield from (name for name in self._modules() if name not in seen)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -165,6 +216,8 @@ def _find(row: Result, prefix: str, key: Any, flat: str | None = None) -> Any:
         return dict.__getitem__(row, flat)
     if key == "env_runners":  # herdrl's runner keys, and custom metrics logged in runners (env_runners/<key>)
         return ResultGroup(row, f"{flat}/", runners=prefix)
+    if key == "learners" and not prefix:  # what is written there, and RLlib's learner metrics by module
+        return ResultGroup(row, f"{flat}/", modules=row._learners)
     if (not prefix and key in ALWAYS_GROUPS) or any(isinstance(k, str) and k.startswith(f"{flat}/") for k in row):
         return ResultGroup(row, f"{flat}/")
     alias = prefix + flat_name(key)
@@ -179,3 +232,15 @@ def _leaves(value: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
             yield from _leaves(inner, f"{prefix}{key}/")
         else:
             yield f"{prefix}{key}", inner
+
+
+class EvaluationResult(Result):
+    """What ``algo.evaluate()`` returns: herdrl's ``evaluation/...`` keys, also read as RLlib's ``evaluate()``
+    nests them, without the prefix: ``["env_runners"]["episode_return_mean"]``, ``["episode_reward_mean"]``."""
+
+    def __missing__(self, key: Any) -> Any:
+        if isinstance(key, str) and not key.startswith("evaluation"):
+            inner = Result(self._group("evaluation/"))
+            if key in inner:
+                return inner[key]
+        return super().__missing__(key)

@@ -10,6 +10,15 @@ The seed scripts' call works as written, with only the import changed::
     tune.run("PPO", name="cartpole", stop={"training_iteration": 100},
              config={"env": "CartPole-v1", "num_workers": 2, "num_gpus": 0, "ignore_worker_failures": True})
 
+RLlib 2.x's Tuner API works too, with ``from herdrl import tune`` in place of ``from ray import tune``::
+
+    tuner = tune.Tuner("PPO", param_space=config,   # a PPOConfig (search spaces inside) or its dict form
+                       tune_config=tune.TuneConfig(metric="env_runners/episode_return_mean", mode="max"),
+                       run_config=tune.RunConfig(stop={"training_iteration": 20},
+                                                 checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=True)))
+    best = tuner.fit().get_best_result()
+    algo = Algorithm.from_checkpoint(best.checkpoint)
+
 Importing this module does not import Ray; the first call does. Each trial is one Ray actor running one
 herdrl Algorithm; it reserves a placement group of one bundle for the learner plus one per env runner, so
 trials never oversubscribe a node and a cluster runs as many trials at once as it has room for.
@@ -19,6 +28,7 @@ which unpickles Tune's own state files in the experiment directory: only resume 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -29,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from herdrl.checkpoint import TUNE_SUBDIR
+from herdrl.checkpoint import TUNE_SUBDIR, CheckpointPath
 from herdrl.errors import ConfigError, HerdError
 from herdrl.results import Result, flat_name
 
@@ -324,11 +334,24 @@ class BestTrial:
         """The trial's last result row (RLlib's names work on it too)."""
         return Result(self.result.metrics)
 
+    #: Ray Tune's ``Result.metrics``: the trial's last result row.
+    metrics = last_result
+
     @property
-    def checkpoint(self) -> Path | None:
-        """The trial's latest herdrl checkpoint."""
+    def checkpoint(self) -> CheckpointPath | None:
+        """The trial's latest herdrl checkpoint (also ``.path``, as Ray's ``Checkpoint``); None if it wrote none."""
         checkpoint = self.result.checkpoint
-        return Path(checkpoint.path) / TUNE_SUBDIR if checkpoint is not None else None
+        return CheckpointPath(Path(checkpoint.path) / TUNE_SUBDIR) if checkpoint is not None else None
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the trial failed, or None."""
+        return self.result.error
+
+    @property
+    def metrics_dataframe(self) -> Any:
+        """Every row the trial reported, as a pandas DataFrame."""
+        return self.result.metrics_dataframe
 
     @property
     def path(self) -> Path:
@@ -341,6 +364,128 @@ class BestTrial:
     def trial_id(self) -> str:
         """Ray Tune's id of the trial."""
         return str(self.result.metrics.get("trial_id", self.path.name))
+
+
+class ResultGrid:
+    """What :meth:`Tuner.fit` returns, read as Ray Tune's ``ResultGrid``: one :class:`BestTrial` per trial
+    (``metrics``, ``checkpoint``, ``path``, ``config``), ``get_best_result``, ``errors``, ``get_dataframe``.
+    RLlib's metric names work; checkpoints are herdrl's (``Algorithm.from_checkpoint(result.checkpoint)``)."""
+
+    def __init__(self, analysis: TuneAnalysis) -> None:
+        #: herdrl's own view of the sweep (``best_config``, ``stop_reason``, ...).
+        self.analysis = analysis
+        self._grid = analysis.result_grid
+
+    def get_best_result(self, metric: str | None = None, mode: str | None = None, scope: str = "last",
+                        filter_nan_and_inf: bool = True) -> BestTrial:
+        """The trial with the best ``metric`` (default: ``TuneConfig``'s) in ``mode`` over ``scope`` (``last``,
+        ``avg``, ``last-5-avg``, ``last-10-avg``, ``all``: Ray Tune's meanings)."""
+        metric, mode = flat_name(metric or self.analysis.metric), mode or self.analysis.mode
+        try:
+            best = self._grid.get_best_result(metric=metric, mode=mode, scope=scope,
+                                              filter_nan_and_inf=filter_nan_and_inf)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise ConfigError(f"no best trial by '{metric}' ({mode}, scope {scope}): {str(exc).splitlines()[0]}") \
+                from None
+        return BestTrial(best)
+
+    def __len__(self) -> int:
+        return len(self._grid)
+
+    def __getitem__(self, index: int) -> BestTrial:
+        return BestTrial(self._grid[index])
+
+    def __iter__(self) -> Any:
+        return (BestTrial(result) for result in self._grid)
+
+    @property
+    def errors(self) -> list[BaseException]:
+        """Errors of trials that failed."""
+        return list(self._grid.errors)
+
+    @property
+    def num_errors(self) -> int:
+        """How many trials failed."""
+        return self._grid.num_errors
+
+    @property
+    def num_terminated(self) -> int:
+        """How many trials finished without an error."""
+        return self._grid.num_terminated
+
+    @property
+    def experiment_path(self) -> str:
+        """The sweep's folder."""
+        return self._grid.experiment_path
+
+    def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None) -> Any:
+        """A pandas DataFrame, one row per trial: its last row, or with ``filter_metric`` its best by it."""
+        return self._grid.get_dataframe(filter_metric=flat_name(filter_metric) if filter_metric else None,
+                                        filter_mode=filter_mode)
+
+
+def __getattr__(name: str) -> Any:
+    """Ray Tune's ``TuneConfig``, ``RunConfig``, ``CheckpointConfig`` and ``FailureConfig``, for :class:`Tuner`
+    (imported on first use: importing this module does not import Ray)."""
+    if name in ("TuneConfig", "RunConfig", "CheckpointConfig", "FailureConfig"):
+        from ray import tune
+
+        return getattr(tune, name)
+    raise AttributeError(f"module 'herdrl.tune' has no attribute '{name}'")
+
+
+class Tuner:
+    """RLlib 2.x's ``tune.Tuner(...).fit()`` for herdrl algorithms: ``trainable`` is the algorithm (``"PPO"``, the
+    algorithm class, ``config.algo_class``), ``param_space`` its config (an ``AlgorithmConfig`` whose values may
+    be search spaces, or the dict form), ``tune_config`` / ``run_config`` Ray Tune's own
+    (:data:`TuneConfig`, :data:`RunConfig`, :data:`CheckpointConfig` here).
+
+    It runs as :func:`run` does (a trial per Ray actor, placement groups, herdrl's checkpoints, TensorBoard and
+    walltime handling); RLlib's metric and stop names work. Where herdrl differs: results go to ``results/<name>``
+    unless ``RunConfig(storage_path=...)`` says otherwise (Ray's default is ``~/ray_results``), and the metric
+    is ``episode_return_mean`` (max) unless ``TuneConfig`` names one."""
+
+    def __init__(self, trainable: Any = None, *, param_space: Any = None, tune_config: Any = None,
+                 run_config: Any = None) -> None:
+        from herdrl.config import AlgorithmConfig
+
+        if isinstance(param_space, AlgorithmConfig):
+            self.algorithm = param_space.algo_name
+            # The keys set, in the dict form each trial rebuilds its config from (defaults stay defaults there).
+            self.config = {k: v for k, v in param_space.to_dict().items() if param_space.is_explicit(k)}
+        else:
+            self.algorithm = None
+            self.config = dict(param_space or {})
+        if trainable is not None:
+            name = trainable if isinstance(trainable, str) else getattr(trainable, "__name__", None)
+            if not isinstance(name, str):
+                raise ConfigError(f"Tuner takes an algorithm name ('PPO') or class, got {trainable!r}")
+            self.algorithm = name
+        if self.algorithm is None:
+            raise ConfigError("Tuner needs the algorithm: Tuner('PPO', param_space=...) (or a PPOConfig as "
+                              "param_space)")
+        self.tune_config, self.run_config = tune_config, run_config
+
+    def fit(self) -> ResultGrid:
+        """Run the sweep; every trial's result, the best by ``get_best_result``."""
+        from ray import tune
+        from ray.train.constants import DEFAULT_STORAGE_PATH
+
+        tune_config = self.tune_config or tune.TuneConfig()
+        run_config = self.run_config or tune.RunConfig()
+        checkpoints = run_config.checkpoint_config or tune.CheckpointConfig()
+        # RunConfig fills in Ray's default folder when none is given: herdrl's (results/) then, as `herd tune`'s.
+        storage = None if run_config.storage_path == DEFAULT_STORAGE_PATH else run_config.storage_path
+        analysis = run(self.algorithm, config=self.config, stop=run_config.stop, name=run_config.name,
+                       num_samples=tune_config.num_samples, storage_path=storage,
+                       checkpoint_freq=checkpoints.checkpoint_frequency,
+                       checkpoint_at_end=bool(checkpoints.checkpoint_at_end),
+                       keep_checkpoints_num=checkpoints.num_to_keep,
+                       metric=tune_config.metric or "episode_return_mean", mode=tune_config.mode or "max",
+                       scheduler=tune_config.scheduler, max_concurrent_trials=tune_config.max_concurrent_trials,
+                       verbose=1 if run_config.verbose is None else run_config.verbose,
+                       _ray_configs=(tune_config, run_config))
+        return ResultGrid(analysis)
 
 
 # ------------------------------------------------------------------ run
@@ -431,7 +576,8 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
         checkpoint_freq: int = 10, checkpoint_at_end: bool = True, keep_checkpoints_num: int | None = None,
         metric: str = "episode_return_mean", mode: str = "max", scheduler: Any = None, resume: bool | str = False,
         verbose: int = 1, max_concurrent_trials: int | None = None, address: str | None = None,
-        mlflow: str | None = None, wandb: str | None = None) -> TuneAnalysis:
+        mlflow: str | None = None, wandb: str | None = None, _ray_configs: tuple[Any, Any] | None = None
+        ) -> TuneAnalysis:
     """Run ``num_samples`` trials of ``algorithm`` per point of ``config``'s search space on Ray Tune.
 
     ``stop``: a dict of result keys (``training_iteration``, ``num_env_steps_sampled_lifetime``,
@@ -450,6 +596,9 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
 
     ``mlflow`` (a tracking URI) and ``wandb`` (a project): Tune's own logger callbacks, one tracker run per trial in
     an experiment (W&B: a group) named as the sweep.
+
+    ``_ray_configs``: :class:`Tuner`'s ``(TuneConfig, RunConfig)``, whose other settings (``search_alg``,
+    ``time_budget_s``, ``failure_config``, callbacks, checkpoint scores, ...) the sweep keeps.
     """
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
@@ -509,17 +658,22 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
                               "--name and --output)")
         tuner = tune.Tuner.restore(str(storage / name), trainable, resume_errored=True)
     else:
-        checkpoints = tune.CheckpointConfig(checkpoint_frequency=checkpoint_freq, checkpoint_at_end=checkpoint_at_end,
-                                            num_to_keep=keep_checkpoints_num)
+        own_tune, own_run = _ray_configs or (tune.TuneConfig(), tune.RunConfig())
+        checkpoints = dataclasses.replace(
+            own_run.checkpoint_config or tune.CheckpointConfig(), checkpoint_frequency=checkpoint_freq,
+            checkpoint_at_end=checkpoint_at_end, num_to_keep=keep_checkpoints_num)
+        if checkpoints.checkpoint_score_attribute:  # RLlib's names: the key the rows hold
+            checkpoints.checkpoint_score_attribute = flat_name(checkpoints.checkpoint_score_attribute)
         tuner = tune.Tuner(
             trainable, param_space=config,
-            tune_config=tune.TuneConfig(num_samples=num_samples, scheduler=make_scheduler(scheduler), metric=metric,
-                                        mode=mode, max_concurrent_trials=max_concurrent_trials),
-            run_config=tune.RunConfig(name=name, storage_path=str(storage), stop=stop_criteria,
-                                      checkpoint_config=checkpoints, verbose=verbose, callbacks=[
-                                          CSVLoggerCallback(), JsonLoggerCallback(), _tensorboard_callback(),
-                                          _repeat_warning_callback(), tune_stop.WalltimeStop(),
-                                          *tune_callbacks(name, mlflow=mlflow, wandb=wandb)]),
+            tune_config=dataclasses.replace(own_tune, num_samples=num_samples, scheduler=make_scheduler(scheduler),
+                                            metric=metric, mode=mode, max_concurrent_trials=max_concurrent_trials),
+            run_config=dataclasses.replace(own_run, name=name, storage_path=str(storage), stop=stop_criteria,
+                                           checkpoint_config=checkpoints, verbose=verbose, callbacks=[
+                                               CSVLoggerCallback(), JsonLoggerCallback(), _tensorboard_callback(),
+                                               _repeat_warning_callback(), tune_stop.WalltimeStop(),
+                                               *tune_callbacks(name, mlflow=mlflow, wandb=wandb),
+                                               *(own_run.callbacks or [])]),
         )
     if verbose:
         print(f"Results, checkpoints and TensorBoard files: {storage / name} (tensorboard --logdir {storage / name})")

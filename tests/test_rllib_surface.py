@@ -5,9 +5,11 @@ import csv
 import json
 import logging
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from herdrl import Algorithm, ConfigError, DQNConfig, PPOConfig
 from herdrl.results import Result, flat_name
@@ -199,3 +201,112 @@ def test_keep_best_checkpoints_each_new_best_evaluation_and_keeps_the_best(tmp_p
     assert best["metric"] == "evaluation/episode_return_mean" and best["value"] == max(returns)
     assert best["checkpoint"] == f"checkpoint_{first_best:06d}" and (trial / best["checkpoint"]).is_dir()
     assert {p.name for p in trial.glob("checkpoint_*")} == {best["checkpoint"], "checkpoint_000006"}
+
+
+def _tiny_ppo(seed=0, **evaluation):
+    return (PPOConfig().environment("CartPole-v1").training(train_batch_size_per_learner=256, minibatch_size=128)
+            .evaluation(**evaluation).debugging(seed=seed))
+
+
+def test_learners_nest_the_learners_own_metrics_by_module():
+    algo = _tiny_ppo().build()
+    returned = {}
+    step = algo.training_step
+
+    def spy():
+        returned.update(step())
+        return returned
+
+    algo.training_step = spy
+    row = algo.train()
+    algo.stop()
+    learners = row["learners"]
+    assert set(learners) == {"default_policy", "__all_modules__"}
+    # exactly what the learner's update returned, plus the scheduled hyperparameters it took (RLlib reports both)
+    assert dict(learners["default_policy"]) == {**{k: returned[k] for k in returned}, "lr": row["lr"],
+                                                "entropy_coeff": row["entropy_coeff"]}
+    assert learners["__all_modules__"]["vf_loss"] == row["vf_loss"]
+    assert flat_name("learners/default_policy/policy_loss") == "policy_loss"
+    assert flat_name("learners/p1/policy_loss") == "p1/policy_loss"
+
+
+def test_evaluate_save_debugging_and_evaluation_interval_0_as_rllib_scripts_use_them(tmp_path, caplog, monkeypatch):
+    import herdrl.config
+
+    monkeypatch.setattr(herdrl.config, "_NOTED", set())
+    with caplog.at_level(logging.WARNING, logger="herdrl"):
+        config = _tiny_ppo(evaluation_interval=0, evaluation_duration=3).debugging(log_level="WARN")
+    assert [r.getMessage().split(" has no effect")[0] for r in caplog.records] == ["herdrl: .debugging(log_level)"]
+    algo = config.build()  # evaluation_interval=0: RLlib's "off"
+    rows = [algo.train(), algo.train()]
+    assert not any("evaluation" in row for row in rows)
+    evaluation = algo.evaluate()
+    assert evaluation["env_runners"]["episode_return_mean"] == evaluation["evaluation/episode_return_mean"]
+    assert evaluation["env_runners"]["num_episodes"] == 3 and evaluation["episode_reward_mean"] > 0
+    saved = algo.save(tmp_path / "ckpt")
+    assert isinstance(saved, Path) and saved.checkpoint.path == str(tmp_path / "ckpt")
+    assert (Path(saved.checkpoint.path) / "checkpoint.json").is_file()
+    assert saved.metrics["training_iteration"] == 2 and saved.metrics["timesteps_total"] == algo.env_steps_lifetime
+    weights = algo.get_weights()
+    algo.stop()
+    for source in (saved, saved.checkpoint, saved.checkpoint.path):
+        restored = Algorithm.from_checkpoint(source)
+        assert restored.iteration == 2
+        assert all(np.array_equal(restored.get_weights()[k], v) for k, v in weights.items())
+        restored.stop()
+
+
+def test_get_module_and_a_weights_round_trip_change_what_another_algorithm_computes():
+    trained, other = _tiny_ppo(seed=0).build(), _tiny_ppo(seed=1).build()
+    trained.train()
+    module = trained.get_module()
+    assert isinstance(module, torch.nn.Module) and trained.get_module("no_such_module") is None
+    obs = np.random.default_rng(0).uniform(-1, 1, (64, 4)).astype(np.float32)
+    logits = module.forward_inference({"obs": torch.from_numpy(obs)})["action_dist_inputs"]
+    greedy = [trained.compute_single_action(o) for o in obs]  # through herdrl's Policy, not the module call
+    assert logits.argmax(-1).tolist() == greedy
+
+    def differing():
+        return sum(other.compute_single_action(o) != a for o, a in zip(obs, greedy, strict=True))
+
+    assert differing() > 0
+    other.set_weights(trained.get_weights())
+    assert differing() == 0
+    other.set_weights(_tiny_ppo(seed=2).build().get_weights(["default_policy"]))  # RLlib's nesting by module
+    assert differing() > 0
+    other.set_weights({"default_policy": trained.get_weights()["default_policy"]})
+    assert differing() == 0
+    other.train()  # the runners sample with what was set; learning goes on from it
+    with pytest.raises(ConfigError, match="missing weights"):
+        other.set_weights({k: v for k, v in list(trained.get_weights().items())[1:]})
+    with pytest.raises(ConfigError, match="unknown weights nope"):
+        other.set_weights({**trained.get_weights(), "nope": np.zeros(1)})
+    trained.stop()
+    other.stop()
+
+
+def test_a_multi_agent_run_answers_by_policy_id():
+    import herdrl
+    from herdrl.env.testing import CueRelay
+
+    herdrl.register_env("relay", lambda cfg: CueRelay(cfg))
+
+    def build(seed):
+        return (PPOConfig().environment("relay").env_runners(num_envs_per_env_runner=2)
+                .training(train_batch_size=128, minibatch_size=64)
+                .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda agent, episode, **kw: "p" + agent[1])
+                .debugging(seed=seed).build())
+
+    algo, other = build(0), build(1)
+    row = algo.train()
+    assert set(row["learners"]) == {"p0", "p1"}
+    assert row["learners"]["p1"]["policy_loss"] == row["p1/policy_loss"] and row["learners"]["p0"]["lr"] == row["lr/p0"]
+    assert isinstance(algo.get_module("p0"), torch.nn.Module) and algo.get_module("default_policy") is None
+    mine, theirs = algo.get_weights(["p0", "p1"]), other.get_weights(["p0", "p1"])
+    other.set_weights({"p0": mine["p0"]})  # one policy's: the other keeps its own
+    now = other.get_weights(["p0", "p1"])
+    assert all(np.array_equal(now["p0"][k], v) for k, v in mine["p0"].items())
+    assert all(np.array_equal(now["p1"][k], v) for k, v in theirs["p1"].items())
+    assert any(not np.array_equal(now["p1"][k], v) for k, v in mine["p1"].items())
+    algo.stop()
+    other.stop()

@@ -23,6 +23,8 @@ from herdrl.checkpoint import (
     PREFIX,
     SITE_KEYS,
     CheckpointError,
+    CheckpointPath,
+    as_checkpoint_path,
     checkpoint_config,
     checkpoint_name,
     list_checkpoints,
@@ -44,7 +46,7 @@ from herdrl.learner.group import LearnerFailure, make_learner_group
 from herdrl.models.encoders import encoding_differs
 from herdrl.obs import ObsSpec
 from herdrl.policy import Policy
-from herdrl.results import Result
+from herdrl.results import DEFAULT_MODULE_ID, EvaluationResult, Result
 from herdrl.rollout.group import make_runner_group
 from herdrl.rollout.transport import FragmentInput, FragmentLostError, FragmentsLost, Sampled
 from herdrl.survival import nodes_lost
@@ -296,7 +298,7 @@ class Algorithm:
 
     def runner_weights(self) -> dict[str, Any]:
         """What runners sample with: the weights, and the merged normalisation statistics if any."""
-        weights = self.get_weights()
+        weights = self.learners.get_weights()
         return {**weights, **self.normalizer.to_weights()} if self.normalizer.active else weights
 
     def record(self, sampled: list[Sampled]) -> None:
@@ -460,9 +462,10 @@ class Algorithm:
             raise ConfigError(f"policy_id {policy_id!r} is not a policy of this run; policies: {sorted(self.policies)}")
         return self.policies[policy_id]
 
-    def evaluate(self, progress: Any = None) -> dict[str, float]:
+    def evaluate(self, progress: Any = None) -> EvaluationResult:
         """Play ``evaluation_duration`` episodes on separate env copies with the current policy (greedy unless
-        ``evaluation_config={"explore": True}``); return ``evaluation/...`` metrics. ``progress``: called with a
+        ``evaluation_config={"explore": True}``); return ``evaluation/...`` metrics, also read as RLlib's
+        ``evaluate()`` nests them (``["env_runners"]["episode_return_mean"]``). ``progress``: called with a
         line every few seconds while episodes play (``herd evaluate``). Callbacks' ``on_evaluate_start`` and
         ``on_evaluate_end`` run around it."""
         self._callback("on_evaluate_start", algorithm=self)
@@ -474,7 +477,7 @@ class Algorithm:
         else:
             metrics = self._evaluate_single_agent(progress)
         metrics["evaluation/time_s"] = time.perf_counter() - start
-        return self._evaluate_end(metrics)
+        return EvaluationResult(self._evaluate_end(metrics))
 
     def _evaluates_on_runners(self) -> bool:
         """Whether evaluation runs on env runners of its own (herdrl.rollout.evaluation.RunnerEvaluation)."""
@@ -557,9 +560,50 @@ class Algorithm:
             self._evaluator = MultiAgentEnvRunner(eval_config)
         return self._evaluator
 
-    def get_weights(self) -> dict[str, np.ndarray]:
-        """The learner module's weights as numpy arrays (copies: safe to ship while learning goes on)."""
-        return self.learners.get_weights()
+    def get_weights(self, policies: list[str] | None = None) -> dict[str, Any]:
+        """The learner module's weights as numpy arrays (copies: safe to ship while learning goes on), by name
+        (a multi-agent run's ``<policy id>.<name>``). ``policies`` (RLlib's): module ids, and the weights nested
+        by module as RLlib's ``get_weights`` gives them (a single-agent run's module: ``default_policy``); the flat
+        dict answers ``["default_policy"]`` (and a multi-agent run's ``[policy_id]``) as well."""
+        weights = ModuleWeights(self.learners.get_weights())
+        if policies is None:
+            return weights
+        return {pid: weights[pid] for pid in policies}
+
+    def set_weights(self, weights: Mapping[str, Any]) -> None:
+        """Load weights into the learner's module (the runners sample with them from the next iteration, and
+        ``compute_single_action`` acts with them at once): what :meth:`get_weights` returns, flat or nested by
+        module id as RLlib's ``{"default_policy": {...}}``. Every weight of each module given must be there."""
+        flat = _flat_weights(weights, self.multi_agent)
+        current = self.learners.get_weights()
+        unknown = sorted(set(flat) - set(current))
+        modules = {k.split(".", 1)[0] for k in flat} if self.multi_agent else None
+        missing = sorted(k for k in current if k not in flat and (modules is None or k.split(".", 1)[0] in modules))
+        problems = [f"{what} weights {', '.join(names[:3])}" for what, names in (("unknown", unknown),
+                                                                              ("missing", missing)) if names]
+        if problems:
+            raise ConfigError(f"set_weights: {'; '.join(problems)} (give what get_weights() returns)")
+        try:
+            self.learners.apply("load_matching_weights", {k: torch.as_tensor(np.array(v)) for k, v in flat.items()})
+        except RuntimeError as exc:  # a shape that differs
+            raise ConfigError(f"set_weights: {str(exc).splitlines()[-1].strip()}") from None
+        self.learners.sync()
+
+    def get_module(self, module_id: str | None = None) -> torch.nn.Module | None:
+        """RLlib's ``get_module``: the policy's torch module (the driver's copy; a multi-agent run's by
+        ``module_id``, a policy id); None for a module id the run does not have, as in RLlib. herdrl's modules
+        take observations (``module.dist_inputs(obs)``, ``module.act(obs, explore)``), not RLlib's batch dicts."""
+        if not self.multi_agent:
+            return self.module if module_id in (None, DEFAULT_MODULE_ID) else None
+        return self.module[module_id] if module_id in self.policies else None
+
+    @property
+    def env_runner_group(self) -> Any:
+        """RLlib's ``algo.env_runner_group``, as far as scripts use it: ``foreach_env_runner(fn)`` and the runner
+        counts (:class:`herdrl.rollout.group.EnvRunnerGroupView`)."""
+        from herdrl.rollout.group import EnvRunnerGroupView
+
+        return EnvRunnerGroupView(self.runners)
 
     def compute_single_action(self, obs: Any, explore: bool = False, policy_id: str | None = None) -> Any:
         """The action for one observation: an int (Discrete) or an array clipped to the Box bounds (``policy_id``:
@@ -597,7 +641,7 @@ class Algorithm:
         if self.multi_agent:
             raise ConfigError("get_policy_state() is for single-agent runs: save a checkpoint and load one policy "
                               "with Policy.from_checkpoint(path, policy_id=...)")
-        return {"weights": self.get_weights(), "model": dict(self.config.model),
+        return {"weights": self.learners.get_weights(), "model": dict(self.config.model),
                 "filters": self.normalizer.state(), "observation_filter": self.config.observation_filter,
                 "clip_obs": self.config.clip_obs, "observation_space": space_to_json(self.observation_space),
                 "model_observation_space": space_to_json(model_observation_space(self.observation_space,
@@ -638,8 +682,9 @@ class Algorithm:
             logger.info("herdrl: checkpoints of this algorithm go to %s", self._save_dir)
         return self._save_dir
 
-    def save(self, checkpoint_dir: str | Path | None = None) -> Path:
-        """Write a checkpoint (atomically) and return its path.
+    def save(self, checkpoint_dir: str | Path | None = None) -> CheckpointPath:
+        """Write a checkpoint (atomically) and return its path (a Path, also read as RLlib's training result:
+        ``.checkpoint.path``, ``.metrics``).
 
         ``checkpoint_dir``: where to write it; default ``<trial dir>/checkpoint_<iteration>`` (an algorithm built in
         Python, with no trial folder: a new one under ``results/<env>/``, made on the first save).
@@ -693,7 +738,9 @@ class Algorithm:
                 for name in arrays:
                     (older / f"{name}.npz").unlink(missing_ok=True)
             self._array_checkpoints = [path.resolve()]
-        return path
+        saved = CheckpointPath(path)
+        saved.metrics = Result(self.last_result)
+        return saved
 
     def checkpoint_arrays(self) -> dict[str, dict[str, np.ndarray]]:
         """Extra state saved as plain numpy arrays, one ``.npz`` file per key (off-policy: the replay buffer)."""
@@ -702,9 +749,10 @@ class Algorithm:
     def load_checkpoint_arrays(self, path: Path) -> None:
         """Inverse of :meth:`checkpoint_arrays`, given the checkpoint directory."""
 
-    def restore(self, path: str | Path) -> None:
-        """Load a checkpoint of this algorithm into this instance: weights, optimizer, counters, RNG states."""
-        meta = read_meta(Path(path))
+    def restore(self, path: str | Path | Any) -> None:
+        """Load a checkpoint of this algorithm into this instance: weights, optimizer, counters, RNG states.
+        ``path``: a folder, or what ``save()`` returned, or a Tune result's ``.checkpoint``."""
+        meta = read_meta(as_checkpoint_path(path))
         where = meta["path"]
         if meta.get("algorithm") != self.config.algo_name:
             raise CheckpointError(f"checkpoint '{where}' is a {meta.get('algorithm')} checkpoint, not "
@@ -770,7 +818,7 @@ class Algorithm:
                                   f"resume with the same {key}")
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, **config_overrides: Any) -> Algorithm:
+    def from_checkpoint(cls, path: str | Path | Any, **config_overrides: Any) -> Algorithm:
         """Rebuild the algorithm a checkpoint was saved from (its config, plus ``config_overrides``) and restore it.
 
         Example: ``Algorithm.from_checkpoint(path, num_env_runners=0)``. Where the run executes comes from
@@ -780,7 +828,7 @@ class Algorithm:
         from herdrl.multi_agent import actor_observation_space
         from herdrl.registry import get_config_class
 
-        meta = read_meta(Path(path))
+        meta = read_meta(as_checkpoint_path(path))  # (also what save() returned, a Tune result's .checkpoint)
         # An env of the caller's replaces the checkpoint's (which then is never made).
         config = get_config_class(meta["algorithm"]).from_dict(
             checkpoint_config(meta, makes_env=config_overrides.get("env") is None))
@@ -838,6 +886,34 @@ def _evaluation_result(metrics: dict[str, float]) -> Result:
     """Evaluation metrics as RLlib's ``on_evaluate_end`` gets them: ``["env_runners"]["episode_return_mean"]`` (also
     ``["episode_return_mean"]``)."""
     return Result({key.removeprefix("evaluation/"): value for key, value in metrics.items()})
+
+
+class ModuleWeights(dict):
+    """``get_weights()``'s flat dict, name -> array, that also answers RLlib's module ids: ``["default_policy"]``
+    (a single-agent run's whole module), ``[policy_id]`` (a multi-agent run's ``<policy id>.<name>`` weights)."""
+
+    def __missing__(self, key: Any) -> Any:
+        prefix = f"{key}."
+        own = {k[len(prefix):]: v for k, v in self.items() if k.startswith(prefix)}
+        if own:
+            return own
+        if key == DEFAULT_MODULE_ID and self:
+            return dict(self)
+        raise KeyError(key)
+
+
+def _flat_weights(weights: Mapping[str, Any], multi_agent: bool) -> dict[str, Any]:
+    """Weights flat by name, from a flat dict or one nested by module id (RLlib's ``get_weights()``)."""
+    if not isinstance(weights, Mapping):
+        raise ConfigError(f"set_weights takes a dict of weights (what get_weights() returns), got "
+                          f"{type(weights).__name__}")
+    if not weights or not all(isinstance(v, Mapping) for v in weights.values()):
+        return dict(weights)
+    if multi_agent:
+        return {f"{pid}.{name}": value for pid, inner in weights.items() for name, value in inner.items()}
+    if len(weights) != 1:
+        raise ConfigError(f"set_weights: this run has one module; got weights of {sorted(weights)}")
+    return dict(next(iter(weights.values())))
 
 
 def _space(space: gym.Space | dict[str, gym.Space]) -> gym.Space:

@@ -75,6 +75,13 @@ class MultiAgentLearner(Learner):
                 metrics[f"{pid}/{key}"] = value
         return metrics
 
+    def load_matching_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Copy ``weights`` (named ``<policy id>.<weight>``) into the policies they name; targets follow."""
+        for pid, learner in self.learners.items():
+            own = {k[len(pid) + 1:]: v for k, v in weights.items() if k.startswith(f"{pid}.")}
+            if own:
+                learner.load_matching_weights(own)
+
     def copy_policy(self, pairs: list[tuple[str, str]]) -> None:
         """Copy weights from policy to policy, pair by pair in order (self-play snapshots)."""
         for source, target in pairs:

@@ -162,6 +162,12 @@ class ActorCritic(LegacyNames):
         Gaussian's means followed by its log stds (the free log std included, so a stored copy is frozen)."""
         return self.apply_mask(self._with_log_std(self.pi_head(self.pi_encoder(obs))), obs)
 
+    def forward_inference(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """RLlib's RLModule call: ``{"obs": observations}`` -> ``{"action_dist_inputs": ...}`` (no gradient), for
+        scripts that act with ``algo.get_module()``."""
+        with torch.no_grad():
+            return {"action_dist_inputs": self.dist_inputs(batch["obs"])}
+
     def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False) -> Any:
         """As torch's (old names too), with value normalisation's statistics optional: a checkpoint written without
         it starts them fresh, one written with it, read by a run without it, leaves them out (the head's weights

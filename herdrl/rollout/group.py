@@ -17,6 +17,7 @@ import logging
 import math
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -587,6 +588,18 @@ class RayRunnerGroup:
                 busy.append(index)
         return busy
 
+    def apply_each(self, func: Callable[[Any], Any], indices: list[int] | None = None,
+                   deadline_s: float | None = None) -> list[Any]:
+        """``func(runner)`` on every runner in service (or those at ``indices``), in their processes; the values in
+        runner order (those late for ``deadline_s`` left out). ``func`` raising is a :class:`HerdError` here."""
+        self.admit()
+        results, _ = self._gather(lambda actor: actor.apply.remote(func), "no answer to foreach_env_runner",
+                                  indices=indices, deadline_s=deadline_s)
+        failed = [value for _, (ok, value) in results if not ok]
+        if failed:
+            raise HerdError(f"foreach_env_runner: the function failed in an env runner: {failed[0]}")
+        return [value for _, (_, value) in results]
+
     def call(self, method: str, *args: Any) -> list[Any]:
         """Call a method on every healthy runner and return the results (e.g. ``pid``, ``node``)."""
         import ray
@@ -616,6 +629,45 @@ class RayRunnerGroup:
                 pass
         if getattr(self, "_owns_ray", False):
             disconnect()
+
+
+class EnvRunnerGroupView:
+    """RLlib's ``EnvRunnerGroup`` as far as scripts use it, over herdrl's runners: ``foreach_env_runner(fn)``,
+    ``local_env_runner`` and the counts. Remote runners are numbered from 1 as RLlib's; the in-process runner
+    (``num_env_runners=0``) is the local one."""
+
+    def __init__(self, group: Any) -> None:
+        self._group = group
+
+    @property
+    def local_env_runner(self) -> Any:
+        """The in-process runner (``num_env_runners=0``); None when the runners are Ray actors."""
+        return getattr(self._group, "runner", None)
+
+    def num_remote_workers(self) -> int:
+        """Remote runners, in service or not."""
+        return len(getattr(self._group, "actors", []))
+
+    def num_healthy_remote_workers(self) -> int:
+        """Remote runners in service."""
+        return self._group.num_healthy if isinstance(self._group, RayRunnerGroup) else 0
+
+    def healthy_worker_ids(self) -> list[int]:
+        """The ids (from 1) of the remote runners in service."""
+        return [i + 1 for i, actor in enumerate(getattr(self._group, "actors", [])) if actor is not None]
+
+    def foreach_env_runner(self, func: Callable[[Any], Any], *, local_env_runner: bool = True,
+                           healthy_only: bool = True, remote_worker_ids: list[int] | None = None,
+                           timeout_seconds: float | None = None) -> list[Any]:
+        """``func(env_runner)`` on each runner, where it lives; the values, the local runner's first. The
+        runner is herdrl's EnvRunner (``env``: its gymnasium vector env, ``config``, ``worker_index``, ``module``).
+        Only runners in service are called (``healthy_only`` is always so here); ``timeout_seconds`` leaves out
+        those that have not answered by then."""
+        if isinstance(self._group, RayRunnerGroup):
+            indices = None if remote_worker_ids is None else [i - 1 for i in remote_worker_ids]
+            return self._group.apply_each(func, indices, timeout_seconds)
+        local = self.local_env_runner
+        return [func(local)] if local is not None and local_env_runner else []
 
 
 def make_runner_group(config: AlgorithmConfig) -> LocalRunnerGroup | RayRunnerGroup:

@@ -73,6 +73,14 @@ class _Remote:
             return info, None
         return info, fragment
 
+    def apply(self, func: Callable[[Any], Any]) -> tuple[bool, Any]:
+        """``func(self)`` for ``foreach_env_runner``: (True, its value), or (False, the error in a line): the
+        caller's code failing is not this runner failing (which would restart or drop it)."""
+        try:
+            return True, func(self)
+        except Exception as exc:
+            return False, f"{type(exc).__name__}: {exc}"
+
     def has_module(self, name: str) -> bool:
         """Whether module ``name`` is loaded in this runner's process (light runners hold no ``torch``)."""
         return name in sys.modules
