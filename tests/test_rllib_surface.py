@@ -50,7 +50,8 @@ def test_a_row_answers_rllibs_old_and_new_names_without_holding_them(tmp_path):
 
 def test_a_rows_groups_are_live_views_of_its_flat_keys():
     row = Result({"episode_return_mean": 1.0, "env_runners/hits": 2.0, "evaluation/episode_return_mean": 3.0})
-    assert dict(row["custom_metrics"]) == {} and dict(row["learners"]) == {}  # exist before anything is logged
+    assert dict(row["custom_metrics"]) == {}  # exists before anything is logged; learners: RLlib's module ids
+    assert {k: dict(v) for k, v in row["learners"].items()} == {"default_policy": {}, "__all_modules__": {}}
     assert "custom_metrics" in row and row.get("learners") is not None and "no_group" not in row
     assert dict(row["env_runners"]) == {"episode_return_mean": 1.0, "hits": 2.0}
     row["env_runners"]["episode_reward_mean"] = 5.0  # RLlib's name of a runner key: the flat key itself
@@ -61,7 +62,8 @@ def test_a_rows_groups_are_live_views_of_its_flat_keys():
     row.flatten()
     assert dict(row) == {"episode_return_mean": 5.0, "evaluation/episode_return_mean": 3.0,
                          "evaluation/env_runners/hits": 4.0, "learners/p0/loss": 0.5}
-    assert row["evaluation"]["env_runners"]["episode_return_mean"] == 3.0 and len(row["learners"]) == 1
+    assert row["evaluation"]["env_runners"]["episode_return_mean"] == 3.0
+    assert sorted(row["learners"]) == ["__all_modules__", "default_policy", "p0"]
     with pytest.raises(KeyError):
         row["learners"]["p1"]
 
