@@ -127,7 +127,7 @@ class Evaluator:
         so, and how to change ``timeout_option``, the bound's name for the user). ``progress``: called with a line
         every :data:`PROGRESS_EVERY_S` seconds while episodes play."""
         check_spaces(policy, self.env_id, self.env.single_observation_space, self.env.single_action_space)
-        ticker, deadline, cut = Ticker(), Deadline(timeout_s), ""
+        ticker, deadline, cut, change = Ticker(), Deadline(timeout_s), "", ""
         obs, _ = self.env.reset(seed=seed)
         returns = np.zeros(self.episodes)
         lengths = np.zeros(self.episodes, dtype=np.int64)
@@ -145,17 +145,17 @@ class Evaluator:
             if not running.any():
                 break
             if deadline.passed():  # an env that never ends (a game waiting for FIRE) must not hold the run
-                cut = f"{timeout_option}={timeout_s:g}"
+                cut, change = f"{timeout_option}={timeout_s:g}", timeout_change(timeout_option)
                 break
             if progress is not None and ticker.due():
                 progress(f"{self.episodes - int(running.sum())}/{self.episodes} episodes done, "
                          f"{int(lengths.max()):,} steps so far")
         else:
-            cut = f"evaluation_config max_steps={max_steps}" if max_steps else "1,000,000 steps"
+            cut, change = (f"evaluation_config max_steps={max_steps}", "raise it to let them finish") if max_steps \
+                else ("1,000,000 steps", "")
         finished = ~running
         if running.any():
-            say_cut(cut, int(finished.sum()), timeout_change(timeout_option) if cut.startswith(timeout_option) else
-                    "raise evaluation_config max_steps to let them finish" if max_steps else "")
+            say_cut(cut, int(finished.sum()), change)
         return returns[finished].tolist(), lengths[finished].tolist()
 
     def close(self) -> None:

@@ -96,8 +96,8 @@ def test_a_game_goes_on_after_a_lost_life_for_an_agent_that_never_presses_fire(g
 
 
 def test_both_atari_paths_restart_after_a_lost_life_alike():
-    """ale-py's vector env (herdrl's LifeLossRestart in Python around it) and Gymnasium's wrappers
-    (FireAfterLifeLoss) give the same frames through Breakout's lost lives, for an agent that never presses FIRE."""
+    """ale-py's vector env (herdrl's Restarts in Python around it) and Gymnasium's wrappers (RestartWrapper) give
+    the same frames through Breakout's lost lives, for an agent that never presses FIRE."""
     pytest.importorskip("cv2")
     config = {"noop_max": 0, "overlap": False}
     ale = make_vector_env("BreakoutNoFrameskip-v4", config, 1)
@@ -117,6 +117,25 @@ def test_both_atari_paths_restart_after_a_lost_life_alike():
     assert len(lives) >= 3  # two lost lives (at least) played through
     ale.close()
     wrapped.close()
+
+
+@pytest.mark.parametrize("mode", ["auto", "sync"])
+def test_with_sticky_actions_every_breakout_game_starts_and_goes_on(mode):
+    """ALE/Breakout-v5 repeats the previous frame's action one time in four: the one frame of FIRE at reset was lost
+    one time in four (the game never started), a step of FIRE after a lost life one time in 256. An agent that only
+    plays NOOP, 4 envs: every game plays through (read from ALE's rewards, lives and game ends: no stretch of 100
+    steps without one of them), on ale-py's vector env and on Gymnasium's wrappers."""
+    if mode == "sync":
+        pytest.importorskip("cv2")
+    venv = make_vector_env("ALE/Breakout-v5", {"overlap": False}, 4, mode=mode)
+    _, info = venv.reset(seed=0)
+    lives, idle, longest, games = info["lives"].copy(), np.zeros(4, int), np.zeros(4, int), np.zeros(4, int)
+    for _ in range(600):  # a NOOP game lasts ~150-300 steps
+        _, reward, terminated, truncated, info = venv.step(np.zeros(4, dtype=np.int64))
+        idle = np.where((reward != 0) | (info["lives"] != lives) | terminated | truncated, 0, idle + 1)
+        longest, games, lives = np.maximum(longest, idle), games + terminated, info["lives"].copy()
+    venv.close()
+    assert longest.max() < 100 and games.min() >= 1
 
 
 def test_rewards_are_clipped_for_learning_while_reported_returns_are_the_games():

@@ -41,7 +41,7 @@ OPTIONS: dict[str, Any] = {
     "preprocess": True,      # False: the raw env (210 x 160 RGB, the id's frame skip, rewards as they come)
     "frameskip": 4,          # agent steps every 4 frames, max over the last two
     "noop_max": 30,          # up to 30 random no-ops after each reset
-    "fire_reset": True,      # press FIRE after reset in games that need it to start
+    "fire_reset": True,      # press FIRE after reset in games that need it to start (sticky actions: see Restarts)
     "fire_after_life_loss": True,  # FIRE, then action 2, as the agent's next two steps after a lost life
     "screen_size": 84,       # frames resized to 84 x 84
     "grayscale": True,
@@ -215,7 +215,7 @@ def _ale_vector(spec: gym.envs.registration.EnvSpec, options: dict, env_kwargs: 
                        f"Atari options: {sorted(OPTIONS)}")
     class AleVectorEnv(AtariVectorEnv):
         """ale-py's vector env, taking any int seed (its C++ side takes 32-bit seeds only), and playing
-        :func:`restart_actions` after each lost life (its C++ side presses FIRE at reset only)."""
+        :class:`Restarts` (its C++ side presses FIRE for one frame at reset only)."""
 
         def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[Any, dict]:
             if isinstance(seed, (int, np.integer)):
@@ -247,7 +247,8 @@ def _ale_vector(spec: gym.envs.registration.EnvSpec, options: dict, env_kwargs: 
         episodic_life=False, reward_clipping=False, use_fire_reset=options["fire_reset"],
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     meanings = [action.name for action in venv.ale.get_action_set()]
-    venv.restart = LifeLossRestart(restart_actions(meanings) if options["fire_after_life_loss"] else (), num_envs)
+    venv.restart = Restarts(restart_actions(meanings), num_envs, kwargs.get("repeat_action_probability", 0.0) > 0,
+                            options["fire_reset"], options["fire_after_life_loss"])
     return venv
 
 
@@ -275,8 +276,8 @@ def make_single(spec: gym.envs.registration.EnvSpec, env_config: dict, **make_kw
     env = gym.wrappers.AtariPreprocessing(env, noop_max=options["noop_max"],
                                           frame_skip=1 if stochastic_skip else options["frameskip"],
                                           screen_size=options["screen_size"], grayscale_obs=options["grayscale"])
-    if options["fire_after_life_loss"] and restart_actions(env.unwrapped.get_action_meanings()):
-        env = FireAfterLifeLoss(env)
+    if restart_actions(env.unwrapped.get_action_meanings()):
+        env = RestartWrapper(env, options["fire_reset"], options["fire_after_life_loss"])
     return gym.wrappers.FrameStackObservation(env, options["frame_stack"], padding_type="zero")
 
 
@@ -301,19 +302,29 @@ def restart_actions(meanings: list[str]) -> tuple[int, ...]:
     return (1, 2) if len(meanings) >= 3 and meanings[1] == "FIRE" else ()
 
 
-class LifeLossRestart:
-    """Per env of a vector env: the :func:`restart_actions` still to play after a lost life, in place of the agent's
-    actions (one lost life in the step before: the first of them; a game that ends: none)."""
+class Restarts:
+    """Per env of a vector env: the :func:`restart_actions` still to play in place of the agent's actions, after
+    each lost life (``after_life_loss``) and, with sticky actions (``sticky``), after each reset (``after_reset``).
 
-    def __init__(self, restart: tuple[int, ...], num_envs: int) -> None:
-        self.restart = np.asarray(restart, dtype=np.int64)
+    Sticky actions (0.25 for ``ALE/...-v5`` ids) play the previous frame's action instead of the new one, frame by
+    frame, one time in four: the one frame of FIRE pressed at reset is then lost one time in four and the game never
+    starts; a 4-frame step of FIRE is lost one time in 256 (each of ~5 per Breakout game). With sticky actions each
+    restart action is played for two steps: lost one time in 65,536."""
+
+    def __init__(self, restart: tuple[int, ...], num_envs: int, sticky: bool, after_reset: bool,
+                 after_life_loss: bool) -> None:
+        restart = restart if after_reset and sticky or after_life_loss else ()
+        self.restart = np.repeat(np.asarray(restart, dtype=np.int64), 2 if sticky else 1)
+        self.after_reset, self.after_life_loss = after_reset and sticky, after_life_loss
         self.left = np.zeros(num_envs, dtype=np.int64)  # restart actions still to play, per env
         self.lives = np.zeros(num_envs, dtype=np.int64)
+        self.resetting = np.zeros(num_envs, dtype=bool)  # the env's next step only resets it (NEXT_STEP autoreset)
 
     def reset(self, info: dict) -> None:
-        """After a reset: no restart pending, the lives the games start with."""
-        self.left[:] = 0
+        """After a reset of every env: the lives the games start with, a restart to play if ``after_reset``."""
+        self.left[:] = len(self.restart) if self.after_reset else 0
         self.lives = np.asarray(info["lives"], dtype=np.int64).copy()
+        self.resetting[:] = False
 
     def actions(self, actions: np.ndarray) -> np.ndarray:
         """``actions`` with the pending restart actions in place of the agent's."""
@@ -326,23 +337,29 @@ class LifeLossRestart:
         return actions
 
     def observe(self, terminated: np.ndarray, truncated: np.ndarray, info: dict) -> None:
-        """After a step: envs that lost a life (:func:`life_losses`) restart next."""
+        """After a step: envs that lost a life (:func:`life_losses`), or were reset by it, restart next."""
         if not len(self.restart):
             return
         lives = np.asarray(info["lives"], dtype=np.int64)
         done = np.asarray(terminated) | np.asarray(truncated)
-        self.left[life_losses(lives, self.lives, done)] = len(self.restart)
+        if self.after_life_loss:
+            self.left[life_losses(lives, self.lives, done)] = len(self.restart)
+        if self.after_reset:
+            self.left[self.resetting] = len(self.restart)
         self.left[done] = 0
+        self.resetting = done.copy()
         self.lives = lives.copy()
 
 
-class FireAfterLifeLoss(gym.Wrapper):
-    """One env playing :func:`restart_actions` as its next steps after a lost life (above the frame skip, as ale-py's
-    vector env does them in herdrl: both give the same frames)."""
+class RestartWrapper(gym.Wrapper):
+    """One env playing its :class:`Restarts` as its next steps (above the frame skip, as ale-py's vector env plays
+    them in herdrl: both give the same frames)."""
 
-    def __init__(self, env: gym.Env) -> None:
+    def __init__(self, env: gym.Env, after_reset: bool, after_life_loss: bool) -> None:
         super().__init__(env)
-        self.restart = LifeLossRestart(restart_actions(env.unwrapped.get_action_meanings()), 1)
+        sticky = env.unwrapped.ale.getFloat("repeat_action_probability") > 0
+        self.restart = Restarts(restart_actions(env.unwrapped.get_action_meanings()), 1, sticky, after_reset,
+                                after_life_loss)
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:
         obs, info = self.env.reset(**kwargs)

@@ -81,13 +81,14 @@ class RunnerEvaluation:
         cut = ""
         while (len(returns) if episodes else steps) < cfg.evaluation_duration:
             if max_steps is not None and steps_per_env >= max_steps:
-                cut = f"evaluation_config max_steps={max_steps}"
+                cut, change = f"evaluation_config max_steps={max_steps}", "raise it to let them finish"
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 cut = f"evaluation_sample_timeout_s={cfg.evaluation_sample_timeout_s:g}"
+                change = timeout_change("evaluation_sample_timeout_s")
                 break
             if self.cancelled:
-                cut = "the run's stop"
+                cut, change = "the run's stop", ""
                 break
             runners = self.group.num_healthy if self.group is not None else 1
             count = chunk if episodes else min(chunk, math.ceil((cfg.evaluation_duration - steps) /
@@ -108,9 +109,7 @@ class RunnerEvaluation:
             steps_per_env += count
             step_s = max(step_s, (time.monotonic() - began) / count)
         if cut:
-            say_cut(cut, len(returns), timeout_change("evaluation_sample_timeout_s") if cut.startswith(
-                "evaluation_sample") else "raise evaluation_config max_steps to let them finish" if
-                cut.startswith("evaluation_config") else "")
+            say_cut(cut, len(returns), change)
         if episodes:
             returns, lengths = returns[:cfg.evaluation_duration], lengths[:cfg.evaluation_duration]
         metrics = {**summarize(returns, lengths, "evaluation/"), "evaluation/num_env_steps_sampled": steps}
