@@ -5,9 +5,9 @@ result row: ``evaluation/time_s`` (DQN evaluates 10 greedy episodes every iterat
 (sampling and learning). An untrained greedy agent that never presses FIRE lost its first ball and then stood still
 until ALE's 108,000-frame truncation (27,000 steps per episode); ``fire_after_life_loss`` (on by default) plays
 FIRE after each lost life, and ``evaluation_sample_timeout_s`` (120 s by default) bounds an evaluation whatever the
-game does. ``--variant old-game`` turns the FIRE off, to show the bound alone.
+game does. ``--variant no-life-loss-fire`` turns the FIRE after a lost life off, to show the bound alone.
 
-    python benchmarks/atari_evaluation.py [--env ALE/Breakout-v5] [--iters 2] [--variant default old-game]
+    python benchmarks/atari_evaluation.py [--env ALE/Breakout-v5] [--iters 2] [--variant default no-life-loss-fire]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-VARIANTS = {"default": [], "old-game": ["--config", "env_config={fire_after_life_loss: false}"]}
+VARIANTS = {"default": [], "no-life-loss-fire": ["--config", "env_config={fire_after_life_loss: false}"]}
 
 
 def run(env: str, iters: int, variant: str) -> None:
