@@ -180,7 +180,9 @@ def _add_evaluate_parser(subparsers: Any) -> None:
     p.add_argument("--explore", action="store_true", help="sample actions instead of the greedy ones")
     p.add_argument("--video", help="record the episodes to this .mp4 or .gif file")
     p.add_argument("--seed", type=int, help="seed of the evaluation envs")
-    p.add_argument("--env", help="evaluate on this env instead of the checkpoint's")
+    p.add_argument("--env", help="evaluate on this env instead of the checkpoint's (with the same spaces)")
+    p.add_argument("--timeout-s", type=float, help="stop playing after this many seconds, leaving out the episodes "
+                   "still running, with a line saying so (default: no bound)")
     _add_import_option(p)
 
 
@@ -541,6 +543,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes got {args.episodes}; expected >= 1")
+    if args.timeout_s is not None and not args.timeout_s > 0:
+        raise ConfigError(f"--timeout-s got {args.timeout_s:g}; expected > 0")
     meta = read_meta(args.checkpoint)
     env, env_config = env_to_make(meta, args.env), meta["config"]["env_config"]
     if env is None:
@@ -550,12 +554,14 @@ def _evaluate(args: argparse.Namespace) -> int:
     policy = Policy.from_checkpoint(meta["path"])
     if args.video:
         returns, lengths = record_video(policy, env, env_config, args.video, args.episodes, args.seed, args.explore,
-                                        progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+                                        progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True),
+                                        timeout_s=args.timeout_s, timeout_option="--timeout-s")
     else:
         evaluator = Evaluator(env, env_config, args.episodes, previous=inputs_of(policy.observation_space))
         try:
             returns, lengths = evaluator.run(policy, seed=args.seed, explore=args.explore,
-                                             progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+                                             progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True),
+                                             timeout_s=args.timeout_s, timeout_option="--timeout-s")
         finally:
             evaluator.close()
     stats = summarize(returns, lengths)
@@ -580,7 +586,9 @@ def _evaluate_multi_agent(args: argparse.Namespace, meta: dict, env: str) -> int
     algo = Algorithm.from_checkpoint(meta["path"], env=env, num_env_runners=0, num_learners=0,
                                      evaluation_duration=args.episodes,
                                      evaluation_config={"explore": args.explore},
+                                     evaluation_sample_timeout_s=args.timeout_s,
                                      **({} if args.seed is None else {"seed": args.seed}))
+    algo._timeout_option = "--timeout-s"  # the line a cut evaluation leaves names the option given here
     try:
         stats = algo.evaluate(progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     finally:

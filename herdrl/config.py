@@ -376,7 +376,8 @@ class AlgorithmConfig:
             doc="evaluate (on evaluation runners) while the iteration trains, with the weights it started with"),
         "evaluation_sample_timeout_s": Field(
             120.0, (float,), "evaluation", low=0, low_open=True, allow_none=True,
-            doc="an evaluation on runners stops after this long with the episodes finished by then"),
+            doc="an evaluation (in the driver or on runners) stops after this long with the episodes finished by "
+                "then, and a line saying so; None: no bound"),
         "evaluation_config": Field({}, (dict,), "evaluation",
                                    doc="{'explore': False, 'max_steps': N, 'env_config': {...}} and the env runner "
                                        "keys of EVALUATION_KEYS, for evaluation"),

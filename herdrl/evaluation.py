@@ -6,6 +6,7 @@ Each of N env copies plays exactly its first episode, all in parallel: no bias t
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -36,6 +37,35 @@ def summarize(returns: list[float], lengths: list[int], prefix: str = "") -> dic
 PROGRESS_EVERY_S = 10.0
 
 
+def say_cut(bound: str, finished: int, change: str = "") -> None:
+    """The one line a cut evaluation leaves: the bound that cut it (``evaluation_sample_timeout_s=120``), the
+    episodes finished by then, and ``change``: how to change the bound."""
+    logging.getLogger("herdrl").warning(
+        "herdrl: evaluation stopped at %s with %d episode%s finished; episodes still running were cut and left out%s",
+        bound, finished, "" if finished == 1 else "s", f" ({change})" if change else "")
+
+
+def timeout_change(option: str) -> str:
+    """How to change a time bound named ``option`` (said with :func:`say_cut`)."""
+    return f"raise {option}, or set it to None, to let them finish"
+
+
+class Deadline:
+    """A time bound of ``timeout_s`` seconds from now (None: none)."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self.timeout_s = timeout_s
+        self.at = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def passed(self) -> bool:
+        """Whether the time is up."""
+        return self.at is not None and time.monotonic() >= self.at
+
+    def left(self) -> float | None:
+        """Seconds left (None: no bound)."""
+        return None if self.at is None else self.at - time.monotonic()
+
+
 class Ticker:
     """Says whether :data:`PROGRESS_EVERY_S` have passed since it last said so."""
 
@@ -50,6 +80,33 @@ class Ticker:
         return True
 
 
+def check_spaces(policy: Policy, env: Any, observation_space: gym.Space, action_space: gym.Space) -> None:
+    """Refuse, in one line naming both pairs of spaces, an env whose spaces are not the policy's (before a forward
+    pass fails on its shapes deep inside torch)."""
+    if (observation_space, action_space) == (policy.observation_space, policy.action_space):
+        return
+    (env_obs, own_obs), (env_act, own_act) = (_brief(observation_space, policy.observation_space),
+                                              _brief(action_space, policy.action_space))
+    raise EnvError(f"env '{env}' has observation space {env_obs} and action space {env_act}; the policy was trained "
+                   f"on {own_obs} and {own_act}: evaluate it on an env with the same spaces")
+
+
+def _brief(*spaces: gym.Space) -> list[str]:
+    """Spaces on one line each, briefly (:func:`_short`) unless that would hide how they differ."""
+    short = [_short(space) for space in spaces]
+    return short if len(set(short)) == len(short) or spaces[0] == spaces[1] else \
+        [" ".join(str(space).split()) for space in spaces]
+
+
+def _short(space: gym.Space) -> str:
+    """A Box by its shape and dtype and, when the same everywhere, its bounds; another space as it prints."""
+    if isinstance(space, gym.spaces.Box):
+        low, high = np.unique(space.low), np.unique(space.high)
+        bounds = f"{low[0]:g}, {high[0]:g}, " if len(low) == 1 and len(high) == 1 else ""
+        return f"Box({bounds}{space.shape}, {space.dtype})"
+    return " ".join(str(space).split())
+
+
 class Evaluator:
     """Runs ``episodes`` evaluation episodes on its own vector env (separate from the training envs)."""
 
@@ -58,15 +115,19 @@ class Evaluator:
         """``previous``: observations carry the previous action/reward (``herdrl.env.previous.inputs_of`` tells it
         from a policy's observation space)."""
         self.env = make_vector_env(env, env_config, episodes, mode, previous=previous)
+        self.env_id = env
         self.episodes = episodes
 
     def run(self, policy: Policy, seed: int | None = None, explore: bool = False,
-            max_steps: int | None = None, progress: Callable[[str], None] | None = None) -> tuple[list[float],
-                                                                                                   list[int]]:
-        """Play one episode per env copy, for at most ``max_steps`` steps; return the returns and lengths of the
-        episodes that finished (all of them unless ``max_steps`` cut some short). ``progress``: called with a line
+            max_steps: int | None = None, progress: Callable[[str], None] | None = None,
+            timeout_s: float | None = None, timeout_option: str = "evaluation_sample_timeout_s") -> tuple[list[float],
+                                                                                                       list[int]]:
+        """Play one episode per env copy, for at most ``max_steps`` steps and ``timeout_s`` seconds; return the
+        returns and lengths of the episodes that finished (all of them unless a bound cut some short: a line says
+        so, and how to change ``timeout_option``, the bound's name for the user). ``progress``: called with a line
         every :data:`PROGRESS_EVERY_S` seconds while episodes play."""
-        ticker = Ticker()
+        check_spaces(policy, self.env_id, self.env.single_observation_space, self.env.single_action_space)
+        ticker, deadline, cut, change = Ticker(), Deadline(timeout_s), "", ""
         obs, _ = self.env.reset(seed=seed)
         returns = np.zeros(self.episodes)
         lengths = np.zeros(self.episodes, dtype=np.int64)
@@ -83,10 +144,18 @@ class Evaluator:
             running &= ~(np.asarray(terminated) | np.asarray(truncated))
             if not running.any():
                 break
+            if deadline.passed():  # an env that never ends (a game waiting for FIRE) must not hold the run
+                cut, change = f"{timeout_option}={timeout_s:g}", timeout_change(timeout_option)
+                break
             if progress is not None and ticker.due():
                 progress(f"{self.episodes - int(running.sum())}/{self.episodes} episodes done, "
                          f"{int(lengths.max()):,} steps so far")
+        else:
+            cut, change = (f"evaluation_config max_steps={max_steps}", "raise it to let them finish") if max_steps \
+                else ("1,000,000 steps", "")
         finished = ~running
+        if running.any():
+            say_cut(cut, int(finished.sum()), change)
         return returns[finished].tolist(), lengths[finished].tolist()
 
     def close(self) -> None:
@@ -100,11 +169,13 @@ MAX_VIDEO_FRAMES = 40_000
 
 def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, episodes: int = 1,
                  seed: int | None = None, explore: bool = False,
-                 progress: Callable[[str], None] | None = None) -> tuple[list[float], list[int]]:
+                 progress: Callable[[str], None] | None = None, timeout_s: float | None = None,
+                 timeout_option: str = "--timeout-s") -> tuple[list[float], list[int]]:
     """Play ``episodes`` episodes on one rendering env and write the frames to ``path`` (.mp4 or .gif).
 
     ``progress``: called with a line after each episode, every :data:`PROGRESS_EVERY_S` seconds within one, and
-    around the (slow, for GIFs) file writing.
+    around the (slow, for GIFs) file writing. ``timeout_s``: the episode playing then stops (a line says so, naming
+    ``timeout_option``); the frames so far are written, the returns are those of the episodes finished.
     """
     say = progress or (lambda line: None)
     path = Path(path)
@@ -120,12 +191,17 @@ def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, e
         raise EnvError(f"env '{env}' needs extra packages to render: {exc}; pip install 'herdrl[video]'") from None
     except TypeError:
         raise EnvError(f"env '{env}' cannot render: its constructor takes no render_mode") from None
+    try:
+        check_spaces(policy, env, single.observation_space, single.action_space)
+    except EnvError:
+        single.close()
+        raise
     if "rgb_array" not in (single.metadata or {}).get("render_modes", []):
         single.close()
         raise EnvError(f"env '{env}' cannot render rgb_array frames (its render_modes: "
                        f"{(single.metadata or {}).get('render_modes', [])})")
     frames, returns, lengths = [], [], []
-    ticker = Ticker()
+    ticker, deadline = Ticker(), Deadline(timeout_s)
     try:
         for episode in range(episodes):
             obs, _ = single.reset(seed=None if seed is None else seed + episode)
@@ -145,6 +221,11 @@ def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, e
                 if len(frames) > MAX_VIDEO_FRAMES:  # frames are held in memory until written
                     raise EnvError(f"--video: more than {MAX_VIDEO_FRAMES:,} frames (episode {episode + 1} has "
                                    f"not ended after {length:,} steps); record fewer or shorter episodes")
+                if not done and deadline.passed():
+                    break
+            if not done:
+                say_cut(f"{timeout_option}={timeout_s:g}", len(returns), timeout_change(timeout_option))
+                break
             returns.append(total)
             lengths.append(length)
             say(f"episode {episode + 1}/{episodes}: return {total:.1f}, {length} steps")

@@ -70,6 +70,74 @@ def test_gymnasium_wrappers_give_the_same_frames_as_ale_pys_vector_env():
     wrapped.close()
 
 
+@pytest.mark.parametrize("game", ["Breakout", "BeamRider"])
+def test_a_game_goes_on_after_a_lost_life_for_an_agent_that_never_presses_fire(game):
+    """Breakout serves the next ball on FIRE, BeamRider starts the next life on UP: an agent that only plays NOOP
+    (a greedy policy that never chose them) saw the game stand still after its first lost life until the
+    108,000-frame truncation. Read from ALE's own lives and frame counter: with the default the game runs through
+    all its lives to game over; with fire_after_life_loss off it stands still after the first."""
+    steps = {"Breakout": 400, "BeamRider": 1500}[game]  # a NOOP game lasts ~130 / ~1000 steps
+    for restart in (True, False):
+        venv = make_vector_env(f"{game}NoFrameskip-v4", {"fire_after_life_loss": restart, "overlap": False}, 2)
+        _, info = venv.reset(seed=0)
+        start_lives, over = info["lives"].copy(), np.zeros(2, dtype=bool)
+        for _ in range(steps):
+            _, _, terminated, truncated, info = venv.step(np.zeros(2, dtype=np.int64))
+            assert not truncated.any()
+            over |= terminated
+            if over.all():
+                break
+        venv.close()
+        if restart:
+            assert over.all()  # every life played, the game over long before 108,000 frames
+        else:
+            assert not over.any() and (info["lives"] == start_lives - 1).all()  # stuck after the first lost life
+            assert (info["frame_number"] >= 4 * steps).all()  # the frames ran on all the while
+
+
+def test_both_atari_paths_restart_after_a_lost_life_alike():
+    """ale-py's vector env (herdrl's Restarts in Python around it) and Gymnasium's wrappers (RestartWrapper) give
+    the same frames through Breakout's lost lives, for an agent that never presses FIRE."""
+    pytest.importorskip("cv2")
+    config = {"noop_max": 0, "overlap": False}
+    ale = make_vector_env("BreakoutNoFrameskip-v4", config, 1)
+    wrapped = make_vector_env("BreakoutNoFrameskip-v4", config, 1, mode="sync")
+    a, info = ale.reset(seed=3)
+    b, _ = wrapped.reset(seed=3)
+    assert np.array_equal(a, b)
+    rng, lives = np.random.default_rng(0), {int(info["lives"][0])}
+    for _ in range(300):
+        action = rng.choice([0, 2, 3], 1)  # NOOP, RIGHT, LEFT: never FIRE
+        a, _, done_a, _, info = ale.step(action)
+        b, _, done_b, _, _ = wrapped.step(action)
+        assert np.array_equal(a, b) and done_a == done_b
+        lives.add(int(info["lives"][0]))
+        if done_a.any():
+            break
+    assert len(lives) >= 3  # two lost lives (at least) played through
+    ale.close()
+    wrapped.close()
+
+
+@pytest.mark.parametrize("mode", ["auto", "sync"])
+def test_with_sticky_actions_every_breakout_game_starts_and_goes_on(mode):
+    """ALE/Breakout-v5 repeats the previous frame's action one time in four: the one frame of FIRE at reset was lost
+    one time in four (the game never started), a step of FIRE after a lost life one time in 256. An agent that only
+    plays NOOP, 4 envs: every game plays through (read from ALE's rewards, lives and game ends: no stretch of 100
+    steps without one of them), on ale-py's vector env and on Gymnasium's wrappers."""
+    if mode == "sync":
+        pytest.importorskip("cv2")
+    venv = make_vector_env("ALE/Breakout-v5", {"overlap": False}, 4, mode=mode)
+    _, info = venv.reset(seed=0)
+    lives, idle, longest, games = info["lives"].copy(), np.zeros(4, int), np.zeros(4, int), np.zeros(4, int)
+    for _ in range(600):  # a NOOP game lasts ~150-300 steps
+        _, reward, terminated, truncated, info = venv.step(np.zeros(4, dtype=np.int64))
+        idle = np.where((reward != 0) | (info["lives"] != lives) | terminated | truncated, 0, idle + 1)
+        longest, games, lives = np.maximum(longest, idle), games + terminated, info["lives"].copy()
+    venv.close()
+    assert longest.max() < 100 and games.min() >= 1
+
+
 def test_rewards_are_clipped_for_learning_while_reported_returns_are_the_games():
     """SpaceInvaders scores 5 to 30 points per alien: the learner sees rewards in {0, 1}, the episode returns
     sum the points."""

@@ -160,3 +160,69 @@ def test_onnx_export_of_an_image_policy_takes_uint8_frames_and_matches_torch(tmp
     assert session.run(None, leaves)[0].tolist() == expected
     assert len(set(expected)) > 1  # the cue decides the action: a constant policy would not test the wiring
     algo.stop()
+
+
+NEVER_ENDING = {"step_latency_s": 0.0, "episode_len": 10**9}  # herd/Latency-v0 episodes that never end
+
+
+def test_an_in_driver_evaluation_of_never_ending_episodes_stops_at_its_timeout(caplog):
+    """Episodes that never end (an Atari game waiting for FIRE): evaluation_sample_timeout_s bounds the driver's
+    evaluation (clocked here, not by its own report), cutting every episode with a line naming the bound."""
+    import time
+
+    algo = (PPOConfig().environment("herd/Latency-v0", env_config=NEVER_ENDING)
+            .evaluation(evaluation_duration=3, evaluation_sample_timeout_s=0.3).debugging(seed=0)).build()
+    try:
+        with caplog.at_level("WARNING", logger="herdrl"):
+            start = time.monotonic()
+            metrics = algo.evaluate()
+            took = time.monotonic() - start
+    finally:
+        algo.stop()
+    assert 0.3 <= took < 0.3 + 0.5  # (the slack: the env copies' making, a step, the summary)
+    assert metrics["evaluation/num_episodes"] == 0 and metrics["evaluation/num_episodes_cut"] == 3
+    assert ("evaluation stopped at evaluation_sample_timeout_s=0.3 with 0 episodes finished; episodes still running "
+            "were cut and left out (raise evaluation_sample_timeout_s, or set it to None, to let them finish)"
+            ) in caplog.text
+
+
+def test_herd_evaluate_timeout_bounds_never_ending_episodes(tmp_path, capsys, caplog):
+    import time
+
+    algo = PPOConfig().environment("herd/Latency-v0", env_config=NEVER_ENDING).build()
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    start = time.monotonic()
+    with caplog.at_level("WARNING", logger="herdrl"):
+        assert main(["evaluate", str(path), "--episodes", "2", "--timeout-s", "0.3"]) == 0
+    assert time.monotonic() - start < 0.3 + 1.0  # (and the policy's loading)
+    assert "herd/Latency-v0: 0 episodes (greedy)" in capsys.readouterr().out
+    assert "evaluation stopped at --timeout-s=0.3 with 0 episodes finished" in caplog.text
+    assert "(raise --timeout-s, or set it to None, to let them finish)" in caplog.text
+    assert main(["evaluate", str(path), "--timeout-s", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "herd evaluate: error: --timeout-s got 0; expected > 0"
+
+
+@pytest.mark.parametrize("env", ["Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "herd/StatelessCartPole-v1"])
+def test_evaluate_on_an_env_with_other_spaces_is_one_line(env, tmp_path_factory, capsys):
+    """A CartPole policy evaluated on an env of other spaces: one line naming both pairs and exit 2, from the CLI,
+    with and without --video, and from an algorithm whose evaluation env differs (not torch's shape error)."""
+    from herdrl import EnvError
+
+    root = tmp_path_factory.getbasetemp() / "cartpole_untrained"
+    if not (root / "ckpt").exists():
+        algo = PPOConfig().environment("CartPole-v1").build()
+        algo.save(root / "ckpt")
+        algo.stop()
+    for video in ([], ["--video", str(root / "v.gif")]):
+        assert main(["evaluate", str(root / "ckpt"), "--env", env, "--episodes", "1", *video]) == 2
+        captured = capsys.readouterr()
+        lines = (captured.out + captured.err).strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"herd evaluate: error: env '{env}' has observation space ")
+        assert "the policy was trained on Box((4,), float32) and Discrete(2)" in lines[0]
+    algo = PPOConfig().environment("CartPole-v1").evaluation(evaluation_config={"env": env}).build()
+    try:
+        with pytest.raises(EnvError, match=f"env '{env}' has observation space .* the policy was trained on Box"):
+            algo.evaluate()
+    finally:
+        algo.stop()

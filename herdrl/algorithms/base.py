@@ -65,6 +65,8 @@ class Algorithm:
     config: AlgorithmConfig
     #: The algorithm's Learner subclass (its module, optimizers, loss and update).
     learner_class: type[Learner] = Learner
+    #: The evaluation time bound's name in the line a cut evaluation leaves (``herd evaluate`` names its --timeout-s).
+    _timeout_option = "evaluation_sample_timeout_s"
 
     def __init__(self, config: AlgorithmConfig, logger: Any = None) -> None:
         self.config = config
@@ -524,7 +526,9 @@ class Algorithm:
         seed = None if cfg.seed is None else cfg.seed * 1_000_003 + self.iteration
         returns, lengths = self._evaluator.run(self.policy, seed=seed,
                                                explore=bool(cfg.evaluation_config.get("explore", False)),
-                                               max_steps=cfg.evaluation_config.get("max_steps"), progress=progress)
+                                               max_steps=cfg.evaluation_config.get("max_steps"), progress=progress,
+                                               timeout_s=cfg.evaluation_sample_timeout_s,
+                                               timeout_option=self._timeout_option)
         return {**summarize(returns, lengths, "evaluation/"),
                 "evaluation/num_episodes_cut": cfg.evaluation_duration - len(returns)}
 
@@ -539,7 +543,7 @@ class Algorithm:
         player = self._multi_agent_player()
         player.set_weights(self.runner_weights())  # (with the normalisation statistics, if any)
         played = player.play(cfg.evaluation_duration, explore, seed, cfg.evaluation_config.get("max_steps"),
-                             progress)
+                             progress, cfg.evaluation_sample_timeout_s, self._timeout_option)
         parts = {f"evaluation/{kind}_return_mean/{name}": float(np.mean(values))
                  for kind, returns in (("agent", played.agent_returns), ("policy", played.policy_returns))
                  for name, values in sorted(returns.items())}

@@ -2,7 +2,8 @@
 
 Every env id ale-py registers (``ALE/Pong-v5``, ``PongNoFrameskip-v4``, the old ``Pong-v0``/``Pong-v4``) gets
 the preprocessing of Mnih et al. 2015 as SB3's ``AtariWrapper``, CleanRL's ``ppo_atari.py`` and RLlib's Atari
-examples apply it: up to 30 no-op starts, FIRE at reset where the game needs it, 4 frames skipped per step
+examples apply it: up to 30 no-op starts, FIRE at reset where the game needs it (and after each lost life: see
+:func:`restart_actions`), 4 frames skipped per step
 with the max over the last two, 84 x 84 grayscale, a stack of the last 4 frames (zeros before the first),
 rewards clipped to their sign for learning while reported returns stay the game's own. Episodic life (a life
 lost ends the episode for learning, never for the reported return) is available, off by default. Each part
@@ -40,7 +41,8 @@ OPTIONS: dict[str, Any] = {
     "preprocess": True,      # False: the raw env (210 x 160 RGB, the id's frame skip, rewards as they come)
     "frameskip": 4,          # agent steps every 4 frames, max over the last two
     "noop_max": 30,          # up to 30 random no-ops after each reset
-    "fire_reset": True,      # press FIRE after reset in games that need it to start
+    "fire_reset": True,      # press FIRE after reset in games that need it to start (sticky actions: see Restarts)
+    "fire_after_life_loss": True,  # FIRE, then action 2, as the agent's next two steps after a lost life
     "screen_size": 84,       # frames resized to 84 x 84
     "grayscale": True,
     "frame_stack": 4,        # observation: the last 4 frames, (4, 84, 84) uint8
@@ -107,7 +109,8 @@ def split_options(spec: gym.envs.registration.EnvSpec, env_config: dict) -> tupl
         if "frameskip" in env_config:
             env_kwargs["frameskip"] = env_config["frameskip"]
         options["clip_rewards"] = env_config.get("clip_rewards", False)
-    for key in ("preprocess", "fire_reset", "grayscale", "clip_rewards", "episodic_life", "overlap"):
+    for key in ("preprocess", "fire_reset", "fire_after_life_loss", "grayscale", "clip_rewards", "episodic_life",
+                "overlap"):
         if not isinstance(options[key], bool):
             raise EnvError(f"env '{spec.id}': env_config {key}={options[key]!r}; expected true or false")
     for key in ("noop_max", "num_threads"):
@@ -211,15 +214,30 @@ def _ale_vector(spec: gym.envs.registration.EnvSpec, options: dict, env_kwargs: 
         raise EnvError(f"env '{spec.id}': env_config key(s) {sorted(unknown)} are not ale-py options; herdrl's "
                        f"Atari options: {sorted(OPTIONS)}")
     class AleVectorEnv(AtariVectorEnv):
-        """ale-py's vector env, taking any int seed (its C++ side takes 32-bit seeds only)."""
+        """ale-py's vector env, taking any int seed (its C++ side takes 32-bit seeds only), and playing
+        :class:`Restarts` (its C++ side presses FIRE for one frame at reset only)."""
 
         def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[Any, dict]:
             if isinstance(seed, (int, np.integer)):
                 seed = int(seed) % (2**31 - self.num_envs)
-            return super().reset(seed=seed, options=options)
+            obs, info = super().reset(seed=seed, options=options)
+            self.restart.reset(info)
+            return obs, info
+
+        def send(self, actions: np.ndarray) -> None:
+            super().send(self.restart.actions(actions))
+
+        def recv(self) -> tuple[Any, ...]:
+            result = super().recv()
+            self.restart.observe(*result[2:])
+            return result
+
+        def step(self, actions: np.ndarray) -> tuple[Any, ...]:
+            self.send(actions)  # (ale-py's step sends and receives without these two)
+            return self.recv()
 
     threads = options["num_threads"] or min(num_envs, os.cpu_count() or 1)
-    return AleVectorEnv(
+    venv = AleVectorEnv(
         kwargs["game"], num_envs, num_threads=threads,
         max_num_frames_per_episode=kwargs.get("max_num_frames_per_episode", 108_000),
         repeat_action_probability=kwargs.get("repeat_action_probability", 0.0),
@@ -228,6 +246,10 @@ def _ale_vector(spec: gym.envs.registration.EnvSpec, options: dict, env_kwargs: 
         stack_num=options["frame_stack"], frameskip=options["frameskip"], maxpool=True, noop_max=options["noop_max"],
         episodic_life=False, reward_clipping=False, use_fire_reset=options["fire_reset"],
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    meanings = [action.name for action in venv.ale.get_action_set()]
+    venv.restart = Restarts(restart_actions(meanings), num_envs, kwargs.get("repeat_action_probability", 0.0) > 0,
+                            options["fire_reset"], options["fire_after_life_loss"])
+    return venv
 
 
 def make_single(spec: gym.envs.registration.EnvSpec, env_config: dict, **make_kwargs: Any) -> gym.Env:
@@ -254,6 +276,8 @@ def make_single(spec: gym.envs.registration.EnvSpec, env_config: dict, **make_kw
     env = gym.wrappers.AtariPreprocessing(env, noop_max=options["noop_max"],
                                           frame_skip=1 if stochastic_skip else options["frameskip"],
                                           screen_size=options["screen_size"], grayscale_obs=options["grayscale"])
+    if restart_actions(env.unwrapped.get_action_meanings()):
+        env = RestartWrapper(env, options["fire_reset"], options["fire_after_life_loss"])
     return gym.wrappers.FrameStackObservation(env, options["frame_stack"], padding_type="zero")
 
 
@@ -268,6 +292,85 @@ class FireReset(gym.Wrapper):
             if terminated or truncated:
                 obs, info = self.env.reset(**kwargs)
         return obs, info
+
+
+def restart_actions(meanings: list[str]) -> tuple[int, ...]:
+    """The actions played (as the agent's next steps) after a lost life in a game whose action 1 is FIRE: FIRE, then
+    action 2, as SB3's and CleanRL's ``FireResetEnv`` press them at each life's reset (with their
+    ``EpisodicLifeEnv``). Breakout waits for FIRE to serve the next ball, BeamRider for UP (its action 2): a greedy
+    policy that never chooses them would stand still until the 108,000-frame truncation. Other games: none."""
+    return (1, 2) if len(meanings) >= 3 and meanings[1] == "FIRE" else ()
+
+
+class Restarts:
+    """Per env of a vector env: the :func:`restart_actions` still to play in place of the agent's actions, after
+    each lost life (``after_life_loss``) and, with sticky actions (``sticky``), after each reset (``after_reset``).
+
+    Sticky actions (0.25 for ``ALE/...-v5`` ids) play the previous frame's action instead of the new one, frame by
+    frame, one time in four: the one frame of FIRE pressed at reset is then lost one time in four and the game never
+    starts; a 4-frame step of FIRE is lost one time in 256 (each of ~5 per Breakout game). With sticky actions each
+    restart action is played for two steps: lost one time in 65,536."""
+
+    def __init__(self, restart: tuple[int, ...], num_envs: int, sticky: bool, after_reset: bool,
+                 after_life_loss: bool) -> None:
+        restart = restart if after_reset and sticky or after_life_loss else ()
+        self.restart = np.repeat(np.asarray(restart, dtype=np.int64), 2 if sticky else 1)
+        self.after_reset, self.after_life_loss = after_reset and sticky, after_life_loss
+        self.left = np.zeros(num_envs, dtype=np.int64)  # restart actions still to play, per env
+        self.lives = np.zeros(num_envs, dtype=np.int64)
+        self.resetting = np.zeros(num_envs, dtype=bool)  # the env's next step only resets it (NEXT_STEP autoreset)
+
+    def reset(self, info: dict) -> None:
+        """After a reset of every env: the lives the games start with, a restart to play if ``after_reset``."""
+        self.left[:] = len(self.restart) if self.after_reset else 0
+        self.lives = np.asarray(info["lives"], dtype=np.int64).copy()
+        self.resetting[:] = False
+
+    def actions(self, actions: np.ndarray) -> np.ndarray:
+        """``actions`` with the pending restart actions in place of the agent's."""
+        pending = self.left > 0
+        if not pending.any():
+            return actions
+        actions = np.array(actions, copy=True)
+        actions[pending] = self.restart[len(self.restart) - self.left[pending]]
+        self.left[pending] -= 1
+        return actions
+
+    def observe(self, terminated: np.ndarray, truncated: np.ndarray, info: dict) -> None:
+        """After a step: envs that lost a life (:func:`life_losses`), or were reset by it, restart next."""
+        if not len(self.restart):
+            return
+        lives = np.asarray(info["lives"], dtype=np.int64)
+        done = np.asarray(terminated) | np.asarray(truncated)
+        if self.after_life_loss:
+            self.left[life_losses(lives, self.lives, done)] = len(self.restart)
+        if self.after_reset:
+            self.left[self.resetting] = len(self.restart)
+        self.left[done] = 0
+        self.resetting = done.copy()
+        self.lives = lives.copy()
+
+
+class RestartWrapper(gym.Wrapper):
+    """One env playing its :class:`Restarts` as its next steps (above the frame skip, as ale-py's vector env plays
+    them in herdrl: both give the same frames)."""
+
+    def __init__(self, env: gym.Env, after_reset: bool, after_life_loss: bool) -> None:
+        super().__init__(env)
+        sticky = env.unwrapped.ale.getFloat("repeat_action_probability") > 0
+        self.restart = Restarts(restart_actions(env.unwrapped.get_action_meanings()), 1, sticky, after_reset,
+                                after_life_loss)
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        obs, info = self.env.reset(**kwargs)
+        self.restart.reset({"lives": [info["lives"]]})
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, ...]:
+        action = int(self.restart.actions(np.array([action], dtype=np.int64))[0])
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.restart.observe(np.array([terminated]), np.array([truncated]), {"lives": [info["lives"]]})
+        return obs, reward, terminated, truncated, info
 
 
 def life_losses(lives: np.ndarray, previous: np.ndarray, done: np.ndarray) -> np.ndarray:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from typing import Any
 
-from herdrl.evaluation import summarize
+from herdrl.evaluation import say_cut, summarize, timeout_change
 
 #: Steps per env each evaluation call samples (between checks of the episodes finished and of the timeout).
 EVALUATION_CHUNK = 256
@@ -25,8 +24,9 @@ class RunnerEvaluation:
     ``evaluation_duration`` env steps over all runners, episodes carried over from one evaluation to the next, those
     that finish counted. Both sample in
     rounds of at most :data:`EVALUATION_CHUNK` steps per env (or ``rollout_fragment_length`` of
-    ``evaluation_config``); an evaluation stops after ``evaluation_sample_timeout_s`` with what finished by then (a
-    Ray runner's round still running at that moment is left out; the driver's own runner stops between rounds).
+    ``evaluation_config``), shortened to fit the time left when earlier rounds say they would not; an evaluation
+    stops after ``evaluation_sample_timeout_s`` with what finished by then, and a line saying so (a Ray runner's
+    round still running at that moment is left out; the driver's own runner stops between rounds).
     """
 
     def __init__(self, config: Any, observation_space: Any = None, action_space: Any = None) -> None:
@@ -77,24 +77,29 @@ class RunnerEvaluation:
         returns: list[float] = []
         lengths: list[int] = []
         steps = steps_per_env = 0
+        step_s = 0.0  # the slowest round's seconds per step (per env), to fit the next round in the time left
         cut = ""
         while (len(returns) if episodes else steps) < cfg.evaluation_duration:
             if max_steps is not None and steps_per_env >= max_steps:
-                cut = f"evaluation_config max_steps={max_steps}"
+                cut, change = f"evaluation_config max_steps={max_steps}", "raise it to let them finish"
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 cut = f"evaluation_sample_timeout_s={cfg.evaluation_sample_timeout_s:g}"
+                change = timeout_change("evaluation_sample_timeout_s")
                 break
             if self.cancelled:
-                cut = "the run's stop"
+                cut, change = "the run's stop", ""
                 break
             runners = self.group.num_healthy if self.group is not None else 1
             count = chunk if episodes else min(chunk, math.ceil((cfg.evaluation_duration - steps) /
                                                                 (max(runners, 1) * envs)))
             if max_steps is not None:
                 count = min(count, max_steps - steps_per_env)
-            args = (weights, explore, evaluation, episodes, count)
             left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and step_s > 0:  # a round past the deadline would be lost (Ray) or late (driver)
+                count = max(1, min(count, int(left / step_s)))
+            args = (weights, explore, evaluation, episodes, count)
+            began = time.monotonic()
             answers = self.group.call_each("evaluation_sample", *args, deadline_s=left) if self.group is not None \
                 else [self.runner.evaluation_sample(*args)]
             for part_returns, part_lengths, part_steps in answers:
@@ -102,10 +107,9 @@ class RunnerEvaluation:
                 lengths += part_lengths
                 steps += part_steps
             steps_per_env += count
+            step_s = max(step_s, (time.monotonic() - began) / count)
         if cut:
-            logging.getLogger("herdrl").warning(
-                "herdrl: evaluation stopped at %s with %d episode%s finished", cut, len(returns),
-                "" if len(returns) == 1 else "s")
+            say_cut(cut, len(returns), change)
         if episodes:
             returns, lengths = returns[:cfg.evaluation_duration], lengths[:cfg.evaluation_duration]
         metrics = {**summarize(returns, lengths, "evaluation/"), "evaluation/num_env_steps_sampled": steps}

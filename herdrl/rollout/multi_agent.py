@@ -308,18 +308,24 @@ class MultiAgentEnvRunner:
                 self._begin(k, None)
 
     def play(self, episodes: int, explore: bool = False, seed: int | None = None,
-             max_steps: int | None = None, progress: Callable[[str], None] | None = None) -> MultiAgentFragment:
+             max_steps: int | None = None, progress: Callable[[str], None] | None = None,
+             timeout_s: float | None = None, timeout_option: str = "evaluation_sample_timeout_s"
+             ) -> MultiAgentFragment:
         """Play ``episodes`` whole episodes from fresh resets (greedy unless ``explore``), for at most ``max_steps``
-        env steps (default 1M: a bound even for an env that never ends), and return their returns; nothing is
-        kept for learning. Evaluation uses a runner of its own, with one env copy, so that short episodes are not
-        favoured over long ones. ``progress``: called with a line every ``herdrl.evaluation.PROGRESS_EVERY_S``."""
-        from herdrl.evaluation import Ticker
+        env steps (default 1M: a bound even for an env that never ends) and ``timeout_s`` seconds (a line says when
+        it cut an episode, and how to change ``timeout_option``), and return their returns; nothing is kept for
+        learning. Evaluation uses a runner of its own, with one env copy, so that short episodes are not favoured
+        over long ones. ``progress``: called with a line every ``herdrl.evaluation.PROGRESS_EVERY_S``."""
+        from herdrl.evaluation import Deadline, Ticker, say_cut, timeout_change
 
         for k in range(self.num_envs):
             self._begin(k, None if seed is None else seed + k)
         result = MultiAgentFragment({}, env_steps=0, agent_steps=0)
-        ticker = Ticker()
+        ticker, deadline = Ticker(), Deadline(timeout_s)
         while len(result.episode_returns) < episodes and result.env_steps < (max_steps or 1_000_000):
+            if deadline.passed():
+                say_cut(f"{timeout_option}={timeout_s:g}", len(result.episode_returns), timeout_change(timeout_option))
+                break
             actions = self._act(explore, count=False)
             self._lanes.clear()  # nothing to learn from
             self._step(actions, result)
