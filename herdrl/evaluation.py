@@ -81,14 +81,33 @@ class Ticker:
 
 
 def check_spaces(policy: Policy, env: Any, observation_space: gym.Space, action_space: gym.Space) -> None:
-    """Refuse, in one line naming both pairs of spaces, an env whose spaces are not the policy's (before a forward
-    pass fails on its shapes deep inside torch)."""
+    """Refuse, in one line naming both pairs of spaces, an env whose spaces are not the policy's in kind, shape,
+    dtype or size (before a forward pass fails on its shapes deep inside torch). Boxes of other bounds pass, with a
+    note: an env whose bounds come from its config (Pendulum's ``max_speed``) still takes the policy."""
     if (observation_space, action_space) == (policy.observation_space, policy.action_space):
+        return
+    if _same_layout(observation_space, policy.observation_space) and _same_layout(action_space, policy.action_space):
+        logging.getLogger("herdrl").warning("herdrl: env '%s' has Box bounds other than the policy's (same shapes): "
+                                            "evaluated as they are", env)
         return
     (env_obs, own_obs), (env_act, own_act) = (_brief(observation_space, policy.observation_space),
                                               _brief(action_space, policy.action_space))
     raise EnvError(f"env '{env}' has observation space {env_obs} and action space {env_act}; the policy was trained "
                    f"on {own_obs} and {own_act}: evaluate it on an env with the same spaces")
+
+
+def _same_layout(space: gym.Space, other: gym.Space) -> bool:
+    """Whether two spaces are alike but for Box bounds: the same kinds, keys, shapes, dtypes and sizes."""
+    if type(space) is not type(other):
+        return False
+    if isinstance(space, gym.spaces.Box):
+        return space.shape == other.shape and space.dtype == other.dtype
+    if isinstance(space, gym.spaces.Dict):
+        return list(space.spaces) == list(other.spaces) and all(
+            _same_layout(space[key], other[key]) for key in space.spaces)
+    if isinstance(space, gym.spaces.Tuple):
+        return len(space) == len(other) and all(_same_layout(a, b) for a, b in zip(space, other, strict=True))
+    return space == other
 
 
 def _brief(*spaces: gym.Space) -> list[str]:

@@ -22,7 +22,7 @@ Groups are live views of the flat keys, writable as RLlib's nested dicts are: in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 #: RLlib's names of herdrl's flat keys (the old stack's, and a few new-stack spellings).
@@ -91,25 +91,12 @@ class Result(dict):
     the row, as ``<name>/<key>``. A dict stored as a value is held as it is until :meth:`flatten` turns it into
     ``<key>/<leaf>`` keys (the algorithm calls it after ``on_train_result``, before the row is logged)."""
 
+    #: The policies of a multi-agent run (RLlib's module ids under ``result["learners"]``), set by the algorithm;
+    #: empty: single-agent, or a row read back (its ``policy_return_mean/<policy>`` keys name them then).
+    module_ids: tuple[str, ...] = ()
+
     def __missing__(self, key: Any) -> Any:
         return _find(self, "", key)
-
-    def _learners(self) -> dict[str, Result]:
-        """RLlib's ``result["learners"]``: module id -> its learner metrics. A single-agent row's module is
-        ``default_policy`` (``__all_modules__`` the same); a multi-agent row's are its policies, each with its
-        ``<policy>/<key>`` metrics and ``<key>/<policy>`` scheduled values."""
-        policies = sorted(self._group("policy_return_mean/"))
-        if not policies:
-            own = Result({k: v for k, v in self.items() if isinstance(k, str) and "/" not in k
-                          and k not in NOT_LEARNER_KEYS})
-            return {DEFAULT_MODULE_ID: own, ALL_MODULES: own}
-        return {pid: Result({**self._group(f"{pid}/"), **{k[:-len(pid) - 1]: v for k, v in self.items()
-                                                          if isinstance(k, str) and k.endswith(f"/{pid}")
-                                                          and "/" not in k[:-len(pid) - 1]
-                                                          and k.split("/")[0] not in ("agent_return_mean",
-                                                                                      "policy_return_mean",
-                                                                                      "score_vs_random")}})
-                for pid in policies}
 
     def _group(self, prefix: str) -> dict[str, Any]:
         return {k[len(prefix):]: v for k, v in self.items() if isinstance(k, str) and k.startswith(prefix)}
@@ -138,22 +125,25 @@ class Result(dict):
 
     def flatten(self) -> None:
         """Replace every dict value by its leaves, ``<key>/<leaf>`` (nested dicts joined with ``/`` too), added to
-        the keys already there: the CSV, TensorBoard and trackers take numbers, and Tune names nested keys so."""
-        for key in [k for k, v in self.items() if isinstance(v, Mapping)]:
-            for leaf, value in _leaves(dict.pop(self, key), f"{key}/"):
-                self[leaf] = value
+        the keys already there: the CSV, TensorBoard and trackers take numbers, and Tune names nested keys so. A
+        dict set at ``learners`` goes through :class:`LearnersGroup` (a module's keys where the row reads them)."""
+        while keys := [k for k, v in self.items() if isinstance(v, Mapping)]:
+            for key in keys:
+                value = dict.pop(self, key)
+                if key == "learners":
+                    LearnersGroup(self).update(value)  # (a module's dict: its keys; others: learners/<key>)
+                    continue
+                for leaf, inner in _leaves(value, f"{key}/"):
+                    self[leaf] = inner
 
 
 class ResultGroup(MutableMapping):
     """A live view of a row's keys under ``prefix`` (``result["custom_metrics"]`` is the keys
     ``custom_metrics/...``): reading, writing and deleting act on the row itself, so a callback's writes are logged.
-    An ``env_runners`` group also answers herdrl's runner keys (:data:`ENV_RUNNER_KEYS`, at ``runners``); the
-    ``learners`` group answers RLlib's module ids too (``modules``: the row's learner metrics by module, read only).
-    """
+    An ``env_runners`` group also answers herdrl's runner keys (:data:`ENV_RUNNER_KEYS`, at ``runners``)."""
 
-    def __init__(self, row: Result, prefix: str, runners: str | None = None,
-                 modules: Callable[[], dict[str, Result]] | None = None) -> None:
-        self._row, self._prefix, self._runners, self._modules = row, prefix, runners, modules
+    def __init__(self, row: Result, prefix: str, runners: str | None = None) -> None:
+        self._row, self._prefix, self._runners = row, prefix, runners
 
     def _key(self, key: Any) -> str:
         """The row's key for this group's ``key``."""
@@ -164,12 +154,7 @@ class ResultGroup(MutableMapping):
         return self._prefix + key
 
     def __getitem__(self, key: Any) -> Any:
-        try:
-            return _find(self._row, self._prefix, key, self._key(key))
-        except KeyError:
-            if self._modules is not None and key in (modules := self._modules()):
-                return modules[key]
-            raise
+        return _find(self._row, self._prefix, key, self._key(key))
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self._row[self._key(key)] = value  # (a dict is flattened with the row)
@@ -196,11 +181,102 @@ class ResultGroup(MutableMapping):
                 if name not in seen:
                     seen.add(name)
                     yield name
-        if self._modules is not None:
-            yield from (name for name in self._modules() if name not in seen)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+class LearnersGroup(ResultGroup):
+    """RLlib's ``result["learners"]``: each module id (a single-agent row's ``default_policy`` and
+    ``__all_modules__``; a multi-agent row's policies) is a live :class:`ModuleView` of its learner metrics; other
+    keys are the ``learners/...`` keys written there. A dict set at a module id sets its keys in the module's view
+    (merged, not replacing the module's other keys)."""
+
+    def __init__(self, row: Result) -> None:
+        super().__init__(row, "learners/")
+
+    def module_ids(self) -> list[str]:
+        """The row's modules, as RLlib names them."""
+        policies = self._row.module_ids or sorted(self._row._group("policy_return_mean/"))
+        return list(policies) if policies else [DEFAULT_MODULE_ID, ALL_MODULES]
+
+    def _module(self, key: Any) -> ModuleView | None:
+        if key not in self.module_ids():
+            return None
+        return ModuleView(self._row, key if self._row.module_ids or key not in (DEFAULT_MODULE_ID, ALL_MODULES)
+                          else None)
+
+    def __getitem__(self, key: Any) -> Any:
+        module = self._module(key)
+        return super().__getitem__(key) if module is None else module
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        module = self._module(key)
+        if module is None:
+            super().__setitem__(key, value)
+        elif isinstance(value, Mapping):
+            module.update(value)
+        else:
+            raise KeyError(f"result['learners'][{key!r}] is a module's metrics: set a dict, or keys inside it")
+
+    def __delitem__(self, key: Any) -> None:
+        module = self._module(key)
+        if module is None:
+            super().__delitem__(key)
+        else:
+            module.clear()
+
+    def __iter__(self) -> Iterator[str]:
+        written = list(super().__iter__())
+        yield from written
+        yield from (name for name in self.module_ids() if name not in written)
+
+
+class ModuleView(MutableMapping):
+    """One module's learner metrics in a row, live: a single-agent row's own top-level keys that are the learner's
+    (``policy``: None; the keys of :data:`NOT_LEARNER_KEYS` are not), or a policy's ``<policy>/<key>`` metrics and
+    ``<key>/<policy>`` scheduled values. A write sets the key the row reads it from (``<key>``, or
+    ``<policy>/<key>`` for a new one), which is where :func:`flat_name` maps ``learners/<module>/<key>``."""
+
+    def __init__(self, row: Result, policy: str | None) -> None:
+        self._row, self._policy = row, policy
+
+    def _keys(self) -> dict[str, str]:
+        """This module's names -> the row's keys."""
+        row, pid = self._row, self._policy
+        if pid is None:
+            return {k: k for k in row if isinstance(k, str) and "/" not in k and k not in NOT_LEARNER_KEYS}
+        keys = {k[:-len(pid) - 1]: k for k in row
+                if isinstance(k, str) and k.endswith(f"/{pid}") and "/" not in k[:-len(pid) - 1]
+                and k.split("/")[0] not in ("agent_return_mean", "policy_return_mean", "score_vs_random")}
+        keys.update({k[len(pid) + 1:]: k for k in row if isinstance(k, str) and k.startswith(f"{pid}/")})
+        return keys
+
+    def __getitem__(self, key: Any) -> Any:
+        keys = self._keys()
+        if key not in keys:
+            raise KeyError(key)
+        return dict.__getitem__(self._row, keys[key])
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if not isinstance(key, str):
+            raise KeyError(key)
+        if self._policy is None and (key in NOT_LEARNER_KEYS or "/" in key):
+            raise KeyError(f"{key!r} is not a learner's metric name here (a key of the runners, the driver or Tune, "
+                           "or one with '/'): choose another")
+        self._row[self._keys().get(key, key if self._policy is None else f"{self._policy}/{key}")] = value
+
+    def __delitem__(self, key: Any) -> None:
+        del self._row[self._keys()[key]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._keys()))
+
+    def __len__(self) -> int:
+        return len(self._keys())
 
     def __repr__(self) -> str:
         return repr(dict(self.items()))
@@ -217,7 +293,7 @@ def _find(row: Result, prefix: str, key: Any, flat: str | None = None) -> Any:
     if key == "env_runners":  # herdrl's runner keys, and custom metrics logged in runners (env_runners/<key>)
         return ResultGroup(row, f"{flat}/", runners=prefix)
     if key == "learners" and not prefix:  # what is written there, and RLlib's learner metrics by module
-        return ResultGroup(row, f"{flat}/", modules=row._learners)
+        return LearnersGroup(row)
     if (not prefix and key in ALWAYS_GROUPS) or any(isinstance(k, str) and k.startswith(f"{flat}/") for k in row):
         return ResultGroup(row, f"{flat}/")
     alias = prefix + flat_name(key)

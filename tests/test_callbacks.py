@@ -14,6 +14,7 @@ import pytest
 
 from herdrl import ConfigError, DefaultCallbacks, PPOConfig, RLlibCallback, register_env
 from herdrl.callbacks import CallbackError, MetricsLogger, MetricsReducer, metric_settings
+from herdrl.results import flat_name
 
 ENDED: list[tuple[float, int]] = []  # (return, length) of each episode, as the env itself counted them
 STEPPED = [0]  # env steps taken
@@ -263,7 +264,8 @@ class Writes(RLlibCallback):
         it = result["training_iteration"]
         result["custom_metrics"]["x"] = 3.5 * it  # RLlib's old stack
         result["env_runners"]["y"] = result["num_env_steps_sampled"] + 0.5  # the new stack
-        result["learners"]["default_policy"] = {"z": -it}
+        result["learners"]["default_policy"] = {"z": -it}  # RLlib's new stack: metrics by module
+        result["learners"]["default_policy"]["q"] = 0.25 * it  # ...written in place
         result["learners"].setdefault("shared", {})["w"] = 2.0 * it
         result.setdefault("custom_metrics", {})["v"] = 1.0
         result["mine"] = {"deep": {"u": 10.0 * it}}
@@ -288,7 +290,8 @@ def test_writes_into_nested_result_keys_reach_the_row_csv_json_tensorboard_and_t
     assert len(csv_rows) == len(json_rows) == 2
     for it, (csv_row, json_row) in enumerate(zip(csv_rows, json_rows, strict=True), 1):
         steps = int(csv_row["num_env_steps_sampled"])  # 64 a row, as the config asked
-        expected = {"custom_metrics/x": 3.5 * it, "env_runners/y": steps + 0.5, "learners/default_policy/z": -it,
+        # a module's keys where the row keeps its learner's (and Tune's learners/default_policy/z finds them)
+        expected = {"custom_metrics/x": 3.5 * it, "env_runners/y": steps + 0.5, "z": -it, "q": 0.25 * it,
                     "learners/shared/w": 2.0 * it, "custom_metrics/v": 1.0, "mine/deep/u": 10.0 * it}
         assert steps == 64 and {k: float(csv_row[k]) for k in expected} == expected
         assert {k: json_row[k] for k in expected} == expected
@@ -302,6 +305,8 @@ def test_writes_into_nested_result_keys_reach_the_row_csv_json_tensorboard_and_t
         assert [{k: h[k] for k in ("custom_metrics/x", "learners/shared/w", "mine/deep/u")} for h in history] == [
             {"custom_metrics/x": 3.5 * it, "learners/shared/w": 2.0 * it, "mine/deep/u": 10.0 * it} for it in (1, 2)]
     assert outcome.result["learners"]["shared"]["w"] == 4.0 and outcome.result["mine"]["deep"]["u"] == 20.0
+    assert outcome.result["learners"]["default_policy"]["q"] == 0.5 == outcome.result[flat_name(
+        "learners/default_policy/q")]
 
 
 class Shadows(RLlibCallback):
@@ -312,7 +317,8 @@ class Shadows(RLlibCallback):
         metrics_logger.log_value(type(self).key, 2.0)
 
 
-@pytest.mark.parametrize("key", ["episode_return_mean", "mine", "episode_reward_mean"])
+@pytest.mark.parametrize("key", ["episode_return_mean", "mine", "episode_reward_mean",
+                                 "evaluation/episode_return_mean", "policy_frozen"])
 def test_a_driver_metric_named_like_a_key_of_the_row_is_refused(key):
     Shadows.key = key
     algo = _config(callbacks_class=Shadows).build()

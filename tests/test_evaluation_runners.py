@@ -143,12 +143,13 @@ def test_a_training_error_during_a_parallel_evaluation_ends_the_run_and_stop_ret
 
 
 def test_the_driver_runners_rounds_fit_the_time_left_of_a_never_ending_evaluation(caplog):
-    """Episodes that never end at ~2 ms a step, 256-step rounds (~0.6 s) against a 1 s timeout: once the first
-    round shows the pace, the next is cut to the time left, so the evaluation returns within its bound plus a few
-    steps (clocked here), with every episode cut and the line saying how to change the bound."""
+    """Episodes that never end at ~3 ms a step, 256-step rounds (~0.8 s) against a 1 s timeout: once the first
+    round shows the pace, the next is cut to the time left (two whole rounds: 512 steps, 1.5 s or more), so the
+    evaluation returns within its bound plus a few steps (clocked here), with every episode cut and the line saying
+    how to change the bound."""
     import time
 
-    config = (PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.002, "episode_len": 10**9})
+    config = (PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.003, "episode_len": 10**9})
               .evaluation(evaluation_interval=1, evaluation_duration=10**9, evaluation_duration_unit="timesteps",
                           evaluation_sample_timeout_s=1.0, evaluation_config={"num_envs_per_env_runner": 1}))
     algo = config.build()
@@ -159,8 +160,8 @@ def test_the_driver_runners_rounds_fit_the_time_left_of_a_never_ending_evaluatio
             took = time.monotonic() - start
     finally:
         algo.stop()
-    assert 1.0 <= took < 1.0 + 0.15  # two whole rounds would take 1.2 s or more
-    assert metrics["evaluation/num_episodes"] == 0 and metrics["evaluation/num_env_steps_sampled"] > 256
+    assert 1.0 <= took < 1.0 + 0.4  # (slack for a loaded machine; two whole rounds take 1.5 s or more)
+    assert metrics["evaluation/num_episodes"] == 0 and 256 < metrics["evaluation/num_env_steps_sampled"] < 450
     assert ("evaluation stopped at evaluation_sample_timeout_s=1 with 0 episodes finished; episodes still running "
             "were cut and left out (raise evaluation_sample_timeout_s, or set it to None, to let them finish)"
             ) in caplog.text
@@ -184,6 +185,6 @@ def test_a_multi_agent_evaluation_of_never_ending_episodes_stops_at_its_timeout(
             took = time.monotonic() - start
     finally:
         algo.stop()
-    assert 0.3 <= took < 0.3 + 0.3
+    assert 0.3 <= took < 0.3 + 0.7  # (slack for a loaded machine: without the bound it never returns)
     assert metrics["evaluation/num_episodes"] == 0 and metrics["evaluation/num_episodes_cut"] == 2
     assert "evaluation stopped at evaluation_sample_timeout_s=0.3 with 0 episodes finished" in caplog.text

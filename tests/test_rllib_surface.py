@@ -66,6 +66,19 @@ def test_a_rows_groups_are_live_views_of_its_flat_keys():
     assert sorted(row["learners"]) == ["__all_modules__", "default_policy", "p0"]
     with pytest.raises(KeyError):
         row["learners"]["p1"]
+    # a module's view is live too, where the row keeps its learner's keys (and flat_name finds them)
+    row["learners"]["default_policy"]["kl"] = 0.1
+    assert row["kl"] == 0.1 == row[flat_name("learners/default_policy/kl")] == row["learners"]["__all_modules__"]["kl"]
+    with pytest.raises(KeyError, match="not a learner's metric"):
+        row["learners"]["default_policy"]["training_iteration"] = 7
+    # a multi-agent row's modules are its policies, before any of them finished an episode
+    many = Result({"p0/policy_loss": 0.5, "lr/p0": 0.01, "training_iteration": 1})
+    many.module_ids = ("p0", "p1")
+    assert sorted(many["learners"]) == ["p0", "p1"] and dict(many["learners"]["p0"]) == {"policy_loss": 0.5,
+                                                                                        "lr": 0.01}
+    many["learners"]["p1"]["extra"] = 2.0
+    many["learners"]["p0"] = {"policy_loss": 0.25}
+    assert many["p1/extra"] == 2.0 == many[flat_name("learners/p1/extra")] and many["p0/policy_loss"] == 0.25
 
 
 def test_rllib_names_map_to_herdrls_keys():

@@ -4,6 +4,7 @@ with steps only increasing."""
 
 import csv
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -268,3 +269,24 @@ def test_a_sweeps_wandb_runs_go_to_the_drivers_wandb_dir(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_DIR")
     callback._start_logging_actor(trial, [])
     assert given == [str(tmp_path / "scratch"), trial.path]
+
+
+def test_a_runtime_env_given_after_ray_started_is_said_not_applied(monkeypatch, caplog):
+    """Ray takes a job's runtime_env at ray.init only: a script's own ray.init before herdrl's connect means the
+    runtime_env (credentials for the workers) never reaches them; one line says so instead of nothing."""
+    import ray
+
+    from herdrl.cluster.connect import connect
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    config = PPOConfig()
+    config.runtime_env = {"env_vars": {"TOKEN": "x"}}
+    with caplog.at_level(logging.WARNING, logger="herdrl"):
+        assert connect(config) is False
+    assert [r.getMessage() for r in caplog.records] == [
+        "herdrl: runtime_env is not applied: Ray was started in this process before herdrl connected (a ray.init of "
+        "your own); give runtime_env to that ray.init instead"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="herdrl"):
+        assert connect(PPOConfig()) is False  # nothing to apply: nothing said
+    assert not caplog.records

@@ -46,7 +46,7 @@ from herdrl.learner.group import LearnerFailure, make_learner_group
 from herdrl.models.encoders import encoding_differs
 from herdrl.obs import ObsSpec
 from herdrl.policy import Policy
-from herdrl.results import DEFAULT_MODULE_ID, EvaluationResult, Result
+from herdrl.results import DEFAULT_MODULE_ID, NOT_LEARNER_KEYS, EvaluationResult, Result
 from herdrl.rollout.group import make_runner_group
 from herdrl.rollout.transport import FragmentInput, FragmentLostError, FragmentsLost, Sampled
 from herdrl.survival import nodes_lost
@@ -405,6 +405,8 @@ class Algorithm:
             "learn_time_s": elapsed - self._iter_sample_time - waited - scores_time,
             **evaluation,
         })
+        if self.multi_agent:
+            result.module_ids = tuple(self.policies)  # (RLlib's result["learners"][policy], episodes or not)
         if self.callbacks is not None:
             self._callback("on_train_result", algorithm=self, result=result)
             result.flatten()  # dicts the callback stored: <key>/<leaf>, as every sink takes them
@@ -925,11 +927,17 @@ def _space(space: gym.Space | dict[str, gym.Space]) -> gym.Space:
     return gym.spaces.Dict(space) if isinstance(space, dict) else space
 
 
+#: Prefixes of keys only some rows have (evaluation iterations, multi-agent scores and returns).
+SOMETIMES_PREFIXES = ("evaluation/", "score_vs_random/", "policy_return_mean/", "agent_return_mean/")
+
+
 def _driver_values(row: Mapping[str, Any], values: dict[str, float]) -> dict[str, float]:
     """The driver's custom metrics, checked against the row they join: one named like a key it has already (herdrl's
-    own, a runner's custom metric, or one ``on_train_result`` set) would replace that key without a word."""
+    own, a runner's custom metric, or one ``on_train_result`` set) would replace that key without a word; so would
+    one named like a key only some rows have (evaluation, scores against random play, counts of lost work), refused
+    from the first row on, not hours into a run."""
     for key in values:
-        if key in row:
+        if key in row or key in NOT_LEARNER_KEYS or key.startswith(SOMETIMES_PREFIXES):
             raise CallbackError(f"metrics_logger.log_value({key!r}) in the driver: the result row has a key "
                                 f"{key!r} already; log it under another name, e.g. 'custom/{key}'")
     return values

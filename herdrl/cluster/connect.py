@@ -144,6 +144,10 @@ def connect(config: Any, num_cpus: float | None = None) -> bool:
 
     _quiet_auth_warning()
     if ray.is_initialized():
+        if config.runtime_env:  # (Ray takes a job's runtime_env at ray.init only: said, not dropped silently)
+            logging.getLogger("herdrl").warning(
+                "herdrl: runtime_env is not applied: Ray was started in this process before herdrl connected (a "
+                "ray.init of your own); give runtime_env to that ray.init instead")
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if not sys.stderr.isatty():
