@@ -24,12 +24,13 @@ import json
 import logging
 import math
 import re
+import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from herdrl.config import mask_site_values
+from herdrl.config import SITE_KEYS, mask_site_values
 from herdrl.errors import HerdError
 
 logger = logging.getLogger("herdrl")
@@ -66,6 +67,11 @@ def default_mlflow_uri(output: str | Path) -> str:
     import os
 
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(output).resolve() / 'mlflow.db'}"
+
+
+def _argv_sets_a_site_key() -> bool:
+    """Whether this process's command line names a site key (``--config runtime_env=...``, ``--address``)."""
+    return any(key in arg or key.replace("_", "-") in arg for arg in sys.argv[1:] for key in SITE_KEYS)
 
 
 def wandb_dir(trial_dir: str | Path) -> str:
@@ -210,9 +216,12 @@ class WandbTracker(Tracker):
         saved = self._saved()
         run_id = saved.get("run_id") or uuid.uuid4().hex[:12]
         try:
+            # W&B records the command line with a run's metadata: one that sets a site key (`--config
+            # runtime_env=...`) would carry its values there, so that run records no metadata
+            settings = wandb.Settings(x_disable_meta=True) if _argv_sets_a_site_key() else None
             self.run = wandb.init(project=project, name=trial, id=run_id, resume="allow", dir=wandb_dir(self.logdir),
                                   config=mask_site_values(params), group=experiment, job_type="train",
-                                  reinit="create_new")
+                                  reinit="create_new", settings=settings)
         except Exception as exc:  # noqa: BLE001 - no login, no network: one line
             raise TrackerError(f"--wandb {project}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__} "
                                "(log in with `wandb login` or WANDB_API_KEY, or set WANDB_MODE=offline)") from None

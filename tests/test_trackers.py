@@ -6,6 +6,7 @@ import csv
 import json
 import logging
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -218,6 +219,8 @@ def test_runtime_env_credentials_reach_the_run_but_no_result_tracker_or_console(
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "scratch"))
+    # given on the command line too: W&B records a run's argv with its metadata
+    monkeypatch.setattr(sys, "argv", ["herd", "train", "ppo", "--config", f"runtime_env={{env_vars: {{K: {SECRET}}}}}"])
     seen = []
     config = PPOConfig().environment("CartPole-v1").training(train_batch_size=128, minibatch_size=64, num_epochs=1) \
         .resources(runtime_env={"env_vars": {"WANDB_API_KEY": SECRET}}) \
