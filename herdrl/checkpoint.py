@@ -17,7 +17,7 @@ Reading never unpickles: JSON for everything but tensors, ``torch.load(weights_o
 older versions can be tricked into unpickling, CVE-2025-32434), whose restricted loader accepts tensors,
 numbers, strings and containers and refuses any other object, and ``numpy.load(allow_pickle=False)``. The config
 a checkpoint holds never says where a run executes, what it installs or which cluster it joins: those keys
-(:data:`SITE_KEYS`) are written blank and dropped on loading (:func:`checkpoint_config`).
+(:data:`~herdrl.site_keys.SITE_KEYS`) are written blank and dropped on loading (:func:`checkpoint_config`).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from herdrl.config import SITE_KEYS
 from herdrl.errors import ConfigError, HerdError
+from herdrl.site_keys import SITE_KEYS
 
 #: 2: PPO/A2C ``vf_loss_coeff`` weighs the plain mean squared error (RLlib's formula; 1 weighed half of it).
 FORMAT_VERSION = 3

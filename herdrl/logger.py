@@ -329,7 +329,7 @@ class Logger:
 
                 raise HerdError(f"{self.logdir / name}: a symbolic link; results are written only into the trial "
                                 "folder itself: remove it")
-        from herdrl.config import mask_site_values
+        from herdrl.site_keys import mask_site_values
 
         write_json_atomic(self.logdir / "params.json", mask_site_values(params))  # no credentials in results
         self.console = console

@@ -30,8 +30,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from herdrl.config import SITE_KEYS, mask_site_values
 from herdrl.errors import HerdError
+from herdrl.site_keys import SITE_KEYS, mask_site_values
 
 logger = logging.getLogger("herdrl")
 

@@ -544,13 +544,13 @@ def _check_fits(trainable: type, config_class: type, config: Mapping[str, Any]) 
 
 
 def _take_site_keys(config_class: type, config: dict[str, Any]) -> dict[str, Any]:
-    """Take the site keys (:data:`~herdrl.config.SITE_KEYS`: ``address``, ``runtime_env``, ...) out of a sweep's
+    """Take the site keys (:data:`~herdrl.site_keys.SITE_KEYS`: ``address``, ``runtime_env``, ...) out of a sweep's
     config and return them. They are the whole sweep's, for the driver's ``ray.init``, not a trial's parameters:
     kept out of the param space, Tune never writes them (``params.json``, ``params.pkl``, ``result.json``, its
     experiment state) nor hands them to its logger callbacks (MLflow, W&B)."""
     from ray.tune.search.sample import Domain
 
-    from herdrl.config import SITE_KEYS
+    from herdrl.site_keys import SITE_KEYS
 
     site = {}
     for key in [k for k in config if k != "framework" and config_class.canonical_key(k) in SITE_KEYS]:
