@@ -87,13 +87,18 @@ def check_spaces(policy: Policy, env: Any, observation_space: gym.Space, action_
     if (observation_space, action_space) == (policy.observation_space, policy.action_space):
         return
     if _same_layout(observation_space, policy.observation_space) and _same_layout(action_space, policy.action_space):
-        logging.getLogger("herdrl").warning("herdrl: env '%s' has Box bounds other than the policy's (same shapes): "
-                                            "evaluated as they are", env)
+        if str(env) not in _BOUNDS_NOTED:  # (once per env: evaluations repeat every evaluation_interval)
+            _BOUNDS_NOTED.add(str(env))
+            logging.getLogger("herdrl").warning("herdrl: env '%s' has Box bounds other than the policy's (same "
+                                                "shapes): evaluated as they are", env)
         return
     (env_obs, own_obs), (env_act, own_act) = (_brief(observation_space, policy.observation_space),
                                               _brief(action_space, policy.action_space))
     raise EnvError(f"env '{env}' has observation space {env_obs} and action space {env_act}; the policy was trained "
                    f"on {own_obs} and {own_act}: evaluate it on an env with the same spaces")
+
+
+_BOUNDS_NOTED: set[str] = set()
 
 
 def _same_layout(space: gym.Space, other: gym.Space) -> bool:

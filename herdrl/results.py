@@ -22,6 +22,7 @@ Groups are live views of the flat keys, writable as RLlib's nested dicts are: in
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
@@ -204,10 +205,11 @@ class LearnersGroup(ResultGroup):
         return list(policies) if policies else [DEFAULT_MODULE_ID, ALL_MODULES]
 
     def _module(self, key: Any) -> ModuleView | None:
-        if key not in self.module_ids():
+        ids = self.module_ids()
+        if key not in ids:
             return None
-        return ModuleView(self._row, key if self._row.module_ids or key not in (DEFAULT_MODULE_ID, ALL_MODULES)
-                          else None)
+        single_agent = ids == [DEFAULT_MODULE_ID, ALL_MODULES] and not self._row.module_ids
+        return ModuleView(self._row, None if single_agent else key)
 
     def __getitem__(self, key: Any) -> Any:
         module = self._module(key)
@@ -299,6 +301,10 @@ def _find(row: Result, prefix: str, key: Any, flat: str | None = None) -> Any:
     alias = prefix + flat_name(key)
     if alias != flat and dict.__contains__(row, alias):
         return dict.__getitem__(row, alias)
+    module, _, inner = key.removeprefix("learners/").partition("/")
+    if not prefix and key.startswith("learners/") and inner:  # a multi-agent run's policy named default_policy
+        with contextlib.suppress(KeyError):
+            return LearnersGroup(row)[module][inner]
     raise KeyError(key)
 
 

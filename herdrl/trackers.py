@@ -70,8 +70,10 @@ def default_mlflow_uri(output: str | Path) -> str:
 
 
 def _argv_sets_a_site_key() -> bool:
-    """Whether this process's command line names a site key (``--config runtime_env=...``, ``--address``)."""
-    return any(key in arg or key.replace("_", "-") in arg for arg in sys.argv[1:] for key in SITE_KEYS)
+    """Whether this process's command line names a site key (``--config runtime_env=...``, ``--address``,
+    ``--working-dir``, which sets ``runtime_env``); a false alarm only costs the run's W&B metadata."""
+    names = [*SITE_KEYS, "working_dir"]
+    return any(key in arg or key.replace("_", "-") in arg for arg in sys.argv[1:] for key in names)
 
 
 def wandb_dir(trial_dir: str | Path) -> str:

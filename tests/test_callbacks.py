@@ -318,7 +318,8 @@ class Shadows(RLlibCallback):
 
 
 @pytest.mark.parametrize("key", ["episode_return_mean", "mine", "episode_reward_mean",
-                                 "evaluation/episode_return_mean", "policy_frozen"])
+                                 "evaluation/episode_return_mean", "policy_frozen",
+                                 "evaluation"])
 def test_a_driver_metric_named_like_a_key_of_the_row_is_refused(key):
     Shadows.key = key
     algo = _config(callbacks_class=Shadows).build()

@@ -79,6 +79,11 @@ def test_a_rows_groups_are_live_views_of_its_flat_keys():
     many["learners"]["p1"]["extra"] = 2.0
     many["learners"]["p0"] = {"policy_loss": 0.25}
     assert many["p1/extra"] == 2.0 == many[flat_name("learners/p1/extra")] and many["p0/policy_loss"] == 0.25
+    # a multi-agent row read back whose one policy is named default_policy: that policy's keys, not the row's
+    shared = Result({"default_policy/policy_loss": 1.0, "lr/default_policy": 1e-3,
+                     "policy_return_mean/default_policy": 5.0, "training_iteration": 1})
+    assert dict(shared["learners"]["default_policy"]) == {"policy_loss": 1.0, "lr": 1e-3}
+    assert shared["learners/default_policy/policy_loss"] == 1.0
 
 
 def test_rllib_names_map_to_herdrls_keys():

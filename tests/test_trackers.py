@@ -3,6 +3,7 @@ offline run files: the config once, every row at its env step, the checkpoint, o
 with steps only increasing."""
 
 import csv
+import importlib
 import json
 import logging
 import shutil
@@ -279,17 +280,20 @@ def test_a_runtime_env_given_after_ray_started_is_said_not_applied(monkeypatch, 
     runtime_env (credentials for the workers) never reaches them; one line says so instead of nothing."""
     import ray
 
-    from herdrl.cluster.connect import connect
-
+    connect_module = importlib.import_module("herdrl.cluster.connect")  # (the package names its function so)
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(connect_module, "_connected_here", False)  # (a Ray herdrl did not start)
     config = PPOConfig()
     config.runtime_env = {"env_vars": {"TOKEN": "x"}}
     with caplog.at_level(logging.WARNING, logger="herdrl"):
-        assert connect(config) is False
+        assert connect_module.connect(config) is False
     assert [r.getMessage() for r in caplog.records] == [
         "herdrl: runtime_env is not applied: Ray was started in this process before herdrl connected (a ray.init of "
         "your own); give runtime_env to that ray.init instead"]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="herdrl"):
-        assert connect(PPOConfig()) is False  # nothing to apply: nothing said
+        assert connect_module.connect(PPOConfig()) is False  # nothing to apply: nothing said
+        # herdrl's own Ray (runners started it; learners and evaluation runners connect again): it was applied
+        monkeypatch.setattr(connect_module, "_connected_here", True)
+        assert connect_module.connect(config) is False
     assert not caplog.records

@@ -937,9 +937,10 @@ def _driver_values(row: Mapping[str, Any], values: dict[str, float]) -> dict[str
     one named like a key only some rows have (evaluation, scores against random play, counts of lost work), refused
     from the first row on, not hours into a run."""
     for key in values:
-        if key in row or key in NOT_LEARNER_KEYS or key.startswith(SOMETIMES_PREFIXES):
-            raise CallbackError(f"metrics_logger.log_value({key!r}) in the driver: the result row has a key "
-                                f"{key!r} already; log it under another name, e.g. 'custom/{key}'")
+        if (key in row or key in NOT_LEARNER_KEYS or key.startswith(SOMETIMES_PREFIXES)
+                or f"{key}/" in SOMETIMES_PREFIXES):
+            raise CallbackError(f"metrics_logger.log_value({key!r}) in the driver: herdrl's result rows have a key "
+                                f"{key!r} (this one or others); log it under another name, e.g. 'custom/{key}'")
     return values
 
 

@@ -144,7 +144,9 @@ def connect(config: Any, num_cpus: float | None = None) -> bool:
 
     _quiet_auth_warning()
     if ray.is_initialized():
-        if config.runtime_env:  # (Ray takes a job's runtime_env at ray.init only: said, not dropped silently)
+        # Ray takes a job's runtime_env at ray.init only: where herdrl did not start or join this Ray (a ray.init
+        # of the user's own), the runtime_env is said to be dropped, not dropped silently
+        if config.runtime_env and not _connected_here:
             logging.getLogger("herdrl").warning(
                 "herdrl: runtime_env is not applied: Ray was started in this process before herdrl connected (a "
                 "ray.init of your own); give runtime_env to that ray.init instead")
