@@ -306,9 +306,13 @@ def _sweep_wandb_callback(project: str, experiment: str) -> Any:
             import os
 
             folder = Path(trial.path)
+            # results on this machine's filesystem (not a cloud bucket): told by Tune's storage, not by whether
+            # the experiment's folder exists yet when the first trial starts
+            storage = getattr(getattr(trial, "storage", None), "storage_filesystem", None)
+            local = type(storage).__name__ == "LocalFileSystem" if storage is not None else folder.parent.is_dir()
             if os.environ.get("WANDB_DIR"):  # the driver's, given on: the logging actors may not see it
                 init_kwargs.setdefault("dir", wandb_dir(folder))
-            elif folder.parent.is_dir():  # results on this machine's filesystem (not a cloud bucket)
+            elif local:
                 folder.mkdir(parents=True, exist_ok=True)
                 init_kwargs.setdefault("dir", str(folder))
             if os.environ.get("WANDB_MODE"):  # the driver's (offline, ...): Tune's logging actors may not see it

@@ -154,7 +154,9 @@ def test_a_sweep_logs_each_trial_to_mlflow_and_wandb_with_tunes_callbacks(tmp_pa
     assert len(trials) == 2
     for trial in trials:  # W&B's offline runs beside each trial's results, kept
         history, _, runs = _wandb_history(trial)
-        assert [h["training_iteration"] for h in history] == [1, 2] and runs[0].run_group == "sweep"
+        files = sorted(str(p.relative_to(trial)) for p in trial.rglob("*"))  # (what was there, if this fails)
+        assert runs and runs[0].run_group == "sweep", f"no W&B run file in {trial.name}: {files}"
+        assert [h["training_iteration"] for h in history] == [1, 2], f"W&B rows of {trial.name}: {history}; {files}"
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
     assert sorted(float(r.data.params["lr"]) for r in runs) == [1e-3, 3e-3]
