@@ -102,8 +102,8 @@ def _epsilon_greedy_settings(schedule: Any) -> dict[str, Any] | None:
     """RLlib's EpsilonGreedy keys read back from an ``epsilon`` schedule of the shape they make
     (``[[0, initial], [timesteps, final]]`` or ``[[0, initial], [warmup, initial], [warmup + timesteps, final]]``);
     None for any other value (a constant, a named decay, more points)."""
-    if not isinstance(schedule, list) or not schedule or schedule[0][0] != 0:
-        return None
+    if not isinstance(schedule, (list, tuple)) or not schedule or schedule[0][0] != 0:
+        return None  # (a tuple of tuples is the same schedule as a list of lists)
     if len(schedule) == 2:
         (_, start), (steps, end) = schedule
         return {"initial_epsilon": start, "final_epsilon": end, "warmup_timesteps": 0, "epsilon_timesteps": steps}
@@ -776,8 +776,10 @@ class AlgorithmConfig:
             mapping = self.policy_mapping_fn
             if self.policies is None:  # one policy for every agent; 'per_agent': one per agent, named as it
                 self._values["policies"] = (agent_ids(self.env, self.env_config) if mapping == "per_agent"
-                                            # a dict agent -> policy: the policies it names
+                                            # a dict agent -> policy: the policies it names (ids that are not
+                                            # strings are refused by validate_multi_agent, in one line)
                                             else sorted(set(mapping.values())) if isinstance(mapping, dict)
+                                            and all(isinstance(pid, str) for pid in mapping.values())
                                             else [DEFAULT_POLICY])
             validate_multi_agent(self)
         elif self.centralized_critic:

@@ -45,17 +45,27 @@ def say_cut(bound: str, finished: int, change: str = "") -> None:
         bound, finished, "" if finished == 1 else "s", f" ({change})" if change else "")
 
 
-def timeout_change(option: str) -> str:
-    """How to change a time bound named ``option`` (said with :func:`say_cut`)."""
-    return f"raise {option}, or set it to None, to let them finish"
-
-
 class Deadline:
-    """A time bound of ``timeout_s`` seconds from now (None: none)."""
+    """A time bound of ``timeout_s`` seconds from now (None: none), named ``option`` for the user (the key or flag
+    that sets it)."""
 
-    def __init__(self, timeout_s: float | None) -> None:
-        self.timeout_s = timeout_s
+    def __init__(self, timeout_s: float | None, option: str = "evaluation_sample_timeout_s") -> None:
+        self.timeout_s, self.option = timeout_s, option
         self.at = None if timeout_s is None else time.monotonic() + timeout_s
+
+    @property
+    def bound(self) -> str:
+        """The bound as :func:`say_cut` names what cut an evaluation: ``evaluation_sample_timeout_s=120``."""
+        return f"{self.option}={self.timeout_s:g}"
+
+    @property
+    def change(self) -> str:
+        """How to change the bound (said with :func:`say_cut`)."""
+        return f"raise {self.option}, or set it to None, to let them finish"
+
+    def say_cut(self, finished: int) -> None:
+        """The line an evaluation this bound cut leaves (:func:`say_cut`)."""
+        say_cut(self.bound, finished, self.change)
 
     def passed(self) -> bool:
         """Whether the time is up."""
@@ -151,7 +161,7 @@ class Evaluator:
         so, and how to change ``timeout_option``, the bound's name for the user). ``progress``: called with a line
         every :data:`PROGRESS_EVERY_S` seconds while episodes play."""
         check_spaces(policy, self.env_id, self.env.single_observation_space, self.env.single_action_space)
-        ticker, deadline, cut, change = Ticker(), Deadline(timeout_s), "", ""
+        ticker, deadline, cut, change = Ticker(), Deadline(timeout_s, timeout_option), "", ""
         obs, _ = self.env.reset(seed=seed)
         returns = np.zeros(self.episodes)
         lengths = np.zeros(self.episodes, dtype=np.int64)
@@ -169,7 +179,7 @@ class Evaluator:
             if not running.any():
                 break
             if deadline.passed():  # an env that never ends (a game waiting for FIRE) must not hold the run
-                cut, change = f"{timeout_option}={timeout_s:g}", timeout_change(timeout_option)
+                cut, change = deadline.bound, deadline.change
                 break
             if progress is not None and ticker.due():
                 progress(f"{self.episodes - int(running.sum())}/{self.episodes} episodes done, "
@@ -225,7 +235,7 @@ def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, e
         raise EnvError(f"env '{env}' cannot render rgb_array frames (its render_modes: "
                        f"{(single.metadata or {}).get('render_modes', [])})")
     frames, returns, lengths = [], [], []
-    ticker, deadline = Ticker(), Deadline(timeout_s)
+    ticker, deadline = Ticker(), Deadline(timeout_s, timeout_option)
     try:
         for episode in range(episodes):
             obs, _ = single.reset(seed=None if seed is None else seed + episode)
@@ -248,7 +258,7 @@ def record_video(policy: Policy, env: Any, env_config: dict, path: str | Path, e
                 if not done and deadline.passed():
                     break
             if not done:
-                say_cut(f"{timeout_option}={timeout_s:g}", len(returns), timeout_change(timeout_option))
+                deadline.say_cut(len(returns))
                 break
             returns.append(total)
             lengths.append(length)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import logging
 import math
 import os
 import re
@@ -157,11 +158,16 @@ def read_runs(folder: Path, metric: str, x: str | None) -> list[Run]:
     for path in sorted(Path(folder).rglob("progress.csv")):
         params = _params(path.parent)
         column = judged_metric(params.get("algorithm")) if metric == JUDGED else metric
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            rows = list(reader)
-            if metric == JUDGED and column not in (reader.fieldnames or ()):
-                column = "episode_return_mean"  # a run that never evaluated: its training return is all there is
+        try:
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                rows = list(reader)
+        except (UnicodeDecodeError, csv.Error) as exc:  # a damaged file: the others are still drawn
+            logging.getLogger("herdrl").warning("herdrl: %s is not a readable progress file (%s); left out", path,
+                                                str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            continue
+        if metric == JUDGED and column not in (reader.fieldnames or ()):
+            column = "episode_return_mean"  # a run that never evaluated: its training return is all there is
         x_column = x or _advancing_x(rows)
         points = np.array([(_number(row, x_column), _number(row, column)) for row in rows]).reshape(-1, 2)
         points = points[np.isfinite(points).all(1)]

@@ -80,6 +80,10 @@ def flat_name(name: str) -> str:
     return prefix + ALIASES.get(name, name)
 
 
+#: Prefixes of keys only some rows have (evaluation iterations; a multi-agent run's per-policy returns and scores,
+#: which are the runners' and the driver's, not a learner's).
+SOMETIMES_PREFIXES = ("evaluation/", "score_vs_random/", "policy_return_mean/", "agent_return_mean/")
+
 #: Groups every row has, as RLlib's rows do: a callback can write into them before anything was logged there.
 ALWAYS_GROUPS = ("custom_metrics", "env_runners", "learners")
 
@@ -253,7 +257,7 @@ class ModuleView(MutableMapping):
             return {k: k for k in row if isinstance(k, str) and "/" not in k and k not in NOT_LEARNER_KEYS}
         keys = {k[:-len(pid) - 1]: k for k in row
                 if isinstance(k, str) and k.endswith(f"/{pid}") and "/" not in k[:-len(pid) - 1]
-                and k.split("/")[0] not in ("agent_return_mean", "policy_return_mean", "score_vs_random")}
+                and not k.startswith(SOMETIMES_PREFIXES)}
         keys.update({k[len(pid) + 1:]: k for k in row if isinstance(k, str) and k.startswith(f"{pid}/")})
         return keys
 

@@ -302,3 +302,25 @@ def test_atari_options_are_checked():
     raw = make_vector_env("ALE/Pong-v5", {"preprocess": False}, 1)
     assert not raw.herd_clip_rewards  # the raw env's rewards, unless asked
     raw.close()
+
+
+@pytest.mark.parametrize("game, expected", [("Breakout", ["FIRE", "RIGHT"]), ("MsPacman", [])])
+def test_the_restart_is_the_minimal_sets_fire_and_action_2_in_whatever_set_the_agent_acts_in(game, expected):
+    """The full 18-action set has FIRE at 1 in every game: whether a game restarts with FIRE, and with which second
+    action, comes from its minimal set (Breakout: NOOP, FIRE, RIGHT, LEFT; Ms. Pac-Man has no FIRE), in both env
+    paths, as indices of the actions the agent acts with (read from a Gymnasium env of the same settings)."""
+    from herdrl.env.atari import RestartWrapper
+
+    for full in (False, True):
+        acting = gym.make(f"{game}NoFrameskip-v4", full_action_space=full).unwrapped.get_action_meanings()
+        for mode in ("auto", "sync"):
+            venv = make_vector_env(f"{game}NoFrameskip-v4", {"full_action_space": full}, 1, mode=mode)
+            if mode == "auto":
+                restart = list(venv.restart.restart)
+            else:
+                env, restart = venv.envs[0], []
+                while hasattr(env, "env"):
+                    restart = list(env.restart.restart) if isinstance(env, RestartWrapper) else restart
+                    env = env.env
+            assert [acting[i] for i in restart] == expected, (full, mode)
+            venv.close()

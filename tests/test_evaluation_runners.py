@@ -142,24 +142,28 @@ def test_a_training_error_during_a_parallel_evaluation_ends_the_run_and_stop_ret
     assert not [t for t in __import__("threading").enumerate() if t.name.startswith("herd-evaluation")]
 
 
+def _timed_evaluation(algo, caplog):
+    """``algo.evaluate()``'s metrics and the seconds it took (clocked here), its warnings captured; algo stopped."""
+    import time
+
+    try:
+        with caplog.at_level("WARNING", logger="herdrl"):
+            start = time.monotonic()
+            metrics = algo.evaluate()
+            return metrics, time.monotonic() - start
+    finally:
+        algo.stop()
+
+
 def test_the_driver_runners_rounds_fit_the_time_left_of_a_never_ending_evaluation(caplog):
     """Episodes that never end at ~3 ms a step, 256-step rounds (~0.8 s) against a 1 s timeout: once the first
     round shows the pace, the next is cut to the time left (two whole rounds: 512 steps, 1.5 s or more), so the
     evaluation returns within its bound plus a few steps (clocked here), with every episode cut and the line saying
     how to change the bound."""
-    import time
-
     config = (PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.003, "episode_len": 10**9})
               .evaluation(evaluation_interval=1, evaluation_duration=10**9, evaluation_duration_unit="timesteps",
                           evaluation_sample_timeout_s=1.0, evaluation_config={"num_envs_per_env_runner": 1}))
-    algo = config.build()
-    try:
-        with caplog.at_level("WARNING", logger="herdrl"):
-            start = time.monotonic()
-            metrics = algo.evaluate()
-            took = time.monotonic() - start
-    finally:
-        algo.stop()
+    metrics, took = _timed_evaluation(config.build(), caplog)
     assert 1.0 <= took < 1.0 + 0.4  # (slack for a loaded machine; two whole rounds take 1.5 s or more)
     assert metrics["evaluation/num_episodes"] == 0 and 256 < metrics["evaluation/num_env_steps_sampled"] < 450
     assert ("evaluation stopped at evaluation_sample_timeout_s=1 with 0 episodes finished; episodes still running "
@@ -168,23 +172,15 @@ def test_the_driver_runners_rounds_fit_the_time_left_of_a_never_ending_evaluatio
 
 
 def test_a_multi_agent_evaluation_of_never_ending_episodes_stops_at_its_timeout(caplog):
-    import time
-
     from herdrl.env.testing import CueRelay
 
     class EndlessRelay(CueRelay):
         EPISODE_LEN = 10**9
 
     register_env("endless_relay", lambda cfg: EndlessRelay({"together": True}))
-    algo = (PPOConfig().environment("endless_relay").multi_agent(policies={"shared"})
-            .evaluation(evaluation_duration=2, evaluation_sample_timeout_s=0.3)).build()
-    try:
-        with caplog.at_level("WARNING", logger="herdrl"):
-            start = time.monotonic()
-            metrics = algo.evaluate()
-            took = time.monotonic() - start
-    finally:
-        algo.stop()
+    metrics, took = _timed_evaluation((PPOConfig().environment("endless_relay").multi_agent(policies={"shared"})
+                                       .evaluation(evaluation_duration=2, evaluation_sample_timeout_s=0.3)).build(),
+                                      caplog)
     assert 0.3 <= took < 0.3 + 0.7  # (slack for a loaded machine: without the bound it never returns)
     assert metrics["evaluation/num_episodes"] == 0 and metrics["evaluation/num_episodes_cut"] == 2
     assert "evaluation stopped at evaluation_sample_timeout_s=0.3 with 0 episodes finished" in caplog.text

@@ -192,6 +192,8 @@ def test_per_agent_without_policies_gives_each_agent_a_policy_of_its_own_spaces_
     relay = relay_config(policy_mapping_fn={"a0": "left", "a1": "right"})
     relay.validate()
     assert sorted(relay.policies) == ["left", "right"]
+    with pytest.raises(ConfigError, match=r"mapped agent 'a0' to 1, which is not a policy"):  # (not a TypeError)
+        relay_config(policy_mapping_fn={"a0": 1, "a1": "right"}).build()
     runner = MultiAgentEnvRunner(relay)
     for pid, part in runner.sample(16).policies.items():
         assert part.valid.any() and (part.obs[:-1][part.valid][:, 1] == (pid == "right")).all()

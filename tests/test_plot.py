@@ -157,3 +157,21 @@ def test_an_offline_run_is_drawn_against_its_gradient_updates_beside_an_online_o
     assert main(["plot", "no_env", "--y", "policy_loss", "--out", "loss.png"]) == 0
     (line,) = saved[-1].axes[0].get_lines()
     assert list(line.get_xdata()[[0, -1]]) == [5, 10]
+
+
+def test_a_damaged_progress_file_is_left_out_with_one_line(tmp_path, caplog):
+    """Bytes that are not UTF-8, or a cell larger than csv's field limit: that run is left out, said in one line;
+    the others are read."""
+    import logging
+
+    from herdrl.plot import read_runs
+
+    for name, data in (("binary", b"training_iteration,episode_return_mean\n1,\xff\xfe\n"),
+                       ("huge", b"training_iteration,episode_return_mean\n1," + b"9" * 200_000 + b"\n"),
+                       ("good", b"num_env_steps_sampled_lifetime,episode_return_mean\n100,1.5\n200,2.5\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "progress.csv").write_bytes(data)
+    with caplog.at_level(logging.WARNING, logger="herdrl"):
+        runs = read_runs(tmp_path, "episode_return_mean", None)
+    assert [run.path.parent.name for run in runs] == ["good"] and list(runs[0].y) == [1.5, 2.5]
+    assert caplog.text.count("is not a readable progress file") == 2

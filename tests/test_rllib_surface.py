@@ -173,6 +173,12 @@ def test_a_second_exploration_config_merges_into_the_first_as_rllibs_deep_update
     assert [schedule_of("epsilon", config.epsilon)(t) for t in (0, 1500, 3000)] == pytest.approx(
         [_rllib_epsilon(defaults, t) for t in (0, 1500, 3000)])
     assert config.copy().epsilon == config.epsilon
+    # a schedule given as tuples is the one in force too
+    tupled = DQNConfig().training(epsilon=((0, 0.5), (100, 0.1)))
+    tupled.exploration(exploration_config={"final_epsilon": 0.01})
+    assert [schedule_of("epsilon", tupled.epsilon)(t) for t in (0, 50, 100)] == pytest.approx(
+        [_rllib_epsilon({"initial_epsilon": 0.5, "final_epsilon": 0.01, "epsilon_timesteps": 100}, t)
+         for t in (0, 50, 100)])
 
 
 def test_compute_actions_acts_for_every_key_as_compute_single_action_does():

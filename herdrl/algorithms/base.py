@@ -46,7 +46,7 @@ from herdrl.learner.group import LearnerFailure, make_learner_group
 from herdrl.models.encoders import encoding_differs
 from herdrl.obs import ObsSpec
 from herdrl.policy import Policy
-from herdrl.results import DEFAULT_MODULE_ID, NOT_LEARNER_KEYS, EvaluationResult, Result
+from herdrl.results import DEFAULT_MODULE_ID, NOT_LEARNER_KEYS, SOMETIMES_PREFIXES, EvaluationResult, Result
 from herdrl.rollout.group import make_runner_group
 from herdrl.rollout.transport import FragmentInput, FragmentLostError, FragmentsLost, Sampled
 from herdrl.survival import nodes_lost
@@ -925,10 +925,6 @@ def _flat_weights(weights: Mapping[str, Any], multi_agent: bool) -> dict[str, An
 def _space(space: gym.Space | dict[str, gym.Space]) -> gym.Space:
     """A space as checkpoints hold it: a multi-agent run's policy id -> space as a Dict space."""
     return gym.spaces.Dict(space) if isinstance(space, dict) else space
-
-
-#: Prefixes of keys only some rows have (evaluation iterations, multi-agent scores and returns).
-SOMETIMES_PREFIXES = ("evaluation/", "score_vs_random/", "policy_return_mean/", "agent_return_mean/")
 
 
 def _driver_values(row: Mapping[str, Any], values: dict[str, float]) -> dict[str, float]:

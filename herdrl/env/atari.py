@@ -246,9 +246,11 @@ def _ale_vector(spec: gym.envs.registration.EnvSpec, options: dict, env_kwargs: 
         stack_num=options["frame_stack"], frameskip=options["frameskip"], maxpool=True, noop_max=options["noop_max"],
         episodic_life=False, reward_clipping=False, use_fire_reset=options["fire_reset"],
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
-    meanings = [action.name for action in venv.ale.get_action_set()]
-    venv.restart = Restarts(restart_actions(meanings), num_envs, kwargs.get("repeat_action_probability", 0.0) > 0,
-                            options["fire_reset"], options["fire_after_life_loss"])
+    acting = [action.name for action in venv.ale.get_action_set()]
+    minimal = _minimal_action_names(kwargs["game"]) if kwargs.get("full_action_space") else acting
+    sticky = kwargs.get("repeat_action_probability", 0.0) > 0
+    venv.restart = Restarts(restart_actions(acting, minimal), num_envs, sticky, options["fire_reset"],
+                            options["fire_after_life_loss"])
     return venv
 
 
@@ -276,7 +278,7 @@ def make_single(spec: gym.envs.registration.EnvSpec, env_config: dict, **make_kw
     env = gym.wrappers.AtariPreprocessing(env, noop_max=options["noop_max"],
                                           frame_skip=1 if stochastic_skip else options["frameskip"],
                                           screen_size=options["screen_size"], grayscale_obs=options["grayscale"])
-    if restart_actions(env.unwrapped.get_action_meanings()):
+    if _single_restart_actions(env):
         env = RestartWrapper(env, options["fire_reset"], options["fire_after_life_loss"])
     return gym.wrappers.FrameStackObservation(env, options["frame_stack"], padding_type="zero")
 
@@ -287,19 +289,41 @@ class FireReset(gym.Wrapper):
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:
         obs, info = self.env.reset(**kwargs)
-        if "FIRE" in self.env.unwrapped.get_action_meanings()[1:2]:
-            obs, _, terminated, truncated, info = self.env.step(1)
+        fire = _single_restart_actions(self.env)[:1]
+        if fire:
+            obs, _, terminated, truncated, info = self.env.step(fire[0])
             if terminated or truncated:
                 obs, info = self.env.reset(**kwargs)
         return obs, info
 
 
-def restart_actions(meanings: list[str]) -> tuple[int, ...]:
-    """The actions played (as the agent's next steps) after a lost life in a game whose action 1 is FIRE: FIRE, then
-    action 2, as SB3's and CleanRL's ``FireResetEnv`` press them at each life's reset (with their
-    ``EpisodicLifeEnv``). Breakout waits for FIRE to serve the next ball, BeamRider for UP (its action 2): a greedy
-    policy that never chooses them would stand still until the 108,000-frame truncation. Other games: none."""
-    return (1, 2) if len(meanings) >= 3 and meanings[1] == "FIRE" else ()
+def restart_actions(acting: list[str], minimal: list[str]) -> tuple[int, ...]:
+    """The actions played (as the agent's next steps) after a lost life in a game whose minimal action set's action
+    1 is FIRE: FIRE, then that set's action 2, as SB3's and CleanRL's ``FireResetEnv`` press them at each life's
+    reset (with their ``EpisodicLifeEnv``), as indices in ``acting``, the set the agent acts in (the full 18 actions
+    have FIRE at 1 in every game: the minimal set, ``minimal``, decides). Breakout waits for FIRE to serve the next
+    ball, BeamRider for UP (its action 2): a greedy policy that never chooses them would stand still until the
+    108,000-frame truncation. Other games: none."""
+    if len(minimal) < 3 or minimal[1] != "FIRE":
+        return ()
+    return acting.index("FIRE"), acting.index(minimal[2])
+
+
+def _minimal_action_names(game: str) -> list[str]:
+    """The minimal action set of ``game`` (ale-py's vector env tells only the set it acts in)."""
+    import ale_py
+    from ale_py import roms
+
+    ale = ale_py.ALEInterface()
+    ale.setLoggerMode(ale_py.LoggerMode.Error)
+    ale.loadROM(roms.get_rom_path(game))
+    return [action.name for action in ale.getMinimalActionSet()]
+
+
+def _single_restart_actions(env: gym.Env) -> tuple[int, ...]:
+    """:func:`restart_actions` of one Gymnasium ALE env."""
+    return restart_actions(env.unwrapped.get_action_meanings(),
+                           [action.name for action in env.unwrapped.ale.getMinimalActionSet()])
 
 
 class Restarts:
@@ -358,7 +382,7 @@ class RestartWrapper(gym.Wrapper):
     def __init__(self, env: gym.Env, after_reset: bool, after_life_loss: bool) -> None:
         super().__init__(env)
         sticky = env.unwrapped.ale.getFloat("repeat_action_probability") > 0
-        self.restart = Restarts(restart_actions(env.unwrapped.get_action_meanings()), 1, sticky, after_reset,
+        self.restart = Restarts(_single_restart_actions(env), 1, sticky, after_reset,
                                 after_life_loss)
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:

@@ -6,7 +6,7 @@ import math
 import time
 from typing import Any
 
-from herdrl.evaluation import say_cut, summarize, timeout_change
+from herdrl.evaluation import Deadline, say_cut, summarize
 
 #: Steps per env each evaluation call samples (between checks of the episodes finished and of the timeout).
 EVALUATION_CHUNK = 256
@@ -72,8 +72,7 @@ class RunnerEvaluation:
         envs = runner_cfg.num_envs_per_env_runner
         chunk = cfg.evaluation_config.get("rollout_fragment_length", "auto")
         chunk = EVALUATION_CHUNK if chunk == "auto" else int(chunk)
-        timeout = cfg.evaluation_sample_timeout_s
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = Deadline(cfg.evaluation_sample_timeout_s)
         returns: list[float] = []
         lengths: list[int] = []
         steps = steps_per_env = 0
@@ -83,9 +82,8 @@ class RunnerEvaluation:
             if max_steps is not None and steps_per_env >= max_steps:
                 cut, change = f"evaluation_config max_steps={max_steps}", "raise it to let them finish"
                 break
-            if deadline is not None and time.monotonic() >= deadline:
-                cut = f"evaluation_sample_timeout_s={cfg.evaluation_sample_timeout_s:g}"
-                change = timeout_change("evaluation_sample_timeout_s")
+            if deadline.passed():
+                cut, change = deadline.bound, deadline.change
                 break
             if self.cancelled:
                 cut, change = "the run's stop", ""
@@ -95,7 +93,7 @@ class RunnerEvaluation:
                                                                 (max(runners, 1) * envs)))
             if max_steps is not None:
                 count = min(count, max_steps - steps_per_env)
-            left = None if deadline is None else deadline - time.monotonic()
+            left = deadline.left()
             if left is not None and step_s > 0:  # a round past the deadline would be lost (Ray) or late (driver)
                 count = max(1, min(count, int(left / step_s)))
             args = (weights, explore, evaluation, episodes, count)

@@ -316,15 +316,15 @@ class MultiAgentEnvRunner:
         it cut an episode, and how to change ``timeout_option``), and return their returns; nothing is kept for
         learning. Evaluation uses a runner of its own, with one env copy, so that short episodes are not favoured
         over long ones. ``progress``: called with a line every ``herdrl.evaluation.PROGRESS_EVERY_S``."""
-        from herdrl.evaluation import Deadline, Ticker, say_cut, timeout_change
+        from herdrl.evaluation import Deadline, Ticker
 
         for k in range(self.num_envs):
             self._begin(k, None if seed is None else seed + k)
         result = MultiAgentFragment({}, env_steps=0, agent_steps=0)
-        ticker, deadline = Ticker(), Deadline(timeout_s)
+        ticker, deadline = Ticker(), Deadline(timeout_s, timeout_option)
         while len(result.episode_returns) < episodes and result.env_steps < (max_steps or 1_000_000):
             if deadline.passed():
-                say_cut(f"{timeout_option}={timeout_s:g}", len(result.episode_returns), timeout_change(timeout_option))
+                deadline.say_cut(len(result.episode_returns))
                 break
             actions = self._act(explore, count=False)
             self._lanes.clear()  # nothing to learn from
