@@ -55,7 +55,8 @@ PPO_SETTINGS = {"train_batch_size": 4000, "minibatch_size": 500, "num_epochs": 1
 #: ``-paper`` modes: after the MAPPO paper's recipe for MPE (its code's ``train_mpe.sh``): lr 7e-4, 64-wide layers,
 #: 128 env copies x 25 steps per batch (3,200 env steps, 9,600 agent rows), 10 epochs, gradient norm clipped at 10;
 #: minibatches of 3,200 rows (3 per epoch, where the paper takes 1). What else differs from the paper (its GRU,
-#: ReLU, value loss, optimisers, team reward, 20M steps, ...): benchmarks/README.md, the MAPPO vs IPPO section.
+#: ReLU, value loss, optimisers, team reward, 20M steps, ...): benchmarks/results/multi-agent.md, the MAPPO vs IPPO
+#: section.
 PAPER_SETTINGS = {"train_batch_size": 3200, "minibatch_size": 3200, "num_epochs": 10, "lr": 7e-4, "grad_clip": 10.0,
                   "model": {"fcnet_hiddens": [64, 64]}}
 

@@ -1,6 +1,6 @@
 """RLlib's APPO on CartPole-v1, to set beside herdrl's (``async_learning.py``, ``async_throughput.py``).
 
-Runs in RLlib's own venv (``ray[rllib]`` pins pieces herdrl's venv should not carry); see benchmarks/README.md:
+Runs in RLlib's own venv (``ray[rllib]`` pins pieces herdrl's venv should not carry); see benchmarks/results/async.md:
 
     python3.11 -m venv /tmp/rllib-venv
     /tmp/rllib-venv/bin/pip install torch==2.13.0 gymnasium "ray[rllib]==2.60.0"

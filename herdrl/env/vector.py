@@ -109,7 +109,8 @@ class LeanSyncVectorEnv(gym.vector.SyncVectorEnv):
     fragment). Everything else (reset, spaces, infos' layout) is ``SyncVectorEnv``'s.
 
     A sleeping env's step wakes a cold CPU: the runner's own per-step work, measured at 26 us warm, is most of what
-    a runner of a slow simulator spends (benchmarks/README.md, issue 30); the generic step was a third of it."""
+    a runner of a slow simulator spends (benchmarks/results/scaling.md, issue 30); the generic step was a third of
+    it."""
 
     @staticmethod
     def fits(venv: gym.vector.VectorEnv) -> bool:

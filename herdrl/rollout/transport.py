@@ -10,7 +10,7 @@ bytes). A learner in the driver (the default) fetches them once, as before.
 A fragment over that limit is put in the object store by the runner itself (``ray.put``), its reference sent in
 the info (:attr:`FragmentInfo.fragment_ref`), so the runner, not the driver, owns it: the owner's bookkeeping
 (locations, pins, frees) is then done in the runners' processes, spread over them, and the driver's CPU per
-fragment no longer grows with its size (benchmarks/README.md). A fragment then dies with its runner as well as
+fragment no longer grows with its size (benchmarks/results/scaling.md). A fragment then dies with its runner as well as
 with its node: either way it is lost, dropped and sampled again.
 
 Stacked image observations (Atari's 4-frame stacks) repeat three of every four frames from the step before;
