@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 # The field table, RLlib's other calls and the checks live in modules of their own; their names stay importable from
-# here, where algorithm files and older code import them.
+# here, where algorithm files and older code import them (the set of notes said, _NOTED, is replaced in config_rllib).
 from herdrl.config_checks import ConfigChecks, _positive_int, check_model  # noqa: F401
 from herdrl.config_fields import (  # noqa: F401
     ACTIVATIONS,
