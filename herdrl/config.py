@@ -10,183 +10,53 @@
     algo = config.build()
 
 Every key is declared once, with its default, type and allowed range, in a
-`Field` table: ``AlgorithmConfig.FIELDS`` holds the keys every algorithm shares,
-each algorithm file adds its own. The older spellings users have in RLlib
-scripts (``num_workers``, ``.rollouts(num_rollout_workers=...)``,
-``sgd_minibatch_size``, ...) are aliases that map onto the same keys.
+`Field` table: ``AlgorithmConfig.FIELDS`` holds the keys every algorithm shares
+(:mod:`herdrl.config_fields`), each algorithm file adds its own. The older
+spellings users have in RLlib scripts (``num_workers``,
+``.rollouts(num_rollout_workers=...)``, ``sgd_minibatch_size``, ...) are aliases
+that map onto the same keys.
+
+Here: the keys and RLlib's builder sections that set them, copying, schedules
+and what a config builds. RLlib's other calls (``.exploration()``,
+``.rl_module()``, ``.reporting()``, ...) are translated in
+:mod:`herdrl.config_rllib`; ``validate()`` and its checks are in
+:mod:`herdrl.config_checks`.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
-import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+# The field table, RLlib's other calls and the checks live in modules of their own; their names stay importable from
+# here, where algorithm files and older code import them (the set of notes said, _NOTED, is replaced in config_rllib).
+from herdrl.config_checks import ConfigChecks, _positive_int, check_model  # noqa: F401
+from herdrl.config_fields import (  # noqa: F401
+    ACTIVATIONS,
+    MODEL_DEFAULTS,
+    SHARED_FIELDS,
+    VALUE_NORMALIZATION,
+    Field,
+    shared_field,
+)
+from herdrl.config_rllib import (  # noqa: F401
+    _DQN_EXPLORATION,
+    _EPSILON_GREEDY_DEFAULTS,
+    _NOTED,
+    _RLLIB_DEBUGGING,
+    RLlibCalls,
+    _epsilon_greedy,
+    _epsilon_greedy_settings,
+    _note,
+)
 from herdrl.errors import ConfigError, did_you_mean
 from herdrl.site_keys import MASKED, SITE_KEYS, mask_site_values  # noqa: F401 (this module's names too)
 
 
-@dataclass(frozen=True)
-class Field:
-    """One config key: default, accepted types, allowed range and the builder group it belongs to."""
-
-    default: Any
-    types: tuple[type, ...]
-    group: str
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False  # True: value must be > low, not >= low
-    choices: tuple | None = None
-    allow_none: bool = False
-    doc: str = ""
-    schedule: bool = False  # also takes a schedule (herdrl.schedules): [[env_step, value], ...] or a named decay
-
-    def check(self, key: str, value: Any) -> Any:
-        """Return ``value`` (ints widened to float where a float is expected) or raise ConfigError."""
-        if self.schedule and not isinstance(value, str) and value is not None:
-            from herdrl.schedules import check_schedule, is_schedule
-
-            if is_schedule(value):
-                return check_schedule(key, value, lambda v: dataclasses.replace(self, schedule=False).check(key, v))
-        if value is None:
-            if self.allow_none:
-                return None
-            raise ConfigError(f"config key '{key}' must not be None ({self.describe()})")
-        if isinstance(value, bool) and bool not in self.types:
-            raise ConfigError(f"config key '{key}' got {value!r}; expected {self.describe()}")
-        if float in self.types and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, self.types):
-            raise ConfigError(
-                f"config key '{key}' got {type(value).__name__} {value!r}; expected {self.describe()}"
-            )
-        if self.choices is not None and value not in self.choices:
-            raise ConfigError(f"config key '{key}' got {value!r}; expected one of {list(self.choices)}")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f"config key '{key}' got {value!r}; expected a finite number")
-            too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
-            too_high = self.high is not None and value > self.high
-            if too_low or too_high:
-                raise ConfigError(f"config key '{key}' got {value!r}; expected {self.describe()}")
-        return value
-
-    def describe(self) -> str:
-        """Human-readable type and range, e.g. ``float > 0`` or ``int in [1, 100]``."""
-        names = " or ".join(t.__name__ for t in self.types)
-        if self.choices is not None:
-            return f"one of {list(self.choices)}"
-        if self.low is not None and self.high is not None:
-            left = "(" if self.low_open else "["
-            text = f"{names} in {left}{self.low:g}, {self.high:g}]"
-        elif self.low is not None:
-            text = f"{names} {'>' if self.low_open else '>='} {self.low:g}"
-        else:
-            text = names
-        return text + (" or None" if self.allow_none else "") + (", or a schedule" if self.schedule else "")
-
-
-#: RLlib's ``EpsilonGreedy`` defaults: what keys left out take when a changed ``type`` replaces the whole dict.
-_EPSILON_GREEDY_DEFAULTS = {"initial_epsilon": 1.0, "final_epsilon": 0.05, "warmup_timesteps": 0,
-                           "epsilon_timesteps": 100_000}
-#: RLlib's DQN ``exploration_config`` (its old stack's default), for an ``epsilon`` of no EpsilonGreedy shape.
-_DQN_EXPLORATION = {"initial_epsilon": 1.0, "final_epsilon": 0.02, "warmup_timesteps": 0, "epsilon_timesteps": 10_000}
-
-
-def _epsilon_greedy_settings(schedule: Any) -> dict[str, Any] | None:
-    """RLlib's EpsilonGreedy keys read back from an ``epsilon`` schedule of the shape they make
-    (``[[0, initial], [timesteps, final]]`` or ``[[0, initial], [warmup, initial], [warmup + timesteps, final]]``);
-    None for any other value (a constant, a named decay, more points)."""
-    if not isinstance(schedule, (list, tuple)) or not schedule or schedule[0][0] != 0:
-        return None  # (a tuple of tuples is the same schedule as a list of lists)
-    if len(schedule) == 2:
-        (_, start), (steps, end) = schedule
-        return {"initial_epsilon": start, "final_epsilon": end, "warmup_timesteps": 0, "epsilon_timesteps": steps}
-    if len(schedule) == 3 and schedule[1][1] == schedule[0][1]:
-        (_, start), (warmup, _), (stop, end) = schedule
-        return {"initial_epsilon": start, "final_epsilon": end, "warmup_timesteps": warmup,
-                "epsilon_timesteps": stop - warmup}
-    return None
-
-
-def _epsilon_greedy(base: Mapping[str, Any], config: dict[str, Any]) -> list[list[float]]:
-    """RLlib's EpsilonGreedy settings (popped from ``config``) merged over ``base`` (the settings in force), as an
-    ``epsilon`` schedule: ``[[0, initial], [warmup, initial], [warmup + timesteps, final]]`` (RLlib's
-    ``PiecewiseSchedule``), two points when there is no warmup."""
-    merged = {key: config.pop(key, value) for key, value in base.items()}
-    start, end = merged["initial_epsilon"], merged["final_epsilon"]
-    warmup, steps = merged["warmup_timesteps"], merged["epsilon_timesteps"]
-    if warmup:
-        return [[0, start], [warmup, start], [warmup + steps, end]]
-    return [[0, start], [steps, end]]
-
-
-def _note(call: str, why: str) -> None:
-    """One warning line per call site kind: an RLlib setting accepted that changes nothing (or less) here."""
-    if call not in _NOTED:
-        _NOTED.add(call)
-        logging.getLogger("herdrl").warning("herdrl: %s has no effect: %s", call, why)
-
-
-_NOTED: set[str] = set()
-#: RLlib's ``.debugging()`` keys with nothing to set here.
-_RLLIB_DEBUGGING = frozenset({"log_level", "log_sys_usage", "fake_sampler", "logger_config", "logger_creator"})
-
-
-#: PPO's, A2C's and TRPO's ``value_normalization`` (``herdrl.models.actor_critic.ValueNormalizer``).
-VALUE_NORMALIZATION = Field(
-    False, (bool,), "training",
-    doc="the value head learns targets standardised by their running mean and std (MAPPO's value normalisation); "
-        "values are de-standardised for GAE and bootstrapping")
-
-
-def shared_field(key: str, default: Any, base: type | None = None) -> Field:
-    """A key declared by ``base`` (default: the keys every algorithm has), with an algorithm's own default."""
-    return dataclasses.replace((base or AlgorithmConfig).fields()[key], default=default)
-
-
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-# Keys of the ``model`` dict (RLlib's names where RLlib has one) and their defaults.
-MODEL_DEFAULTS: dict[str, Any] = {
-    "fcnet_hiddens": [64, 64],
-    "fcnet_activation": "tanh",
-    "vf_share_layers": None,  # None: shared for image observations (one CNN), separate otherwise
-    "free_log_std": True,  # diagonal Gaussian: state-independent log std (a learned vector)
-    "log_std_init": 0.0,  # its initial value (SB3's log_std_init; the zoo's MuJoCo PPO uses -2)
-    # Recurrent policies (herdrl.models.recurrent): an LSTM between the encoder and the heads.
-    "use_lstm": False,
-    "lstm_cell_size": 256,
-    "max_seq_len": 20,  # steps per training sequence (truncated backpropagation through time)
-    "lstm_use_prev_action": False,  # the previous action and reward as observation leaves (herdrl.env.previous)
-    "lstm_use_prev_reward": False,
-    # Image observations (herdrl.models.encoders): None picks the Nature-DQN stack (or a small one below 36 px).
-    "conv_filters": None,  # [[out_channels, kernel, stride(, padding)], ...]
-    "conv_activation": "relu",
-    "conv_type": "default",  # or "impala": the IMPALA ResNet
-    "post_fcnet_hiddens": None,  # dense layers after the CNN; None: 512 Nature, 256 IMPALA, 128 small
-    "custom_encoder": None,  # a herdrl.register_encoder name
-    "custom_encoder_config": {},
-    "obs_encoding": "auto",  # "flat": every observation flattened as it is, no CNN (checkpoints of format <= 2)
-    # SAC, TD3/DDPG, CQL and IQL: critics see actions mapped from the Box bounds into [-1, 1] (as SB3's do);
-    # False: in the env's units (checkpoints written before this key).
-    "critic_unit_actions": True,
-    # Initial weights of the layers herdrl builds: "orthogonal" (gain sqrt 2, policy heads 0.01, zero biases: as
-    # CleanRL and SB3) or "pytorch" (each layer's PyTorch default, Kaiming-uniform: as d3rlpy). New runs only: a
-    # checkpoint brings its weights.
-    "init": "orthogonal",
-}
-ACTIVATIONS = ("tanh", "relu", "elu", "gelu", "silu", "swish", "linear")
-
-
-class AlgorithmConfig:
+class AlgorithmConfig(RLlibCalls, ConfigChecks):
     """Settings of one experiment, shared by every algorithm.
 
     Values are read and written as attributes (``config.lr``); the builder
@@ -219,151 +89,8 @@ class AlgorithmConfig:
     #: (DQN, SAC, TD3) the greedy evaluation return.
     stop_metric: str = "episode_return_mean"
 
-    FIELDS: dict[str, Field] = {
-        "env": Field(None, (str,), "environment", allow_none=True,
-                     doc="Gymnasium id or a name given to herdrl.register_env"),
-        "env_config": Field({}, (dict,), "environment", doc="passed to the env creator / gymnasium.make"),
-        "gym_env_vectorize_mode": Field(
-            "auto", (str,), "env_runners", choices=("auto", "vector_entry_point", "sync", "async"),
-            doc="auto: the env's own numpy-vectorised version if it has one, else sync"),
-        "num_env_runners": Field(0, (int,), "env_runners", low=0,
-                                 doc="0: sample in the driver process, no Ray"),
-        "num_envs_per_env_runner": Field(1, (int,), "env_runners", low=1),
-        "num_cpus_per_env_runner": Field(1.0, (float,), "env_runners", low=0, low_open=True,
-                                         doc="CPUs each Ray runner actor reserves"),
-        "num_gpus_per_env_runner": Field(0.0, (float,), "env_runners", low=0,
-                                         doc="GPUs each runner's policy runs on (fractions share one; 0: CPU "
-                                             "inference); with num_env_runners=0: the driver's runner"),
-        "rollout_fragment_length": Field(
-            "auto", (int, str), "env_runners", low=1,
-            doc="steps per env per sample() call; auto: train_batch_size / total envs"),
-        "sample_timeout_s": Field(600.0, (float,), "env_runners", low=0, low_open=True, allow_none=True,
-                                  doc="a Ray runner that has not returned its fragment by then counts as failed"),
-        "observation_filter": Field("NoFilter", (str,), "env_runners", choices=("NoFilter", "MeanStdFilter"),
-                                    doc="MeanStdFilter: observations normalised by running mean/std merged across "
-                                        "runners (Box leaves that are not images)"),
-        "clip_obs": Field(10.0, (float,), "env_runners", low=0, low_open=True,
-                          doc="normalised observations are clipped to [-clip_obs, clip_obs]"),
-        "norm_reward": Field(False, (bool,), "env_runners",
-                             doc="divide rewards by the running std of the discounted return (SB3's VecNormalize)"),
-        "clip_reward": Field(10.0, (float,), "env_runners", low=0, low_open=True,
-                             doc="scaled rewards are clipped to [-clip_reward, clip_reward]"),
-        "num_gpus": Field(0.0, (float,), "resources", low=0, doc="GPUs for the learner in the driver"),
-        "num_learners": Field(0, (int,), "learners", low=0,
-                              doc="0: learn in the driver; N: N data-parallel learner actors on Ray"),
-        "num_cpus_per_learner": Field(1.0, (float,), "learners", low=0, low_open=True,
-                                      doc="CPUs each learner actor reserves (and its torch threads)"),
-        "num_gpus_per_learner": Field(0.0, (float,), "learners", low=0,
-                                      doc="GPUs per learner (fractions share one); with num_learners=0: the "
-                                          "driver's learner"),
-        "mixed_precision": Field(None, (str,), "learners", choices=("bf16",), allow_none=True,
-                                 doc="bf16: losses computed under torch.autocast in bfloat16 (weights, gradients "
-                                     "and optimizer state stay float32; no loss scaling needed)"),
-        "num_aggregator_actors_per_learner": Field(
-            0, (int,), "learners", low=0,
-            doc="actors on each learner's node that fetch its fragments (unpacking frames) and hand it one object "
-                "per actor (RLlib's name); 0: learners fetch fragments themselves"),
-        "shard_fragments": Field(
-            False, (bool,), "learners",
-            doc="PPO, A2C, IMPALA and APPO on N learner actors: each fetches and learns on its own share of the "
-                "fragments (1/N of the bytes each) instead of every learner fetching all of them; the update is one "
-                "learner's on the batch in share order"),
-        "learner_timeout_s": Field(600.0, (float,), "learners", low=0, low_open=True,
-                                   doc="a learner call (an update, a collective) that takes longer has failed"),
-        "num_cpus_for_main_process": Field(
-            1, (int,), "resources", low=1,
-            doc="torch threads of the learner's process: 1 suits RL's small networks and never oversubscribes "
-                "cores shared with runners or other runs (spinning OpenMP threads then slow down ~100x)"),
-        "address": Field(None, (str,), "resources", allow_none=True,
-                         doc="Ray cluster to join (HOST:PORT or auto); None: a private Ray in this process"),
-        "node_ip_address": Field(None, (str,), "resources", allow_none=True,
-                                 doc="this driver's own address when joining a cluster"),
-        "ray_connect_timeout_s": Field(30.0, (float,), "resources", low=0, low_open=True,
-                                       doc="how long to wait for a cluster's head to answer"),
-        "include_dashboard": Field(False, (bool,), "resources", doc="start Ray's dashboard (embedded Ray)"),
-        "runtime_env": Field(None, (dict,), "resources", allow_none=True,
-                             doc="Ray runtime_env for the job, e.g. {'working_dir': '.'} to ship data files"),
-        "restart_failed_env_runners": Field(True, (bool,), "fault_tolerance",
-                                            doc="replace a failed runner with a fresh actor"),
-        "ignore_env_runner_failures": Field(False, (bool,), "fault_tolerance",
-                                            doc="without restarts: go on with the runners left"),
-        "max_num_env_runner_restarts": Field(1000, (int,), "fault_tolerance", low=0),
-        "keep_train_batch_size": Field(
-            True, (bool,), "fault_tolerance",
-            doc="while runners are missing (lost, or waiting for room on the cluster), the others sample more "
-                "fragments so each train batch keeps its size; False: train on the smaller batch"),
-        "restart_failed_learners": Field(True, (bool,), "fault_tolerance",
-                                         doc="a learner actor (or aggregator) that dies: restart the whole learner "
-                                             "group from the newest kept learner state and go on"),
-        "max_num_learner_restarts": Field(10, (int,), "fault_tolerance", low=0),
-        "learner_state_interval": Field(
-            10, (int,), "fault_tolerance", low=0,
-            doc="iterations between copies of the learner state kept (in the object store) for a learner restart: "
-                "a restart loses at most their updates; 0: only the state at start or restore"),
-        "framework": Field("torch", (str,), "framework", choices=("torch",)),
-        "lr": Field(5e-5, (float,), "training", low=0, schedule=True,
-                    doc="the learning rate of every optimizer; or a schedule over env steps sampled: "
-                        "[[step, lr], ...] or {schedule: linear|cosine, start, end, steps}"),
-        "gamma": Field(0.99, (float,), "training", low=0, high=1),
-        "train_batch_size": Field(4000, (int,), "training", low=1),
-        "train_batch_size_per_learner": Field(
-            None, (int,), "training", low=1, allow_none=True,
-            doc="RLlib's new-stack spelling: train_batch_size becomes this times max(num_learners, 1)"),
-        "grad_clip": Field(None, (float,), "training", low=0, low_open=True, allow_none=True),
-        "model": Field(MODEL_DEFAULTS, (dict,), "training"),
-        "seed": Field(None, (int,), "debugging", low=0, allow_none=True),
-        "output": Field(None, (str,), "offline_data", allow_none=True,
-                        doc="record every training episode the env runners play into this dataset folder "
-                            "(Minari's format, herdrl.offline.recorder)"),
-        "init_from": Field(None, (str,), "training", allow_none=True,
-                           doc="a checkpoint (or trial folder) whose matching weights this run starts from: BC -> PPO "
-                               "(herdrl.init_from)"),
-        "init_value_warmup_iters": Field(
-            5, (int,), "training", low=0,
-            doc="with init_from and a fresh value head: iterations in which only the value head learns"),
-        "policies": Field(None, (dict, list, tuple, set, frozenset), "multi_agent", allow_none=True,
-                          doc="multi-agent: policy ids, or id -> None / {'observation_space', 'action_space'}"),
-        "policy_mapping_fn": Field(None, (str, dict), "multi_agent", allow_none=True,
-                                   doc="(agent_id, episode, **kw) -> policy id; or 'shared', 'per_agent', a dict"),
-        "policies_to_train": Field(None, (list, tuple, set), "multi_agent", allow_none=True,
-                                   doc="policies that learn (None: all but self-play snapshots)"),
-        "self_play": Field(None, (dict,), "multi_agent", allow_none=True,
-                           doc="{policy: [snapshot, ...]}: copy the policy into its snapshots (newest first)"),
-        "self_play_interval": Field(10, (int,), "multi_agent", low=1,
-                                    doc="iterations between self-play snapshots"),
-        "centralized_critic": Field(
-            False, (bool,), "multi_agent",
-            doc="MAPPO: each policy's critic sees the global state (the env's state(), else every agent's latest "
-                "observation) beside its agent's own observation; actors see their own (PPO, A2C, TRPO)"),
-        "random_opponent_interval": Field(
-            5, (int,), "multi_agent", low=0,
-            doc="turn-based zero-sum games (their returns sum to 0): every N iterations, each trained policy plays "
-                "uniformly random legal moves and its mean result (+1 win, 0 draw, -1 loss) is reported as "
-                "score_vs_random/<policy>; 0: never"),
-        "random_opponent_games": Field(50, (int,), "multi_agent", low=1,
-                                       doc="games per score_vs_random (the policy takes each seat in turn)"),
-        "evaluation_interval": Field(None, (int,), "evaluation", low=0, allow_none=True,
-                                     doc="evaluate every N iterations (None or 0: never, as in RLlib)"),
-        "evaluation_duration": Field(10, (int,), "evaluation", low=1,
-                                     doc="episodes (or env steps, with evaluation_duration_unit) per evaluation"),
-        "evaluation_duration_unit": Field("episodes", (str,), "evaluation", choices=("episodes", "timesteps")),
-        "evaluation_num_env_runners": Field(0, (int,), "evaluation", low=0,
-                                            doc="Ray actors that evaluate on their own envs; 0: the driver does"),
-        "evaluation_parallel_to_training": Field(
-            False, (bool,), "evaluation",
-            doc="evaluate (on evaluation runners) while the iteration trains, with the weights it started with"),
-        "evaluation_sample_timeout_s": Field(
-            120.0, (float,), "evaluation", low=0, low_open=True, allow_none=True,
-            doc="an evaluation (in the driver or on runners) stops after this long with the episodes finished by "
-                "then, and a line saying so; None: no bound"),
-        "evaluation_config": Field({}, (dict,), "evaluation",
-                                   doc="{'explore': False, 'max_steps': N, 'env_config': {...}} and the env runner "
-                                       "keys of EVALUATION_KEYS, for evaluation"),
-        "callbacks_class": Field(None, (type, list, tuple, str), "callbacks", allow_none=True,
-                                 doc="a herdrl.RLlibCallback subclass (or a list), or 'module:Class' of a module "
-                                     "imported with --import (herdrl.callbacks)"),
-        "callbacks_hooks": Field({}, (dict,), "callbacks", doc="hook name -> function (or list of functions)"),
-    }
+    #: The keys every algorithm shares (:mod:`herdrl.config_fields`); each algorithm's class adds its own.
+    FIELDS: dict[str, Field] = SHARED_FIELDS
 
     #: Older or RLlib-specific spellings -> the key they mean.
     ALIASES: dict[str, str] = {
@@ -490,14 +217,6 @@ class AlgorithmConfig:
             self._values[key] = value
         return self
 
-    def _take_defaults(self, defaults: Mapping[str, Any], active: bool) -> None:
-        """Each key of ``defaults`` that the user did not set explicitly takes its value there (``active``) or its
-        field's own default (turned off again)."""
-        fields = self.fields()
-        for key, value in defaults.items():
-            if not self.is_explicit(key):
-                self._values[key] = copy.deepcopy(value if active else fields[key].default)
-
     def _merged_model(self, model: Any) -> Any:
         if not isinstance(model, Mapping):
             return model  # validate() names the type error
@@ -602,96 +321,6 @@ class AlgorithmConfig:
                               "offline algorithms (BC, MARWIL, CQL, IQL); output=DIR records its episodes")
         return self._set("offline_data", kwargs)
 
-    # ------------------------------------------- RLlib calls with little or nothing to set here
-    def api_stack(self, **kwargs: Any) -> AlgorithmConfig:
-        """RLlib's switch between its old and new API stacks: herdrl has one; accepted, with a note."""
-        _note(".api_stack(...)", "herdrl has one API stack (EnvRunner / Learner / module, as RLlib's new one)")
-        return self
-
-    def reporting(self, **kwargs: Any) -> AlgorithmConfig:
-        """RLlib's reporting settings: those the algorithm has (DQN's ``min_sample_timesteps_per_iteration``,
-        IMPALA's ``min_time_s_per_iteration``) are set; the others are accepted with a note (an iteration is one
-        round of sampling and learning, episode metrics are means over the last 100 episodes)."""
-        fields = self.fields()
-        own = {key: value for key, value in kwargs.items() if key in fields}  # e.g. DQN's, IMPALA's iteration size
-        if own:
-            self._set(None, own)
-        rest = sorted(set(kwargs) - set(own))
-        if rest:
-            _note(f".reporting({', '.join(rest)})", "an iteration here is one round of sampling and learning; "
-                  "episode metrics are over the last 100 episodes")
-        return self
-
-    def checkpointing(self, **kwargs: Any) -> AlgorithmConfig:
-        """RLlib's checkpoint options: herdrl checkpoints are always its own pickle-free format (``herd export``
-        writes torch.export / ONNX files); accepted, with a note."""
-        if kwargs:
-            _note(f".checkpointing({', '.join(sorted(kwargs))})", "checkpoints are herdrl's own format; export "
-                  "models with `herd export`")
-        return self
-
-    def exploration(self, *, explore: bool | None = None, exploration_config: Mapping[str, Any] | None = None,
-                    **kwargs: Any) -> AlgorithmConfig:
-        """RLlib's exploration settings (RLlib 2.10 on takes them in ``.env_runners()``, which passes them here).
-        ``exploration_config={"type": "EpsilonGreedy", "initial_epsilon", "final_epsilon", "epsilon_timesteps",
-        "warmup_timesteps"}`` becomes DQN's ``epsilon`` schedule. As RLlib's deep update, a later call merges into
-        the settings in force (keys left out keep the current schedule's values: a warmup and final epsilon set
-        before stay), and a changed ``type`` replaces the whole dict (keys left out take RLlib's EpsilonGreedy
-        defaults: 1.0 to 0.05 over 100,000 steps, no warmup). Stochastic sampling (``StochasticSampling``)
-        is what herdrl does anyway; ``explore=False`` while training is refused (training samples explore;
-        evaluation is greedy unless ``evaluation_config={"explore": True}``)."""
-        if explore is False:
-            raise ConfigError(".exploration(explore=False): training samples always explore here; evaluation is "
-                              "greedy by default (evaluation_config explore)")
-        if exploration_config is None:
-            if kwargs:
-                _note(f".exploration({', '.join(sorted(kwargs))})", "no effect here")
-            return self
-        config = dict(exploration_config)
-        default = "EpsilonGreedy" if "epsilon" in self.fields() else "StochasticSampling"  # RLlib's defaults
-        kind = str(config.pop("type", self._exploration_type or default)).rsplit(".", 1)[-1]
-        # RLlib's deep update: the same type merges into the settings in force, a changed type replaces them all.
-        replaced = kind != (self._exploration_type or default)
-        object.__setattr__(self, "_exploration_type", kind)
-        if kind == "EpsilonGreedy" and "epsilon" in self.fields():
-            in_force = _epsilon_greedy_settings(self.epsilon) or _DQN_EXPLORATION
-            base = _EPSILON_GREEDY_DEFAULTS if replaced else in_force
-            self._set("training", {"epsilon": _epsilon_greedy(base, config)})
-        elif kind != "StochasticSampling":
-            _note(f".exploration(exploration_config={{'type': '{kind}'}})", f"{self.algo_name}'s own exploration "
-                  "applies (see its noise or entropy keys)")
-            config = {}
-        if config or kwargs:
-            _note(f".exploration({', '.join(sorted([*config, *kwargs]))})", "no effect here")
-        return self
-
-    def rl_module(self, *, model_config: Mapping[str, Any] | None = None, rl_module_spec: Any = None,
-                  **kwargs: Any) -> AlgorithmConfig:
-        """RLlib's module settings: ``model_config`` keys herdrl's ``model`` has (``fcnet_hiddens``,
-        ``fcnet_activation``, ``conv_filters``, ``use_lstm``, ``lstm_cell_size``, ``max_seq_len``,
-        ``vf_share_layers``, ...) apply; others are named in a note. A custom ``rl_module_spec`` is refused: bring
-        a network with ``herdrl.register_encoder`` instead."""
-        if rl_module_spec is not None:
-            raise ConfigError(".rl_module(rl_module_spec=...): herdrl builds its own modules; bring your network as "
-                              "an encoder (herdrl.register_encoder, model custom_encoder)")
-        if dataclasses.is_dataclass(model_config) and not isinstance(model_config, type):  # RLlib's DefaultModelConfig
-            model_config = dataclasses.asdict(model_config)
-        model_config = dict(model_config or {})
-        known = {k: v for k, v in model_config.items() if k in MODEL_DEFAULTS}
-        ignored = sorted(set(model_config) - set(known)) + sorted(kwargs)
-        if known:
-            self._set("training", {"model": known})
-        if ignored:
-            _note(f".rl_module({', '.join(ignored)})", "no such model key here (see docs/config.md, model)")
-        return self
-
-    @property
-    def is_multi_agent(self) -> bool:
-        """Whether this run trains policies for the agents of a PettingZoo env."""
-        from herdrl.env.multi_agent import is_pettingzoo_id
-
-        return self.policies is not None or self.policy_mapping_fn is not None or is_pettingzoo_id(self.env)
-
     def debugging(self, *, seed: int | None = None, **kwargs: Any) -> AlgorithmConfig:
         """Set ``seed`` (same seed in-process -> identical results). RLlib's ``log_level``, ``log_sys_usage``,
         ``fake_sampler``, ``logger_config`` and ``logger_creator`` are accepted with a note (herdrl logs through
@@ -751,117 +380,7 @@ class AlgorithmConfig:
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other._values == self._values
 
-    # ------------------------------------------------------------ validate
-    def validate(self) -> None:
-        """Check every value's type and range, then the algorithm's cross-key rules. A recurrent model first takes
-        :attr:`LSTM_DEFAULTS` for the keys the user left to their defaults."""
-        if self.LSTM_DEFAULTS and isinstance(self.model, Mapping) and not self.is_multi_agent:
-            self._take_defaults(self.LSTM_DEFAULTS, self.model.get("use_lstm") is True)
-        for key, f in self.fields().items():
-            value = self._values[key]
-            if key in ("env", "policy_mapping_fn") and callable(value):
-                continue
-            if key == "rollout_fragment_length" and value == "auto":
-                continue
-            if key == "rollout_fragment_length" and isinstance(value, str):
-                raise ConfigError(f"config key '{key}' got {value!r}; expected 'auto' or int >= 1")
-            self._values[key] = f.check(key, value)
-        if self.env is None and not self.learns_offline:  # (offline: an env only to evaluate in)
-            raise ConfigError("no env set: use .environment('CartPole-v1') or --env ID")
-        self.schedules()  # a named decay without steps: one line
-        self._validate_model(self.model)
-        if self.is_multi_agent:
-            from herdrl.multi_agent import DEFAULT_POLICY, agent_ids, validate_multi_agent
-
-            mapping = self.policy_mapping_fn
-            if self.policies is None:  # one policy for every agent; 'per_agent': one per agent, named as it
-                self._values["policies"] = (agent_ids(self.env, self.env_config) if mapping == "per_agent"
-                                            # a dict agent -> policy: the policies it names (ids that are not
-                                            # strings are refused by validate_multi_agent, in one line)
-                                            else sorted(set(mapping.values())) if isinstance(mapping, dict)
-                                            and all(isinstance(pid, str) for pid in mapping.values())
-                                            else [DEFAULT_POLICY])
-            validate_multi_agent(self)
-        elif self.centralized_critic:
-            raise ConfigError("centralized_critic=True is for multi-agent runs (.multi_agent(policies=...)): a "
-                              "single agent's critic already sees everything its observation holds")
-        if self.output and (self.model.get("lstm_use_prev_action") or self.model.get("lstm_use_prev_reward")):
-            raise ConfigError("output records the env's own observations, and this model's carry the previous "
-                              "action/reward beside them: recording such a run is not supported yet")
-        if self.output and (self.is_multi_agent or self.learns_offline):
-            why = "multi-agent runs are not recorded yet" if self.is_multi_agent else "an offline run plays none"
-            raise ConfigError(f"output={self.output!r} records a single-agent run's training episodes: {why}")
-        if self.train_batch_size_per_learner is not None:
-            total = self.train_batch_size_per_learner * max(self.num_learners, 1)
-            if self.is_explicit("train_batch_size") and self.train_batch_size != total:
-                raise ConfigError(f"train_batch_size={self.train_batch_size} and train_batch_size_per_learner="
-                                  f"{self.train_batch_size_per_learner} (x {max(self.num_learners, 1)} learners = "
-                                  f"{total}) disagree: give one of them")
-            self._values["train_batch_size"] = total
-        self._validate_evaluation()
-        max_steps = self.evaluation_config.get("max_steps")
-        if max_steps is not None and not (isinstance(max_steps, int) and max_steps >= 1):
-            raise ConfigError(f"evaluation_config max_steps got {max_steps!r}; expected an int >= 1 (steps per "
-                              "evaluation, after which unfinished episodes are left out)")
-        self._validate_callbacks()
-        if self.num_learners > 1 and not self.data_parallel:
-            raise ConfigError(f"{self.algo_name} learns on one learner (num_learners 0 or 1), got num_learners="
-                              f"{self.num_learners}")
-        if self.num_aggregator_actors_per_learner and self.num_learners == 0:
-            raise ConfigError(f"num_aggregator_actors_per_learner={self.num_aggregator_actors_per_learner} needs "
-                              "learner actors (num_learners >= 1): the learner in the driver fetches its fragments "
-                              "itself")
-        if self.shard_fragments:
-            learner = self.algo_class().learner_class
-            why = ("learns from a dataset, not fragments" if self.learns_offline
-                   else "learns from replayed batches, not fragments" if self.stores_raw_transitions
-                   else "learns on its fragments as one batch"
-                   if not getattr(learner, "supports_sharded_fragments", False)
-                   else "shards multi-agent fragments not yet" if self.is_multi_agent
-                   else "needs learner actors (num_learners >= 2) to shard between" if self.num_learners < 2
-                   else self.unshardable_updates())
-            if why:
-                raise ConfigError(f"shard_fragments=True: {self.algo_name} {why}; leave it off")
-        if self.num_aggregator_actors_per_learner and self.stores_raw_transitions:
-            raise ConfigError(f"{self.algo_name} learns from a replay buffer in the driver, which sends its learners "
-                              "replayed batches, not fragments: num_aggregator_actors_per_learner has nothing to "
-                              "fetch (set it to 0)")
-        if self.num_learners > 0 and self.num_gpus > 0:
-            raise ConfigError(f"num_gpus={self.num_gpus:g} is the GPU of the learner in the driver, and with "
-                              f"num_learners={self.num_learners} the learners are actors: set num_gpus_per_learner "
-                              "instead")
-        if self.model["use_lstm"] and not self.supports_lstm:
-            raise ConfigError(f"model use_lstm is not supported by {self.algo_name} yet; use PPO, A2C, IMPALA or APPO")
-        minibatch = getattr(self, "minibatch_size", None)
-        if self.num_learners > 1 and minibatch is not None and minibatch < 2 * self.num_learners:
-            raise ConfigError(f"minibatch_size={minibatch} is too small to split between {self.num_learners} "
-                              f"learners: use at least {2 * self.num_learners} (a few rows each is mostly overhead)")
-        if self.num_learners > self.train_batch_size:
-            raise ConfigError(f"num_learners={self.num_learners} is more than train_batch_size="
-                              f"{self.train_batch_size}: every learner needs rows of each batch")
-        self.validate_algorithm()
-
-    #: What ``evaluation_config`` may set: evaluation's own keys and the keys an env runner uses.
-    EVALUATION_KEYS = ("explore", "max_steps", "env", "env_config", "num_envs_per_env_runner",
-                       "gym_env_vectorize_mode", "num_cpus_per_env_runner", "num_gpus_per_env_runner",
-                       "rollout_fragment_length", "sample_timeout_s")
-
-    def _validate_evaluation(self) -> None:
-        fields = self.fields()
-        for key, value in self.evaluation_config.items():
-            name = self.aliases().get(key, key)
-            if name not in self.EVALUATION_KEYS:
-                why = "is not a config key" if name not in fields else "does not apply to evaluation runners"
-                raise ConfigError(f"evaluation_config key '{key}' {why}; it takes: {', '.join(self.EVALUATION_KEYS)}")
-            if name in fields and not (name == "rollout_fragment_length" and value == "auto"):
-                fields[name].check(f"evaluation_config {key}", value)
-        if self.evaluation_parallel_to_training and not self.evaluation_num_env_runners:
-            raise ConfigError("evaluation_parallel_to_training needs evaluation runners of its own: set "
-                              "evaluation_num_env_runners >= 1")
-        if (self.evaluation_num_env_runners or self.evaluation_duration_unit != "episodes") and self.is_multi_agent:
-            raise ConfigError("multi-agent runs evaluate episodes in the driver: set evaluation_num_env_runners=0 and "
-                              "evaluation_duration_unit='episodes'")
-
+    # ----------------------------------------------------------- evaluation
     def evaluation_runner_config(self) -> AlgorithmConfig:
         """The config of evaluation runners: this one with ``evaluation_config``'s runner keys, as many runners as
         ``evaluation_num_env_runners``, and no callbacks (episode hooks do not run in evaluation)."""
@@ -875,78 +394,7 @@ class AlgorithmConfig:
                                "output": None})  # (evaluation episodes are not training data)
         return config
 
-    def _validate_callbacks(self) -> None:
-        from herdrl.callbacks import check_hooks, hooks_of
-
-        check_hooks(self.callbacks_hooks)
-        hooks_of(self)  # the classes resolve (no instance is made here: a user's __init__ may open files)
-
-    @staticmethod
-    def _validate_model(model: dict) -> None:
-        hiddens = model["fcnet_hiddens"]
-        if not isinstance(hiddens, (list, tuple)) or not all(
-            isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hiddens
-        ):
-            raise ConfigError(f"model key 'fcnet_hiddens' got {hiddens!r}; expected a list of ints > 0")
-        if model["fcnet_activation"] not in ACTIVATIONS:
-            raise ConfigError(f"model key 'fcnet_activation' got {model['fcnet_activation']!r}; "
-                              f"expected one of {list(ACTIVATIONS)}")
-        if isinstance(model["log_std_init"], bool) or not isinstance(model["log_std_init"], (int, float)):
-            raise ConfigError(f"model key 'log_std_init' got {model['log_std_init']!r}; expected a number")
-        for key in ("use_lstm", "lstm_use_prev_action", "lstm_use_prev_reward"):
-            if not isinstance(model[key], bool):
-                raise ConfigError(f"model key '{key}' got {model[key]!r}; expected bool")
-        for key in ("lstm_cell_size", "max_seq_len"):
-            if not _positive_int(model[key]):
-                raise ConfigError(f"model key '{key}' got {model[key]!r}; expected an int > 0")
-        if (model["lstm_use_prev_action"] or model["lstm_use_prev_reward"]) and not model["use_lstm"]:
-            raise ConfigError("model keys lstm_use_prev_action/lstm_use_prev_reward need use_lstm=True")
-        for key in ("free_log_std", "critic_unit_actions"):
-            if not isinstance(model[key], bool):
-                raise ConfigError(f"model key '{key}' got {model[key]!r}; expected bool")
-        if model["vf_share_layers"] is not None and not isinstance(model["vf_share_layers"], bool):
-            raise ConfigError(f"model key 'vf_share_layers' got {model['vf_share_layers']!r}; expected bool or None "
-                              "(None: shared for image observations)")
-        filters = model["conv_filters"]
-        if filters is not None and not (isinstance(filters, (list, tuple)) and filters and all(
-                isinstance(f, (list, tuple)) and len(f) in (3, 4) and all(_positive_int(v) for v in f[:3])
-                and (len(f) == 3 or (isinstance(f[3], int) and f[3] >= 0)) for f in filters)):
-            raise ConfigError(f"model key 'conv_filters' got {filters!r}; expected [[out_channels, kernel, stride], "
-                              "...] of ints > 0 (an optional 4th: padding), or None for the default stack")
-        if model["conv_activation"] not in ACTIVATIONS:
-            raise ConfigError(f"model key 'conv_activation' got {model['conv_activation']!r}; "
-                              f"expected one of {list(ACTIVATIONS)}")
-        if model["conv_type"] not in ("default", "impala"):
-            raise ConfigError(f"model key 'conv_type' got {model['conv_type']!r}; expected 'default' or 'impala'")
-        post = model["post_fcnet_hiddens"]
-        if post is not None and not (isinstance(post, (list, tuple)) and all(_positive_int(h) for h in post)):
-            raise ConfigError(f"model key 'post_fcnet_hiddens' got {post!r}; expected a list of ints > 0 or None")
-        if model["custom_encoder"] is not None and not (isinstance(model["custom_encoder"], str)
-                                                        and model["custom_encoder"]):
-            raise ConfigError(f"model key 'custom_encoder' got {model['custom_encoder']!r}; expected the name "
-                              "given to herdrl.register_encoder")
-        if model["obs_encoding"] not in ("auto", "flat"):
-            raise ConfigError(f"model key 'obs_encoding' got {model['obs_encoding']!r}; expected 'auto' (encoders "
-                              "chosen from the observation space) or 'flat'")
-        if not isinstance(model["custom_encoder_config"], dict):
-            raise ConfigError(f"model key 'custom_encoder_config' got {model['custom_encoder_config']!r}; "
-                              "expected a dict")
-        if model["init"] not in ("orthogonal", "pytorch"):
-            raise ConfigError(f"model key 'init' got {model['init']!r}; expected 'orthogonal' (herdrl's) or "
-                              "'pytorch' (each layer's PyTorch default)")
-
-    def validate_algorithm(self) -> None:
-        """Cross-key rules of one algorithm; subclasses override."""
-
-    def check_minibatch_fits(self) -> None:
-        """``minibatch_size`` (where the algorithm has one) no larger than ``train_batch_size``, in single-agent runs: a
-        multi-agent batch of ``train_batch_size`` env steps holds a row per agent decision, more than that for a
-        shared policy, and a minibatch as large as its rows, or larger, is the whole batch, one step per epoch."""
-        minibatch = getattr(self, "minibatch_size", None)
-        if minibatch is not None and minibatch > self.train_batch_size and not self.is_multi_agent:
-            raise ConfigError(f"config key 'minibatch_size' got {minibatch}; expected <= train_batch_size "
-                              f"({self.train_batch_size})")
-
+    # ------------------------------------------------------------- schedules
     def decay_over(self, steps: int) -> AlgorithmConfig:
         """Give every named schedule (``{schedule: linear, start, end}``) without ``steps`` this many env steps (the
         run's ``--stop-timesteps``)."""
@@ -981,6 +429,13 @@ class AlgorithmConfig:
         return {key: schedule_of(key, self._values[key]) for key, f in self.fields().items() if f.schedule}
 
     # --------------------------------------------------------------- derived
+    @property
+    def is_multi_agent(self) -> bool:
+        """Whether this run trains policies for the agents of a PettingZoo env."""
+        from herdrl.env.multi_agent import is_pettingzoo_id
+
+        return self.policies is not None or self.policy_mapping_fn is not None or is_pettingzoo_id(self.env)
+
     @property
     def total_cpus_requested(self) -> float:
         """CPUs the Ray actors of this config reserve (runners, learner actors, evaluation runners): what a private

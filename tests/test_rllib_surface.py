@@ -95,9 +95,9 @@ def test_rllib_names_map_to_herdrls_keys():
 
 
 def test_builder_calls_with_little_to_set_are_accepted_and_say_so(caplog, monkeypatch):
-    import herdrl.config
+    import herdrl.config_rllib
 
-    monkeypatch.setattr(herdrl.config, "_NOTED", set())  # notes are said once per process: other tests said them
+    monkeypatch.setattr(herdrl.config_rllib, "_NOTED", set())  # notes are said once per process: others said them
     with caplog.at_level(logging.WARNING, logger="herdrl"):
         config = (PPOConfig().api_stack(enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True)
                   .environment("CartPole-v1").reporting(min_time_s_per_iteration=1)
@@ -149,10 +149,10 @@ def _rllib_epsilon(settings, step):
                                     {"type": "EpsilonGreedy", "initial_epsilon": 0.5},
                                     {"type": "SoftQ"}, {}])
 def test_a_second_exploration_config_merges_into_the_first_as_rllibs_deep_update(second, monkeypatch):
-    import herdrl.config
+    import herdrl.config_rllib
     from herdrl.schedules import schedule_of
 
-    monkeypatch.setattr(herdrl.config, "_NOTED", set())
+    monkeypatch.setattr(herdrl.config_rllib, "_NOTED", set())
     first = {"type": "EpsilonGreedy", "final_epsilon": 0.05, "warmup_timesteps": 1000}
     config = DQNConfig().env_runners(exploration_config=first)
     config.exploration(exploration_config=second)
@@ -257,9 +257,9 @@ def test_learners_nest_the_learners_own_metrics_by_module():
 
 
 def test_evaluate_save_debugging_and_evaluation_interval_0_as_rllib_scripts_use_them(tmp_path, caplog, monkeypatch):
-    import herdrl.config
+    import herdrl.config_rllib
 
-    monkeypatch.setattr(herdrl.config, "_NOTED", set())
+    monkeypatch.setattr(herdrl.config_rllib, "_NOTED", set())
     with caplog.at_level(logging.WARNING, logger="herdrl"):
         config = _tiny_ppo(evaluation_interval=0, evaluation_duration=3).debugging(log_level="WARN")
     assert [r.getMessage().split(" has no effect")[0] for r in caplog.records] == ["herdrl: .debugging(log_level)"]
