@@ -26,10 +26,10 @@ def _register() -> None:
     herdrl.register_env("golden_team", lambda cfg: CueRelay({"recall": True, "together": True}))
 
 
-def _ppo(env, model, **training):
+def _ppo(env, model, config_class=None, **training):
     from herdrl import PPOConfig
 
-    return (PPOConfig().environment(env).env_runners(num_env_runners=0, num_envs_per_env_runner=2,
+    return ((config_class or PPOConfig)().environment(env).env_runners(num_env_runners=0, num_envs_per_env_runner=2,
                                                      rollout_fragment_length=32)
             .training(train_batch_size=64, minibatch_size=32, num_epochs=2, model=model, **training)
             .debugging(seed=0))
