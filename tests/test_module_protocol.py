@@ -85,3 +85,21 @@ def test_runners_and_learners_carry_any_state_the_module_declares():
         action, h, c = GreedyPolicy(pair)(obs, state[:, 0], state[:, 1])
         same, packed = GreedyPolicy(single)(obs, state)
     assert torch.equal(action, same) and torch.equal(torch.stack([h, c], 1), packed)
+
+
+def test_every_actor_critic_kind_offers_the_protocol():
+    """MLP, CNN, LSTM, and MAPPO's centralised critics (feed-forward and LSTM) answer the protocol's calls; the
+    stateless ones declare no state."""
+    from herdrl.models.protocol import PolicyModule
+    from herdrl.multi_agent import GLOBAL_STATE, OWN_OBSERVATION
+
+    box = gym.spaces.Box(-1, 1, (4,), np.float32)
+    image = gym.spaces.Box(0, 255, (16, 16, 3), np.uint8)
+    central = gym.spaces.Dict({OWN_OBSERVATION: box, GLOBAL_STATE: box})
+    for space, model, centralized in ((box, {}, False), (image, {}, False), (box, golden.LSTM, False),
+                                      (central, {}, True), (central, golden.LSTM, True)):
+        config = PPOConfig().training(model=model)
+        config.centralized_critic = centralized
+        module = config.actor_critic(space, gym.spaces.Discrete(2), {**MODEL_DEFAULTS, **model})
+        assert isinstance(module, PolicyModule)
+        assert (module.initial_state(2) is None) != module.recurrent
