@@ -12,7 +12,8 @@ Dict and Tuple observations are one input per leaf, in the order ``herdrl.obs.le
 as Gymnasium orders them, Tuple items in order), named ``obs/<path>`` in ONNX (``obs/image``, ``obs/state/pos``,
 ``obs/0``); Tuple actions are one output per part in the same flattened order, named ``action/<path>``. A
 recurrent policy also takes its state ``(batch, 2, lstm_cell_size)`` (``state_in``, zeros at an episode's start)
-after the observations and returns the next one (``state_out``) after the actions. A run
+after the observations and returns the next one (``state_out``) after the actions (a module whose state has
+several tensors, ``herdrl.models.protocol``: ``state_in/<i>`` and ``state_out/<i>``, in its leaves' order). A run
 with ``observation_filter="MeanStdFilter"`` has its statistics baked into the program: it takes raw observations.
 One agent of a QMIX/VDN team can be exported alone (``agent=``, ``herd export --agent``: :class:`AgentGreedy`).
 """
@@ -30,6 +31,7 @@ from torch import nn
 from herdrl.errors import HerdError
 from herdrl.filters import Normalizer
 from herdrl.models.distributions import ActionDistribution
+from herdrl.models.protocol import from_leaves, map_state, state_leaves
 from herdrl.models.q_network import masked_q
 from herdrl.obs import leaf_spaces
 from herdrl.policy import Policy
@@ -74,7 +76,10 @@ class GreedyPolicy(nn.Module):
         self.leaf_names = list(policy.obs_spec.leaves)
         # The run's observation filter, baked in: the program takes raw observations.
         self.normalize = None if policy.normalizer is None else ObsNormalizer(policy.normalizer, self.leaf_names)
-        self.recurrent = policy.recurrent  # then the last input is the state, and the last output the next one
+        self.recurrent = policy.recurrent  # then the last inputs are the state's leaves, the last outputs the next's
+        #: The module's state as it declares it (``herdrl.models.protocol``): how many leaves, nested how.
+        self.state_structure = map_state(lambda _: None, policy.initial_state(1)) if self.recurrent else None
+        self.state_size = len(state_leaves(self.state_structure)) if self.recurrent else 0
         self.single_obs = policy.obs_spec.single
         self.tuple_actions = isinstance(policy.action_space, gym.spaces.Tuple)
         dist = ActionDistribution(policy.action_space)
@@ -83,10 +88,12 @@ class GreedyPolicy(nn.Module):
 
     def forward(self, *obs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """Greedy env actions for a batch of raw observations (one tensor per leaf, in ``leaf_names`` order);
-        a recurrent policy takes its state ``(batch, 2, H)`` after them and returns the next state last."""
+        a recurrent policy takes its state's leaves after them (an LSTM's one ``(batch, 2, H)``) and returns the
+        next state's last."""
         state = None
         if self.recurrent:
-            *obs, state = obs
+            obs, leaves = obs[:len(obs) - self.state_size], list(obs[len(obs) - self.state_size:])
+            state = from_leaves(self.state_structure, leaves)
         if self.normalize is not None:
             obs = self.normalize(*obs)
         inputs = obs[0] if self.single_obs else dict(zip(self.leaf_names, obs, strict=True))
@@ -100,21 +107,29 @@ class GreedyPolicy(nn.Module):
             columns = torch.split(action, self.widths, dim=-1)
             outputs = tuple(part(c) for part, c in zip(self.parts, columns, strict=True))
         if state is not None:
-            return (*outputs, state)
+            return (*outputs, *state_leaves(state))
         return outputs if self.tuple_actions else outputs[0]
 
 
 def input_names(policy: Policy) -> list[str]:
     """The exported program's input names: ``obs``, or ``obs/<leaf path>`` for Dict/Tuple observations."""
     names = ["obs"] if policy.obs_spec.single else [f"obs/{name}" for name in policy.obs_spec.leaves]
-    return names + (["state_in"] if policy.recurrent else [])
+    return names + _state_names(policy, "state_in")
 
 
 def output_names(policy: Policy) -> list[str]:
     """``action``, or ``action/<part path>`` for Tuple actions."""
     space = policy.action_space
     names = ["action"] if not isinstance(space, gym.spaces.Tuple) else [f"action/{n}" for n in leaf_spaces(space)]
-    return names + (["state_out"] if policy.recurrent else [])
+    return names + _state_names(policy, "state_out")
+
+
+def _state_names(policy: Policy, name: str) -> list[str]:
+    """A recurrent policy's state inputs or outputs: ``name`` for a state of one tensor, else ``name/<i>``."""
+    if not policy.recurrent:
+        return []
+    count = len(state_leaves(policy.initial_state(1)))
+    return [name] if count == 1 else [f"{name}/{i}" for i in range(count)]
 
 
 def example_obs(policy: Policy, batch: int = 2) -> tuple[torch.Tensor, ...]:
@@ -123,7 +138,7 @@ def example_obs(policy: Policy, batch: int = 2) -> tuple[torch.Tensor, ...]:
     space = policy.observation_space
     stored = policy.obs_spec.batch(_stack([space.sample() for _ in range(batch)], space))
     leaves = [stored] if policy.obs_spec.single else [stored[name] for name in policy.obs_spec.leaves]
-    state = [policy.initial_state(batch)] if policy.recurrent else []
+    state = state_leaves(policy.initial_state(batch)) if policy.recurrent else []
     return tuple(torch.as_tensor(leaf) for leaf in leaves + state)
 
 

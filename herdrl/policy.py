@@ -22,6 +22,7 @@ import torch
 from herdrl.filters import Normalizer, model_observation_space, policy_slice
 from herdrl.models.distributions import ActionDistribution
 from herdrl.models.encoders import to_torch
+from herdrl.models.protocol import map_state, state_rows, state_to_numpy, state_to_torch
 from herdrl.obs import ObsSpec
 
 
@@ -40,10 +41,11 @@ class Policy:
         self.recurrent = bool(getattr(module, "recurrent", False))
         self._actions = ActionDistribution(action_space)
 
-    def initial_state(self, batch: int = 1) -> np.ndarray | None:
-        """The state entering an episode's first step, ``(batch, 2, lstm_cell_size)`` zeros (a QMIX team's
-        ``(batch, agents, rnn_hidden_dim)``); None when the policy is not recurrent."""
-        return self.module.initial_state(batch).cpu().numpy() if self.recurrent else None
+    def initial_state(self, batch: int = 1) -> Any:
+        """The state entering an episode's first step, as the module declares it (``herdrl.models.protocol``):
+        an LSTM's ``(batch, 2, lstm_cell_size)`` zeros, a QMIX team's ``(batch, agents, rnn_hidden_dim)``, numpy
+        leaves; None when the policy is not recurrent."""
+        return state_to_numpy(self.module.initial_state(batch)) if self.recurrent else None
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, policy_id: str | None = None) -> Policy:
@@ -105,11 +107,10 @@ class Policy:
 
     def _recurrent_act(self, obs: Any, explore: bool, state: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         batch = len(next(iter(obs.values())) if isinstance(obs, dict) else obs)
-        state_in = self.module.initial_state(batch) if state is None else torch.as_tensor(
-            np.asarray(state, np.float32), device=self._device())
-        dist_inputs, _, state_out = self.module.step_dist_inputs(obs, state_in)
+        state_in = self.module.initial_state(batch) if state is None else state_to_torch(state, self._device())
+        dist_inputs, state_out = self.module.forward_exploration(obs, state_in)
         actions = self.module.act_with_noise(dist_inputs, self.module.torch_noise(dist_inputs) if explore else None)
-        return actions.cpu().numpy(), state_out.cpu().numpy()
+        return actions.cpu().numpy(), state_to_numpy(state_out)
 
     def _env_actions(self, actions: np.ndarray) -> Any:
         return self._actions.to_env(actions)
@@ -122,9 +123,11 @@ class Policy:
         obs = self._model_input(self.obs_spec.one(obs))
         if not self.recurrent:
             return _first(self.action_space, self._env_actions(self.module.act(obs, explore=explore).cpu().numpy()))
-        state = None if state is None else np.asarray(state, np.float32).reshape(1, *self.initial_state(1).shape[1:])
+        if state is not None:  # one row, with its batch dimension or without
+            state = map_state(lambda leaf, like: np.asarray(leaf, np.float32).reshape(like.shape), state,
+                              self.initial_state(1))
         actions, state = self._recurrent_act(obs, explore, state)
-        return _first(self.action_space, self._env_actions(actions)), state[0]
+        return _first(self.action_space, self._env_actions(actions)), state_rows(state, 0)
 
 
 def _first(space: gym.Space, batch: Any) -> Any:

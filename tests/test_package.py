@@ -70,3 +70,11 @@ def test_every_python_snippet_in_the_docs_names_only_what_it_imports_or_defines(
     out = subprocess.run([str(ruff), "check", "--isolated", "--no-cache", "--select", "F821", "--output-format",
                           "concise", str(tmp_path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout
+
+
+def test_rollout_never_imports_offline():
+    """offline/ sits above rollout/: the algorithm passes the recorder and the dataset source down (issue 63)."""
+    graph = import_graph()
+    below = {name: sorted(t for t in targets if t.startswith("herdrl.offline"))
+             for name, targets in graph.items() if name.startswith("herdrl.rollout")}
+    assert not any(below.values()), {name: found for name, found in below.items() if found}

@@ -45,9 +45,9 @@ from herdrl.learner import Learner
 from herdrl.learner.group import LearnerFailure, make_learner_group
 from herdrl.models.encoders import encoding_differs
 from herdrl.obs import ObsSpec
+from herdrl.offline.source import sample_source
 from herdrl.policy import Policy
 from herdrl.results import DEFAULT_MODULE_ID, NOT_LEARNER_KEYS, SOMETIMES_PREFIXES, EvaluationResult, Result
-from herdrl.rollout.group import make_runner_group
 from herdrl.rollout.transport import FragmentInput, FragmentLostError, FragmentsLost, Sampled
 from herdrl.survival import nodes_lost
 
@@ -78,7 +78,7 @@ class Algorithm:
         self.rng = np.random.default_rng(config.seed)
         if config.num_env_runners > 0:
             env_reward_threshold(config.env)  # an unknown env id fails here, before Ray starts
-        self.runners = make_runner_group(config)
+        self.runners = sample_source(config)
         #: Multi-agent runs (``.multi_agent()``): the spaces are dicts, policy id -> space.
         self.multi_agent = config.is_multi_agent
         self.observation_space: gym.Space = self.runners.observation_space

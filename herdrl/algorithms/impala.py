@@ -157,7 +157,7 @@ def recurrent_vtrace_batch(module: Any, fragments: list[Fragment], config: IMPAL
     its targets and advantages laid out per sequence step."""
     batch, dist_inputs, values = sequence_batch(module, fragments, int(config.model["max_seq_len"]), device)
     if target_module is not None:
-        dist_inputs, _ = target_module.unroll(batch["obs"], batch["state"], batch["starts"])
+        dist_inputs, _ = target_module.forward_train(batch["obs"], batch["state"], batch["starts"])
     old_logp = sequence_logp(module, dist_inputs, batch["actions"])
     cat = partial(side_by_side_field, fragments)
     steps, envs = cat("valid").shape

@@ -294,6 +294,12 @@ class TeamRNNQNetwork(TeamQNetwork):
         q = self.allowed(q, obs)
         return q, None, self.taken(state, q.argmax(-1))
 
+    def forward_exploration(self, obs: dict[str, torch.Tensor],
+                            state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The module protocol's acting step (``herdrl.models.protocol``): (allowed Q values, next state)."""
+        q, _, state = self.step_dist_inputs(obs, state)
+        return q, state
+
     def act_with_noise(self, q: torch.Tensor, noise: None) -> torch.Tensor:
         """The greedy actions of allowed Q values (a Q network explores by epsilon, in the runners)."""
         return q.argmax(-1)

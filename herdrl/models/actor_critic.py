@@ -123,6 +123,29 @@ class ActorCritic(LegacyNames):
         #: :class:`ValueNormalizer`); the learners update them and scale the value loss by :meth:`value_loss_scale`.
         self.value_normalizer = ValueNormalizer() if model_config.get("value_normalization") else None
 
+    #: The module protocol (``herdrl.models.protocol``): a plain actor-critic keeps no state.
+    recurrent = False
+
+    def initial_state(self, batch: int) -> None:
+        """None: no state (see :class:`~herdrl.models.protocol.PolicyModule`)."""
+        return None
+
+    def forward_exploration(self, obs: Any, state: None = None) -> tuple[torch.Tensor, None]:
+        """One acting step: (distribution inputs, no state)."""
+        return self.dist_inputs(obs), None
+
+    def forward_train(self, obs: Any, state: None = None, starts: None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(distribution inputs, values) for a batch of observations (:meth:`forward`)."""
+        return self(obs)
+
+    def forward_value(self, obs: Any, state: None = None) -> torch.Tensor:
+        """The values of a batch of observations."""
+        return self.value(obs)
+
+    def greedy_step(self, obs: Any, state: None = None) -> tuple[torch.Tensor, None]:
+        """The most likely actions, no state (export's and ``Policy``'s stateful call on a stateless module)."""
+        return self.greedy(obs), None
+
     # ----------------------------------------------------------- learner side
     def forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Return (distribution inputs, values) for a batch of observations (as stored: ``herdrl.obs``)."""
@@ -162,11 +185,19 @@ class ActorCritic(LegacyNames):
         Gaussian's means followed by its log stds (the free log std included, so a stored copy is frozen)."""
         return self.apply_mask(self._with_log_std(self.pi_head(self.pi_encoder(obs))), obs)
 
-    def forward_inference(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+    def forward_inference(self, batch: dict[str, Any]) -> dict[str, Any]:
         """RLlib's RLModule call: ``{"obs": observations}`` -> ``{"action_dist_inputs": ...}`` (no gradient), for
-        scripts that act with ``algo.get_module()``."""
+        scripts that act with ``algo.get_module()``; a recurrent module also takes ``"state_in"`` (its initial
+        state when left out) and returns ``"state_out"``."""
         with torch.no_grad():
-            return {"action_dist_inputs": self.dist_inputs(batch["obs"])}
+            if not self.recurrent:
+                return {"action_dist_inputs": self.dist_inputs(batch["obs"])}
+            obs = batch["obs"]
+            state = batch.get("state_in")
+            if state is None:
+                state = self.initial_state(len(next(iter(obs.values())) if isinstance(obs, dict) else obs))
+            dist_inputs, state = self.forward_exploration(obs, state)
+            return {"action_dist_inputs": dist_inputs, "state_out": state}
 
     def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False) -> Any:
         """As torch's (old names too), with value normalisation's statistics optional: a checkpoint written without

@@ -1,6 +1,7 @@
 """Recurrent policies (RLlib's ``use_lstm``): encoder -> LSTM -> policy and value heads.
 
-The state is an LSTM's (h, c), ``(batch, 2, lstm_cell_size)``. Runners carry each env's state from step to step
+The state (the module protocol's, ``herdrl.models.protocol``) is an LSTM's (h, c), one tensor
+``(batch, 2, lstm_cell_size)``. Runners carry each env's state from step to step
 and across fragments, and zero it when an episode begins: after a reset-only step (NEXT_STEP autoreset, see
 ``herdrl.rollout.runner``) the next step starts a new episode. Fragments record the state entering every
 ``max_seq_len``-th step; the learner unrolls sequences of ``max_seq_len`` steps from those states (truncated
@@ -19,6 +20,7 @@ from torch import nn
 
 from herdrl.models.actor_critic import ActorCritic, CentralCriticActorCritic, own_observation, own_wrapper
 from herdrl.models.encoders import head, module_device, to_torch
+from herdrl.models.protocol import reset_rows, state_to_numpy, state_to_torch
 from herdrl.obs import obs_map
 
 
@@ -66,6 +68,20 @@ class RecurrentActorCritic(ActorCritic):
     def step_value(self, obs: Any, state: torch.Tensor) -> torch.Tensor:
         """The value of one step's observations entering ``state`` (a fragment's bootstrap value)."""
         return self.values_from_features(self.step(obs, state)[0])
+
+    # The module protocol (herdrl.models.protocol): the state is one tensor, (batch, 2, lstm_cell_size).
+    def forward_exploration(self, obs: Any, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One acting step: (distribution inputs, next state)."""
+        dist_inputs, _, state = self.step_dist_inputs(obs, state)
+        return dist_inputs, state
+
+    def forward_train(self, obs: Any, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Distribution inputs and values along sequences (:meth:`unroll`)."""
+        return self.unroll(obs, state, starts)
+
+    def forward_value(self, obs: Any, state: torch.Tensor) -> torch.Tensor:
+        """One step's values entering ``state`` (:meth:`step_value`)."""
+        return self.step_value(obs, state)
 
     def step_dist_inputs(self, obs: Any, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step for a batch: (distribution inputs, LSTM output, next state)."""
@@ -134,34 +150,37 @@ class RecurrentCentralCritic(RecurrentActorCritic):
 
 
 class CarriedState:
-    """A runner policy's recurrent state: ``self.state``, one row per env (a tensor on ``self.device``)."""
+    """A runner policy's recurrent state: ``self.state``, one row per env, of ``self.module``'s kind (any state of
+    the module protocol, ``herdrl.models.protocol``: its leaves on ``self.device``)."""
 
-    state: torch.Tensor
+    state: Any
     device: torch.device
+    module: Any
 
     def zero_state(self, envs: np.ndarray) -> None:
-        """A new episode begins at these envs' next step."""
+        """A new episode begins at these envs' next step: their rows go back to the module's initial state."""
         if envs.any():
-            keep = torch.from_numpy(envs).to(self.device).reshape(-1, *[1] * (self.state.dim() - 1))
-            self.state = self.state.masked_fill(keep, 0.0)
+            rows = torch.from_numpy(envs).to(self.device)
+            self.state = reset_rows(self.state, self.module.initial_state(len(envs)), rows)
 
-    def get_state(self) -> np.ndarray:
-        """Every env's state, ``(num_envs, ...)`` float32 (a copy)."""
-        return self.state.cpu().numpy().copy()
+    def get_state(self) -> Any:
+        """Every env's state, float32 numpy leaves ``(num_envs, ...)`` (copies)."""
+        return state_to_numpy(self.state)
 
-    def set_state(self, state: np.ndarray) -> None:
-        """Act next from ``state``, ``(batch, ...)`` (multi-agent runners keep a state per agent and set the
-        states of the agents deciding before each step)."""
-        self.state = torch.as_tensor(state, dtype=torch.float32, device=self.device)
+    def set_state(self, state: Any) -> None:
+        """Act next from ``state`` (numpy leaves ``(batch, ...)``; multi-agent runners keep a state per agent and
+        set the states of the agents deciding before each step)."""
+        self.state = state_to_torch(state, self.device)
 
 
 class RecurrentPolicy(CarriedState):
-    """Runner-side policy of a recurrent module: torch inference, one state per env, noise from the runner's
-    generator (the interface of ``TorchPolicy`` plus the state)."""
+    """Runner-side policy of a module with a state: torch inference through the module protocol's
+    ``forward_exploration``, one state per env, noise from the runner's generator (the interface of
+    ``TorchPolicy`` plus the state)."""
 
     recurrent = True
 
-    def __init__(self, module: RecurrentActorCritic, rng: np.random.Generator, num_envs: int) -> None:
+    def __init__(self, module: Any, rng: np.random.Generator, num_envs: int) -> None:
         self.module, self.rng = module, rng
         self.device = module_device(module)
         self.state = module.initial_state(num_envs)  # on the module's device
@@ -173,15 +192,15 @@ class RecurrentPolicy(CarriedState):
     @torch.inference_mode()
     def act(self, obs: Any, explore: bool = True, noise: np.ndarray | None = None) -> np.ndarray:
         """Actions for every env's observation; the state moves one step."""
-        dist_inputs, out, self.state = self.module.step_dist_inputs(to_torch(obs, self.device), self.state)
+        dist_inputs, self.state = self.module.forward_exploration(to_torch(obs, self.device), self.state)
         if explore and noise is None:
-            noise = self.noise(1, len(out))[0]
+            noise = self.noise(1, len(dist_inputs))[0]
         noise = torch.from_numpy(noise).to(self.device) if explore else None
         return self.module.act_with_noise(dist_inputs, noise).cpu().numpy()
 
     @torch.inference_mode()
     def act_logp(self, obs: Any, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Sampled actions and their log-probabilities (V-trace's behaviour policy); the state moves one step."""
-        dist_inputs, _, self.state = self.module.step_dist_inputs(to_torch(obs, self.device), self.state)
+        dist_inputs, self.state = self.module.forward_exploration(to_torch(obs, self.device), self.state)
         actions = self.module.act_with_noise(dist_inputs, torch.from_numpy(noise).to(self.device))
         return actions.cpu().numpy(), self.module.log_prob_entropy(dist_inputs, actions)[0].cpu().numpy()

@@ -9,6 +9,8 @@ import numpy as np
 
 from herdrl.errors import HerdError
 from herdrl.offline.dataset import DatasetError, open_dataset
+from herdrl.offline.recorder import EpisodeRecorder
+from herdrl.rollout.group import make_runner_group
 
 
 def _same_space(a: gym.Space, b: gym.Space, bounds: bool = False) -> bool:
@@ -70,3 +72,11 @@ class DatasetSource:
 
     def stop(self) -> None:
         """Nothing to stop."""
+
+
+def sample_source(config: Any) -> Any:
+    """Where an algorithm's samples come from: an offline algorithm's dataset (:class:`DatasetSource`), else its
+    env runners (``herdrl.rollout.group``), recording the episodes they play where ``output`` says."""
+    if config.learns_offline:
+        return DatasetSource(config)
+    return make_runner_group(config, recorder=EpisodeRecorder if config.output else None)

@@ -11,6 +11,7 @@ import torch
 
 from herdrl.models import ActorCritic
 from herdrl.models.encoders import to_torch
+from herdrl.models.protocol import concat_states, state_batch, state_to_torch
 from herdrl.obs import obs_concat, obs_map
 from herdrl.rollout.advantages import compute_gae
 from herdrl.rollout.runner import Fragment
@@ -81,9 +82,9 @@ def forward_flat(module: ActorCritic, batch: dict[str, Any]) -> tuple[torch.Tens
     plain batch as it is; a recurrent one (:func:`recurrent_batch`) unrolled from its sequences' states, its
     padding and reset-only steps dropped."""
     if "valid" not in batch:
-        dist_inputs, values = module(batch["obs"])
+        dist_inputs, values = module.forward_train(batch["obs"])
         return dist_inputs, values, batch
-    dist_inputs, values = module.unroll(batch["obs"], batch["state"], batch["starts"])
+    dist_inputs, values = module.forward_train(batch["obs"], batch["state"], batch["starts"])
     valid = batch["valid"]
     return dist_inputs[valid], values[valid], {key: batch[key][valid] for key in STEP_KEYS if key in batch}
 
@@ -128,14 +129,16 @@ def from_sequences(batch: dict[str, Any], array: np.ndarray, steps: int, envs: i
 
 def sequence_batch(module: Any, fragments: list[Fragment], seq_len: int,
                    device: torch.device) -> tuple[dict[str, Any], torch.Tensor, np.ndarray]:
-    """The fragments as sequences of at most ``seq_len`` steps (:func:`sequence_index`) for a recurrent module
-    (``herdrl.models.recurrent``), unrolled once: (batch, distribution inputs ``(N, L, D)``, values ``(T+1, B)``
-    on the fragments' grid, the last row bootstrapped from the state the runner held after the fragment).
+    """The fragments as sequences of at most ``seq_len`` steps (:func:`sequence_index`) for a module with a state
+    (any state of the module protocol, ``herdrl.models.protocol``), unrolled once: (batch, distribution inputs
+    ``(N, L, D)``, values ``(T+1, B)`` on the fragments' grid, the last row bootstrapped from the state the runner
+    held after the fragment).
 
-    Batch keys: ``obs`` ``(N, L, ...)``, ``state`` ``(N, 2, H)`` (what the runner's LSTM held entering each
-    sequence: zeros where an episode starts), ``starts`` ``(N, L)`` (all False: no sequence crosses an episode
-    start), ``valid`` ``(N, L)`` (real steps: not padding, not reset-only), ``actions`` ``(N, L, ...)``,
-    ``old_values``, and ``seq_index`` (where each sequence step sits on the fragments' grid, -1 for padding).
+    Batch keys: ``obs`` ``(N, L, ...)``, ``state`` (leaves ``(N, ...)``: what the runner's module held entering
+    each sequence, its initial state where an episode starts), ``starts`` ``(N, L)`` (all False: no sequence
+    crosses an episode start), ``valid`` ``(N, L)`` (real steps: not padding, not reset-only), ``actions``
+    ``(N, L, ...)``, ``old_values``, and ``seq_index`` (where each sequence step sits on the fragments' grid, -1
+    for padding).
     """
     cat = partial(side_by_side_field, fragments)
     obs = side_by_side(fragments)
@@ -145,9 +148,9 @@ def sequence_batch(module: Any, fragments: list[Fragment], seq_len: int,
     for f in fragments:
         index = sequence_index(f.valid, seq_len)
         width = f.valid.shape[1]
-        if len(index) != len(f.state_in):
-            raise ValueError(f"a fragment has {len(f.state_in)} sequence states for {len(index)} sequences (a runner "
-                             "with another max_seq_len?)")
+        if len(index) != state_batch(f.state_in):
+            raise ValueError(f"a fragment has {state_batch(f.state_in)} sequence states for {len(index)} sequences "
+                             "(a runner with another max_seq_len?)")
         # From the fragment's own (T, b) grid to the batch's (T, B): fragments sit side by side.
         indices.append(np.where(index >= 0, index // width * envs + index % width + offset, -1))
         offset += width
@@ -155,15 +158,15 @@ def sequence_batch(module: Any, fragments: list[Fragment], seq_len: int,
     seq = lambda a: _to_sequences(a, index)  # noqa: E731
     batch = {
         "obs": to_torch(obs_map(lambda o: seq(o[:-1]), obs), device),
-        "state": torch.from_numpy(np.concatenate([f.state_in for f in fragments])).to(device),
+        "state": state_to_torch(concat_states([f.state_in for f in fragments]), device),
         "starts": torch.zeros(index.shape, dtype=torch.bool, device=device),
         "valid": torch.from_numpy(seq(valid) & (index >= 0)).to(device),
         "actions": torch.from_numpy(seq(actions)).to(device),
         "seq_index": torch.from_numpy(index).to(device),
     }
-    dist_inputs, values = module.unroll(batch["obs"], batch["state"], batch["starts"])
-    last_state = torch.from_numpy(np.concatenate([f.state_last for f in fragments])).to(device)
-    bootstrap = module.step_value(to_torch(obs_map(lambda o: o[-1], obs), device), last_state)  # (return units)
+    dist_inputs, values = module.forward_train(batch["obs"], batch["state"], batch["starts"])
+    last_state = state_to_torch(concat_states([f.state_last for f in fragments]), device)
+    bootstrap = module.forward_value(to_torch(obs_map(lambda o: o[-1], obs), device), last_state)  # (return units)
     grid_values = np.concatenate([from_sequences(batch, values.cpu().numpy(), steps, envs),
                                   bootstrap.cpu().numpy()[None]])
     batch["old_values"] = values

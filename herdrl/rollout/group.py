@@ -46,8 +46,10 @@ class LocalRunnerGroup:
     num_waiting = 0
     in_fixed_group = False
 
-    def __init__(self, config: AlgorithmConfig) -> None:
-        self.runner = MultiAgentEnvRunner(config) if config.is_multi_agent else EnvRunner(config, worker_index=0)
+    def __init__(self, config: AlgorithmConfig, recorder: Callable[..., Any] | None = None) -> None:
+        """``recorder``: what makes the runner's episode recorder (see :class:`EnvRunner`)."""
+        self.runner = MultiAgentEnvRunner(config) if config.is_multi_agent else \
+            EnvRunner(config, worker_index=0, recorder=recorder)
         self.observation_space: gym.Space = self.runner.observation_space
         self.action_space: gym.Space = self.runner.action_space
 
@@ -268,9 +270,11 @@ def _check_room(config: AlgorithmConfig, count: int, cpus: float) -> None:
 class RayRunnerGroup:
     """``num_env_runners`` Ray actors, each with its own vector env."""
 
-    def __init__(self, config: AlgorithmConfig, first_bundle: int = 1, label: str = "env runner") -> None:
+    def __init__(self, config: AlgorithmConfig, first_bundle: int = 1, label: str = "env runner",
+                 recorder: Callable[..., Any] | None = None) -> None:
         """``first_bundle``: inside a Tune trial, the index of the trial's placement-group bundle of the first runner
-        (evaluation runners come after the learners'); ``label``: what the console lines call a runner."""
+        (evaluation runners come after the learners'); ``label``: what the console lines call a runner;
+        ``recorder``: what makes each runner's episode recorder (see :class:`EnvRunner`)."""
         import ray
         from ray.util.placement_group import placement_group
 
@@ -280,6 +284,7 @@ class RayRunnerGroup:
 
         self.config = config
         self.label = label
+        self._runner_options = {} if recorder is None else {"recorder": recorder}
         count, cpus = config.num_env_runners, config.num_cpus_per_env_runner
         self._owns_ray = connect(config, num_cpus=math.ceil(config.total_cpus_requested))
         try:
@@ -416,7 +421,8 @@ class RayRunnerGroup:
         return self._remote_class.options(
             num_cpus=self.config.num_cpus_per_env_runner, num_gpus=self.config.num_gpus_per_env_runner,
             scheduling_strategy=strategy, max_restarts=0,
-        ).remote(self._actor_config, index + 1, self._creators, incarnation, self._epoch, tuple(imports.IMPORTED))
+        ).remote(self._actor_config, index + 1, self._creators, incarnation, self._epoch, tuple(imports.IMPORTED),
+                 **self._runner_options)
 
     def sample(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None,
                version: int | None = None, count: int | None = None) -> list[Sampled]:
@@ -670,10 +676,10 @@ class EnvRunnerGroupView:
         return [func(local)] if local is not None and local_env_runner else []
 
 
-def make_runner_group(config: AlgorithmConfig) -> LocalRunnerGroup | RayRunnerGroup:
-    """In-process for ``num_env_runners=0``, else Ray actors; an offline algorithm's dataset (no runners)."""
-    if config.learns_offline:
-        from herdrl.offline.source import DatasetSource
-
-        return DatasetSource(config)
-    return RayRunnerGroup(config) if config.num_env_runners > 0 else LocalRunnerGroup(config)
+def make_runner_group(config: AlgorithmConfig,
+                      recorder: Callable[..., Any] | None = None) -> LocalRunnerGroup | RayRunnerGroup:
+    """In-process for ``num_env_runners=0``, else Ray actors (an offline algorithm's dataset instead:
+    :func:`herdrl.offline.source.sample_source`). ``recorder``: see :class:`EnvRunner`."""
+    if config.num_env_runners > 0:
+        return RayRunnerGroup(config, recorder=recorder)
+    return LocalRunnerGroup(config, recorder=recorder)

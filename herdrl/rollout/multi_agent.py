@@ -40,6 +40,7 @@ from herdrl.env.multi_agent import AgentEnv, AgentStep, make_agent_env
 from herdrl.errors import ConfigError, EnvError
 from herdrl.filters import RunnerNormalizer, model_observation_space, policy_slice, split_weights
 from herdrl.models.distributions import ActionDistribution
+from herdrl.models.protocol import map_state, stack_states, state_rows, state_to_numpy
 from herdrl.multi_agent import (
     EpisodeInfo,
     PolicyMapper,
@@ -84,8 +85,8 @@ class _Row:
     truncated: bool = False
     final_obs: Any = None  # the agent ended: its last observation (stored form)
     complete: bool = False
-    state: np.ndarray | None = None  # recurrent policies: the state entering this decision, (2, H)
-    state_after: np.ndarray | None = None  # ... and the state after it
+    state: Any = None  # recurrent policies: the state entering this decision (one row: herdrl.models.protocol)
+    state_after: Any = None  # ... and the state after it
     carried: bool = False  # still open when a fragment shipped: it ships with the next, maybe after new weights
 
 
@@ -125,9 +126,10 @@ class MultiAgentEnvRunner:
         self.fragment_specs = {pid: ObsSpec(model_observation_space(space, config))
                                for pid, space in self.observation_space.items()}
         self.actions = {pid: ActionDistribution(space) for pid, space in self.action_space.items()}
-        #: Recurrent policies' state size; each (env copy, agent) lane's state lives in ``_hidden``.
-        self._cells = {pid: module.cell_size for pid, module in self.module.items()
-                       if getattr(module, "recurrent", False)}
+        #: Recurrent policies' initial state, one row (numpy leaves: ``herdrl.models.protocol``); each (env copy,
+        #: agent) lane's state lives in ``_hidden``.
+        self._initial = {pid: state_rows(state_to_numpy(module.initial_state(1)), 0)
+                         for pid, module in self.module.items() if getattr(module, "recurrent", False)}
         self._seq_len = int(config.model.get("max_seq_len", 20))
         # The acting policy's log-probabilities: V-trace's behaviour for every row (IMPALA, APPO); PPO's and TRPO's
         # old policy for the rows carried into a fragment (chosen, maybe, by the weights before: NaN elsewhere,
@@ -171,7 +173,7 @@ class MultiAgentEnvRunner:
             self._begin(k, None if base is None else base + k)
 
     def _runner_policy(self, pid: str) -> Any:
-        if pid in self._cells:
+        if pid in self._initial:
             from herdrl.models.recurrent import RecurrentPolicy
 
             return RecurrentPolicy(self.module[pid], self._rng, 0)  # states are set per call, lane by lane
@@ -364,7 +366,7 @@ class MultiAgentEnvRunner:
             seat = seats[game % len(seats)]
             step = env.reset(seed=None if seed is None else seed + game)
             total, steps = 0.0, 0
-            state = np.zeros((1, 2, self._cells[policy_id]), np.float32) if policy_id in self._cells else None
+            state = stack_states([self._initial[policy_id]]) if policy_id in self._initial else None
             while True:
                 total += step.rewards.get(seat, 0.0)
                 if step.over or seat in step.ended or steps >= max_steps:
@@ -408,9 +410,9 @@ class MultiAgentEnvRunner:
                              enumerate(items)]
             policy = self.policies[pid]
             entering = after = None
-            if pid in self._cells:  # each lane's own state, zero where its episode begins
-                zero = np.zeros((2, self._cells[pid]), np.float32)
-                entering = np.stack([self._hidden.get((k, agent), zero) for k, agent, _ in items])
+            if pid in self._initial:  # each lane's own state, the initial one where its episode begins
+                zero = self._initial[pid]
+                entering = stack_states([self._hidden.get((k, agent), zero) for k, agent, _ in items])
                 policy.set_state(entering)
             noise = policy.noise(1, len(items))[0]
             if self._with_logp and explore:
@@ -420,13 +422,14 @@ class MultiAgentEnvRunner:
             if entering is not None:
                 after = policy.get_state()
                 for i, (k, agent, _) in enumerate(items):
-                    self._hidden[k, agent] = after[i]
+                    self._hidden[k, agent] = state_rows(after, i)
             env_actions = self.actions[pid].to_env(stored)
             for i, (k, agent, agent_obs) in enumerate(items):
                 actions[k][agent] = _item(self.action_space[pid], env_actions, i)
                 self._lanes.setdefault((k, agent), []).append(_Row(
-                    pid, agent_obs, stored[i], float(logp[i]), state=None if entering is None else entering[i],
-                    state_after=None if after is None else after[i]))
+                    pid, agent_obs, stored[i], float(logp[i]),
+                    state=None if entering is None else state_rows(entering, i),
+                    state_after=None if after is None else self._hidden[k, agent]))
         return actions
 
     def _take(self, k: int, step: AgentStep) -> None:
@@ -525,7 +528,7 @@ class MultiAgentEnvRunner:
             rewards = self._scaled_rewards(norm, [(*lane, pid) for lane, _, _ in columns], rewards, terminateds,
                                            truncateds, valid)
         state_in = state_last = None
-        if pid in self._cells:
+        if pid in self._initial:
             state_in, state_last = self._sequence_states(pid, laid_out, length, valid)
         return Fragment(obs, actions, rewards, terminateds, truncateds, valid, logp=logp,
                         weights_version=self.weights_version, worker_index=self.worker_index,
@@ -539,13 +542,13 @@ class MultiAgentEnvRunner:
 
         width = len(laid_out)
         starts = sequence_index(valid, self._seq_len)[:, 0]
-        state_in = np.zeros((len(starts), 2, self._cells[pid]), np.float32)  # padding in front: zeros
+        state_in = [self._initial[pid]] * len(starts)  # padding in front: the initial state
         for n, (t, b) in enumerate(zip(starts // width, starts % width, strict=True)):
             i = t - (length - len(laid_out[b]))  # the column's rows are right-aligned
             if i >= 0:
                 row, real = laid_out[b][i]
                 state_in[n] = row.state if real else row.state_after  # a break row: after the episode's last
-        return state_in, np.stack([rows[-1][0].state_after for rows in laid_out])
+        return stack_states(state_in), stack_states([rows[-1][0].state_after for rows in laid_out])
 
     def _scaled_rewards(self, norm: RunnerNormalizer, lanes: list[tuple[int, str, str]], rewards: np.ndarray,
                         terminateds: np.ndarray, truncateds: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -586,8 +589,8 @@ def pad_front(fragment: Fragment, length: int) -> Fragment:
     # entered from zeros; they come first in its order (by step, then column), the fragment's own after them.
     state_in = fragment.state_in
     if state_in is not None:
-        state_in = np.concatenate([np.zeros((pad * len(fragment.valid[0]), *state_in.shape[1:]), state_in.dtype),
-                                   state_in])
+        state_in = map_state(lambda s: np.concatenate([np.zeros((pad * len(fragment.valid[0]), *s.shape[1:]),
+                                                                s.dtype), s]), state_in)
     return replace(fragment, obs=obs_map(front, fragment.obs), actions=front(fragment.actions),
                    rewards=front(fragment.rewards), terminateds=front(fragment.terminateds),
                    truncateds=front(fragment.truncateds), valid=front(fragment.valid),

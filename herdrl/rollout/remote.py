@@ -22,16 +22,17 @@ class _Remote:
 
     def __init__(self, config: Any, worker_index: int,
                  env_creators: dict[str, Callable[[dict], Any]], incarnation: int = 0, epoch: int = 0,
-                 env_modules: tuple[str, ...] = ()) -> None:
+                 env_modules: tuple[str, ...] = (), **runner_options: Any) -> None:
         """``config``: a :class:`~herdrl.rollout.light.RunnerConfig` (single-agent runners) or the algorithm's
-        config; the driver's env modules and ``register_env`` creators are adopted first."""
+        config; the driver's env modules and ``register_env`` creators are adopted first. ``runner_options``: the
+        runner's own (an EnvRunner's ``recorder``)."""
         if not isinstance(config, RunnerConfig):  # (a torch runner from the start)
             _one_torch_thread()
         # The driver's env modules and register_env calls, shipped with the actor. Look the functions up at run
         # time: Ray may ship this class by value, with a copy of this module's globals.
         importlib.import_module("herdrl.env.imports").adopt_driver_envs(env_modules, env_creators)
         importlib.import_module("herdrl.env.atari").quiet_in_runners()  # the driver says what needs saying once
-        super().__init__(config, worker_index, incarnation, epoch)
+        super().__init__(config, worker_index, incarnation, epoch, **runner_options)
         self._loaded_broadcast: int | None = None
 
     def reseed(self, epoch: int) -> None:

@@ -11,6 +11,7 @@ This module imports torch only for a torch policy (see ``herdrl.rollout.light``)
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from herdrl.errors import EnvError
 from herdrl.filters import Normalizer, RunnerNormalizer, model_observation_space, split_weights
 from herdrl.models.action_layout import ActionLayout
 from herdrl.models.numpy_policy import MLPWeights, light_policy
+from herdrl.models.protocol import concat_states, state_rows
 from herdrl.obs import ObsArray, ObsSpec, obs_map
 from herdrl.rollout.light import PENDING, TORCH, RunnerConfig
 
@@ -32,6 +34,27 @@ from herdrl.rollout.light import PENDING, TORCH, RunnerConfig
 def _rows(obs: ObsArray) -> Any:
     """``t -> step t's rows``: a view of the array, or a dict of views for Dict/Tuple observations."""
     return obs.__getitem__ if isinstance(obs, np.ndarray) else lambda t: {k: v[t] for k, v in obs.items()}
+
+
+class _Loop:
+    """One ``sample()`` call's working set: the fragment's arrays as they fill, what the policy reads, the states
+    entering its training sequences, and which env parts have a step in flight."""
+
+    steps: int
+    obs: ObsArray
+    acting: ObsArray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminateds: np.ndarray
+    truncateds: np.ndarray
+    lives: np.ndarray | None
+    logp: np.ndarray | None
+    noise: np.ndarray
+    norm: Any
+    state_in: list[Any]
+    reset_at_start: np.ndarray
+    parts: int
+    in_flight: list[bool]
 
 
 @dataclass
@@ -57,8 +80,10 @@ class Fragment:
     weights_version: int = -1  # the learner update whose weights sampled it (asynchronous algorithms)
     worker_index: int = 0  # the runner that sampled it (0: in the driver)
     filter_delta: dict[str, np.ndarray] | None = None  # normalisation statistics of its samples (herdrl.filters)
-    state_in: np.ndarray | None = None  # recurrent policies: (N, 2, H) state entering each sequence (batch.py)
-    state_last: np.ndarray | None = None  # recurrent policies: (B, 2, H) state entering step T
+    # Recurrent policies' states (herdrl.models.protocol: an LSTM's one array, any module's numpy leaves): entering
+    # each training sequence, N rows (batch.py), and entering step T, B rows.
+    state_in: Any = None
+    state_last: Any = None
     metrics: list | None = None  # custom metrics its callbacks logged (herdrl.callbacks.MetricsLogger.take)
     begins: np.ndarray | None = None  # (B,) bool: step 0 begins an episode (new envs, or after a reset-only step)
 
@@ -98,13 +123,16 @@ class EnvRunner:
     """Steps ``num_envs_per_env_runner`` env copies with the current policy."""
 
     def __init__(self, config: AlgorithmConfig | RunnerConfig, worker_index: int = 0, incarnation: int = 0,
-                 epoch: int = 0) -> None:
+                 epoch: int = 0, recorder: Callable[..., Any] | None = None) -> None:
         """``worker_index``: 0 in-process, 1.. for Ray runners; ``incarnation``: how many runners held this index
         before (restarts); ``epoch``: the training iteration the run resumed from (0 for a new run). With a
         ``seed``, the four pick this runner's own random streams (env resets, exploration noise, torch), so
         neither a restarted runner nor a resumed run replays earlier episodes or noise. ``config``: the
         algorithm's config, or a :class:`~herdrl.rollout.light.RunnerConfig` (Ray runners: its ``policy`` says
-        whether the policy runs in numpy, in torch, or is yet to be told by :meth:`use_policy`)."""
+        whether the policy runs in numpy, in torch, or is yet to be told by :meth:`use_policy`). ``recorder``:
+        with ``.offline_data(output=DIR)``, what makes the runner's episode recorder, called as
+        ``recorder(DIR, observation_space, action_space, num_envs, worker_index, incarnation)`` (the layer above
+        passes :class:`herdrl.offline.recorder.EpisodeRecorder`: rollout never imports offline)."""
         self.config = config
         self.worker_index = worker_index
         self.incarnation = incarnation
@@ -141,10 +169,10 @@ class EnvRunner:
         self.callbacks, self.metrics_logger, self._episodes = runner_callbacks(self, EpisodeTracker, self.env)
         self.recorder: Any = None  # .offline_data(output=DIR): this runner writes the episodes it plays there
         if getattr(config, "output", None):
-            from herdrl.offline.recorder import EpisodeRecorder
-
-            self.recorder = EpisodeRecorder(config.output, self.observation_space, self.action_space, self.num_envs,
-                                            worker_index, incarnation)
+            if recorder is None:
+                raise ValueError("output= records episodes: the runner needs a recorder (EpisodeRecorder)")
+            self.recorder = recorder(config.output, self.observation_space, self.action_space, self.num_envs,
+                                     worker_index, incarnation)
         self.reseed(epoch)
 
     def reseed(self, epoch: int) -> None:
@@ -273,42 +301,61 @@ class EnvRunner:
         """Step every env ``num_steps`` times (default: the config's fragment length)."""
         if self.policy is None:
             self._no_policy()
-        steps = num_steps or self.config.fragment_length()
-        envs = self.num_envs
-        obs = self.obs_spec.empty((steps + 1, envs))
-        actions = np.empty((steps, *self.actions.action_shape(envs)), dtype=self.actions.action_dtype)
-        rewards = np.empty((steps, envs), dtype=np.float32)
-        terminateds = np.empty((steps, envs), dtype=bool)
-        truncateds = np.empty((steps, envs), dtype=bool)
-        valid = np.empty((steps, envs), dtype=bool)  # filled after the loop
-        lives = np.empty((steps, envs), dtype=np.int64) if self._episodic_life else None
-        logp = np.empty((steps, envs), dtype=np.float32) if self._with_logp else None
-        noise = self.policy.noise(steps, envs)
-        obs_map(lambda a, o: np.copyto(a[0], o), obs, self._obs)
-        norm = self.normalizer if self.normalizer is not None and self.normalizer.local.observations else None
-        counting = self._counting
-        acting = obs if norm is None else self._acting_storage(obs, steps, envs)  # what the policy reads
-        if norm is not None:
-            norm.local.normalize(self._obs, out=obs_map(lambda a: a[0], acting))
-        write, act, to_env, send, recv = self.obs_spec.write, self.policy.act, self.actions.to_env, self._send, \
-            self._recv
+        loop = self._open_fragment(num_steps or self.config.fragment_length())
+        self._run_steps(loop, *self._step_functions(loop))
+        fragment = self._close_fragment(loop)
+        if self.callbacks is not None:
+            self.callbacks("on_sample_end", env_runner=self, worker=self, metrics_logger=self.metrics_logger,
+                           samples=[fragment])
+            fragment.metrics = self.metrics_logger.take()
+        return fragment
+
+    def _open_fragment(self, steps: int) -> _Loop:
+        """A fragment's storage, its exploration noise, and the observations its first step acts on."""
+        loop, envs = _Loop(), self.num_envs
+        loop.steps = steps
+        loop.obs = self.obs_spec.empty((steps + 1, envs))
+        loop.actions = np.empty((steps, *self.actions.action_shape(envs)), dtype=self.actions.action_dtype)
+        loop.rewards = np.empty((steps, envs), dtype=np.float32)
+        loop.terminateds = np.empty((steps, envs), dtype=bool)
+        loop.truncateds = np.empty((steps, envs), dtype=bool)
+        loop.lives = np.empty((steps, envs), dtype=np.int64) if self._episodic_life else None
+        loop.logp = np.empty((steps, envs), dtype=np.float32) if self._with_logp else None
+        loop.noise = self.policy.noise(steps, envs)
+        obs_map(lambda a, o: np.copyto(a[0], o), loop.obs, self._obs)
+        norm = self.normalizer
+        loop.norm = norm if norm is not None and norm.local.observations else None
+        # What the policy reads: the stored observations, or their normalised copies.
+        loop.acting = loop.obs if loop.norm is None else self._acting_storage(loop.obs, steps, envs)
+        if loop.norm is not None:
+            loop.norm.local.normalize(self._obs, out=obs_map(lambda a: a[0], loop.acting))
+        loop.state_in = []
+        loop.reset_at_start = self._reset_next.copy()
+        return loop
+
+    def _step_functions(self, loop: _Loop) -> tuple[Callable[[int, int], None], Callable[[int, int], None]]:
+        """``start(part, t)`` (act for one part of the envs at step t and send their env step) and ``finish(part,
+        t)`` (wait for that step and store what it gave), closed over the fragment's arrays: the inner loop reads
+        locals only."""
+        obs, acting, actions, rewards = loop.obs, loop.acting, loop.actions, loop.rewards
+        terminateds, truncateds, lives, logp, norm = loop.terminateds, loop.truncateds, loop.lives, loop.logp, loop.norm
         # Per part of the envs (all of them, or Atari's two halves), views of every array: view[t] is step t's.
-        arrays = (actions, noise, rewards, terminateds, truncateds, lives if lives is not None else rewards,
+        arrays = (actions, loop.noise, rewards, terminateds, truncateds, lives if lives is not None else rewards,
                   logp if logp is not None else rewards)
         views = [[_rows(obs_map(lambda a, envs=envs: a[:, envs], obs)), *(a[:, envs] for a in arrays),
                   _rows(obs_map(lambda a, envs=envs: a[:, envs], acting))]
                  for envs in self._parts]
-
-        in_flight = [False] * len(views)  # parts whose env step was sent and not yet received
+        loop.parts = len(views)
+        in_flight = loop.in_flight = [False] * len(views)  # parts whose env step was sent and not yet received
+        write, act, to_env, send, recv = self.obs_spec.write, self.policy.act, self.actions.to_env, self._send, \
+            self._recv
         recurrent, seq_len = self.recurrent, int(self.config.model.get("max_seq_len", 20))
-        ships_states = self._ships_states
-        episodes = self._episodes
-        env_indices = [np.arange(envs)[part] for part in self._parts] if episodes is not None else None
-        state_in: list[np.ndarray] = []  # recurrent: the state entering each training sequence, in split order
-        position = np.zeros(envs, np.int64)  # steps since the env's sequence grid restarted
-        reset_at_start = self._reset_next.copy()
+        ships_states, counting, state_in = self._ships_states, self._counting, loop.state_in
+        episodes, reset_at_start = self._episodes, loop.reset_at_start
+        env_indices = [np.arange(self.num_envs)[part] for part in self._parts] if episodes is not None else None
+        position = np.zeros(self.num_envs, np.int64)  # steps since the env's sequence grid restarted
 
-        def start(part: int, t: int) -> None:  # act for one part of the envs at step t and start their env step
+        def start(part: int, t: int) -> None:
             _, part_actions, part_noise = views[part][:3]
             acting_rows = views[part][8]
             if ships_states:  # sequences start at the fragment's start, at episode starts and every seq_len after
@@ -317,7 +364,7 @@ class EnvRunner:
                     position[:] = np.where(reset_only, 0, position + 1)
                 split = position % seq_len == 0
                 if split.any():
-                    state_in.append(self.policy.get_state()[split])
+                    state_in.append(state_rows(self.policy.get_state(), split))
             if logp is None:
                 action = act(acting_rows(t), self.explore, part_noise[t])
             else:  # V-trace needs the sampling policy's log-probabilities
@@ -331,7 +378,7 @@ class EnvRunner:
                 raise self._env_error(exc) from exc
             in_flight[part] = True
 
-        def finish(part: int, t: int) -> None:  # wait for that step and store what it gave
+        def finish(part: int, t: int) -> None:
             obs_rows, _, _, part_rewards, part_terminateds, part_truncateds, part_lives, _, acting_rows = views[part]
             in_flight[part] = False
             try:
@@ -350,52 +397,65 @@ class EnvRunner:
                 episodes.step(env_indices[part], obs_rows(t + 1), views[part][1][t], part_rewards[t],
                               part_terminateds[t], part_truncateds[t], info, reset_only)
 
-        # With two parts, one part's env step runs while the policy acts for the other (torch then leaves half
-        # its threads to the env's); with one part this is the plain loop (act, step, store).
+        return start, finish
+
+    def _run_steps(self, loop: _Loop, start: Callable[[int, int], None], finish: Callable[[int, int], None]) -> None:
+        """The fragment's steps. With two parts, one part's env step runs while the policy acts for the other
+        (torch then leaves half its threads to the env's); with one part this is the plain loop (act, step,
+        store)."""
+        parts, steps = range(loop.parts), loop.steps
         torch = None
-        if len(views) > 1 and self.module is not None:
+        if loop.parts > 1 and self.module is not None:
             import torch
         threads = torch.get_num_threads() if torch is not None else 1
         if threads > 1:
             torch.set_num_threads(threads // 2)
         try:
             for t in range(steps):
-                for part in range(len(views)):
+                for part in parts:
                     if t:
                         finish(part, t - 1)
                     start(part, t)
-            for part in range(len(views)):
+            for part in parts:
                 finish(part, steps - 1)
         except BaseException:
             # A failure mid-step (two halves): collect the steps still in flight, so the env can go on or close.
-            for part in range(len(views)):
-                if in_flight[part] and len(views) > 1:
+            for part in parts:
+                if loop.in_flight[part] and loop.parts > 1:
                     with contextlib.suppress(Exception):
-                        recv(part)
+                        self._recv(part)
             raise
         finally:
             if threads > 1:
                 torch.set_num_threads(threads)
-        self._obs = obs_map(lambda a: a[steps].copy(), obs)
+
+    def _close_fragment(self, loop: _Loop) -> Fragment:
+        """The fragment of the steps taken: valid rows, episodes finished, recording, reward clipping and
+        normalisation, Atari's life losses; the runner's carry-overs to the next fragment."""
+        obs, rewards, terminateds, truncateds, lives = loop.obs, loop.rewards, loop.terminateds, loop.truncateds, \
+            loop.lives
+        norm, counting, ships_states = loop.norm, self._counting, self._ships_states
+        self._obs = obs_map(lambda a: a[loop.steps].copy(), obs)
         # A step right after an episode end only resets that env (NEXT_STEP autoreset): not experience.
         done = terminateds | truncateds
+        valid = np.empty(done.shape, dtype=bool)
         valid[0] = ~self._reset_next
         np.logical_not(done[:-1], out=valid[1:])
         self._reset_next = done[-1].copy()
         self._check_finite(obs, rewards)
-        stored = acting if norm is not None and self.normalizer.scale_fragments else obs
-        fragment = Fragment(stored, actions, rewards, terminateds, truncateds, valid, logp=logp,
+        stored = loop.acting if norm is not None and self.normalizer.scale_fragments else obs
+        fragment = Fragment(stored, loop.actions, rewards, terminateds, truncateds, valid, logp=loop.logp,
                             weights_version=self.weights_version, worker_index=self.worker_index,
-                            state_in=np.concatenate(state_in) if ships_states else None,
+                            state_in=concat_states(loop.state_in) if ships_states else None,
                             state_last=self.policy.get_state() if ships_states else None, begins=self._begins)
         self._collect_episodes(fragment)  # whole games, unclipped rewards: what the user's env scores
         if self.recorder is not None:  # raw observations, env actions and rewards, the env's own episode ends
-            self.recorder.add(obs, [to_env(actions[t]) for t in range(steps)], rewards, terminateds, truncateds,
-                              valid)
+            self.recorder.add(obs, [self.actions.to_env(loop.actions[t]) for t in range(loop.steps)], rewards,
+                              terminateds, truncateds, valid)
         if self._clip_rewards:  # Atari: learn on the reward's sign
             fragment.rewards = np.sign(rewards)
         if norm is not None and counting:
-            norm.count(obs_map(lambda a: a[1:], obs))  # the observations counted step by step above
+            norm.count(obs_map(lambda a: a[1:], obs))  # the observations counted step by step
         if self.normalizer is not None and counting:
             fragment.rewards = self.normalizer.rewards(fragment.rewards, terminateds, truncateds, valid)
             fragment.filter_delta = self.normalizer.take_delta()
@@ -406,10 +466,6 @@ class EnvRunner:
         # The next fragment's first step begins an episode after a reset-only last step, or after a lost life (the
         # env goes on: a real step, but a new episode for learning).
         self._begins = ~valid[-1] | (fragment.terminateds[-1] & ~done[-1])
-        if self.callbacks is not None:
-            self.callbacks("on_sample_end", env_runner=self, worker=self, metrics_logger=self.metrics_logger,
-                           samples=[fragment])
-            fragment.metrics = self.metrics_logger.take()
         return fragment
 
     def evaluation_sample(self, weights: dict[str, Any], explore: bool, evaluation: tuple[int, int], reset: bool,
