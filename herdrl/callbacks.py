@@ -24,6 +24,9 @@ step, so the runner tracks episodes only when one of them is set. Episode hooks 
 Custom metrics: ``metrics_logger.log_value(key, value, reduce=..., window=...)`` from any hook (see
 :class:`MetricsLogger`); the old stack's ``episode.custom_metrics[key] = value`` at episode end gives
 ``custom_metrics/<key>_mean``, ``_min`` and ``_max`` over the last 100 episodes, as RLlib's old stack reports them.
+
+This module dispatches the hooks; the episodes hooks see are in :mod:`herdrl.episodes`, the metrics logger and its
+reduction in :mod:`herdrl.metrics_logger` (their names importable from here too).
 """
 
 from __future__ import annotations
