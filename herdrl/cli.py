@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -361,6 +362,7 @@ def _train_args_without_cluster(argv: list[str]) -> list[str]:
 
 
 def _train(args: argparse.Namespace) -> int:
+    """``herd train``: one run here (or on a cluster's head, with ``--cluster``), its summary line and exit code."""
     from herdrl.errors import ConfigError
 
     if args.detach and not args.cluster:
@@ -372,74 +374,128 @@ def _train(args: argparse.Namespace) -> int:
         from herdrl.cluster.hosts import load_hosts, train_on_head
 
         return train_on_head(load_hosts(args.cluster), _train_args_without_cluster(args.argv), detach=args.detach)
-    from herdrl.checkpoint import checkpoint_config, read_meta
-    from herdrl.env.imports import import_envs
-    from herdrl.experiment import (
-        catch_walltime_signal,
-        experiment_name,
-        find_resume_point,
-        load_experiment_file,
-        run_experiment,
-    )
+    from herdrl.experiment import catch_walltime_signal, run_experiment
 
     catch_walltime_signal()  # a batch job's walltime signal during start-up (Ray, runners) must not end us
-    from herdrl.logger import format_value
+    request = _TrainRequest.from_args(args)
+    start_over = _resume_if_any(args, request)
+    if args.resume:
+        config, name, trial = _resumed_config(args, request)
+    else:
+        config, name, trial = _new_config(args, request), request.name, args.trial
+    _print_notes(args, config)
+    outcome = run_experiment(
+        config, stop=_stop_criteria(args, request.spec), output=request.output, name=name, trial=trial,
+        quiet=args.quiet, tensorboard=not args.no_tensorboard, budget=args.budget, resume=args.resume,
+        start_over=start_over, checkpoint_every=args.checkpoint_every or None,
+        keep_checkpoints_num=args.keep_checkpoints_num, checkpoint_score_attr=args.checkpoint_score_attr,
+        keep_best=args.keep_best,
+        **dict(zip(("mlflow", "wandb"), _trackers(args, request.spec, request.output), strict=True)))
+    _print_summary(config, outcome)
+    return _exit_code(outcome)
+
+
+@dataclass
+class _TrainRequest:
+    """What ``herd train`` was asked for, its flags over its experiment file (``-f``)."""
+
+    spec: dict[str, Any]  # the experiment file's (load_experiment_file), or an empty one
+    algorithm: str | None
+    env: Any
+    subject: Any  # what the experiment is named after: the env; an offline run without one, its dataset's folder
+    overrides: dict[str, Any]  # config keys: the file's, then the command line's
+    output: str
+    name: str | None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> _TrainRequest:
+        """The request of ``args``; the file's ``imports:`` imported."""
+        from herdrl.env.imports import import_envs
+        from herdrl.errors import ConfigError
+        from herdrl.experiment import load_experiment_file
+
+        spec: dict[str, Any] = {"algorithm": None, "env": None, "stop": {}, "config": {}, "name": None}
+        if args.file:
+            spec = load_experiment_file(args.file)
+            import_envs(*spec["imports"])  # the file is the user's own command, as --import is
+        names = [n for n in (args.algorithm, args.run) if n]
+        if len(names) == 2 and names[0].upper() != names[1].upper():
+            raise ConfigError(f"algorithm given twice: '{names[0]}' and --run '{names[1]}'")
+        file_config = dict(spec["config"])
+        env = args.env or args.name_env or spec["env"] or file_config.get("env")
+        file_config.pop("env", None)
+        dataset = args.input_ or file_config.get("input_") or file_config.get("input")
+        return cls(spec=spec, algorithm=names[0] if names else spec["algorithm"], env=env,
+                   subject=env or (dataset and Path(str(dataset)).expanduser().resolve().name),
+                   overrides={**file_config, **_flag_overrides(args)}, output=args.output or "results",
+                   name=args.name or spec["name"])
+
+    def experiment(self) -> str | None:
+        """The experiment (results folder) name: ``--name``, else the subject's."""
+        from herdrl.experiment import experiment_name
+
+        return self.name or (self.subject and experiment_name(self.subject))
+
+
+def _resume_if_any(args: argparse.Namespace, request: _TrainRequest) -> bool:
+    """``--resume-if-any``: set ``args.resume`` when the trial has a checkpoint; whether the trial starts over
+    (in place, dropping rows of a run that saved nothing)."""
+    if not args.resume_if_any:
+        return False
+    from herdrl.checkpoint import newest_valid_checkpoint
+    from herdrl.errors import ConfigError
+
+    if args.resume or not args.trial:
+        raise ConfigError("--resume-if-any needs --trial (the trial to continue or start), and no --resume")
+    experiment = request.experiment()
+    trial_dir = Path(request.output) / str(experiment) / args.trial
+    args.resume = experiment is not None and trial_dir.is_dir() and newest_valid_checkpoint(trial_dir) is not None
+    return not args.resume
+
+
+def _resumed_config(args: argparse.Namespace, request: _TrainRequest) -> tuple[Any, str, str]:
+    """``--resume``: the config of the trial's newest valid checkpoint with the command's keys over it, the
+    experiment and the trial; a ConfigError when the command names another algorithm or env than the trial's."""
+    from herdrl.checkpoint import checkpoint_config, read_meta
+    from herdrl.env.imports import plain_env
+    from herdrl.errors import ConfigError
+    from herdrl.experiment import find_resume_point
     from herdrl.registry import get_config_class
 
-    spec: dict[str, Any] = {"algorithm": None, "env": None, "stop": {}, "config": {}, "name": None}
-    if args.file:
-        spec = load_experiment_file(args.file)
-        import_envs(*spec["imports"])  # the file is the user's own command, as --import is
-    names = [n for n in (args.algorithm, args.run) if n]
-    if len(names) == 2 and names[0].upper() != names[1].upper():
-        raise ConfigError(f"algorithm given twice: '{names[0]}' and --run '{names[1]}'")
-    algorithm = names[0] if names else spec["algorithm"]
-    file_config = dict(spec["config"])
-    env = args.env or args.name_env or spec["env"] or file_config.get("env")
-    file_config.pop("env", None)
-    dataset = args.input_ or file_config.get("input_") or file_config.get("input")
-    # What the experiment is named after: the env; an offline run without one, its dataset's folder.
-    subject = env or (dataset and Path(str(dataset)).expanduser().resolve().name)
-    overrides = {**file_config, **_flag_overrides(args)}
-    output = args.output or "results"
-    name = args.name or spec["name"]
+    algorithm, env = request.algorithm, request.env
+    experiment = request.experiment()
+    if not experiment:
+        raise ConfigError("--resume needs the experiment: give --env (or --name, or -f) as in the original run")
+    trial_dir, checkpoint = find_resume_point(request.output, experiment, args.trial, algorithm)
+    meta = read_meta(checkpoint)
+    if algorithm and str(algorithm).upper() != meta["algorithm"]:
+        raise ConfigError(f"--resume: {trial_dir} is a {meta['algorithm']} trial, not {algorithm}")
+    if env and meta["config"]["env"] and plain_env(env) != plain_env(meta["config"]["env"]):
+        raise ConfigError(f"--resume: {trial_dir} trained on {meta['config']['env']}, not {env}")
+    check_flags(args, get_config_class(meta["algorithm"]))
+    config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta, env))
+    if env and not meta["config"]["env"]:
+        config.environment(env)
+    config.update_from_dict(request.overrides)
+    return config, experiment, trial_dir.name
 
-    trial = args.trial
-    start_over = False
-    if args.resume_if_any:
-        if args.resume or not trial:
-            raise ConfigError("--resume-if-any needs --trial (the trial to continue or start), and no --resume")
-        experiment = name or (subject and experiment_name(subject))
-        from herdrl.checkpoint import newest_valid_checkpoint
 
-        trial_dir = Path(output) / str(experiment) / trial
-        args.resume = experiment is not None and trial_dir.is_dir() and newest_valid_checkpoint(trial_dir) is not None
-        start_over = not args.resume
-    if args.resume:
-        from herdrl.env.imports import plain_env
+def _new_config(args: argparse.Namespace, request: _TrainRequest) -> Any:
+    """A new run's config: the algorithm's, with the file's and the command line's keys and env."""
+    from herdrl.errors import ConfigError
+    from herdrl.registry import get_config_class
 
-        experiment = name or (subject and experiment_name(subject))
-        if not experiment:
-            raise ConfigError("--resume needs the experiment: give --env (or --name, or -f) as in the original run")
-        trial_dir, checkpoint = find_resume_point(output, experiment, trial, algorithm)
-        meta = read_meta(checkpoint)
-        if algorithm and str(algorithm).upper() != meta["algorithm"]:
-            raise ConfigError(f"--resume: {trial_dir} is a {meta['algorithm']} trial, not {algorithm}")
-        if env and meta["config"]["env"] and plain_env(env) != plain_env(meta["config"]["env"]):
-            raise ConfigError(f"--resume: {trial_dir} trained on {meta['config']['env']}, not {env}")
-        check_flags(args, get_config_class(meta["algorithm"]))
-        config = get_config_class(meta["algorithm"]).from_dict(checkpoint_config(meta, env))
-        if env and not meta["config"]["env"]:
-            config.environment(env)
-        config.update_from_dict(overrides)
-        name, trial = experiment, trial_dir.name
-    else:
-        if not algorithm:
-            raise ConfigError("no algorithm: use `herd train ppo ...`, --run PPO, or `run:` in the -f file")
-        check_flags(args, get_config_class(str(algorithm)))
-        config = get_config_class(str(algorithm)).from_dict(overrides)
-        if env is not None:
-            config.environment(env)
+    if not request.algorithm:
+        raise ConfigError("no algorithm: use `herd train ppo ...`, --run PPO, or `run:` in the -f file")
+    check_flags(args, get_config_class(str(request.algorithm)))
+    config = get_config_class(str(request.algorithm)).from_dict(request.overrides)
+    if request.env is not None:
+        config.environment(request.env)
+    return config
+
+
+def _print_notes(args: argparse.Namespace, config: Any) -> None:
+    """Notes on stderr about flags that do nothing here."""
     if args.redis_password is not None:
         print("herd train: note: --redis-password is ignored; current Ray has no Redis (token auth protects "
               "the cluster)", file=sys.stderr)
@@ -447,18 +503,22 @@ def _train(args: argparse.Namespace) -> int:
         print("herd train: note: a Ray address is set but num_env_runners is 0, so sampling runs in this "
               "process; add --num-env-runners N to use the cluster", file=sys.stderr)
 
+
+def _stop_criteria(args: argparse.Namespace, spec: dict[str, Any]) -> dict[str, Any]:
+    """The file's ``stop:`` with the ``--stop-*`` flags over it."""
     stop = dict(spec["stop"])
     for flag, key in (("stop_iters", "training_iteration"), ("stop_timesteps", "num_env_steps_sampled_lifetime"),
                       ("stop_reward", "episode_return_mean"), ("stop_time", "time_total_s")):
         if getattr(args, flag) is not None:
             stop[key] = getattr(args, flag)
+    return stop
 
-    outcome = run_experiment(
-        config, stop=stop, output=output, name=name, trial=trial, quiet=args.quiet,
-        tensorboard=not args.no_tensorboard, budget=args.budget, resume=args.resume, start_over=start_over,
-        checkpoint_every=args.checkpoint_every or None, keep_checkpoints_num=args.keep_checkpoints_num,
-        checkpoint_score_attr=args.checkpoint_score_attr, keep_best=args.keep_best,
-        **dict(zip(("mlflow", "wandb"), _trackers(args, spec, output), strict=True)))
+
+def _print_summary(config: Any, outcome: Any) -> None:
+    """The run's last line: why it stopped, its metric, the work done and where its results are (on stderr when
+    the budget ran out)."""
+    from herdrl.logger import format_value
+
     result = outcome.result
     metric = config.stop_metric
     labels = {"training_iteration": "iteration limit", "num_env_steps_sampled_lifetime": "step limit",
@@ -473,6 +533,10 @@ def _train(args: argparse.Namespace) -> int:
                f"{plural(result.get('training_iteration', 0), 'iteration')}, {result.get('time_total_s', 0.0):.1f} s; "
                f"results in {outcome.logdir}")
     print(summary, file=sys.stderr if outcome.stopped_by == "budget" else sys.stdout)
+
+
+def _exit_code(outcome: Any) -> int:
+    """``herd train``'s exit code for how the run ended (the module's docstring lists them)."""
     if outcome.already_done:  # a chained job after the last one: the chain ends here, successfully
         return 0
     if outcome.stopped_by == "interrupted":

@@ -30,6 +30,10 @@ class EnvError(HerdError):
     """An environment cannot be made or misbehaves (unknown id, bad space, NaN output)."""
 
 
+class CallbackError(HerdError):
+    """A callback raised: named with its hook, the traceback under ``--debug``."""
+
+
 class AlgorithmNotFound(HerdError, KeyError):
     """An algorithm name is not registered."""
 

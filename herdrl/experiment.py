@@ -11,21 +11,26 @@ from __future__ import annotations
 import math
 import os
 import re
-import signal
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from herdrl.checkpoint import TUNE_SUBDIR, checkpoint_name
+from herdrl.checkpoint import TUNE_SUBDIR
 from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold, imports
-from herdrl.errors import STOP_AT_ENV, ConfigError, HerdError, did_you_mean, yaml_error_parts
-from herdrl.logger import ConsoleReporter, Logger, format_value, write_json_atomic
+from herdrl.errors import ConfigError, did_you_mean, yaml_error_parts
+from herdrl.logger import ConsoleReporter, Logger, format_value
 from herdrl.results import Result, flat_name
 from herdrl.trial_dir import TrialLock, create_trial_dir
+from herdrl.trial_run import (  # noqa: F401  (BEST_FILE, _EARLY_WALLTIME, catch_walltime_signal: importable here)
+    _EARLY_WALLTIME,
+    BEST_FILE,
+    TrainingLoop,
+    _stop_at,
+    catch_walltime_signal,
+)
 
 #: Env steps after which a run with no stop criterion of the user's gives up on "solved".
 DEFAULT_STEP_BUDGET = 1_000_000
@@ -167,58 +172,24 @@ def trial_algorithm(trial_dir: Path, params: dict[str, Any] | None = None) -> st
     return name if name in ALGORITHMS else None
 
 
-_EARLY_WALLTIME: list[int] = []  # SIGUSR1 received before a run's loop began (catch_walltime_signal)
+@dataclass
+class _Stops:
+    """A run's stop criteria, and how its outcome is named after them."""
 
+    criteria: dict[str, float]
+    default_stop: bool  # none of the user's: "solved" at the env's reward threshold, else the budget
+    metric: str  # the return "solved" is read from (off-policy: greedy evaluation returns)
+    threshold: float | None  # the env's reward threshold, if it has one
 
-def catch_walltime_signal() -> None:
-    """From now on SIGUSR1 (a batch job's walltime is near) is remembered until a run's loop takes over, instead of
-    ending the process (its default action) while the run starts: the run then stops after its first iteration,
-    with a checkpoint."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGUSR1, lambda signum, frame: _EARLY_WALLTIME.append(signum))
+    def reason(self, key: str) -> str:
+        """The Outcome's ``stopped_by`` when ``key`` held."""
+        return _stop_reason(key, self.default_stop, self.metric)
 
-
-class _GracefulStop:
-    """First Ctrl-C (or SIGTERM, as a scheduler sends at preemption or cancellation, or SIGUSR1, as a Slurm job
-    launched with ``--time`` gets before its walltime): finish the iteration, checkpoint, stop. A second Ctrl-C
-    aborts at once. ``signum``: the first signal received."""
-
-    def __init__(self, console: ConsoleReporter | None) -> None:
-        self.requested = False
-        self.signum: int | None = None
-        self.console = console
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> _GracefulStop:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
-                self._old[sig] = signal.signal(sig, self._handle)
-        if _EARLY_WALLTIME:
-            _EARLY_WALLTIME.clear()
-            self.walltime("SIGUSR1 while the run started (the job's walltime is near)")
-        return self
-
-    def walltime(self, why: str) -> None:
-        """Stop as SIGUSR1 does (the walltime is near), for ``why``."""
-        if not self.requested:
-            self.requested, self.signum = True, signal.SIGUSR1
-            if self.console:
-                self.console.message(f"{why}: stopping with a checkpoint")
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.requested = True
-        self.signum = self.signum or signum
-        if self.console:
-            again = " (Ctrl-C again to abort now)" if signum == signal.SIGINT else ""
-            why = " (the job's walltime is near)" if signum == signal.SIGUSR1 else ""
-            self.console.message(f"{signal.Signals(signum).name}{why}: stopping after this iteration with a "
-                                 f"checkpoint{again}")
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)
+    def solved(self, result: dict[str, Any]) -> bool | None:
+        """Whether ``result`` reaches the env's reward threshold (None when no threshold applies)."""
+        if self.threshold is None or not result:
+            return None
+        return result.get(self.metric, -math.inf) >= self.threshold
 
 
 def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = None,
@@ -243,23 +214,59 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     ``mlflow`` (a tracking URI) and ``wandb`` (a project): experiment trackers given the config, every row and the
     checkpoints (:mod:`herdrl.trackers`); a resumed trial continues their runs.
     """
-    from herdrl.checkpoint import prune
-
     if mlflow or wandb:  # not installed: one line before anything is built or written
         from herdrl.trackers import check_installed
 
         check_installed(mlflow=mlflow, wandb=wandb)
     stop_at = _stop_at()
-    metric = config.stop_metric  # off-policy: greedy evaluation returns
+    checkpoint_every = _check_checkpoint_options(checkpoint_every, budget, keep_checkpoints_num)
+    stops = _stop_criteria(config, stop, budget, keep_best)
+    experiment = name or experiment_name(run_subject(config))
+    console = _start_console(config, stops, quiet)
+    checkpoint, lock, logdir = None, None, None
+    if not resume and trial and not start_over:
+        _refuse_existing(Path(output) / experiment / trial)  # before the build (Ray, runners); again under the lock
+    if resume:
+        logdir, lock, checkpoint, done = _lock_resume_point(output, experiment, trial, config.algo_name, stops)
+        if done is not None:  # a finished trial resumed (the next job of a chain): nothing to build or train
+            return _outcome_already_done(done, stops, logdir, lock, checkpoint, console)
+    algo = _build(config, lock)  # before any file is written: bad input leaves no empty trial dir
+    logdir, lock = _open_trial(algo, config, logdir, lock, checkpoint, experiment=experiment, output=output,
+                               trial=trial, start_over=start_over, console=console, tensorboard=tensorboard,
+                               mlflow=mlflow, wandb=wandb)
+    if console:
+        _announce(console, config, stops, checkpoint, logdir)
+    best_key = None
+    if keep_best:
+        best_key = "evaluation/episode_return_mean" if config.evaluation_interval else config.stop_metric
+    loop = TrainingLoop(algo, logdir, stops.criteria, stop_at=stop_at, checkpoint_every=checkpoint_every,
+                        keep_checkpoints_num=keep_checkpoints_num, checkpoint_score_attr=checkpoint_score_attr,
+                        best_key=best_key, console=console, resumed=checkpoint is not None)
+    loop.run(lock)
+    return Outcome(result=loop.result, stopped_by=stops.reason(loop.stopped_by), solved=stops.solved(loop.result),
+                   logdir=logdir, signal=loop.signum)
+
+
+def _check_checkpoint_options(checkpoint_every: int | None, budget: int | None,
+                              keep_checkpoints_num: int) -> int | None:
+    """Refuse a bad checkpoint interval, budget or number of checkpoints kept; the interval, None for "only at the
+    end"."""
     if checkpoint_every is not None and checkpoint_every < 0:
         raise ConfigError(f"checkpoint_every got {checkpoint_every}; expected an int >= 1, or 0 or None (only at "
                           "the end)")
-    checkpoint_every = checkpoint_every or None  # 0, as `herd train --checkpoint-every 0`: only at the end
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
         raise ConfigError(f"budget got {budget!r}; expected an int >= 1 (env steps; offline: gradient steps)")
     if isinstance(keep_checkpoints_num, bool) or not isinstance(keep_checkpoints_num, int) or keep_checkpoints_num < 1:
         raise ConfigError(f"keep_checkpoints_num got {keep_checkpoints_num!r}; expected an int >= 1 (the newest "
                           "checkpoint is always kept)")
+    return checkpoint_every or None  # 0, as `herd train --checkpoint-every 0`: only at the end
+
+
+def _stop_criteria(config: AlgorithmConfig, stop: Mapping[str, Any] | None, budget: int | None,
+                   keep_best: bool) -> _Stops:
+    """The run's stop criteria: the user's, else the budget and the env's reward threshold ("solved"); the config
+    validated with its named schedules decayed over the step budget."""
+    metric = config.stop_metric  # off-policy: greedy evaluation returns
     criteria = normalize_stop(stop)
     default_stop = not criteria
     if default_stop and config.learns_offline:  # no env steps: the budget counts gradient steps
@@ -275,43 +282,68 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
     threshold = env_reward_threshold(config.env) if not callable(config.env) and config.env is not None else None
     if default_stop and threshold is not None:
         criteria = {metric: threshold, **criteria}
-    experiment = name or experiment_name(run_subject(config))
-    console = None if quiet else ConsoleReporter(target=criteria.get(metric), metric=metric, limits=criteria)
-    if console and (config.num_env_runners > 0 or config.num_learners > 0):
+    return _Stops(criteria, default_stop, metric, threshold)
+
+
+def _start_console(config: AlgorithmConfig, stops: _Stops, quiet: bool) -> ConsoleReporter | None:
+    """The console's reporter (None when ``quiet``), which says first where the run's Ray actors start."""
+    if quiet:
+        return None
+    console = ConsoleReporter(target=stops.criteria.get(stops.metric), metric=stops.metric, limits=stops.criteria)
+    if config.num_env_runners > 0 or config.num_learners > 0:
         where = config.address or os.environ.get("RAY_ADDRESS") or "a private Ray on this machine"
         actors = [f"{n} {what}" for n, what in ((config.num_env_runners, "env runner(s)"),
                                                   (config.num_learners, "learner(s)")) if n]
         console.message(f"starting {' and '.join(actors)} on {where} ...")
-    checkpoint, lock, logdir = None, None, None
-    if not resume and trial and not start_over:
-        _refuse_existing(Path(output) / experiment / trial)  # before the build (Ray, runners); again under the lock
-    if resume:
-        logdir = find_resume_trial(output, experiment, trial, config.algo_name)
-        lock = TrialLock(logdir)
-        lock.acquire()  # a live run's trial is never resumed under it
-        try:
-            checkpoint = resume_checkpoint(logdir)  # under the lock: no run is writing a newer one
-            done = _already_done(checkpoint, criteria)
-        except BaseException:
-            lock.release()
-            raise
-        if done is not None:  # a finished trial resumed (the next job of a chain): nothing to build or train
-            lock.release()
-            key, result = done
-            if console:
-                console.message(f"already done: {key} {format_value(result.get(key))} >= {criteria[key]:g} at "
-                                f"{checkpoint.name}; nothing to train")
-            return Outcome(result=Result(result), stopped_by=_stop_reason(key, default_stop, metric), logdir=logdir,
-                           solved=None if threshold is None else result.get(metric, -math.inf) >= threshold,
-                           already_done=True)
+    return console
+
+
+def _lock_resume_point(output: str | Path, experiment: str, trial: str | None, algorithm: str,
+                       stops: _Stops) -> tuple[Path, TrialLock, Path, tuple[str, dict[str, Any]] | None]:
+    """The trial to resume, locked (a live run's trial is never resumed under it), its newest valid checkpoint and,
+    when that checkpoint already meets a stop criterion, the key and its row (see :func:`_already_done`)."""
+    logdir = find_resume_trial(output, experiment, trial, algorithm)
+    lock = TrialLock(logdir)
+    lock.acquire()
     try:
-        algo = config.build()  # before any file is written: bad input leaves no empty trial dir
+        checkpoint = resume_checkpoint(logdir)  # under the lock: no run is writing a newer one
+        return logdir, lock, checkpoint, _already_done(checkpoint, stops.criteria)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _outcome_already_done(done: tuple[str, dict[str, Any]], stops: _Stops, logdir: Path, lock: TrialLock,
+                          checkpoint: Path, console: ConsoleReporter | None) -> Outcome:
+    """A resumed trial whose checkpoint already met a stop criterion: its lock released, nothing built."""
+    lock.release()
+    key, result = done
+    if console:
+        console.message(f"already done: {key} {format_value(result.get(key))} >= {stops.criteria[key]:g} at "
+                        f"{checkpoint.name}; nothing to train")
+    return Outcome(result=Result(result), stopped_by=stops.reason(key), logdir=logdir, solved=stops.solved(result),
+                   already_done=True)
+
+
+def _build(config: AlgorithmConfig, lock: TrialLock | None) -> Any:
+    """The algorithm, built; ``lock`` (a resumed trial's) released if the build fails."""
+    try:
+        return config.build()
     except BaseException:
         if lock is not None:
             lock.release()
         raise
+
+
+def _open_trial(algo: Any, config: AlgorithmConfig, logdir: Path | None, lock: TrialLock | None,
+                checkpoint: Path | None, *, experiment: str, output: str | Path, trial: str | None,
+                start_over: bool, console: ConsoleReporter | None, tensorboard: bool, mlflow: str | None,
+                wandb: str | None) -> tuple[Path, TrialLock]:
+    """The trial folder and its lock: a resumed trial's (``logdir``, ``lock``), ``algo`` restored from
+    ``checkpoint``, or a new one made and locked; then ``algo``'s logger with the trackers. On failure ``algo`` is
+    stopped, the lock released and a new folder this run wrote nothing into removed."""
     try:
-        if resume:
+        if checkpoint is not None:
             algo.restore(checkpoint)
         else:
             logdir = create_trial_dir(Path(output) / experiment / (trial or trial_name(config)), exact=bool(trial))
@@ -335,116 +367,20 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         finally:
             if lock is not None:
                 lock.release()
-            if not resume and logdir is not None:
+            if checkpoint is None and logdir is not None:
                 _remove_if_unused(logdir)  # (a tracker that could not start: no empty trial folder left behind)
         raise
-    if console:
-        stops = ", ".join(f"{k} >= {v:g}" for k, v in criteria.items())
-        shown = checkpoint.parent if checkpoint is not None and checkpoint.name == TUNE_SUBDIR else checkpoint
-        action = f"resuming from {shown.name}" if shown is not None else "results"
-        source = config.env if config.env is not None else f"the dataset {config.to_dict().get('input_')}"
-        console.message(f"{config.algo_name} on {source}: {action} in {logdir}; stops at {stops}")
-    saved_at = algo.iteration if checkpoint is not None else -1
-    best_key = ("evaluation/episode_return_mean" if config.evaluation_interval else config.stop_metric)
-    if keep_best:
-        checkpoint_score_attr = best_key  # the best checkpoint kept is the best by that metric
-    best = _best_so_far(logdir, best_key) if keep_best else None
-
-    def save() -> None:
-        nonlocal saved_at
-        if algo.iteration > 0 and algo.iteration != saved_at:
-            algo.save()
-            saved_at = algo.iteration
-            prune(logdir, keep_checkpoints_num, checkpoint_score_attr)
-
-    def save_if_best(result: dict[str, Any]) -> None:
-        nonlocal best
-        value = result.get(best_key)
-        if not isinstance(value, (int, float)) or not math.isfinite(value) or (best is not None and value <= best):
-            return
-        best = value
-        save()
-        name = checkpoint_name(algo.iteration)
-        write_json_atomic(logdir / BEST_FILE, {"checkpoint": name, "metric": best_key, "value": value,
-                                               "training_iteration": algo.iteration})
-        if console:
-            console.message(f"new best {best_key} {format_value(value)}: {name}")
-
-    result: dict[str, Any] = dict(algo.last_result)
-    stopped_by = "interrupted"
-    graceful = None
-    try:
-        with _GracefulStop(console) as graceful:
-            try:
-                while True:
-                    result = algo.train()
-                    if stop_at is not None and time.time() + result.get("time_this_iter_s", 0.0) >= stop_at:
-                        graceful.walltime(f"{STOP_AT_ENV}: no time left for another iteration")
-                    if checkpoint_every and algo.iteration % checkpoint_every == 0:
-                        save()
-                    if keep_best:
-                        save_if_best(result)
-                    met = [k for k, v in criteria.items() if result.get(k, -math.inf) >= v]
-                    if met:
-                        stopped_by = met[0]
-                        break
-                    if graceful.requested:
-                        break
-            except HerdError:
-                algo.logger.end_status = "FAILED"
-                save()  # the last completed iteration is consistent: keep it, then report the error
-                raise
-            if stopped_by == "interrupted":
-                algo.logger.end_status = "KILLED"  # stopped to be resumed (a signal, the walltime)
-            save()
-    except KeyboardInterrupt:  # the second Ctrl-C: mid-iteration state is not saved
-        algo.logger.end_status = "KILLED"
-        if console:
-            console.message("aborted: the newest checkpoint is from before this iteration")
-    except BaseException:
-        algo.logger.end_status = "FAILED"
-        raise
-    finally:
-        try:
-            algo.stop()
-        finally:
-            lock.release()
-    solved = None
-    if threshold is not None and result:
-        solved = result.get(metric, -math.inf) >= threshold
-    return Outcome(result=result, stopped_by=_stop_reason(stopped_by, default_stop, metric), solved=solved,
-                   logdir=logdir, signal=graceful.signum if graceful is not None else None)
+    return logdir, lock
 
 
-#: The file in a trial folder naming its best checkpoint (``--keep-best``).
-BEST_FILE = "best_checkpoint.json"
-
-
-def _best_so_far(logdir: Path, key: str) -> float | None:
-    """The best ``key`` a resumed trial's ``--keep-best`` reached before, from its best_checkpoint.json."""
-    import json
-
-    try:
-        value = json.loads((logdir / BEST_FILE).read_text()).get("value")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
-def _stop_at() -> float | None:
-    """The time (seconds since the epoch) in ``HERD_STOP_AT`` by which a run stops with a checkpoint, as at SIGUSR1:
-    a batch system's walltime less a lead, for schedulers that send no signal before it (PBS)."""
-    text = os.environ.get(STOP_AT_ENV, "").strip()
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"{STOP_AT_ENV}={text!r} is not a time: give seconds since the epoch, e.g. "
-                          "$(( $(date +%s) + 3600 ))") from None
-    if not math.isfinite(value):
-        raise ConfigError(f"{STOP_AT_ENV}={text!r} is not a time: give seconds since the epoch")
-    return value
+def _announce(console: ConsoleReporter, config: AlgorithmConfig, stops: _Stops, checkpoint: Path | None,
+              logdir: Path) -> None:
+    """One line: what trains on what, where its results go (or which checkpoint it resumes), when it stops."""
+    limits = ", ".join(f"{k} >= {v:g}" for k, v in stops.criteria.items())
+    shown = checkpoint.parent if checkpoint is not None and checkpoint.name == TUNE_SUBDIR else checkpoint
+    action = f"resuming from {shown.name}" if shown is not None else "results"
+    source = config.env if config.env is not None else f"the dataset {config.to_dict().get('input_')}"
+    console.message(f"{config.algo_name} on {source}: {action} in {logdir}; stops at {limits}")
 
 
 def _already_done(checkpoint: Path, criteria: dict[str, float]) -> tuple[str, dict[str, Any]] | None:

@@ -601,12 +601,9 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     ``time_budget_s``, ``failure_config``, callbacks, checkpoint scores, ...) the sweep keeps.
     """
     from ray import tune
-    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    from herdrl.cluster import connect, disconnect
     from herdrl.experiment import normalize_stop
     from herdrl.registry import get_config_class
-    from herdrl.trackers import tune_callbacks
 
     if mlflow or wandb:
         from herdrl.trackers import check_installed
@@ -622,22 +619,51 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     if num_samples < 1:
         raise ConfigError(f"num_samples got {num_samples}; expected >= 1")
     stop_criteria = stop if callable(stop) else normalize_stop(stop)
-    steps = None if callable(stop) else stop_criteria.get("num_env_steps_sampled_lifetime")
-    if steps:  # named schedules without steps decay over the sweep's step limit, as in `herd train`
-        from herdrl.env.multi_agent import is_pettingzoo_id
-
-        multi_agent = config_class.supports_multi_agent and (config.get("policies") is not None
-                                                             or is_pettingzoo_id(config.get("env")))
-        config = config_class.decay_values_over(config, int(steps), multi_agent=multi_agent)
+    config = _decay_over_step_limit(config_class, config, stop_criteria)
     env = config.get("env")
     name = name or (str(env).replace("/", "_") if isinstance(env, str) else config_class.algo_name)
     storage = Path(storage_path or "results").resolve()
+    owns, trainable = _connect(config_class, config, site, address)
+    resume = _resumes(storage / name, resume, owns)
+    if resume:
+        tuner = tune.Tuner.restore(str(storage / name), trainable, resume_errored=True)
+    else:
+        tuner = _new_tuner(trainable, config, storage, name, stop_criteria, ray_configs=_ray_configs,
+                           checkpoint_freq=checkpoint_freq, checkpoint_at_end=checkpoint_at_end,
+                           keep_checkpoints_num=keep_checkpoints_num, num_samples=num_samples, scheduler=scheduler,
+                           metric=metric, mode=mode, max_concurrent_trials=max_concurrent_trials, verbose=verbose,
+                           mlflow=mlflow, wandb=wandb)
+    if verbose:
+        print(f"Results, checkpoints and TensorBoard files: {storage / name} (tensorboard --logdir {storage / name})")
+    return _fit(tuner, resume, metric, mode)
+
+
+def _decay_over_step_limit(config_class: type, config: dict[str, Any], stop: Mapping[str, Any] | Callable
+                           ) -> dict[str, Any]:
+    """``config`` with its named schedules without steps decaying over the sweep's step limit, as in `herd train`
+    (unchanged without one)."""
+    steps = None if callable(stop) else stop.get("num_env_steps_sampled_lifetime")
+    if not steps:
+        return config
+    from herdrl.env.multi_agent import is_pettingzoo_id
+
+    multi_agent = config_class.supports_multi_agent and (config.get("policies") is not None
+                                                         or is_pettingzoo_id(config.get("env")))
+    return config_class.decay_values_over(config, int(steps), multi_agent=multi_agent)
+
+
+def _connect(config_class: type, config: Mapping[str, Any], site: dict[str, Any], address: str | None
+             ) -> tuple[bool, type]:
+    """Connect to Ray (a private one sized to this machine's CPUs, or the cluster named) and check the sweep's
+    largest trial fits it; whether this call started Ray (to stop it on failure), and the Tune trainable."""
+    from herdrl.cluster import connect, disconnect
+
     # The job's runtime_env reaches every trial (Ray gives it to all the job's actors): its env_vars, credentials
     # included, never pass through Tune's param space, trial configs or experiment files.
     where = config_class().resources(**{**site, "address": address or site.get("address")})
     if not sys.stdout.isatty():  # a log file or CI: Ray's colour codes would stay in it as raw escapes
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
-    owns = connect(where)  # a private Ray sized to this machine's CPUs, or the cluster named
+    owns = connect(where)
     trainable = _trainable(config_class.algo_name)
     try:
         _check_fits(trainable, config_class, config)
@@ -645,42 +671,66 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
         if owns:
             disconnect()
         raise
-    from herdrl import tune_stop
+    return owns, trainable
 
-    exists = tune.Tuner.can_restore(str(storage / name))
+
+def _resumes(path: Path, resume: bool | str, owns: bool) -> bool:
+    """Whether the sweep at ``path`` is continued (``"if_any"``: when it exists); a ConfigError (Ray stopped first
+    if this call started it) when ``resume`` asks for one that does not exist."""
+    from ray import tune
+
+    from herdrl.cluster import disconnect
+
+    exists = tune.Tuner.can_restore(str(path))
     if resume == "if_any":
         resume = exists
-    if resume:
-        if not exists:
-            if owns:
-                disconnect()
-            raise ConfigError(f"no sweep to resume in {storage / name}: start it without --resume (or check "
-                              "--name and --output)")
-        tuner = tune.Tuner.restore(str(storage / name), trainable, resume_errored=True)
-    else:
-        own_tune, own_run = _ray_configs or (tune.TuneConfig(), tune.RunConfig())
-        checkpoints = dataclasses.replace(
-            own_run.checkpoint_config or tune.CheckpointConfig(), checkpoint_frequency=checkpoint_freq,
-            checkpoint_at_end=checkpoint_at_end, num_to_keep=keep_checkpoints_num)
-        if checkpoints.checkpoint_score_attribute:  # RLlib's names: the key the rows hold
-            checkpoints.checkpoint_score_attribute = flat_name(checkpoints.checkpoint_score_attribute)
-        tuner = tune.Tuner(
-            trainable, param_space=config,
-            tune_config=dataclasses.replace(own_tune, num_samples=num_samples, scheduler=make_scheduler(scheduler),
-                                            metric=metric, mode=mode, max_concurrent_trials=max_concurrent_trials),
-            run_config=dataclasses.replace(own_run, name=name, storage_path=str(storage), stop=stop_criteria,
-                                           checkpoint_config=checkpoints, verbose=verbose, callbacks=[
-                                               CSVLoggerCallback(), JsonLoggerCallback(), _tensorboard_callback(),
-                                               _repeat_warning_callback(), tune_stop.WalltimeStop(),
-                                               *tune_callbacks(name, mlflow=mlflow, wandb=wandb),
-                                               *(own_run.callbacks or [])]),
-        )
-    if verbose:
-        print(f"Results, checkpoints and TensorBoard files: {storage / name} (tensorboard --logdir {storage / name})")
+    if resume and not exists:
+        if owns:
+            disconnect()
+        raise ConfigError(f"no sweep to resume in {path}: start it without --resume (or check --name and --output)")
+    return bool(resume)
+
+
+def _new_tuner(trainable: type, config: dict[str, Any], storage: Path, name: str, stop: Any, *,
+               ray_configs: tuple[Any, Any] | None, checkpoint_freq: int, checkpoint_at_end: bool,
+               keep_checkpoints_num: int | None, num_samples: int, scheduler: Any, metric: str, mode: str,
+               max_concurrent_trials: int | None, verbose: int, mlflow: str | None, wandb: str | None) -> Any:
+    """A new sweep's Tuner (results in ``storage/name``): :func:`run`'s settings over those of :class:`Tuner`'s
+    own configs (``ray_configs``), with herdrl's logger callbacks (CSV, JSON, TensorBoard, trackers) and its
+    walltime stop."""
+    from ray import tune
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+    from herdrl import tune_stop
+    from herdrl.trackers import tune_callbacks
+
+    own_tune, own_run = ray_configs or (tune.TuneConfig(), tune.RunConfig())
+    checkpoints = dataclasses.replace(
+        own_run.checkpoint_config or tune.CheckpointConfig(), checkpoint_frequency=checkpoint_freq,
+        checkpoint_at_end=checkpoint_at_end, num_to_keep=keep_checkpoints_num)
+    if checkpoints.checkpoint_score_attribute:  # RLlib's names: the key the rows hold
+        checkpoints.checkpoint_score_attribute = flat_name(checkpoints.checkpoint_score_attribute)
+    callbacks = [CSVLoggerCallback(), JsonLoggerCallback(), _tensorboard_callback(), _repeat_warning_callback(),
+                 tune_stop.WalltimeStop(), *tune_callbacks(name, mlflow=mlflow, wandb=wandb),
+                 *(own_run.callbacks or [])]
+    return tune.Tuner(
+        trainable, param_space=config,
+        tune_config=dataclasses.replace(own_tune, num_samples=num_samples, scheduler=make_scheduler(scheduler),
+                                        metric=metric, mode=mode, max_concurrent_trials=max_concurrent_trials),
+        run_config=dataclasses.replace(own_run, name=name, storage_path=str(storage), stop=stop,
+                                       checkpoint_config=checkpoints, verbose=verbose, callbacks=callbacks),
+    )
+
+
+def _fit(tuner: Any, resumed: bool, metric: str, mode: str) -> TuneAnalysis:
+    """Run the sweep, its signal handlers, Tune's log level and its logger setting put back after; the analysis
+    says why a stopped sweep stopped and how many trials a resume will continue."""
+    from herdrl import tune_stop
+
     # Our TensorBoard callback replaces Tune's, which Tune would add back (and point its hint into Ray's
-    # temporary folder); CSV and JSON are given explicitly above.
+    # temporary folder); CSV and JSON are given explicitly in _new_tuner.
     previous = os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS")
-    if not resume:  # a restored experiment keeps the loggers it was started with (older ones: Tune's)
+    if not resumed:  # a restored experiment keeps the loggers it was started with (older ones: Tune's)
         os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     tune_stop.CURRENT = None
     handlers = _signal_handlers()

@@ -24,7 +24,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from herdrl.experiment import _EARLY_WALLTIME, _stop_at
+from herdrl.trial_run import _EARLY_WALLTIME, _stop_at
 
 #: The callback of the sweep now running in this process (set when Tune sets it up, restored sweeps included).
 CURRENT: WalltimeStop | None = None
