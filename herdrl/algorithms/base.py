@@ -66,32 +66,12 @@ class Algorithm(Checkpointing, Evaluating, Acting):
         self._build_normalizer()
         self._build_learners()
         self._build_policies()
-        self._reset_run_state()
-        #: Callbacks (herdrl.callbacks) and the driver's metrics logger; custom metrics are reduced per iteration.
-        self.callbacks = Callbacks.from_config(config)
-        self.metrics_logger = MetricsLogger()
-        self._runner_metrics, self._driver_metrics = MetricsReducer(), MetricsReducer()
+        self._init_run_state()
+        self._build_callbacks()
         if config.self_play:  # snapshots begin as copies of the policy they follow, not as random networks
-            pairs = [(source, copy) for source, copies in config.self_play.items() for copy in copies]
-            self.learners.apply("copy_policy", pairs)
+            self._copy_policies([(source, copy) for source, copies in config.self_play.items() for copy in copies])
             self.learners.sync()
-            for source, target in pairs:
-                self.normalizer.copy(source, target)
-        #: Iterations (from the run's first) in which only the value head learns: a fresh one under a policy copied
-        #: by ``init_from`` (herdrl.init_from).
-        self._value_warmup_iters = 0
-        self._policy_frozen = False
-        try:
-            if config.init_from:
-                from herdrl.init_from import load_initial_weights
-
-                self._value_warmup_iters = load_initial_weights(self)
-            self.setup()
-            self._callback("on_algorithm_init", algorithm=self)
-        except BaseException:
-            self.learners.stop()
-            self.runners.stop()
-            raise
+        self._set_up_algorithm()
 
     # ------------------------------------------------------- build steps (in __init__'s order)
     def _seed_this_process(self) -> None:
@@ -177,7 +157,7 @@ class Algorithm(Checkpointing, Evaluating, Acting):
             self.policy = Policy(self.module, self.observation_space, self.action_space,
                                  self.normalizer if self.normalizer.active else None)
 
-    def _reset_run_state(self) -> None:
+    def _init_run_state(self) -> None:
         """A new run's counters, episode windows and last result, and no checkpoint written yet."""
         self._save_dir: Path | None = None  # where save() without a path writes, with no result folder
         self.last_checkpoint: Path | None = None  # written or restored; named when a learner actor fails
@@ -203,6 +183,31 @@ class Algorithm(Checkpointing, Evaluating, Acting):
         self._iter_policy_steps: dict[str, int] = {}
         self._iter_fragments_lost = self._iter_fragment_bytes = self._iter_extra_fragments = 0
         self._iter_sample_time = 0.0
+
+    def _build_callbacks(self) -> None:
+        """Callbacks (herdrl.callbacks) and the driver's metrics logger; custom metrics are reduced per iteration."""
+        self.callbacks = Callbacks.from_config(self.config)
+        self.metrics_logger = MetricsLogger()
+        self._runner_metrics, self._driver_metrics = MetricsReducer(), MetricsReducer()
+
+    def _set_up_algorithm(self) -> None:
+        """The weights ``init_from`` names, the subclass's :meth:`setup`, then ``on_algorithm_init``; learners and
+        runners are stopped if any of them fails."""
+        #: Iterations (from the run's first) in which only the value head learns: a fresh one under a policy copied
+        #: by ``init_from`` (herdrl.init_from).
+        self._value_warmup_iters = 0
+        self._policy_frozen = False
+        try:
+            if self.config.init_from:
+                from herdrl.init_from import load_initial_weights
+
+                self._value_warmup_iters = load_initial_weights(self)
+            self.setup()
+            self._callback("on_algorithm_init", algorithm=self)
+        except BaseException:
+            self.learners.stop()
+            self.runners.stop()
+            raise
 
     def _callback(self, hook: str, **kwargs: Any) -> None:
         """Call ``hook`` of the run's callbacks (if any) in the driver, with its metrics logger."""
@@ -454,8 +459,13 @@ class Algorithm(Checkpointing, Evaluating, Acting):
         pairs = []
         for source, copies in self.config.self_play.items():
             pairs += [(copies[i - 1], copies[i]) for i in range(len(copies) - 1, 0, -1)] + [(source, copies[0])]
+        self._copy_policies(pairs)
+
+    def _copy_policies(self, pairs: list[tuple[str, str]]) -> None:
+        """Copy each ``(source, target)`` policy's weights, and its normalisation statistics: a snapshot acts on
+        observations normalised as its policy's were."""
         self.learners.apply("copy_policy", pairs)
-        for source, target in pairs:  # a snapshot acts on observations normalised as its policy's were
+        for source, target in pairs:
             self.normalizer.copy(source, target)
 
     def stop(self) -> None:
