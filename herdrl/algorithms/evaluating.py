@@ -149,7 +149,6 @@ class Evaluating:
                   for pid in trained_policies(self.config)}
         return {f"score_vs_random/{pid}": score for pid, score in scores.items() if score is not None}
 
-
     def _stop_evaluation(self) -> None:
         """Release what evaluation started: its thread (after the round in flight), its runners, its env copies."""
         if self._runner_evaluation is not None:
