@@ -22,7 +22,7 @@ from herdrl.config import AlgorithmConfig
 from herdrl.env import make_vector_env
 from herdrl.env.atari import life_losses
 from herdrl.env.previous import previous_inputs
-from herdrl.errors import EnvError
+from herdrl.errors import ConfigError, EnvError
 from herdrl.filters import Normalizer, RunnerNormalizer, model_observation_space, split_weights
 from herdrl.models.action_layout import ActionLayout
 from herdrl.models.numpy_policy import MLPWeights, light_policy
@@ -170,7 +170,8 @@ class EnvRunner:
         self.recorder: Any = None  # .offline_data(output=DIR): this runner writes the episodes it plays there
         if getattr(config, "output", None):
             if recorder is None:
-                raise ValueError("output= records episodes: the runner needs a recorder (EpisodeRecorder)")
+                raise ConfigError("output= records episodes: pass the runner "
+                                  "recorder=herdrl.offline.recorder.EpisodeRecorder")
             self.recorder = recorder(config.output, self.observation_space, self.action_space, self.num_envs,
                                      worker_index, incarnation)
         self.reseed(epoch)
