@@ -107,7 +107,12 @@ class Policy:
 
     def _recurrent_act(self, obs: Any, explore: bool, state: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         batch = len(next(iter(obs.values())) if isinstance(obs, dict) else obs)
-        state_in = self.module.initial_state(batch) if state is None else state_to_torch(state, self._device())
+        if state is None:
+            state_in = self.module.initial_state(batch)
+        else:  # a one-tensor state in any array form (a list of rows, [h, c] per row, ...), as before the protocol
+            initial = self.module.initial_state(1)
+            state_in = state_to_torch(np.asarray(state, np.float32) if torch.is_tensor(initial) else state,
+                                      self._device())
         dist_inputs, state_out = self.module.forward_exploration(obs, state_in)
         actions = self.module.act_with_noise(dist_inputs, self.module.torch_noise(dist_inputs) if explore else None)
         return actions.cpu().numpy(), state_to_numpy(state_out)
@@ -124,10 +129,18 @@ class Policy:
         if not self.recurrent:
             return _first(self.action_space, self._env_actions(self.module.act(obs, explore=explore).cpu().numpy()))
         if state is not None:  # one row, with its batch dimension or without
-            state = map_state(lambda leaf, like: np.asarray(leaf, np.float32).reshape(like.shape), state,
-                              self.initial_state(1))
+            state = _one_row(state, self.initial_state(1))
         actions, state = self._recurrent_act(obs, explore, state)
         return _first(self.action_space, self._env_actions(actions)), state_rows(state, 0)
+
+
+def _one_row(state: Any, like: Any) -> Any:
+    """A user's state for one row shaped as ``like`` (the module's initial state for one row). A module whose
+    state is one tensor takes it in any array form (an array, RLlib's ``[h, c]`` list, a tuple, nested lists from
+    JSON); a state of several tensors is given in the module's own structure."""
+    if isinstance(like, np.ndarray):
+        return np.asarray(state, np.float32).reshape(like.shape)
+    return map_state(lambda leaf, shape_of: np.asarray(leaf, np.float32).reshape(shape_of.shape), state, like)
 
 
 def _first(space: gym.Space, batch: Any) -> Any:

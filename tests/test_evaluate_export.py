@@ -254,3 +254,31 @@ def test_an_env_whose_boxes_differ_only_in_bounds_is_evaluated_with_a_note(caplo
                      (Dict({"x": trained.observation_space}), trained.action_space)]:
         with pytest.raises(EnvError, match="the policy was trained on"):
             check_spaces(policy, "other", obs, act)
+
+
+def test_stop_releases_learners_runners_and_recording_before_closing_evaluation_envs():
+    """An evaluation env whose ``close`` fails must not leave the learners or Ray runners running: they stop
+    first, as before the Algorithm was split into mixins."""
+    from types import SimpleNamespace
+
+    from herdrl.algorithms.ppo import PPO
+
+    calls = []
+
+    def record(name, fails=False):
+        def call():
+            calls.append(name)
+            if fails:
+                raise RuntimeError("close failed")
+        return call
+
+    algo = object.__new__(PPO)
+    algo.config = SimpleNamespace(output=None)
+    algo.multi_agent = False
+    algo.learners = SimpleNamespace(stop=record("learners"))
+    algo.runners = SimpleNamespace(stop=record("runners"))
+    algo._evaluator = SimpleNamespace(close=record("evaluation envs", fails=True))
+    algo.logger = None
+    with pytest.raises(RuntimeError):
+        algo.stop()
+    assert calls == ["learners", "runners", "evaluation envs"]

@@ -103,3 +103,47 @@ def test_every_actor_critic_kind_offers_the_protocol():
         module = config.actor_critic(space, gym.spaces.Discrete(2), {**MODEL_DEFAULTS, **model})
         assert isinstance(module, PolicyModule)
         assert (module.initial_state(2) is None) != module.recurrent
+
+
+def test_a_one_tensor_state_is_taken_in_any_array_form():
+    """RLlib's scripts pass an LSTM's state as ``[h, c]``, a tuple, or lists read back from JSON: each acts as the
+    array it holds, one row or a batch."""
+    space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    torch.manual_seed(0)
+    policy = Policy(RecurrentActorCritic(space, gym.spaces.Discrete(2), {**MODEL_DEFAULTS, **golden.LSTM}), space,
+                    gym.spaces.Discrete(2))
+    obs = np.random.default_rng(1).normal(size=(3, 4)).astype(np.float32)
+    _, state = policy.compute_single_action(obs[0])
+    _, state = policy.compute_single_action(obs[1], state=state)  # a state that is not zeros
+    expected = policy.compute_single_action(obs[2], state=state)
+    for form in (state.tolist(), tuple(state), [state[0], state[1]], state[None]):
+        action, next_state = policy.compute_single_action(obs[2], state=form)
+        assert action == expected[0] and np.array_equal(next_state, expected[1])
+    actions, states = policy.compute_actions(obs, state=np.stack([state] * 3))
+    for form in (np.stack([state] * 3).tolist(), [state] * 3):
+        same_actions, same_states = policy.compute_actions(obs, state=form)
+        assert np.array_equal(same_actions, actions) and np.array_equal(same_states, states)
+
+
+def test_learner_batches_index_a_state_of_any_structure():
+    """Minibatches take rows of every leaf of a nested state (a tuple of a dict and a tensor here), as of the
+    observations."""
+    from herdrl.rollout.batch import take
+
+    h, c, obs = torch.arange(10.0).reshape(5, 2), torch.arange(15.0).reshape(5, 3), torch.arange(5.0)
+    index = torch.tensor([4, 0, 2])
+    rows = take({"state": ({"h": h}, c), "obs": obs}, index)
+    assert torch.equal(rows["state"][0]["h"], h[index]) and torch.equal(rows["state"][1], c[index])
+    assert torch.equal(rows["obs"], obs[index])
+
+
+def test_state_leaves_cross_to_torch_in_their_own_kind():
+    """Float leaves become float32 (the modules' dtype); an integer or bool leaf (a step counter, a mask in a
+    memory) keeps its values and kind."""
+    from herdrl.models.protocol import state_to_torch
+
+    state = state_to_torch({"memory": np.ones((2, 3)), "position": np.array([3, 7]), "filled": np.array([True,
+                            False])}, "cpu")
+    assert state["memory"].dtype == torch.float32
+    assert state["position"].tolist() == [3, 7] and not state["position"].is_floating_point()
+    assert state["filled"].dtype == torch.bool

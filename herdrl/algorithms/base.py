@@ -475,6 +475,7 @@ class Algorithm(Checkpointing, Evaluating, Acting):
         self.runners.stop()
         if self.config.output:  # the runners wrote their last episodes: number them, write the metadata
             self._finish_recording()
+        self._close_evaluation_envs()
         if self.logger is not None:
             self.logger.close()
 

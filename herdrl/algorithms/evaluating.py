@@ -150,13 +150,17 @@ class Evaluating:
         return {f"score_vs_random/{pid}": score for pid, score in scores.items() if score is not None}
 
     def _stop_evaluation(self) -> None:
-        """Release what evaluation started: its thread (after the round in flight), its runners, its env copies."""
+        """Release what evaluation started on runners: its thread (after the round in flight) and its runners."""
         if self._runner_evaluation is not None:
             self._runner_evaluation.cancelled = True  # an evaluation in flight ends after its round
         if self._evaluation_thread is not None:
             self._evaluation_thread.shutdown(wait=True)
         if self._runner_evaluation is not None:
             self._runner_evaluation.stop()
+
+    def _close_evaluation_envs(self) -> None:
+        """Close the driver's evaluation env copies (after the learners, runners and recording: an env whose
+        ``close`` fails leaves none of those unstopped)."""
         if self._evaluator is not None:
             (self._evaluator.stop if self.multi_agent else self._evaluator.close)()
 

@@ -117,10 +117,15 @@ def state_to_numpy(state: State) -> State:
 
 
 def state_to_torch(state: State, device: Any) -> State:
-    """A numpy state as float32 tensors on ``device``."""
+    """A numpy state as tensors on ``device``: float leaves as float32, integer and bool leaves in their dtype."""
     import torch
 
-    return map_state(lambda leaf: torch.as_tensor(np.asarray(leaf, np.float32), device=device), state)
+    def leaf_to_torch(leaf: Any) -> torch.Tensor:
+        leaf = np.asarray(leaf)
+        return torch.as_tensor(leaf.astype(np.float32, copy=False) if leaf.dtype.kind == "f" or leaf.dtype == object
+                               else leaf, device=device)
+
+    return map_state(leaf_to_torch, state)
 
 
 def reset_rows(state: State, initial: State, rows: Any) -> State:

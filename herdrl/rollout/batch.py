@@ -11,7 +11,7 @@ import torch
 
 from herdrl.models import ActorCritic
 from herdrl.models.encoders import to_torch
-from herdrl.models.protocol import concat_states, state_batch, state_to_torch
+from herdrl.models.protocol import concat_states, state_batch, state_rows, state_to_torch
 from herdrl.obs import obs_concat, obs_map
 from herdrl.rollout.advantages import compute_gae
 from herdrl.rollout.runner import Fragment
@@ -37,7 +37,8 @@ def with_recorded_logp(old_logp: torch.Tensor, fragments: list[Fragment],
 
 def take(batch: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
     """Rows ``index`` of every entry of a learner batch (observations may be dicts of tensors)."""
-    return {key: obs_map(lambda value: value[index], value) for key, value in batch.items()}
+    return {key: state_rows(value, index) if key == "state" else obs_map(lambda value: value[index], value)
+            for key, value in batch.items()}
 
 
 @torch.no_grad()
