@@ -1,3 +1,10 @@
+"""Shared fixtures. `make test` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``): each worker
+is its own process with its own session Ray (``ray_session``, on ports Ray picks free). Tests that cannot share the
+host with each other carry ``pytest.mark.xdist_group("cluster")``, so one worker runs them one after another: real
+Slurm/MPI/sshd services, multi-node clusters on 127.0.0.x loopback addresses, and checks that scan the host's
+processes or /tmp for a launch's leftovers. xdist hands out the largest group first (it has the most tests), the
+single tests go to whichever worker is free. Plain ``pytest`` (no ``-n``) runs everything in one process, as before."""
+
 import sys
 from pathlib import Path
 
