@@ -25,8 +25,11 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/herd train ppo --env CartPole-v1
 
+# Two pytest-xdist workers (tests/conftest.py says which tests one worker runs one at a time).
+TEST_WORKERS ?= 2
+
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check herdrl tests benchmarks examples

@@ -1,3 +1,10 @@
+"""Shared fixtures. `make test` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``): each worker
+is its own process with its own session Ray (``ray_session``, on ports Ray picks free). Tests that cannot share the
+host with each other carry ``pytest.mark.xdist_group("cluster")``, so one worker runs them one after another: real
+Slurm/MPI/sshd services, multi-node clusters on 127.0.0.x loopback addresses, and checks that scan the host's
+processes or /tmp for a launch's leftovers. xdist hands out the largest group first (it has the most tests), the
+single tests go to whichever worker is free. Plain ``pytest`` (no ``-n``) runs everything in one process, as before."""
+
 import sys
 from pathlib import Path
 
@@ -29,12 +36,45 @@ def _start_ray():
     return ray
 
 
+_SESSION_RAY: list = []  # the session's Ray once ray_session started it (for the fixture below)
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One embedded Ray for the whole pytest process (tests that need another cluster use a subprocess)."""
     ray = _start_ray()
+    _SESSION_RAY.append(ray)
     yield ray
+    _SESSION_RAY.clear()
     ray.shutdown()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Marks a test whose call failed, for the fixture below."""
+    outcome = yield
+    if call.when == "call" and outcome.get_result().failed:
+        item.herd_failed = True
+
+
+@pytest.fixture(autouse=True)
+def _fresh_ray_after_a_failure(request):
+    """A test that fails before its ``algo.stop()`` leaves its actors holding the session Ray's CPUs, and every later
+    test of this process that needs them would wait 60 s and fail too: after a failure, a session Ray whose CPUs
+    are not all free within 5 s is started afresh (the failure itself is reported as it was)."""
+    yield
+    if not getattr(request.node, "herd_failed", False) or not _SESSION_RAY or not _SESSION_RAY[0].is_initialized():
+        return
+    import time
+
+    ray = _SESSION_RAY[0]
+    deadline = time.monotonic() + 5
+    while ray.available_resources().get("CPU", 0.0) < ray.cluster_resources()["CPU"]:
+        if time.monotonic() > deadline:
+            ray.shutdown()
+            _start_ray()
+            return
+        time.sleep(0.5)
 
 
 @pytest.fixture

@@ -237,6 +237,7 @@ def test_cleanup_never_touches_a_live_writers_temporary_directory(tmp_path):
     assert not live.exists() and elsewhere.exists()
 
 
+@pytest.mark.xdist_group("cluster")  # a node on 127.0.0.9, as the cluster tests use (see conftest)
 def test_a_crafted_checkpoint_cannot_run_code_or_choose_the_cluster(tmp_path):
     """checkpoint.json is a file anyone may have written: loading, resuming and evaluating it must neither run its
     runtime_env (Ray puts py_executable into a shell command line) nor connect to the address it names."""

@@ -29,6 +29,9 @@ from herdrl.cluster.nodes import (
     write_token,
 )
 
+# xdist_group: one worker runs these one at a time (loopback node IPs, services, machine-wide checks; see conftest)
+pytestmark = pytest.mark.xdist_group("cluster")
+
 
 def test_free_ports_avoid_rays_worker_range() -> None:
     ports = {free_port() for _ in range(50)}

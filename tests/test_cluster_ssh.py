@@ -17,7 +17,8 @@ from sshhosts import SshHosts
 from herdrl.cluster.connect import ClusterError
 from herdrl.cluster.hosts import Host, load_hosts
 
-pytestmark = pytest.mark.cluster
+# xdist_group: one worker runs these one at a time (loopback node IPs, services, machine-wide checks; see conftest)
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,11 @@ def checkpoint(tmp_path_factory):
     return root / "CartPole-v1" / "t"
 
 
+# the tests of the trained policy on one xdist worker, which trains it once
+SHARES_CHECKPOINT = pytest.mark.xdist_group("trained_cartpole")
+
+
+@SHARES_CHECKPOINT
 def test_evaluate_prints_return_statistics_of_the_solved_policy(checkpoint, capsys):
     assert main(["evaluate", str(checkpoint), "--episodes", "5", "--seed", "3"]) == 0
     out = capsys.readouterr().out
@@ -31,6 +36,7 @@ def test_evaluate_prints_return_statistics_of_the_solved_policy(checkpoint, caps
     assert mean >= 475
 
 
+@SHARES_CHECKPOINT
 def test_evaluate_records_video(checkpoint, tmp_path, capsys):
     for name in ("run.mp4", "run.gif"):
         assert main(["evaluate", str(checkpoint), "--episodes", "1", "--video", str(tmp_path / name)]) == 0
@@ -41,6 +47,7 @@ def test_evaluate_records_video(checkpoint, tmp_path, capsys):
     assert "use a .mp4 or .gif" in capsys.readouterr().err
 
 
+@SHARES_CHECKPOINT
 def test_long_episodes_show_progress_while_they_play(checkpoint, tmp_path, capsys, monkeypatch):
     """A Pong episode takes minutes: lines come every PROGRESS_EVERY_S seconds (here: every step), not only at its
     end, with and without --video."""
@@ -61,6 +68,7 @@ def test_evaluate_on_an_env_that_cannot_render_is_a_clear_error(tmp_path, capsys
 
 
 @pytest.mark.filterwarnings("ignore")
+@SHARES_CHECKPOINT
 @pytest.mark.parametrize("fmt, file", [("torch-export", "policy.pt2"), ("onnx", "policy.onnx")])
 def test_exported_policy_runs_without_herdrl_and_matches(checkpoint, tmp_path, fmt, file):
     out = tmp_path / file

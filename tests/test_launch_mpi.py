@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from clustertools import HEALTH_CHECK_ENV, processes_matching, require, subprocess_env
 
-pytestmark = pytest.mark.cluster
+# xdist_group: one worker runs these one at a time (loopback node IPs, services, machine-wide checks; see conftest)
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,tcp"]
 LAUNCH = ["herd", "launch", "mpi", "--num-cpus", "1", "--object-store-memory", "80000000", "--join-timeout", "120"]

@@ -14,7 +14,8 @@ import pytest
 from clustertools import processes_matching, require, subprocess_env
 from slurmcluster import SlurmCluster
 
-pytestmark = pytest.mark.cluster
+# xdist_group: one worker runs these one at a time (loopback node IPs, services, machine-wide checks; see conftest)
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 NODE_ARGS = ["--object-store-memory", "80000000", "--join-timeout", "120"]
 
 

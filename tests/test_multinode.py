@@ -6,6 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# xdist_group: one worker runs these one at a time (loopback node IPs, services, machine-wide checks; see conftest)
+pytestmark = pytest.mark.xdist_group("cluster")
+
 
 def _run_driver(script, cwd):
     """Run a driver script of this folder in its own process (its own Ray cluster); its RESULT line, parsed."""

@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 from raycluster import RayStartCluster
 
+# xdist_group: one worker runs these one at a time (loopback node IPs, services, machine-wide checks; see conftest)
+pytestmark = pytest.mark.xdist_group("cluster")
+
 
 @pytest.fixture(scope="module")
 def cluster():

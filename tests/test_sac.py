@@ -11,8 +11,12 @@ SMALL = {"model": {"fcnet_hiddens": [64, 64]}}
 
 def test_sac_learns_pendulum_from_greedy_evaluation():
     algo = SACConfig().environment("Pendulum-v1").training(**SMALL).debugging(seed=0).build()
-    results = [algo.train() for _ in range(5)]  # ~5000 env steps, one gradient step each
-    best = max(r["evaluation/episode_return_mean"] for r in results)
+    results = []
+    for _ in range(5):  # at most ~5000 env steps, one gradient step each; seed 0 shows both at the 3rd
+        results.append(algo.train())
+        best = max(r["evaluation/episode_return_mean"] for r in results)
+        if best > -600 and results[-1]["alpha"] < 0.5:
+            break
     assert best > -600, [r["evaluation/episode_return_mean"] for r in results]  # random play: about -1200
     assert results[-1]["alpha"] < 0.5  # the entropy weight adapted
     algo.stop()

@@ -9,8 +9,12 @@ SMALL = {"model": {"fcnet_hiddens": [64, 64]}}
 
 def test_td3_learns_pendulum_from_greedy_evaluation():
     algo = TD3Config().environment("Pendulum-v1").training(**SMALL).debugging(seed=0).build()
-    results = [algo.train() for _ in range(6)]  # ~6000 env steps, one gradient step each
-    best = max(r["evaluation/episode_return_mean"] for r in results)
+    results = []
+    for _ in range(6):  # at most ~6000 env steps, one gradient step each; seed 0 shows it at the 5th
+        results.append(algo.train())
+        best = max(r["evaluation/episode_return_mean"] for r in results)
+        if best > -400:
+            break
     assert best > -400, [r["evaluation/episode_return_mean"] for r in results]  # random play: about -1200
     algo.stop()
 

@@ -225,6 +225,9 @@ def test_a_restored_trial_does_not_repeat_its_tensorboard_curve(tmp_path):
 
     trial = Trial()
     for steps in ([100, 200, 300], [200, 300, 400]):  # the second run resumes from the checkpoint at 100
+        # (event files sort by name, where this process's writer counter sorts 10 before 9 within one second: the
+        # second run starts in a later second, as a restored run would)
+        time.sleep(1.01 - time.time() % 1)
         callback = tune._tensorboard_callback()
         for step in steps:
             callback.on_trial_result(0, [], trial, {"num_env_steps_sampled_lifetime": step, "x": float(step)})
