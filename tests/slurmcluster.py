@@ -117,12 +117,22 @@ class SlurmCluster:
     def wait_job(self, job_id: str, timeout: float = 300) -> dict[str, str]:
         """Poll until the job has left the queue; return its `scontrol show job` fields."""
         deadline = time.monotonic() + timeout
-        while _run(["squeue", "-h", "-j", job_id], self.env).stdout.strip():
+        while True:  # gone once squeue answers with no line; a failed squeue (timeout under load) is asked again
+            queued = _run(["squeue", "-h", "-j", job_id], self.env)
+            if queued.returncode == 0 and not queued.stdout.strip():
+                break
             if time.monotonic() > deadline:
-                raise TimeoutError(f"Slurm job {job_id} still queued/running after {timeout} s")
+                raise TimeoutError(f"Slurm job {job_id} still queued/running after {timeout} s "
+                                   f"(squeue: {queued.stderr.strip() or 'queued'})")
             time.sleep(0.3)
-        text = _run(["scontrol", "show", "job", job_id], self.env).stdout
-        return dict(item.split("=", 1) for item in text.split() if "=" in item)
+        while True:
+            shown = _run(["scontrol", "show", "job", job_id], self.env)
+            info = dict(item.split("=", 1) for item in shown.stdout.split() if "=" in item)
+            if "JobState" in info:
+                return info
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"scontrol show job {job_id} gave no JobState: {shown.stderr.strip()}")
+            time.sleep(0.3)
 
     def stop(self) -> None:
         """Cancel this cluster's jobs (their steps stop their Ray nodes), ``scontrol shutdown``, then SIGKILL
@@ -154,6 +164,9 @@ class SlurmCluster:
                 os.kill(self.own_munged, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+            deadline = time.monotonic() + 10  # gone before a next cluster asks whether a munged answers
+            while Path(f"/proc/{self.own_munged}").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> SlurmCluster:

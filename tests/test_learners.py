@@ -244,7 +244,9 @@ def test_learners_sharing_out_the_fragments_step_on_the_union_of_their_minibatch
         config = A2CConfig().training(normalize_advantages=True, train_batch_size=288, value_normalization=value_norm)
         sharded, single, _, ranks, state = _sharded_and_single_update(config, A2CLearner, (), monkeypatch,
                                                                       updates=1 + value_norm)
-        assert _max_diff(sharded, single) < 1e-6
+        # (1e-5 as for PPO and IMPALA: a 2-rank gradient sums its rows in another order than one learner's, and the
+        # last bits vary run to run; 1e-6 failed once at 1.4e-6 under two pytest workers)
+        assert _max_diff(sharded, single) < 1e-5
         if value_norm:
             _assert_value_statistics(ranks, state)
     # IMPALA (V-trace along each env's own steps, afresh for each minibatch): 2 passes of minibatches of ~40; an
