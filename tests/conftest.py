@@ -1,4 +1,5 @@
-"""Shared fixtures. `make test` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``): each worker
+"""Shared fixtures. `make test TEST_WORKERS=2` runs the suite on two pytest-xdist workers (``-n 2 --dist
+loadgroup``; plain `make test` runs one process: the Slurm walltime-chain test fails beside another worker): each worker
 is its own process with its own session Ray (``ray_session``, on ports Ray picks free). Tests that cannot share the
 host with each other carry ``pytest.mark.xdist_group("cluster")``, so one worker runs them one after another: real
 Slurm/MPI/sshd services, multi-node clusters on 127.0.0.x loopback addresses, and checks that scan the host's
