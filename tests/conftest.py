@@ -66,16 +66,8 @@ def _fresh_ray_after_a_failure(request):
     yield
     if not getattr(request.node, "herd_failed", False) or not _SESSION_RAY or not _SESSION_RAY[0].is_initialized():
         return
-    import time
 
-    ray = _SESSION_RAY[0]
-    deadline = time.monotonic() + 5
-    while ray.available_resources().get("CPU", 0.0) < ray.cluster_resources()["CPU"]:
-        if time.monotonic() > deadline:
-            ray.shutdown()
-            _start_ray()
-            return
-        time.sleep(0.5)
+    _wait_for_free_cpus(_SESSION_RAY[0], seconds=5)
 
 
 @pytest.fixture
@@ -84,13 +76,18 @@ def whole_ray_cluster(ray_session):
     to give theirs back, and starts Ray afresh if they never do. Ray once kept 2 CPUs of removed placement
     groups after Tune's PBT restarted trials (no actor alive, all groups removed), and a 4-CPU trial then
     waited forever."""
+    _wait_for_free_cpus(ray_session, seconds=30)
+    yield ray_session
+
+
+def _wait_for_free_cpus(ray, seconds: float) -> None:
+    """Wait until every CPU of the embedded Ray is free; start Ray afresh if they are not within ``seconds``."""
     import time
 
-    deadline = time.monotonic() + 30
-    while ray_session.available_resources().get("CPU", 0.0) < ray_session.cluster_resources()["CPU"]:
+    deadline = time.monotonic() + seconds
+    while ray.available_resources().get("CPU", 0.0) < ray.cluster_resources()["CPU"]:
         if time.monotonic() > deadline:
-            ray_session.shutdown()
+            ray.shutdown()
             _start_ray()
-            break
+            return
         time.sleep(0.5)
-    yield ray_session
