@@ -25,10 +25,9 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/herd train ppo --env CartPole-v1
 
-# One process by default. TEST_WORKERS=2: two pytest-xdist workers (tests/conftest.py says which tests one worker
-# runs one at a time); faster (798-956 s against ~1,050 s here), but the Slurm walltime-chain test failed in 4 of 5
-# such runs (the first job trains too slowly beside the other worker, or squeue answers nothing): not CI's default.
-TEST_WORKERS ?= 0
+# Two pytest-xdist workers by default (tests/conftest.py says which tests one worker runs one at a time): 777 s
+# against 1,129 s in one process, quiet, 2 cores (2026-12-07). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q --durations=15 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)

@@ -1,10 +1,10 @@
-"""Shared fixtures. `make test TEST_WORKERS=2` runs the suite on two pytest-xdist workers (``-n 2 --dist
-loadgroup``; plain `make test` runs one process: the Slurm walltime-chain test fails beside another worker): each worker
-is its own process with its own session Ray (``ray_session``, on ports Ray picks free). Tests that cannot share the
-host with each other carry ``pytest.mark.xdist_group("cluster")``, so one worker runs them one after another: real
-Slurm/MPI/sshd services, multi-node clusters on 127.0.0.x loopback addresses, and checks that scan the host's
-processes or /tmp for a launch's leftovers. xdist hands out the largest group first (it has the most tests), the
-single tests go to whichever worker is free. Plain ``pytest`` (no ``-n``) runs everything in one process, as before."""
+"""Shared fixtures. `make test` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``;
+`make test TEST_WORKERS=0` in one process): each worker is its own process with its own session Ray
+(``ray_session``, on ports Ray picks free). Tests that cannot share the host with each other carry
+``pytest.mark.xdist_group("cluster")``, so one worker runs them one after another: real Slurm/MPI/sshd services,
+multi-node clusters on 127.0.0.x loopback addresses, and checks that scan the host's processes or /tmp for a
+launch's leftovers. xdist hands out the largest group first (it has the most tests), the single tests go to
+whichever worker is free. Plain ``pytest`` (no ``-n``) runs everything in one process, as before."""
 
 import sys
 from pathlib import Path
@@ -12,6 +12,25 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """``--dist loadgroup`` on pytest >= 9.2: pytest-xdist 3.8 marks a grouped test by appending ``@group`` to a
+    field pytest no longer reads its node id from (pytest-xdist#1386), so the group was spread over both workers
+    (two Slurm fixtures, each stopping the munged the other used); append it where pytest 9.2 reads it."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # pytest < 9.2: xdist's own suffix takes effect
+        return
+    for item in items:
+        groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                         for mark in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(groups)
+        if groups and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 @pytest.fixture(autouse=True)

@@ -32,6 +32,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
@@ -133,6 +134,16 @@ class SlurmCluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"scontrol show job {job_id} gave no JobState: {shown.stderr.strip()}")
             time.sleep(0.3)
+
+    def diagnose(self, job_id: str, output: Path) -> str:
+        """What a test failing on a job shows: the job's state, its output so far and the daemons' last log lines."""
+        shown = _run(["scontrol", "show", "job", job_id], self.env).stdout
+        state = " ".join(item for item in shown.split() if item.split("=", 1)[0] in ("JobState", "Reason", "NodeList"))
+        nodes = _run(["sinfo", "-h", "-N", "-o", "%N %t"], self.env).stdout.replace("\n", "; ")
+        job_out = "".join(path.read_text()[-2000:] for path in output.glob(f"launch/*/slurm-{job_id}.out"))
+        logs = "".join(f"\n--- {path.name}\n" + "\n".join(path.read_text().splitlines()[-15:])
+                       for path in sorted((self.root / "log").glob("*.log")))
+        return f"job {job_id}: {state}; nodes: {nodes}\n--- job output\n{job_out}{logs}"
 
     def stop(self) -> None:
         """Cancel this cluster's jobs (their steps stop their Ray nodes), ``scontrol shutdown``, then SIGKILL

@@ -153,7 +153,7 @@ def test_the_walltime_signal_checkpoints_and_the_next_job_of_the_chain_resumes(s
     deadline = time.monotonic() + 180
     while not list(out.glob("herd_Latency-v0/*/result.json")) or len(
             next(out.glob("herd_Latency-v0/*/result.json")).read_text().splitlines()) < 2:
-        assert time.monotonic() < deadline, "the first job did not train"
+        assert time.monotonic() < deadline, f"the first job did not train: {slurm.diagnose(first, out)}"
         time.sleep(0.2)
     env = subprocess_env(SLURM_CONF=str(slurm.conf))
     subprocess.run(["scancel", "--signal=USR1", "--batch", first], env=env, check=True)

@@ -113,6 +113,36 @@ def check_speaks_grpc(address: str, timeout_s: float = 10.0) -> None:
                            "port (the head's GCS port, 6379 unless changed)")
 
 
+_TOKEN_HINT = "run with the same RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH as its nodes"
+
+
+def check_token_accepted(address: str, timeout_s: float = 5.0) -> None:
+    """ClusterError at once when the head's GCS refuses this process's token, or its lack of one: ``ray.init``
+    retries for ~20 s before it gives up with a message that does not say why. One cheap call
+    (``GetClusterId``), with the token ``ray.init`` would send; any other answer, or none, is left to ``ray.init``."""
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return
+    try:
+        import grpc
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+        from ray._private.authentication.grpc_authentication_client_interceptor import (
+            _get_authentication_metadata_tuple,
+        )
+
+        metadata = _get_authentication_metadata_tuple() if is_token_auth_enabled() else ()
+    except Exception:  # (Ray's private helpers moved: nothing to check against)
+        return
+    with grpc.insecure_channel(address) as channel:
+        get_cluster_id = channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId")  # bytes in, bytes out
+        try:
+            get_cluster_id(b"", timeout=timeout_s, metadata=metadata)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                sent = "a token it does not accept" if metadata else "no token (RAY_AUTH_MODE is not token here)"
+                raise ClusterError(f"the Ray cluster at {address} uses token auth and this process sent {sent}: "
+                                   f"{_TOKEN_HINT}") from exc
+
+
 def check_fits_one_node(wants: dict[str, tuple[str, float]], where: str) -> None:
     """Raise :class:`ClusterError` when one actor's reservation (config key -> (Ray resource, amount)) is more than
     the largest alive node of the connected Ray offers: Ray reserves an actor's resources on one node, so it could
@@ -171,6 +201,7 @@ def connect(config: Any, num_cpus: float | None = None) -> bool:
         target = resolve_address(address)
         wait_for_port(target, config.ray_connect_timeout_s)
         check_speaks_grpc(target, min(10.0, config.ray_connect_timeout_s))
+        check_token_accepted(target, min(5.0, config.ray_connect_timeout_s))
         os.environ["RAY_ADDRESS"] = target  # ray.init prefers RAY_ADDRESS over its argument: make them agree
         ray.init(address=target, **common)
         _connected_here = True
@@ -184,8 +215,7 @@ def connect(config: Any, num_cpus: float | None = None) -> bool:
             inner = inner.__cause__ or inner.__context__
         hint = ""
         if any("auth" in text.lower() for text in chain):
-            hint = ("; the cluster uses token auth: run with the same RAY_AUTH_MODE=token and "
-                    "RAY_AUTH_TOKEN_PATH as its nodes")
+            hint = f"; the cluster uses token auth: {_TOKEN_HINT}"
         where = f"join the Ray cluster at {address}" if address else "start Ray"
         raise ClusterError(f"could not {where}: {type(exc).__name__}: {str(exc).splitlines()[0]}{hint}") from exc
 
