@@ -21,9 +21,11 @@ from typing import Any, TextIO
 
 logger = logging.getLogger("herdrl")
 
-#: Keys whose values depend on machine load; everything else is deterministic for a fixed seed.
+#: Keys whose values depend on machine load; everything else is deterministic for a fixed seed (but see GAUGE_KEYS).
 TIMING_KEYS = ("time_this_iter_s", "time_total_s", "sample_time_s", "learn_time_s", "env_steps_per_s",
                "evaluation/time_s")
+#: Gauges of the Ray cluster a run shares (its object store's use): measured, not seeded.
+GAUGE_KEYS = ("object_store_bytes", "object_store_fraction")
 
 
 def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:

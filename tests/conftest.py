@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 def pytest_collection_modifyitems(config, items):
     """``--dist loadgroup`` on pytest >= 9.2: pytest-xdist 3.8 marks a grouped test by appending ``@group`` to a
     field pytest no longer reads its node id from (pytest-xdist#1386), so the group was spread over both workers
-    (two Slurm fixtures, each stopping the munged the other used); append it where pytest 9.2 reads it."""
+    (two Slurm fixtures, each stopping the munged the other used); append it where pytest 9.2 reads it. Reports
+    and ``--lf`` then name grouped tests ``...@cluster``, as they did before pytest 9.2."""
     if not getattr(config.option, "loadgroup", False):
         return
     try:

@@ -136,14 +136,20 @@ class SlurmCluster:
             time.sleep(0.3)
 
     def diagnose(self, job_id: str, output: Path) -> str:
-        """What a test failing on a job shows: the job's state, its output so far and the daemons' last log lines."""
-        shown = _run(["scontrol", "show", "job", job_id], self.env).stdout
-        state = " ".join(item for item in shown.split() if item.split("=", 1)[0] in ("JobState", "Reason", "NodeList"))
-        nodes = _run(["sinfo", "-h", "-N", "-o", "%N %t"], self.env).stdout.replace("\n", "; ")
-        job_out = "".join(path.read_text()[-2000:] for path in output.glob(f"launch/*/slurm-{job_id}.out"))
-        logs = "".join(f"\n--- {path.name}\n" + "\n".join(path.read_text().splitlines()[-15:])
-                       for path in sorted((self.root / "log").glob("*.log")))
-        return f"job {job_id}: {state}; nodes: {nodes}\n--- job output\n{job_out}{logs}"
+        """What a test failing on a job shows: the job's state, its output so far and the daemons' last log lines
+        (each part best effort: a stalled slurmctld must not hide the failure being reported)."""
+        parts = []
+        try:
+            shown = _run(["scontrol", "show", "job", job_id], self.env, timeout=10).stdout
+            parts.append(" ".join(item for item in shown.split()
+                                  if item.split("=", 1)[0] in ("JobState", "Reason", "NodeList")))
+            parts.append("nodes: " + _run(["sinfo", "-h", "-N", "-o", "%N %t"], self.env, timeout=10).stdout)
+        except (OSError, subprocess.SubprocessError) as exc:
+            parts.append(f"(scontrol/sinfo: {exc})")
+        for path in [*output.glob(f"launch/*/slurm-{job_id}.out"), *sorted((self.root / "log").glob("*.log"))]:
+            lines = path.read_text(errors="replace").splitlines()[-15:]
+            parts.append(f"--- {path.name}\n" + "\n".join(lines))
+        return f"job {job_id}: " + "\n".join(parts)
 
     def stop(self) -> None:
         """Cancel this cluster's jobs (their steps stop their Ray nodes), ``scontrol shutdown``, then SIGKILL

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from herdrl import PPOConfig
-from herdrl.logger import TIMING_KEYS
+from herdrl.logger import GAUGE_KEYS, TIMING_KEYS
 
 PENDULUM = {"gamma": 0.9, "lambda_": 0.95, "lr": 1e-3, "num_epochs": 10, "train_batch_size": 2048,
             "minibatch_size": 256}
@@ -63,8 +63,7 @@ def rows(seed, iterations=3):
     out = [algo.train() for _ in range(iterations)]
     algo.stop()
     # (the object store's gauges measure the Ray this process shares with earlier tests, not the seeded run)
-    gauges = ("object_store_bytes", "object_store_fraction")
-    return [{k: v for k, v in r.items() if k not in TIMING_KEYS + gauges} for r in out]
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS + GAUGE_KEYS} for r in out]
 
 
 def test_same_seed_gives_identical_rows_except_timing_keys():

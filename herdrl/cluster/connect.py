@@ -119,7 +119,9 @@ _TOKEN_HINT = "run with the same RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH as 
 def check_token_accepted(address: str, timeout_s: float = 5.0) -> None:
     """ClusterError at once when the head's GCS refuses this process's token, or its lack of one: ``ray.init``
     retries for ~20 s before it gives up with a message that does not say why. One cheap call
-    (``GetClusterId``), with the token ``ray.init`` would send; any other answer, or none, is left to ``ray.init``."""
+    (``GetClusterId``), with the token ``ray.init`` would send and, as Ray's own channels, past any HTTP proxy.
+    Not probed: a TLS cluster (``RAY_USE_TLS``), and token mode without a token (``ray.init`` says so itself);
+    any answer but "unauthenticated", or none, is left to ``ray.init``."""
     if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
         return
     try:
@@ -129,18 +131,23 @@ def check_token_accepted(address: str, timeout_s: float = 5.0) -> None:
             _get_authentication_metadata_tuple,
         )
 
-        metadata = _get_authentication_metadata_tuple() if is_token_auth_enabled() else ()
-    except Exception:  # (Ray's private helpers moved: nothing to check against)
+        token_mode = is_token_auth_enabled()
+        metadata = _get_authentication_metadata_tuple() if token_mode else ()
+    except Exception:  # (Ray's private helpers moved, or its token file is unreadable: ray.init will say)
         return
-    with grpc.insecure_channel(address) as channel:
-        get_cluster_id = channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId")  # bytes in, bytes out
-        try:
+    if token_mode and not metadata:
+        return
+    try:
+        with grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)]) as channel:
+            get_cluster_id = channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId")  # bytes in and out
             get_cluster_id(b"", timeout=timeout_s, metadata=metadata)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
-                sent = "a token it does not accept" if metadata else "no token (RAY_AUTH_MODE is not token here)"
-                raise ClusterError(f"the Ray cluster at {address} uses token auth and this process sent {sent}: "
-                                   f"{_TOKEN_HINT}") from exc
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+            sent = "a token it does not accept" if metadata else "no token (RAY_AUTH_MODE is not token here)"
+            raise ClusterError(f"the Ray cluster at {address} uses token auth and this process sent {sent}: "
+                               f"{_TOKEN_HINT}") from exc
+    except Exception:  # anything else is ray.init's to find
+        return
 
 
 def check_fits_one_node(wants: dict[str, tuple[str, float]], where: str) -> None:
