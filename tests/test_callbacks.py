@@ -301,7 +301,7 @@ def test_writes_into_nested_result_keys_reach_the_row_csv_json_tensorboard_and_t
     if wandb:
         from test_trackers import _wandb_history
 
-        history = _wandb_history(outcome.logdir)[0]
+        history = _wandb_history(outcome.logdir, rows_at_least=2)[0]
         assert [{k: h[k] for k in ("custom_metrics/x", "learners/shared/w", "mine/deep/u")} for h in history] == [
             {"custom_metrics/x": 3.5 * it, "learners/shared/w": 2.0 * it, "mine/deep/u": 10.0 * it} for it in (1, 2)]
     assert outcome.result["learners"]["shared"]["w"] == 4.0 and outcome.result["mine"]["deep"]["u"] == 20.0

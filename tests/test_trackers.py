@@ -8,6 +8,7 @@ import json
 import logging
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,8 +48,19 @@ def _key(item) -> str:
     return item.key or "/".join(item.nested_key)  # (W&B writes some keys as a nested path)
 
 
-def _wandb_history(trial: Path) -> tuple[list[dict], dict, list]:
-    """Every logged row (in file order, over the run's offline folders), the last summary values, the run records."""
+def _wandb_history(trial: Path, rows_at_least: int = 0) -> tuple[list[dict], dict, list]:
+    """Every logged row (in file order, over the run's offline folders), the last summary values, the run records.
+    ``rows_at_least``: read again for up to 15 s until that many rows are there (W&B's service process writes the
+    run file; on a loaded machine it was seen to lag the run's finish)."""
+    deadline = time.monotonic() + 15
+    while True:
+        found = _read_wandb_files(trial)
+        if len(found[0]) >= rows_at_least or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+def _read_wandb_files(trial: Path) -> tuple[list[dict], dict, list]:
     rows, summary, runs = [], {}, []
     for run_file in sorted(trial.glob("wandb/offline-run-*/run-*.wandb")):
         for record in wandb_records(run_file):
