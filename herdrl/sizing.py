@@ -1,0 +1,169 @@
+"""How many env runners, and how many envs on each: the model behind sizing a run from measured costs (issue 64;
+the measurements, ``num_env_runners="auto"`` and ``herd bench size`` build on it).
+
+A runner with ``E`` envs steps them one after another, then runs one batched forward pass for all of them::
+
+    rate(E) = E / (E * env_step_s + inference_s(E))                 env steps per second, one runner
+
+The learner trains ``1 / learner_s_per_step`` env steps per second. An algorithm that samples, then learns (PPO,
+A2C, DQN, SAC, ... in herdrl) spends ``1 / (N * rate)`` sampling and ``learner_s_per_step`` learning per env step::
+
+    throughput(N, E) = 1 / (1 / (N * rate(E)) + learner_s_per_step)
+
+and one that overlaps them (APPO, IMPALA) is held back by the slower of the two::
+
+    throughput(N, E) = min(N * rate(E), 1 / learner_s_per_step)
+
+``N`` is bounded by the runner slots the nodes hold (their CPUs less the driver's and the learner actors', in
+whole ``num_cpus_per_env_runner`` reservations on one node each) and by their memory (a runner's RSS). The choice
+is the fewest runners, and for them the envs per runner, whose throughput is within ``tolerance`` of the best
+any allowed pair reaches: past it, more runners cost CPUs for little (the learner, or the slots, bound the run).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from herdrl.errors import ConfigError
+
+#: Envs per runner tried when the user leaves them to herdrl (the issue's grid).
+ENV_CHOICES = (1, 4, 16)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node's capacity: CPUs and bytes of memory free for runners."""
+
+    cpus: float
+    memory_bytes: float
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Measured costs that decide the size (seconds, bytes).
+
+    ``inference_s`` maps a batch size (envs per runner) to one forward pass of the policy on that many
+    observations; sizes not measured are interpolated linearly (extrapolated from the last two beyond them).
+    """
+
+    env_step_s: float
+    inference_s: dict[int, float]
+    learner_s_per_step: float
+    runner_rss_bytes: float
+    nodes: tuple[Node, ...]
+
+    def __post_init__(self) -> None:
+        if self.env_step_s < 0 or self.learner_s_per_step < 0 or self.runner_rss_bytes < 0:
+            raise ConfigError("sizing costs must be >= 0 (env step, learner time per step, runner memory)")
+        if not self.inference_s or any(size < 1 or seconds < 0 for size, seconds in self.inference_s.items()):
+            raise ConfigError("sizing needs the policy's inference time for at least one batch size >= 1")
+        if not self.nodes:
+            raise ConfigError("sizing needs at least one node")
+
+    def inference_at(self, batch: int) -> float:
+        """One forward pass on ``batch`` observations: measured, else linear between (or past) measured sizes."""
+        sizes = sorted(self.inference_s)
+        if batch in self.inference_s:
+            return self.inference_s[batch]
+        if len(sizes) == 1:
+            return self.inference_s[sizes[0]]
+        below = [s for s in sizes if s < batch][-1:] or sizes[:1]
+        above = [s for s in sizes if s > batch][:1] or sizes[-1:]
+        lo, hi = (below[0], above[0]) if below[0] != above[0] else (sizes[-2], sizes[-1])
+        slope = (self.inference_s[hi] - self.inference_s[lo]) / (hi - lo)
+        return max(0.0, self.inference_s[lo] + slope * (batch - lo))
+
+    def runner_rate(self, envs: int) -> float:
+        """Env steps per second of one runner with ``envs`` envs."""
+        seconds = envs * self.env_step_s + self.inference_at(envs)
+        return math.inf if seconds == 0 else envs / seconds
+
+
+@dataclass(frozen=True)
+class Reservations:
+    """What a run reserves besides its runners: the driver on the first node, learner actors wherever they fit."""
+
+    cpus_per_runner: float = 1.0
+    driver_cpus: float = 1.0
+    learners: int = 0
+    cpus_per_learner: float = 1.0
+    share: float = 1.0  # a fraction of the cluster (concurrent `herd tune` trials share it)
+
+
+@dataclass
+class Sizing:
+    """The choice, why, and what it projects."""
+
+    num_env_runners: int
+    num_envs_per_env_runner: int
+    throughput: float  # projected env steps per second
+    best_throughput: float
+    bound: str  # "learner", "slots" or "memory": what stops more runners from paying
+    max_runners: int  # runners the nodes hold
+    costs: Costs
+    reason: str = field(default="")
+
+
+def runner_slots(costs: Costs, reserved: Reservations) -> tuple[int, str]:
+    """(how many runners the nodes hold, "slots" or "memory": which of CPUs and memory bounds them first)."""
+    if not 0 < reserved.share <= 1:
+        raise ConfigError(f"sizing share must be in (0, 1], got {reserved.share!r}")
+    learners_left = reserved.learners
+    by_cpu = by_memory = 0
+    for i, node in enumerate(costs.nodes):
+        cpus = node.cpus * reserved.share - (reserved.driver_cpus if i == 0 else 0.0)
+        while learners_left and cpus >= reserved.cpus_per_learner:  # learner actors take whole reservations too
+            cpus -= reserved.cpus_per_learner
+            learners_left -= 1
+        by_cpu += max(0, math.floor(cpus / reserved.cpus_per_runner + 1e-9))
+        if costs.runner_rss_bytes > 0:
+            by_memory += max(0, math.floor(node.memory_bytes * reserved.share / costs.runner_rss_bytes))
+        else:
+            by_memory = math.inf
+    return (int(by_memory), "memory") if by_memory < by_cpu else (by_cpu, "slots")
+
+
+def throughput(costs: Costs, runners: int, envs: int, overlap: bool) -> float:
+    """Projected env steps per second with ``runners`` runners of ``envs`` envs (0 runners: sampling in the
+    driver, which never overlaps learning)."""
+    sample_rate = max(1, runners) * costs.runner_rate(envs)
+    learn_rate = math.inf if costs.learner_s_per_step == 0 else 1.0 / costs.learner_s_per_step
+    if overlap and runners > 0:
+        return min(sample_rate, learn_rate)
+    return 1.0 / (1.0 / sample_rate + 1.0 / learn_rate)
+
+
+def choose(costs: Costs, reserved: Reservations = Reservations(), overlap: bool = False,
+           runners: int | None = None, envs: int | None = None, tolerance: float = 0.05) -> Sizing:
+    """Runners and envs per runner for these costs; a number the user gave (``runners``, ``envs``) is kept."""
+    most, limit = runner_slots(costs, reserved)
+    if runners is not None and runners > most:
+        raise ConfigError(f"num_env_runners={runners} is more than the nodes hold ({most} runners by "
+                          f"{'memory' if limit == 'memory' else 'CPUs'}); lower it or add nodes")
+    runner_choices = [runners] if runners is not None else range(0, most + 1)
+    env_choices = [envs] if envs is not None else ENV_CHOICES
+    table = {(n, e): throughput(costs, n, e, overlap) for n in runner_choices for e in env_choices}
+    best = max(table.values())
+    # fewest runners first, then fewest envs: the cheapest pair that reaches the best within the tolerance
+    n, e = min((pair for pair, rate in table.items() if rate >= best * (1 - tolerance)), key=lambda p: (p[0], p[1]))
+    bound = "learner" if n < most else limit  # stopped short of the slots: more runners would wait on learning
+    return Sizing(n, e, table[(n, e)], best, bound, most, costs, reason=_reason(costs, n, e, bound, most))
+
+
+def _reason(costs: Costs, runners: int, envs: int, bound: str, most: int) -> str:
+    why = {"learner": f"learner-bound past {runners}", "slots": f"CPU-bound at {most} runners",
+           "memory": f"memory holds {most} runners"}[bound]
+    return (f"env {costs.env_step_s * 1e3:.2f} ms/step, policy {costs.inference_at(envs) * 1e3:.2f} ms per batch "
+            f"of {envs}, learner {costs.learner_s_per_step * 1e6:.1f} us/step: "
+            f"{runners or 'in-process'} runner{'s' if runners != 1 else ''} x {envs} envs ({why})")
+
+
+def projection(costs: Costs, reserved: Reservations, nodes: int, overlap: bool) -> list[tuple[int, Sizing]]:
+    """What the choice would be on 1..``nodes`` nodes like the first one: the answer to "how many nodes"."""
+    rows = []
+    for count in range(1, nodes + 1):
+        grown = Costs(costs.env_step_s, costs.inference_s, costs.learner_s_per_step, costs.runner_rss_bytes,
+                      (costs.nodes[0],) * count)
+        rows.append((count, choose(grown, reserved, overlap)))
+    return rows

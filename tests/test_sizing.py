@@ -1,0 +1,75 @@
+"""The sizing model (herdrl/sizing.py) against the same arithmetic done here by hand, in both regimes."""
+
+import pytest
+
+from herdrl.errors import ConfigError
+from herdrl.sizing import Costs, Node, Reservations, choose, projection, runner_slots
+
+GB = 1e9
+ONE_NODE = (Node(8, 64 * GB),)
+
+
+def _costs(env_ms: float, learner_us: float, rss_gb: float = 0.5, nodes=ONE_NODE) -> Costs:
+    return Costs(env_step_s=env_ms / 1e3, inference_s={1: 0.0005, 16: 0.002}, learner_s_per_step=learner_us / 1e6,
+                 runner_rss_bytes=rss_gb * GB, nodes=tuple(nodes))
+
+
+def _by_hand(env_s: float, learner_s: float, slots: int, overlap: bool) -> dict:
+    """Throughput of every (runners, envs) pair, from the formulas in the docs, computed independently."""
+    inference = {1: 0.0005, 4: 0.0005 + 3 * (0.0015 / 15), 16: 0.002}
+    table = {}
+    for n in range(slots + 1):
+        for e in (1, 4, 16):
+            sample = max(1, n) * e / (e * env_s + inference[e])
+            table[n, e] = min(sample, 1 / learner_s) if overlap and n else 1 / (1 / sample + learner_s)
+    return table
+
+
+def _cheapest_within_5_percent(table: dict) -> tuple:
+    best = max(table.values())
+    return min(pair for pair, rate in table.items() if rate >= 0.95 * best)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_an_env_bound_run_takes_every_slot_and_a_learner_bound_one_stops_where_more_runners_stop_paying(overlap):
+    env_bound = choose(_costs(env_ms=2.0, learner_us=1.0), overlap=overlap)  # 8 CPUs less the driver's: 7 slots
+    assert (env_bound.num_env_runners, env_bound.num_envs_per_env_runner) == _cheapest_within_5_percent(
+        _by_hand(0.002, 1e-6, 7, overlap))
+    assert env_bound.num_env_runners == 7 and env_bound.bound == "slots" and env_bound.max_runners == 7
+    learner_bound = choose(_costs(env_ms=0.1, learner_us=1000.0), overlap=overlap)
+    expected = _cheapest_within_5_percent(_by_hand(0.0001, 1e-3, 7, overlap))
+    assert (learner_bound.num_env_runners, learner_bound.num_envs_per_env_runner) == expected
+    assert learner_bound.num_env_runners < 7 and learner_bound.bound == "learner"
+    assert learner_bound.throughput == pytest.approx(_by_hand(0.0001, 1e-3, 7, overlap)[expected])
+    assert f"learner-bound past {expected[0]}" in learner_bound.reason and "env 0.10 ms/step" in learner_bound.reason
+
+
+def test_memory_learners_and_a_share_of_the_cluster_bound_the_runners():
+    assert runner_slots(_costs(2.0, 1.0), Reservations()) == (7, "slots")
+    assert runner_slots(_costs(2.0, 1.0, rss_gb=16), Reservations()) == (4, "memory")  # 64 GB / 16 GB
+    assert runner_slots(_costs(2.0, 1.0), Reservations(learners=2)) == (5, "slots")
+    assert runner_slots(_costs(2.0, 1.0), Reservations(learners=2, cpus_per_learner=0.5)) == (6, "slots")
+    assert runner_slots(_costs(2.0, 1.0), Reservations(share=0.5)) == (3, "slots")  # 4 CPUs, one the driver's
+    assert runner_slots(_costs(2.0, 1.0), Reservations(cpus_per_runner=2)) == (3, "slots")
+    two_nodes = _costs(2.0, 1.0, nodes=(Node(8, 64 * GB), Node(4, 64 * GB)))
+    assert runner_slots(two_nodes, Reservations()) == (11, "slots")  # the driver sits on the first node only
+    assert choose(_costs(2.0, 1.0, rss_gb=16)).num_env_runners == 4
+
+
+def test_numbers_the_user_gave_win_and_impossible_ones_are_one_line():
+    chosen = choose(_costs(env_ms=2.0, learner_us=1.0), runners=2, envs=4)
+    assert (chosen.num_env_runners, chosen.num_envs_per_env_runner) == (2, 4)
+    assert choose(_costs(env_ms=2.0, learner_us=1.0), envs=1).num_envs_per_env_runner == 1
+    with pytest.raises(ConfigError, match="num_env_runners=9 is more than the nodes hold .7 runners by CPUs"):
+        choose(_costs(env_ms=2.0, learner_us=1.0), runners=9)
+    with pytest.raises(ConfigError, match="inference time"):
+        Costs(0.001, {}, 1e-6, GB, (Node(2, GB),))
+
+
+def test_the_projection_grows_with_nodes_until_the_learner_binds():
+    rows = projection(_costs(env_ms=0.5, learner_us=20.0), Reservations(), nodes=6, overlap=False)
+    runners = [sizing.num_env_runners for _, sizing in rows]
+    rates = [sizing.throughput for _, sizing in rows]
+    assert [count for count, _ in rows] == list(range(1, 7))
+    assert runners[0] == 7 and runners == sorted(runners) and rates == sorted(rates)
+    assert rows[-1][1].bound == "learner" and rows[-1][1].num_env_runners < 6 * 8 - 1
