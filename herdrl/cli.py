@@ -149,6 +149,18 @@ def _add_bench_parser(subparsers: Any) -> None:
     s.add_argument("--address", help="measure on this Ray cluster (HOST:PORT or auto)")
     s.add_argument("--node-ip-address", help="this driver's own address when joining a cluster")
     s.add_argument("--out", default="results/bench", help="folder for scaling.csv and scaling.png")
+    z = kinds.add_parser("size", help="how many runners and envs, and how many nodes",
+                         description="Measures the env's step, the policy's batched forward pass and the learner's "
+                                     "time per env step here, then prints the runners and envs per runner the "
+                                     "sizing model picks, and the throughput it projects for 1..N nodes like this "
+                                     "one (docs/scaling.md). Nothing is trained beyond two measuring iterations.")
+    z.add_argument("--env", required=True, help="Gymnasium id or register_env name")
+    _add_import_option(z)
+    z.add_argument("--algorithm", default="ppo", help="algorithm to size (default ppo)")
+    z.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE", help="config overrides, as for train")
+    z.add_argument("--nodes", type=int, default=8, help="project for 1..N nodes like this one (default 8)")
+    z.add_argument("--address", help="size for this Ray cluster's nodes (HOST:PORT or auto)")
+    z.add_argument("--node-ip-address", help="this driver's own address when joining a cluster")
     i = kinds.add_parser("ingest", help="fragments one learner absorbs, by each data path",
                          description="Synthetic producers (no env, no torch) feed one learner: fragments, MB and env "
                                      "steps absorbed per second, and the driver's and learner's CPU per fragment, "
@@ -562,6 +574,8 @@ def _bench(args: argparse.Namespace) -> int:
 
     if args.bench_kind == "ingest":
         return _bench_ingest(args)
+    if args.bench_kind == "size":
+        return _bench_size(args)
     try:
         counts = [int(x) for x in args.runners.split(",") if x.strip()]
     except ValueError:
@@ -575,6 +589,28 @@ def _bench(args: argparse.Namespace) -> int:
     if args.node_ip_address:
         config.resources(node_ip_address=args.node_ip_address)
     run_scaling(config, counts, args.iters, Path(args.out), include_local=not args.no_local)
+    return 0
+
+
+def _bench_size(args: argparse.Namespace) -> int:
+    from herdrl.bench_size import run_size
+    from herdrl.cluster import connect, disconnect
+    from herdrl.errors import ConfigError
+    from herdrl.registry import get_config_class
+
+    if args.nodes < 1:
+        raise ConfigError(f"--nodes must be >= 1, got {args.nodes}")
+    config = get_config_class(args.algorithm).from_dict(parse_overrides(args.config)).environment(args.env)
+    if args.address:
+        config.resources(address=args.address)
+    if args.node_ip_address:
+        config.resources(node_ip_address=args.node_ip_address)
+    joined = bool(args.address) and connect(config)  # only to read the cluster's nodes: the measuring is here
+    try:
+        run_size(config, nodes=args.nodes)
+    finally:
+        if joined:
+            disconnect()
     return 0
 
 

@@ -45,6 +45,8 @@ class Costs:
 
     ``inference_s`` maps a batch size (envs per runner) to one forward pass of the policy on that many
     observations; sizes not measured are interpolated linearly (extrapolated from the last two beyond them).
+    ``runner_step_s``, where given, is a runner's measured seconds per env step with that many envs: it replaces
+    the formula for those sizes (an env's own vectorised version steps copies faster than one by one).
     """
 
     env_step_s: float
@@ -52,6 +54,7 @@ class Costs:
     learner_s_per_step: float
     runner_rss_bytes: float
     nodes: tuple[Node, ...]
+    runner_step_s: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.env_step_s < 0 or self.learner_s_per_step < 0 or self.runner_rss_bytes < 0:
@@ -76,6 +79,8 @@ class Costs:
 
     def runner_rate(self, envs: int) -> float:
         """Env steps per second of one runner with ``envs`` envs."""
+        if envs in self.runner_step_s:
+            return math.inf if self.runner_step_s[envs] == 0 else 1.0 / self.runner_step_s[envs]
         seconds = envs * self.env_step_s + self.inference_at(envs)
         return math.inf if seconds == 0 else envs / seconds
 
@@ -147,16 +152,22 @@ def choose(costs: Costs, reserved: Reservations = Reservations(), overlap: bool 
     best = max(table.values())
     # fewest runners first, then fewest envs: the cheapest pair that reaches the best within the tolerance
     n, e = min((pair for pair, rate in table.items() if rate >= best * (1 - tolerance)), key=lambda p: (p[0], p[1]))
-    bound = "learner" if n < most else limit  # stopped short of the slots: more runners would wait on learning
+    # what holds the run back at the choice: the learner when learning an env step takes at least as long as
+    # sampling one (synchronous: the larger share of each iteration; overlapped: all the learner can take)
+    sampling_s = 1.0 / (max(1, n) * costs.runner_rate(e))
+    bound = "learner" if sampling_s <= costs.learner_s_per_step else limit
     return Sizing(n, e, table[(n, e)], best, bound, most, costs, reason=_reason(costs, n, e, bound, most))
 
 
 def _reason(costs: Costs, runners: int, envs: int, bound: str, most: int) -> str:
-    why = {"learner": f"learner-bound past {runners}", "slots": f"CPU-bound at {most} runners",
-           "memory": f"memory holds {most} runners"}[bound]
-    return (f"env {costs.env_step_s * 1e3:.2f} ms/step, policy {costs.inference_at(envs) * 1e3:.2f} ms per batch "
-            f"of {envs}, learner {costs.learner_s_per_step * 1e6:.1f} us/step: "
-            f"{runners or 'in-process'} runner{'s' if runners != 1 else ''} x {envs} envs ({why})")
+    why = {"learner": "learner-bound: more runners would wait on learning",
+           "slots": f"CPU-bound: the nodes hold {most} runners", "memory": f"memory holds {most} runners"}[bound]
+    chosen = f"{runners} runner{'s' if runners != 1 else ''} x {envs} envs" if runners else \
+        f"in-process sampling, {envs} envs"
+    runner = (f"runner {costs.runner_step_s[envs] * 1e3:.3f} ms per env step with {envs} envs"
+              if envs in costs.runner_step_s else f"policy {costs.inference_at(envs) * 1e3:.2f} ms per batch of {envs}")
+    return (f"env {costs.env_step_s * 1e3:.2f} ms/step, {runner}, learner {costs.learner_s_per_step * 1e6:.1f} "
+            f"us/step: {chosen} ({why})")
 
 
 def projection(costs: Costs, reserved: Reservations, nodes: int, overlap: bool) -> list[tuple[int, Sizing]]:

@@ -41,7 +41,8 @@ def test_an_env_bound_run_takes_every_slot_and_a_learner_bound_one_stops_where_m
     assert (learner_bound.num_env_runners, learner_bound.num_envs_per_env_runner) == expected
     assert learner_bound.num_env_runners < 7 and learner_bound.bound == "learner"
     assert learner_bound.throughput == pytest.approx(_by_hand(0.0001, 1e-3, 7, overlap)[expected])
-    assert f"learner-bound past {expected[0]}" in learner_bound.reason and "env 0.10 ms/step" in learner_bound.reason
+    assert "learner-bound" in learner_bound.reason and "env 0.10 ms/step" in learner_bound.reason
+    assert f"{expected[0]} runner{'s' if expected[0] > 1 else ''} x {expected[1]} envs" in learner_bound.reason
 
 
 def test_memory_learners_and_a_share_of_the_cluster_bound_the_runners():
@@ -73,3 +74,32 @@ def test_the_projection_grows_with_nodes_until_the_learner_binds():
     assert [count for count, _ in rows] == list(range(1, 7))
     assert runners[0] == 7 and runners == sorted(runners) and rates == sorted(rates)
     assert rows[-1][1].bound == "learner" and rows[-1][1].num_env_runners < 6 * 8 - 1
+
+
+def test_a_measured_runner_rate_replaces_the_formula_for_its_size():
+    """An env's own vector version steps copies faster than one by one: the runner's measured rate is used."""
+    costs = Costs(0.001, {1: 0.0005, 16: 0.002}, 1e-6, GB, ONE_NODE, runner_step_s={16: 0.0001})
+    assert costs.runner_rate(16) == pytest.approx(10_000)  # not 16 / (0.016 + 0.002)
+    assert costs.runner_rate(1) == pytest.approx(1 / 0.0015)  # the formula where nothing was measured
+    assert choose(costs, envs=16).throughput == pytest.approx(1 / (1 / (7 * 10_000) + 1e-6))
+
+
+def test_herd_bench_size_measures_the_env_it_is_given_and_prints_the_models_choice(capsys):
+    """The env sleeps 5 ms a step: what is measured is at least that (and not far above); one projected row per
+    node count."""
+    from herdrl.cli import main
+
+    assert main(["bench", "size", "--env", "herd/Latency-v0", "--nodes", "2", "--config",
+                 "env_config={step_latency_s: 0.005}", "train_batch_size=256", "minibatch_size=64"]) == 0
+    out = capsys.readouterr().out
+    measured = float(out.split("measured: env ")[1].split(" ms/step")[0])
+    assert 5.0 <= measured < 50.0, out
+    lines = [line for line in out.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert len(lines) == 2 and out.startswith("herd bench size: env "), out
+
+
+def test_herd_bench_size_refuses_a_bad_node_count(capsys):
+    from herdrl.cli import main
+
+    assert main(["bench", "size", "--env", "CartPole-v1", "--nodes", "0"]) == 2
+    assert "--nodes must be >= 1" in capsys.readouterr().err

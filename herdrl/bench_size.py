@@ -1,0 +1,139 @@
+"""``herd bench size``: what the sizing model (:mod:`herdrl.sizing`) picks for an env and algorithm here, from costs
+measured in this process, without training: runners, envs per runner, the reason, and the throughput projected
+for 1..N nodes like this one ("how many nodes should I ask for?").
+
+    herd bench size --env CartPole-v1
+    herd bench size --env herd/Latency-v0 --config 'env_config={step_latency_s: 0.02}' --nodes 8
+
+What is measured (each for about a second): one env stepped alone (random actions); an in-process runner with 1, 4
+and 16 envs (the policy's batched forward pass is what a runner's step costs beyond its envs); two training
+iterations in this process (the learner's time per env step of the second); this process's resident memory (a
+runner actor imports the same torch, env and policy: an upper bound); and the CPUs and memory of each node (the
+Ray cluster's when one is joined, else this machine's).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from typing import Any
+
+import numpy as np
+
+from herdrl.config import AlgorithmConfig
+from herdrl.sizing import ENV_CHOICES, Costs, Node, Reservations, choose, projection
+
+
+def _env_step_seconds(config: AlgorithmConfig, seconds: float) -> float:
+    from herdrl.env import make_vector_env
+
+    env = make_vector_env(config.env, config.env_config, 1, "sync")
+    env.reset(seed=0)
+    env.single_action_space.seed(0)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds or steps < 20:
+        env.step(np.stack([env.single_action_space.sample()]))
+        steps += 1
+    elapsed = time.perf_counter() - start
+    env.close()
+    return elapsed / steps
+
+
+def _runner_step_seconds(config: AlgorithmConfig, envs: int, seconds: float, env_step_s: float) -> float:
+    """Seconds per env step of an in-process runner with ``envs`` envs (fragments of up to 32 steps, fewer where
+    the env is slow enough that 32 would overrun ``seconds``; after a one-step warm-up)."""
+    from herdrl.rollout import EnvRunner
+
+    length = int(min(32, max(2, seconds / 2 / max(envs * env_step_s, 1e-9))))
+    trial = config.copy()
+    trial.num_envs_per_env_runner = envs
+    trial.rollout_fragment_length = length
+    runner = EnvRunner(trial)
+    runner.sample(1)  # warm-up: first forward pass, env resets
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds or steps == 0:
+        runner.sample(length)
+        steps += length * envs
+    elapsed = time.perf_counter() - start
+    runner.stop()
+    return elapsed / steps
+
+
+def _learner_seconds_per_step(config: AlgorithmConfig, runner_step_s: float, seconds: float) -> float:
+    """The learner's time per env step of a training iteration in this process (the second: the first warms up),
+    on a batch no larger than ``seconds`` of sampling at ``runner_step_s`` (a slow env would otherwise take minutes
+    to fill the batch: a learner's time grows with its batch, so the time per env step holds)."""
+    trial = config.copy()
+    trial.num_env_runners, trial.num_learners, trial.evaluation_interval = 0, 0, None
+    batch = int(min(trial.train_batch_size, max(64, seconds / max(runner_step_s, 1e-9))))
+    if batch < trial.train_batch_size:
+        trial.train_batch_size = batch
+        if getattr(trial, "minibatch_size", None):
+            trial.minibatch_size = min(trial.minibatch_size, batch)
+    algo = trial.build()
+    try:
+        algo.train()
+        row = algo.train()
+    finally:
+        algo.stop()
+    return float(row["learn_time_s"]) / max(1.0, float(row["num_env_steps_sampled"]))
+
+
+def _nodes() -> tuple[Node, ...]:
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return tuple(Node(node["Resources"].get("CPU", 0.0), node["Resources"].get("memory", 0.0))
+                     for node in ray.nodes() if node.get("Alive"))
+    available = 0.0
+    with open("/proc/meminfo") as f:  # (Linux: the machines herdrl runs its clusters on)
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                available = float(line.split()[1]) * 1024
+    return (Node(float(os.cpu_count() or 1), available),)
+
+
+def measure_costs(config: AlgorithmConfig, envs: tuple[int, ...] = ENV_CHOICES, seconds: float = 1.0) -> Costs:
+    """The costs :func:`herdrl.sizing.choose` decides from, measured in this process (see the module's docstring)."""
+    env_step = _env_step_seconds(config, seconds / 2)
+    runner_step = {n: _runner_step_seconds(config, n, seconds, env_step) for n in envs}
+    # the policy's share: what a runner's step costs beyond its envs stepped one by one (0 where the env's own
+    # vectorised version is faster than that: the measured runner rate is what the model uses then)
+    inference = {n: max(0.0, n * runner_step[n] - n * env_step) for n in envs}
+    learner = _learner_seconds_per_step(config, min(runner_step.values()), 2 * seconds)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # (kB on Linux)
+    return Costs(env_step_s=env_step, inference_s=inference, learner_s_per_step=learner, runner_rss_bytes=rss,
+                 nodes=_nodes(), runner_step_s=runner_step)
+
+
+def overlaps(config: AlgorithmConfig) -> bool:
+    """True for algorithms whose sampling and learning overlap (IMPALA, APPO)."""
+    from herdrl.algorithms.impala import IMPALAConfig
+
+    return isinstance(config, IMPALAConfig)
+
+
+def run_size(config: AlgorithmConfig, nodes: int = 8, echo: Any = print) -> dict:
+    """Measure, print the choice, the costs and the projection for 1..``nodes`` nodes; return them as a dict."""
+    config.validate()
+    costs = measure_costs(config)
+    reserved = Reservations(cpus_per_runner=config.num_cpus_per_env_runner,
+                            driver_cpus=float(config.num_cpus_for_main_process), learners=config.num_learners,
+                            cpus_per_learner=config.num_cpus_per_learner)
+    overlap = overlaps(config)
+    sizing = choose(costs, reserved, overlap)
+    echo(f"herd bench size: {sizing.reason}")
+    echo(f"measured: env {costs.env_step_s * 1e3:.3f} ms/step alone; a runner's ms per env step with "
+         + ", ".join(f"{n} envs {s * 1e3:.3f}" for n, s in sorted(costs.runner_step_s.items()))
+         + f"; learner {costs.learner_s_per_step * 1e6:.1f} us/env step; runner memory <= "
+         f"{costs.runner_rss_bytes / 2**20:,.0f} MiB; nodes: "
+         + ", ".join(f"{n.cpus:g} CPUs/{n.memory_bytes / 2**30:.1f} GiB" for n in costs.nodes))
+    rows = projection(costs, reserved, nodes, overlap)
+    echo("| nodes like the first | runners | envs per runner | projected env steps/s | bound |")
+    echo("| --- | --- | --- | --- | --- |")
+    for count, row in rows:
+        echo(f"| {count} | {row.num_env_runners} | {row.num_envs_per_env_runner} | {row.throughput:,.0f} | "
+             f"{row.bound} |")
+    return {"sizing": sizing, "costs": costs, "projection": rows}
