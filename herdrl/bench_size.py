@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from herdrl.config import AlgorithmConfig
+from herdrl.errors import ConfigError
 from herdrl.sizing import ENV_CHOICES, Costs, Node, Reservations, choose, projection
 
 
@@ -42,21 +43,29 @@ def _env_step_seconds(config: AlgorithmConfig, seconds: float) -> float:
 
 def _runner_step_seconds(config: AlgorithmConfig, envs: int, seconds: float, env_step_s: float) -> float:
     """Seconds per env step of an in-process runner with ``envs`` envs (fragments of up to 32 steps, fewer where
-    the env is slow enough that 32 would overrun ``seconds``; after a one-step warm-up)."""
+    the env is slow enough that 32 would overrun ``seconds``; after a one-step warm-up), its torch on one thread as
+    a Ray runner's is."""
+    import torch
+
     from herdrl.rollout import EnvRunner
 
     length = int(min(32, max(2, seconds / 2 / max(envs * env_step_s, 1e-9))))
     trial = config.copy()
     trial.num_envs_per_env_runner = envs
     trial.rollout_fragment_length = length
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     runner = EnvRunner(trial)
-    runner.sample(1)  # warm-up: first forward pass, env resets
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds or steps == 0:
-        runner.sample(length)
-        steps += length * envs
-    elapsed = time.perf_counter() - start
-    runner.stop()
+    try:
+        runner.sample(1)  # warm-up: first forward pass, env resets
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds or steps == 0:
+            runner.sample(length)
+            steps += length * envs
+        elapsed = time.perf_counter() - start
+    finally:
+        runner.stop()
+        torch.set_num_threads(threads)
     return elapsed / steps
 
 
@@ -92,16 +101,19 @@ def _nodes() -> tuple[Node, ...]:
         for line in f:
             if line.startswith("MemAvailable:"):
                 available = float(line.split()[1]) * 1024
-    return (Node(float(os.cpu_count() or 1), available),)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # (a Slurm job's)
+    return (Node(float(cpus or 1), available),)
 
 
 def measure_costs(config: AlgorithmConfig, envs: tuple[int, ...] = ENV_CHOICES, seconds: float = 1.0) -> Costs:
     """The costs :func:`herdrl.sizing.choose` decides from, measured in this process (see the module's docstring)."""
     env_step = _env_step_seconds(config, seconds / 2)
-    runner_step = {n: _runner_step_seconds(config, n, seconds, env_step) for n in envs}
+    # (envs whose two steps would overrun the budget are left to the formula, from the sizes measured)
+    runner_step = {n: _runner_step_seconds(config, n, seconds, env_step) for n in envs
+                   if n == min(envs) or 2 * n * env_step <= seconds}
     # the policy's share: what a runner's step costs beyond its envs stepped one by one (0 where the env's own
     # vectorised version is faster than that: the measured runner rate is what the model uses then)
-    inference = {n: max(0.0, n * runner_step[n] - n * env_step) for n in envs}
+    inference = {n: max(0.0, n * runner_step[n] - n * env_step) for n in runner_step}
     learner = _learner_seconds_per_step(config, min(runner_step.values()), 2 * seconds)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # (kB on Linux)
     return Costs(env_step_s=env_step, inference_s=inference, learner_s_per_step=learner, runner_rss_bytes=rss,
@@ -115,15 +127,28 @@ def overlaps(config: AlgorithmConfig) -> bool:
     return isinstance(config, IMPALAConfig)
 
 
+#: What ``herd bench size`` measures so far: algorithms that sample, then learn on what they sampled (their
+#: learner's time per env step holds on a smaller batch). Off-policy (replay ratio, learning starts), IMPALA/APPO
+#: (the driver's intake beside learning) and offline ones come with ``num_env_runners="auto"`` (issue 64).
+SIZED = ("PPO", "A2C", "TRPO")
+
+
 def run_size(config: AlgorithmConfig, nodes: int = 8, echo: Any = print) -> dict:
-    """Measure, print the choice, the costs and the projection for 1..``nodes`` nodes; return them as a dict."""
+    """Measure, print the choice, the costs and the projection for 1..``nodes`` nodes; return them as a dict.
+    Numbers the user set (``num_env_runners``, ``num_envs_per_env_runner``) are kept, as given."""
+    name = type(config).__name__.removesuffix("Config")
+    if name not in SIZED:
+        raise ConfigError(f"herd bench size measures {', '.join(SIZED)} for now, not {name}: size that run with "
+                          "`herd bench scaling` meanwhile")
     config.validate()
-    costs = measure_costs(config)
+    envs = config.num_envs_per_env_runner if config.is_explicit("num_envs_per_env_runner") else None
+    runners = config.num_env_runners if config.is_explicit("num_env_runners") else None
+    costs = measure_costs(config, ENV_CHOICES if envs is None else (envs,))
     reserved = Reservations(cpus_per_runner=config.num_cpus_per_env_runner,
                             driver_cpus=float(config.num_cpus_for_main_process), learners=config.num_learners,
                             cpus_per_learner=config.num_cpus_per_learner)
     overlap = overlaps(config)
-    sizing = choose(costs, reserved, overlap)
+    sizing = choose(costs, reserved, overlap, runners=runners, envs=envs)
     echo(f"herd bench size: {sizing.reason}")
     echo(f"measured: env {costs.env_step_s * 1e3:.3f} ms/step alone; a runner's ms per env step with "
          + ", ".join(f"{n} envs {s * 1e3:.3f}" for n, s in sorted(costs.runner_step_s.items()))

@@ -22,6 +22,7 @@ any allowed pair reaches: past it, more runners cost CPUs for little (the learne
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -111,22 +112,26 @@ class Sizing:
 
 
 def runner_slots(costs: Costs, reserved: Reservations) -> tuple[int, str]:
-    """(how many runners the nodes hold, "slots" or "memory": which of CPUs and memory bounds them first)."""
+    """(how many runners the nodes hold, "slots" or "memory": which of CPUs and memory bounds them first), node
+    by node: a runner is placed on one node, where both its CPUs and its memory must be."""
     if not 0 < reserved.share <= 1:
         raise ConfigError(f"sizing share must be in (0, 1], got {reserved.share!r}")
     learners_left = reserved.learners
-    by_cpu = by_memory = 0
+    total, by_cpu_total = 0, 0
     for i, node in enumerate(costs.nodes):
         cpus = node.cpus * reserved.share - (reserved.driver_cpus if i == 0 else 0.0)
         while learners_left and cpus >= reserved.cpus_per_learner:  # learner actors take whole reservations too
             cpus -= reserved.cpus_per_learner
             learners_left -= 1
-        by_cpu += max(0, math.floor(cpus / reserved.cpus_per_runner + 1e-9))
-        if costs.runner_rss_bytes > 0:
-            by_memory += max(0, math.floor(node.memory_bytes * reserved.share / costs.runner_rss_bytes))
-        else:
-            by_memory = math.inf
-    return (int(by_memory), "memory") if by_memory < by_cpu else (by_cpu, "slots")
+        by_cpu = max(0, math.floor(cpus / reserved.cpus_per_runner + 1e-9))
+        by_memory = (max(0, math.floor(node.memory_bytes * reserved.share / costs.runner_rss_bytes))
+                     if costs.runner_rss_bytes > 0 else by_cpu)
+        total += min(by_cpu, by_memory)
+        by_cpu_total += by_cpu
+    if learners_left:
+        raise ConfigError(f"num_learners={reserved.learners} x num_cpus_per_learner={reserved.cpus_per_learner:g} "
+                          "do not fit on the nodes beside the driver; lower them or add nodes")
+    return total, ("memory" if total < by_cpu_total else "slots")
 
 
 def throughput(costs: Costs, runners: int, envs: int, overlap: bool) -> float:
@@ -152,15 +157,18 @@ def choose(costs: Costs, reserved: Reservations = Reservations(), overlap: bool 
     best = max(table.values())
     # fewest runners first, then fewest envs: the cheapest pair that reaches the best within the tolerance
     n, e = min((pair for pair, rate in table.items() if rate >= best * (1 - tolerance)), key=lambda p: (p[0], p[1]))
-    # what holds the run back at the choice: the learner when learning an env step takes at least as long as
-    # sampling one (synchronous: the larger share of each iteration; overlapped: all the learner can take)
+    # what holds the run back: the learner where the choice is within the tolerance of all it can take, or where
+    # the tolerance stopped short of the slots with learning an env step taking at least as long as sampling one;
+    # else the slots or the memory (one slot only, say: in-process sampling is then as fast as its runner)
+    learn_rate = math.inf if costs.learner_s_per_step == 0 else 1.0 / costs.learner_s_per_step
     sampling_s = 1.0 / (max(1, n) * costs.runner_rate(e))
-    bound = "learner" if sampling_s <= costs.learner_s_per_step else limit
+    near_ceiling = table[(n, e)] >= (1 - tolerance) * learn_rate
+    bound = "learner" if near_ceiling or (n < most and sampling_s <= costs.learner_s_per_step) else limit
     return Sizing(n, e, table[(n, e)], best, bound, most, costs, reason=_reason(costs, n, e, bound, most))
 
 
 def _reason(costs: Costs, runners: int, envs: int, bound: str, most: int) -> str:
-    why = {"learner": "learner-bound: more runners would wait on learning",
+    why = {"learner": "learner-bound: more runners would add little",
            "slots": f"CPU-bound: the nodes hold {most} runners", "memory": f"memory holds {most} runners"}[bound]
     chosen = f"{runners} runner{'s' if runners != 1 else ''} x {envs} envs" if runners else \
         f"in-process sampling, {envs} envs"
@@ -174,7 +182,5 @@ def projection(costs: Costs, reserved: Reservations, nodes: int, overlap: bool) 
     """What the choice would be on 1..``nodes`` nodes like the first one: the answer to "how many nodes"."""
     rows = []
     for count in range(1, nodes + 1):
-        grown = Costs(costs.env_step_s, costs.inference_s, costs.learner_s_per_step, costs.runner_rss_bytes,
-                      (costs.nodes[0],) * count)
-        rows.append((count, choose(grown, reserved, overlap)))
+        rows.append((count, choose(dataclasses.replace(costs, nodes=(costs.nodes[0],) * count), reserved, overlap)))
     return rows

@@ -103,3 +103,43 @@ def test_herd_bench_size_refuses_a_bad_node_count(capsys):
 
     assert main(["bench", "size", "--env", "CartPole-v1", "--nodes", "0"]) == 2
     assert "--nodes must be >= 1" in capsys.readouterr().err
+
+
+def test_the_bound_names_what_holds_the_run_back_in_each_regime():
+    costs = Costs(0.001, {1: 0.0}, 1e-3, GB, ONE_NODE)  # a runner: 1,000 steps/s; the learner: 1,000 steps/s
+    overlapped = choose(costs, overlap=True, envs=1)  # one runner already feeds all the learner takes
+    assert (overlapped.num_env_runners, overlapped.bound) == (1, "learner")
+    slow_env = Costs(0.002, {1: 0.0}, 1e-6, GB, ONE_NODE)  # all 7 slots used, far below the learner's 1e6/s
+    assert (choose(slow_env, envs=1).num_env_runners, choose(slow_env, envs=1).bound) == (7, "slots")
+    one_slot = Costs(0.02, {1: 0.0}, 1e-4, GB, (Node(2, GB),))  # in-process is as fast as the one slot's runner
+    assert (choose(one_slot, envs=1).num_env_runners, choose(one_slot, envs=1).bound) == (0, "slots")
+
+
+def test_the_projection_uses_the_measured_runner_rates_and_its_first_row_is_the_choice():
+    costs = Costs(0.001, {1: 0.0005, 16: 0.002}, 1e-6, GB, ONE_NODE, runner_step_s={1: 0.0015, 4: 0.0002,
+                                                                                     16: 0.0001})
+    first = projection(costs, Reservations(), nodes=2, overlap=False)[0][1]
+    chosen = choose(costs)
+    assert (first.num_env_runners, first.num_envs_per_env_runner, first.throughput) == (
+        chosen.num_env_runners, chosen.num_envs_per_env_runner, chosen.throughput)
+
+
+def test_runners_are_placed_node_by_node_where_cpus_and_memory_both_are():
+    mixed = _costs(2.0, 1.0, rss_gb=1, nodes=(Node(33, 4 * GB), Node(2, 64 * GB)))
+    assert runner_slots(mixed, Reservations()) == (4 + 2, "memory")  # not min(32 + 2, 4 + 64)
+    with pytest.raises(ConfigError, match="num_learners=4 x num_cpus_per_learner=1 do not fit"):
+        runner_slots(_costs(2.0, 1.0, nodes=(Node(2, 64 * GB),)), Reservations(learners=4))
+
+
+def test_herd_bench_size_refuses_what_it_cannot_measure_yet_and_keeps_the_users_numbers(capsys):
+    from herdrl.bench_size import run_size
+    from herdrl.cli import main
+
+    assert main(["bench", "size", "--env", "CartPole-v1", "--algorithm", "appo"]) == 2
+    assert "measures PPO, A2C, TRPO for now, not APPO" in capsys.readouterr().err
+    from herdrl import PPOConfig
+
+    config = PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=8).training(
+        train_batch_size=256, minibatch_size=64)
+    chosen = run_size(config, nodes=1, echo=lambda *_: None)["sizing"]
+    assert chosen.num_envs_per_env_runner == 8
