@@ -29,7 +29,10 @@ demo: $(VENV)/.installed
 # against 1,129 s in one process, quiet, 2 cores (2026-12-07). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
+# Compiled first: every Ray worker and subprocess the suite starts imports herdrl, and where PYTHONDONTWRITEBYTECODE
+# is set (or in a fresh clone before the first import writes them) each would compile it again (~0.3 s of CPU each).
 test: $(VENV)/.installed-dev
+	$(BIN)/python -m compileall -q herdrl tests
 	$(BIN)/python -m pytest -q --durations=15 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 
 lint: $(VENV)/.installed-dev

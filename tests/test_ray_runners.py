@@ -329,14 +329,16 @@ def test_bench_scaling_writes_table_csv_and_plot(tmp_path, capsys):
     from herdrl.cli import main
 
     code = main(["bench", "scaling", "--env", "herd/Latency-v0", "--runners", "1,2", "--iters", "2",
-                 "--fragment", "30", "--config", "env_config={step_latency_s: 0.002}", "--out", str(tmp_path)])
+                 "--fragment", "20", "--config", "env_config={step_latency_s: 0.02}", "--out", str(tmp_path)])
     assert code == 0
     out = capsys.readouterr().out
     assert "| in-process | 1 |" in out and "| 2 | 1 |" in out
     rows = (tmp_path / "scaling.csv").read_text().splitlines()
     assert rows[0].startswith("runners,") and len(rows) == 4
     two = dict(zip(rows[0].split(","), rows[3].split(","), strict=True))
-    assert float(two["speedup_vs_1"]) > 1.3  # 2 latency-bound runners sample clearly faster than 1
+    # 2 latency-bound runners sample clearly faster than 1 (20 ms a step: 2 ms was not latency-bound enough
+    # beside another pytest worker on 2 cores, 0.86x once)
+    assert float(two["speedup_vs_1"]) > 1.3
     assert (tmp_path / "scaling.png").stat().st_size > 1000
 
 
