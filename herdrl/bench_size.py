@@ -71,42 +71,76 @@ def _runner_step_seconds(config: AlgorithmConfig, envs: int, seconds: float, env
 
 def _learner_seconds_per_step(config: AlgorithmConfig, runner_step_s: float, seconds: float) -> float:
     """The learner's time per env step of a training iteration in this process (the second: the first warms up),
-    on a batch no larger than ``seconds`` of sampling at ``runner_step_s`` (a slow env would otherwise take minutes
-    to fill the batch: a learner's time grows with its batch, so the time per env step holds)."""
+    on a batch no larger than ``seconds`` of sampling (and, off-policy, replaying) at ``runner_step_s`` (a slow env
+    would otherwise take minutes to fill the batch: a learner's time grows with its batch, so the time per env step
+    holds)."""
     trial = config.copy()
     trial.num_env_runners, trial.num_learners, trial.evaluation_interval = 0, 0, None
-    batch = int(min(trial.train_batch_size, max(64, seconds / max(runner_step_s, 1e-9))))
-    if batch < trial.train_batch_size:
-        trial.train_batch_size = batch
+    steps = int(max(64, seconds / max(runner_step_s, 1e-9)))
+    off_policy = "min_sample_timesteps_per_iteration" in trial.fields()
+    if off_policy:
+        # each iteration samples this many steps and replays training_intensity times as many: a first of 64,
+        # learning from the first step on, sizes the second by its cost per step (a learner that replays 256
+        # steps per env step would otherwise learn for many seconds on what one second sampled)
+        trial.min_sample_timesteps_per_iteration = 64
+        trial.num_steps_sampled_before_learning_starts = 0
+    elif steps < trial.train_batch_size:
+        trial.train_batch_size = steps
         if getattr(trial, "minibatch_size", None):
-            trial.minibatch_size = min(trial.minibatch_size, batch)
+            trial.minibatch_size = min(trial.minibatch_size, steps)
     algo = trial.build()
     try:
-        algo.train()
+        row = algo.train()
+        if off_policy:
+            first = float(row["learn_time_s"]) / max(1.0, float(row["num_env_steps_sampled"]))
+            algo.config._values["min_sample_timesteps_per_iteration"] = int(
+                min(steps, config.min_sample_timesteps_per_iteration,
+                    max(64, seconds / max(runner_step_s + first, 1e-9))))
         row = algo.train()
     finally:
         algo.stop()
     return float(row["learn_time_s"]) / max(1.0, float(row["num_env_steps_sampled"]))
 
 
-def _nodes() -> tuple[Node, ...]:
-    import sys
+def ray_nodes() -> tuple[Node, ...]:
+    """The CPUs and memory of each live node of the Ray cluster this process is connected to."""
+    import ray
 
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        return tuple(Node(node["Resources"].get("CPU", 0.0), node["Resources"].get("memory", 0.0))
-                     for node in ray.nodes() if node.get("Alive"))
+    return tuple(Node(node["Resources"].get("CPU", 0.0), node["Resources"].get("memory", 0.0))
+                 for node in ray.nodes() if node.get("Alive"))
+
+
+def machine_nodes() -> tuple[Node, ...]:
+    """This machine as one node: the CPUs this process may use (a Slurm job's) and the memory available."""
     available = 0.0
     with open("/proc/meminfo") as f:  # (Linux: the machines herdrl runs its clusters on)
         for line in f:
             if line.startswith("MemAvailable:"):
                 available = float(line.split()[1]) * 1024
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # (a Slurm job's)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return (Node(float(cpus or 1), available),)
 
 
-def measure_costs(config: AlgorithmConfig, envs: tuple[int, ...] = ENV_CHOICES, seconds: float = 1.0) -> Costs:
-    """The costs :func:`herdrl.sizing.choose` decides from, measured in this process (see the module's docstring)."""
+def _nodes() -> tuple[Node, ...]:
+    import sys
+
+    ray = sys.modules.get("ray")
+    return ray_nodes() if ray is not None and ray.is_initialized() else machine_nodes()
+
+
+def reservations(config: AlgorithmConfig, share: float = 1.0) -> Reservations:
+    """What ``config`` reserves besides its runners: the driver (and its evaluation runners, counted on the first
+    node), its learner actors; ``share`` of the nodes (a Tune trial's)."""
+    evaluation = config.evaluation_num_env_runners * config.evaluation_runner_config().num_cpus_per_env_runner
+    return Reservations(cpus_per_runner=config.num_cpus_per_env_runner,
+                        driver_cpus=float(config.num_cpus_for_main_process) + evaluation,
+                        learners=config.num_learners, cpus_per_learner=config.num_cpus_per_learner, share=share)
+
+
+def measure_costs(config: AlgorithmConfig, envs: tuple[int, ...] = ENV_CHOICES, seconds: float = 1.0,
+                  nodes: tuple[Node, ...] | None = None) -> Costs:
+    """The costs :func:`herdrl.sizing.choose` decides from, measured in this process (see the module's docstring);
+    ``nodes`` where the caller read them (else the joined Ray cluster's, or this machine's)."""
     env_step = _env_step_seconds(config, seconds / 2)
     # (envs whose two steps would overrun the budget are left to the formula, from the sizes measured)
     runner_step = {n: _runner_step_seconds(config, n, seconds, env_step) for n in envs
@@ -117,36 +151,43 @@ def measure_costs(config: AlgorithmConfig, envs: tuple[int, ...] = ENV_CHOICES, 
     learner = _learner_seconds_per_step(config, min(runner_step.values()), 2 * seconds)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # (kB on Linux)
     return Costs(env_step_s=env_step, inference_s=inference, learner_s_per_step=learner, runner_rss_bytes=rss,
-                 nodes=_nodes(), runner_step_s=runner_step)
+                 nodes=nodes or _nodes(), runner_step_s=runner_step)
 
 
 def overlaps(config: AlgorithmConfig) -> bool:
     """True for algorithms whose sampling and learning overlap (IMPALA, APPO)."""
-    from herdrl.algorithms.impala import IMPALAConfig
-
-    return isinstance(config, IMPALAConfig)
+    return config.samples_while_learning
 
 
-#: What ``herd bench size`` measures so far: algorithms that sample, then learn on what they sampled (their
-#: learner's time per env step holds on a smaller batch). Off-policy (replay ratio, learning starts), IMPALA/APPO
-#: (the driver's intake beside learning) and offline ones come with ``num_env_runners="auto"`` (issue 64).
-SIZED = ("PPO", "A2C", "TRPO")
+#: What ``herd bench size`` and ``num_env_runners="auto"`` size: single-agent algorithms that learn from their
+#: runners (a learner's time per env step holds on a smaller batch; off-policy ones replay ``training_intensity``
+#: times what they sample). Offline and multi-agent runs are not sized; IMPALA/APPO's driver intake beside
+#: learning is not measured (the learner is).
+SIZED = ("PPO", "A2C", "TRPO", "IMPALA", "APPO", "DQN", "SAC", "TD3")
+
+
+def why_not_sized(config: AlgorithmConfig) -> str | None:
+    """Why herdrl cannot size this run (yet), or None."""
+    return ("it learns from a dataset, with no runners to size" if config.learns_offline
+            else "multi-agent runs are not sized yet" if config.is_multi_agent
+            else f"it sizes {', '.join(SIZED)} for now" if config.algo_name not in SIZED else None)
 
 
 def run_size(config: AlgorithmConfig, nodes: int = 8, echo: Any = print) -> dict:
     """Measure, print the choice, the costs and the projection for 1..``nodes`` nodes; return them as a dict.
     Numbers the user set (``num_env_runners``, ``num_envs_per_env_runner``) are kept, as given."""
-    name = type(config).__name__.removesuffix("Config")
-    if name not in SIZED:
-        raise ConfigError(f"herd bench size measures {', '.join(SIZED)} for now, not {name}: size that run with "
+    why = why_not_sized(config)
+    if why:
+        raise ConfigError(f"herd bench size cannot size this {config.algo_name} run: {why}; size it with "
                           "`herd bench scaling` meanwhile")
-    config.validate()
     envs = config.num_envs_per_env_runner if config.is_explicit("num_envs_per_env_runner") else None
     runners = config.num_env_runners if config.is_explicit("num_env_runners") else None
+    envs, runners = (None if value == "auto" else value for value in (envs, runners))
+    config = config.copy()
+    config._values.update(num_env_runners=runners or 0, num_envs_per_env_runner=envs or 1)
+    config.validate()
     costs = measure_costs(config, ENV_CHOICES if envs is None else (envs,))
-    reserved = Reservations(cpus_per_runner=config.num_cpus_per_env_runner,
-                            driver_cpus=float(config.num_cpus_for_main_process), learners=config.num_learners,
-                            cpus_per_learner=config.num_cpus_per_learner)
+    reserved = reservations(config)
     overlap = overlaps(config)
     sizing = choose(costs, reserved, overlap, runners=runners, envs=envs)
     echo(f"herd bench size: {sizing.reason}")

@@ -40,6 +40,16 @@ def _add_import_option(p: Any) -> None:
                         "repeatable")
 
 
+def _count_or_auto(text: str) -> int | str:
+    """A count flag's value: an int, or ``auto`` (herdrl sizes it: :mod:`herdrl.auto_size`)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or 'auto', got {text!r}") from None
+
+
 def _add_train_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "train", help="train an agent", description="Train an agent; stops when solved unless told otherwise.")
@@ -56,8 +66,10 @@ def _add_train_parser(subparsers: Any) -> None:
     p.add_argument("--callbacks", metavar="MODULE:CLASS",
                    help="callbacks class (RLlib's hooks, herdrl.RLlibCallback); imports MODULE as --import does")
     p.add_argument("-f", "--file", help="experiment YAML (RLlib tuned-example shape)")
-    p.add_argument("--num-env-runners", type=int, help="Ray env runner actors; 0 = sample in this process")
-    p.add_argument("--num-envs-per-env-runner", type=int, help="env copies per runner")
+    p.add_argument("--num-env-runners", type=_count_or_auto,
+                   help="Ray env runner actors; 0 = sample in this process; auto = sized from measured costs")
+    p.add_argument("--num-envs-per-env-runner", type=_count_or_auto,
+                   help="env copies per runner (auto: sized with the runners)")
     p.add_argument("--num-cpus", type=int,
                    help="seed trainer flag: N env runners plus the driver's core (0 = in-process)")
     p.add_argument("--num-gpus", type=float, help="GPUs for the learner in the driver")

@@ -82,6 +82,9 @@ class AlgorithmConfig(RLlibCalls, ConfigChecks):
     supports_centralized_critic: bool = False
     #: Whether it learns from a recorded dataset (``.offline_data(input_=...)``) instead of sampling an env.
     learns_offline: bool = False
+    #: Whether its runners sample while its learner learns (IMPALA, APPO): the slower of the two bounds a run
+    #: (:mod:`herdrl.sizing`), not their sum.
+    samples_while_learning: bool = False
     #: Whether it reads a recorded dataset (``.offline_data(input_=...)``): offline algorithms, and IQL online.
     reads_datasets: bool = False
     #: The result key the algorithm is judged by: its "solved" and default stop criterion, what ``herd plot`` draws
@@ -531,6 +534,8 @@ class AlgorithmConfig(RLlibCalls, ConfigChecks):
         """Validate and return the algorithm (e.g. ``PPO``) ready to ``train()``.
 
         ``logger`` (a :class:`herdrl.logger.Logger`) receives each result row; None writes no files.
+        ``num_env_runners="auto"`` / ``num_envs_per_env_runner="auto"`` are chosen as it builds, from measured
+        costs (:mod:`herdrl.auto_size`; one line says the choice); this config keeps ``"auto"``.
         """
         self.validate()
         return self.algo_class()(self.copy(), logger=logger)

@@ -84,7 +84,21 @@ class ConfigChecks:
 
     def validate(self) -> None:
         """Check every value's type and range, then the algorithm's cross-key rules. A recurrent model first takes
-        :attr:`LSTM_DEFAULTS` for the keys the user left to their defaults."""
+        :attr:`LSTM_DEFAULTS` for the keys the user left to their defaults. ``num_env_runners`` and
+        ``num_envs_per_env_runner`` may be ``"auto"`` (:mod:`herdrl.auto_size`, at build): the rules are checked
+        with the fewest runners and envs it may choose, and again on its choice."""
+        auto = [key for key in ("num_env_runners", "num_envs_per_env_runner") if self._values[key] == "auto"]
+        if not auto:
+            return self._validate()
+        learners = self._values["num_learners"]
+        least = learners if self._values["shard_fragments"] is True and isinstance(learners, int) else 0
+        self._values.update({key: least if key == "num_env_runners" else 1 for key in auto})
+        try:
+            self._validate()
+        finally:
+            self._values.update({key: "auto" for key in auto})
+
+    def _validate(self) -> None:
         if self.LSTM_DEFAULTS and isinstance(self.model, Mapping) and not self.is_multi_agent:
             self._take_defaults(self.LSTM_DEFAULTS, self.model.get("use_lstm") is True)
         for key, f in self.fields().items():

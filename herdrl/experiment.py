@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from herdrl.auto_size import budget_for, kept_choice, size_run, wants_sizing, write_record
 from herdrl.checkpoint import TUNE_SUBDIR
 from herdrl.config import AlgorithmConfig
 from herdrl.env import env_reward_threshold, imports
@@ -230,10 +231,13 @@ def run_experiment(config: AlgorithmConfig, *, stop: Mapping[str, Any] | None = 
         logdir, lock, checkpoint, done = _lock_resume_point(output, experiment, trial, config.algo_name, stops)
         if done is not None:  # a finished trial resumed (the next job of a chain): nothing to build or train
             return _outcome_already_done(done, stops, logdir, lock, checkpoint, console)
+    config, sizing = _size(config, logdir, stops, console, lock)
     algo = _build(config, lock)  # before any file is written: bad input leaves no empty trial dir
     logdir, lock = _open_trial(algo, config, logdir, lock, checkpoint, experiment=experiment, output=output,
                                trial=trial, start_over=start_over, console=console, tensorboard=tensorboard,
                                mlflow=mlflow, wandb=wandb)
+    if sizing is not None:
+        write_record(logdir, sizing)
     if console:
         _announce(console, config, stops, checkpoint, logdir)
     best_key = None
@@ -290,12 +294,17 @@ def _start_console(config: AlgorithmConfig, stops: _Stops, quiet: bool) -> Conso
     if quiet:
         return None
     console = ConsoleReporter(target=stops.criteria.get(stops.metric), metric=stops.metric, limits=stops.criteria)
+    if not wants_sizing(config):  # (else once the counts are chosen: _size)
+        _say_where_actors_start(console, config)
+    return console
+
+
+def _say_where_actors_start(console: ConsoleReporter, config: AlgorithmConfig) -> None:
     if config.num_env_runners > 0 or config.num_learners > 0:
         where = config.address or os.environ.get("RAY_ADDRESS") or "a private Ray on this machine"
         actors = [f"{n} {what}" for n, what in ((config.num_env_runners, "env runner(s)"),
                                                   (config.num_learners, "learner(s)")) if n]
         console.message(f"starting {' and '.join(actors)} on {where} ...")
-    return console
 
 
 def _lock_resume_point(output: str | Path, experiment: str, trial: str | None, algorithm: str,
@@ -323,6 +332,28 @@ def _outcome_already_done(done: tuple[str, dict[str, Any]], stops: _Stops, logdi
                         f"{checkpoint.name}; nothing to train")
     return Outcome(result=Result(result), stopped_by=stops.reason(key), logdir=logdir, solved=stops.solved(result),
                    already_done=True)
+
+
+def _size(config: AlgorithmConfig, resumed: Path | None, stops: _Stops, console: ConsoleReporter | None,
+          lock: TrialLock | None) -> tuple[AlgorithmConfig, dict[str, Any] | None]:
+    """``config`` with its ``"auto"`` runner and env counts chosen (measured, or a resumed trial's first choice),
+    and the record to keep in the trial folder (None: nothing measured). Says the choice, then where the actors
+    start; ``lock`` (a resumed trial's) released if measuring fails."""
+    if not wants_sizing(config):
+        return config, None
+    echo = console.message if console else (lambda line: None)
+    try:
+        kept = kept_choice(config, resumed, echo) if resumed is not None else None
+        sized, record = (kept, None) if kept is not None else size_run(
+            config, budget_for(stops.criteria), echo=echo)
+        sized.validate()
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    if console:
+        _say_where_actors_start(console, sized)
+    return sized, record
 
 
 def _build(config: AlgorithmConfig, lock: TrialLock | None) -> Any:

@@ -145,13 +145,17 @@ def throughput(costs: Costs, runners: int, envs: int, overlap: bool) -> float:
 
 
 def choose(costs: Costs, reserved: Reservations = Reservations(), overlap: bool = False,
-           runners: int | None = None, envs: int | None = None, tolerance: float = 0.05) -> Sizing:
-    """Runners and envs per runner for these costs; a number the user gave (``runners``, ``envs``) is kept."""
+           runners: int | None = None, envs: int | None = None, tolerance: float = 0.05, least: int = 0) -> Sizing:
+    """Runners and envs per runner for these costs; a number the user gave (``runners``, ``envs``) is kept.
+    ``least``: the fewest runners the run works with (learners that each take their own fragments)."""
     most, limit = runner_slots(costs, reserved)
     if runners is not None and runners > most:
         raise ConfigError(f"num_env_runners={runners} is more than the nodes hold ({most} runners by "
                           f"{'memory' if limit == 'memory' else 'CPUs'}); lower it or add nodes")
-    runner_choices = [runners] if runners is not None else range(0, most + 1)
+    if runners is None and least > most:
+        raise ConfigError(f"this run needs at least {least} runners and the nodes hold {most} (by "
+                          f"{'memory' if limit == 'memory' else 'CPUs'}); add nodes or lower num_learners")
+    runner_choices = [runners] if runners is not None else range(least, most + 1)
     env_choices = [envs] if envs is not None else ENV_CHOICES
     table = {(n, e): throughput(costs, n, e, overlap) for n in runner_choices for e in env_choices}
     best = max(table.values())
@@ -167,12 +171,21 @@ def choose(costs: Costs, reserved: Reservations = Reservations(), overlap: bool 
     return Sizing(n, e, table[(n, e)], best, bound, most, costs, reason=_reason(costs, n, e, bound, most))
 
 
+def describe(runners: int, envs: int) -> str:
+    """``4 runners x 16 envs``, or ``in-process sampling, 16 envs`` for 0 runners."""
+    envs_text = f"{envs} env{'s' if envs != 1 else ''}"
+    return f"{runners} runner{'s' if runners != 1 else ''} x {envs_text}" if runners else \
+        f"in-process sampling, {envs_text}"
+
+
 def _reason(costs: Costs, runners: int, envs: int, bound: str, most: int) -> str:
+    held = f"{most} runner{'s' if most != 1 else ''}"
     why = {"learner": "learner-bound: more runners would add little",
-           "slots": f"CPU-bound: the nodes hold {most} runners", "memory": f"memory holds {most} runners"}[bound]
-    chosen = f"{runners} runner{'s' if runners != 1 else ''} x {envs} envs" if runners else \
-        f"in-process sampling, {envs} envs"
-    runner = (f"runner {costs.runner_step_s[envs] * 1e3:.3f} ms per env step with {envs} envs"
+           "slots": f"CPU-bound: the nodes hold {held}", "memory": f"memory holds {held}"}[bound]
+    if runners == 0 and most > 0 and bound != "learner":  # (sample-then-learn: as fast as that many runners)
+        why += ", which would sample no faster than the driver"
+    chosen = describe(runners, envs)
+    runner = (f"runner {costs.runner_step_s[envs] * 1e3:.3f} ms per env step with {envs} env{'s' if envs != 1 else ''}"
               if envs in costs.runner_step_s else f"policy {costs.inference_at(envs) * 1e3:.2f} ms per batch of {envs}")
     return (f"env {costs.env_step_s * 1e3:.2f} ms/step, {runner}, learner {costs.learner_s_per_step * 1e6:.1f} "
             f"us/step: {chosen} ({why})")

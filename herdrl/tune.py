@@ -625,6 +625,8 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     storage = Path(storage_path or "results").resolve()
     owns, trainable = _connect(config_class, config, site, address)
     resume = _resumes(storage / name, resume, owns)
+    if not resume:  # (a resumed sweep's param space holds the counts chosen when it began)
+        config = _size_trials(config_class, config, storage / name, num_samples, max_concurrent_trials, verbose)
     if resume:
         tuner = tune.Tuner.restore(str(storage / name), trainable, resume_errored=True)
     else:
@@ -672,6 +674,44 @@ def _connect(config_class: type, config: Mapping[str, Any], site: dict[str, Any]
             disconnect()
         raise
     return owns, trainable
+
+
+def _size_trials(config_class: type, config: dict[str, Any], sweep_dir: Path, num_samples: int,
+                 max_concurrent: int | None, verbose: int) -> dict[str, Any]:
+    """``config`` with ``"auto"`` runner and env counts chosen for every trial, each sized to its share of the
+    cluster (1 / the trials that run at once), from costs measured once on the sweep's first point (a search over
+    learning rates does not change what a step costs); the record kept as ``sizing.json`` in the sweep's folder."""
+    from herdrl.auto_size import AUTO_KEYS, size_run, write_record
+
+    keys = {config_class.canonical_key(key): key for key in config}
+    auto = [key for key in AUTO_KEYS if config.get(keys.get(key, key)) == "auto"]
+    if not auto:
+        return config
+    grids = [len(value["grid_search"]) for value in _walk_values(config)
+             if isinstance(value, Mapping) and "grid_search" in value]
+    trials = num_samples * math.prod(grids)
+    share = 1.0 / max(1, min(trials, max_concurrent or trials))
+    first = config_class.from_dict(_first_point(config))
+    echo = print if verbose else (lambda line: None)
+    sized, record = size_run(first, share=share, echo=echo)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    write_record(sweep_dir, {**record, "trials_at_once": round(1 / share)})
+    return {**config, **{keys.get(key, key): getattr(sized, key) for key in auto}}
+
+
+def _walk_values(value: Any) -> list[Any]:
+    """Every value of a (nested) config, search-space entries included."""
+    if isinstance(value, Mapping) and "grid_search" not in value:
+        return [inner for item in value.values() for inner in [item, *_walk_values(item)]]
+    return []
+
+
+def _first_point(value: Any) -> Any:
+    """A search space's first grid point, a sampled value where it samples."""
+    if isinstance(value, Mapping):
+        return value["grid_search"][0] if "grid_search" in value else {k: _first_point(v) for k, v in value.items()}
+    sample = getattr(value, "sample", None)
+    return sample() if callable(sample) else value
 
 
 def _resumes(path: Path, resume: bool | str, owns: bool) -> bool:

@@ -42,7 +42,8 @@ def test_an_env_bound_run_takes_every_slot_and_a_learner_bound_one_stops_where_m
     assert learner_bound.num_env_runners < 7 and learner_bound.bound == "learner"
     assert learner_bound.throughput == pytest.approx(_by_hand(0.0001, 1e-3, 7, overlap)[expected])
     assert "learner-bound" in learner_bound.reason and "env 0.10 ms/step" in learner_bound.reason
-    assert f"{expected[0]} runner{'s' if expected[0] > 1 else ''} x {expected[1]} envs" in learner_bound.reason
+    assert (f"{expected[0]} runner{'s' if expected[0] > 1 else ''} x {expected[1]} env{'s' if expected[1] > 1 else ''}"
+            in learner_bound.reason)
 
 
 def test_memory_learners_and_a_share_of_the_cluster_bound_the_runners():
@@ -135,8 +136,8 @@ def test_herd_bench_size_refuses_what_it_cannot_measure_yet_and_keeps_the_users_
     from herdrl.bench_size import run_size
     from herdrl.cli import main
 
-    assert main(["bench", "size", "--env", "CartPole-v1", "--algorithm", "appo"]) == 2
-    assert "measures PPO, A2C, TRPO for now, not APPO" in capsys.readouterr().err
+    assert main(["bench", "size", "--env", "CartPole-v1", "--algorithm", "marwil"]) == 2
+    assert "cannot size this MARWIL run: it learns from a dataset" in capsys.readouterr().err
     from herdrl import PPOConfig
 
     config = PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=8).training(

@@ -24,6 +24,7 @@ import torch
 from herdrl.algorithms.acting import Acting, ModuleWeights, _flat_weights  # noqa: F401
 from herdrl.algorithms.checkpointing import Checkpointing, _space  # noqa: F401
 from herdrl.algorithms.evaluating import Evaluating, _evaluation_result  # noqa: F401
+from herdrl.auto_size import sized_config, wants_sizing
 from herdrl.callbacks import CallbackError, Callbacks, MetricsLogger, MetricsReducer
 from herdrl.cluster.connect import object_store_use
 from herdrl.config import AlgorithmConfig
@@ -59,7 +60,7 @@ class Algorithm(Checkpointing, Evaluating, Acting):
     learner_class: type[Learner] = Learner
 
     def __init__(self, config: AlgorithmConfig, logger: Any = None) -> None:
-        self.config = config
+        self.config = sized_config(config) if wants_sizing(config) else config  # "auto" counts: herdrl.auto_size
         self.logger = logger
         self._seed_this_process()
         self._build_runners()

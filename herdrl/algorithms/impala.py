@@ -52,6 +52,7 @@ class IMPALAConfig(AlgorithmConfig):
     supports_lstm = True
     supports_multi_agent = True  # V-trace on each policy's rows, in its agents' own time
     behaviour_logp = True  # runners record the sampling policy's log-probabilities
+    samples_while_learning = True
     FIELDS = {
         "num_envs_per_env_runner": shared_field("num_envs_per_env_runner", 8),
         "rollout_fragment_length": shared_field("rollout_fragment_length", 50),

@@ -27,35 +27,44 @@ class LatencyEnv(gym.Env):
     """A CartPole-sized env whose step costs ``step_latency_s`` of wall-clock time, not CPU.
 
     ``env_config``: ``step_latency_s`` (default 0.002), ``episode_len`` (default 200), ``obs_size`` (default 4:
-    larger observations make larger fragments, for transport tests and benchmarks). Reward 1 per step for action 1,
-    0 for action 0, so a policy can learn something.
+    larger observations make larger fragments, for transport tests and benchmarks), ``pixels`` (default False;
+    True: Pong-shaped observations, uint8 84x84x4 frames, so a CNN policy and image-sized fragments are what a
+    runner carries). Reward 1 per step for action 1, 0 for action 0, so a policy can learn something.
     """
 
     metadata: dict = {"render_modes": []}
 
-    def __init__(self, step_latency_s: float = 0.002, episode_len: int = 200, obs_size: int = 4) -> None:
-        if step_latency_s < 0 or episode_len < 1 or obs_size < 1:
-            raise ValueError("LatencyEnv needs step_latency_s >= 0, episode_len >= 1 and obs_size >= 1")
+    def __init__(self, step_latency_s: float = 0.002, episode_len: int = 200, obs_size: int = 4,
+                 pixels: bool = False) -> None:
+        if step_latency_s < 0 or episode_len < 1 or obs_size < 1 or not isinstance(pixels, bool):
+            raise ValueError("LatencyEnv needs step_latency_s >= 0, episode_len >= 1, obs_size >= 1 and pixels "
+                             "true or false")
         self.step_latency_s = float(step_latency_s)
         self.episode_len = int(episode_len)
         self.obs_size = int(obs_size)
-        self.observation_space = gym.spaces.Box(-1.0, 1.0, (self.obs_size,), np.float32)
+        self.pixels = pixels
+        self.observation_space = (gym.spaces.Box(0, 255, (84, 84, 4), np.uint8) if pixels
+                                  else gym.spaces.Box(-1.0, 1.0, (self.obs_size,), np.float32))
         self.action_space = gym.spaces.Discrete(2)
         self._t = 0
+
+    def _observation(self) -> np.ndarray:
+        if self.pixels:
+            return self.np_random.integers(0, 256, (84, 84, 4), dtype=np.uint8)
+        return self.np_random.uniform(-1, 1, self.obs_size).astype(np.float32)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Start an episode with a random observation."""
         super().reset(seed=seed)
         self._t = 0
-        return self.np_random.uniform(-1, 1, self.obs_size).astype(np.float32), {}
+        return self._observation(), {}
 
     def step(self, action):
         """Sleep for the step latency, then return a random observation and reward ``action``."""
         if self.step_latency_s:
             time.sleep(self.step_latency_s)
         self._t += 1
-        obs = self.np_random.uniform(-1, 1, self.obs_size).astype(np.float32)
-        return obs, float(action), False, self._t >= self.episode_len, {}
+        return self._observation(), float(action), False, self._t >= self.episode_len, {}
 
 
 class FaultyEnv(LatencyEnv):

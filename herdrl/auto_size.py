@@ -1,0 +1,143 @@
+"""``num_env_runners="auto"`` and ``num_envs_per_env_runner="auto"``: measure, pick, say why, keep the choice.
+
+Before a run's first iteration :func:`size_run` measures what :mod:`herdrl.sizing` decides from (the env's step,
+an in-process runner with 1, 4 and 16 envs, the learner's time per env step, this process's memory, the nodes'
+CPUs and memory; see :func:`herdrl.bench_size.measure_costs`), sets the keys left to ``"auto"`` and prints one line
+with the reason. A number the user gave stays as given. :func:`write_record` puts the measurements in the trial
+folder (``sizing.json``); a resumed trial keeps its first choice (:func:`kept_choice`) and measures nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from herdrl.errors import ConfigError
+from herdrl.sizing import describe
+
+#: The keys ``"auto"`` may be given to.
+AUTO_KEYS = ("num_env_runners", "num_envs_per_env_runner")
+#: Seconds measuring may take by default (the issue's bound; 5% of a ``time_total_s`` stop when that is less).
+DEFAULT_BUDGET_S = 10.0
+RECORD = "sizing.json"
+
+
+def wants_sizing(config: Any) -> bool:
+    """Whether ``config`` leaves a runner count or an env count to herdrl."""
+    return any(getattr(config, key) == "auto" for key in AUTO_KEYS)
+
+
+def check_sizable(config: Any) -> None:
+    """One line where ``auto`` cannot size this run (yet)."""
+    from herdrl.bench_size import why_not_sized
+
+    why = why_not_sized(config)
+    if why:
+        keys = " and ".join(key for key in AUTO_KEYS if getattr(config, key) == "auto")
+        raise ConfigError(f"{keys}='auto' cannot size this {config.algo_name} run: {why}; give a number")
+
+
+def budget_for(stop: dict[str, float] | None) -> float:
+    """Seconds measuring may take: ~10, or 5% of the run's ``time_total_s`` stop when that is less."""
+    limit = (stop or {}).get("time_total_s")
+    return DEFAULT_BUDGET_S if limit is None else max(1.0, min(DEFAULT_BUDGET_S, 0.05 * float(limit)))
+
+
+def size_run(config: Any, budget_s: float = DEFAULT_BUDGET_S, share: float = 1.0,
+             echo: Any = print) -> tuple[Any, dict[str, Any]]:
+    """A copy of ``config`` with its ``"auto"`` keys chosen from costs measured here, and the record of how
+    (what :func:`write_record` keeps). ``share``: the fraction of the nodes this run may use (a Tune trial's).
+    Says the choice in one line through ``echo``."""
+    from herdrl.bench_size import measure_costs, overlaps, reservations
+    from herdrl.sizing import ENV_CHOICES, choose
+
+    check_sizable(config)
+    runners = None if config.num_env_runners == "auto" else int(config.num_env_runners)
+    envs = None if config.num_envs_per_env_runner == "auto" else int(config.num_envs_per_env_runner)
+    probe = config.copy()
+    probe._values.update(num_env_runners=runners or 0, num_envs_per_env_runner=envs or 1)
+    probe.validate()
+    start = time.perf_counter()
+    # (measure_costs spends about 8 of its `seconds` on the parts it times, plus builds and warm-ups)
+    costs = measure_costs(probe, ENV_CHOICES if envs is None else (envs,), seconds=max(0.1, budget_s / 10),
+                          nodes=_nodes_for(probe))
+    least = config.num_learners if config.shard_fragments else 0  # (each learner its own fragments)
+    sizing = choose(costs, reservations(probe, share), overlaps(probe), runners=runners, envs=envs, least=least)
+    took = time.perf_counter() - start
+    sized = config.copy()
+    sized._values.update(num_env_runners=sizing.num_env_runners, num_envs_per_env_runner=sizing.num_envs_per_env_runner)
+    auto = [key for key in AUTO_KEYS if getattr(config, key) == "auto"]
+    echo(f"herd: {', '.join(f'{key}=auto' for key in auto)}: {sizing.reason}; measured in {took:.1f} s")
+    record = {"num_env_runners": sizing.num_env_runners, "num_envs_per_env_runner": sizing.num_envs_per_env_runner,
+              "auto": auto, "reason": sizing.reason, "bound": sizing.bound, "max_runners": sizing.max_runners,
+              "projected_env_steps_per_s": _finite(sizing.throughput), "share": share, "measured_s": round(took, 3),
+              "costs": {"env_step_s": costs.env_step_s, "runner_step_s": {str(n): s for n, s in
+                                                                           sorted(costs.runner_step_s.items())},
+                        "learner_s_per_env_step": costs.learner_s_per_step,
+                        "runner_rss_bytes": costs.runner_rss_bytes,
+                        "nodes": [{"cpus": n.cpus, "memory_bytes": n.memory_bytes} for n in costs.nodes]}}
+    return sized, record
+
+
+def sized_config(config: Any) -> Any:
+    """``config`` sized (:func:`size_run`, saying the choice) and validated on its choice."""
+    sized, _ = size_run(config)
+    sized.validate()
+    return sized
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isinf(value) else value
+
+
+def _nodes_for(config: Any) -> Any:
+    """The nodes the run will use: a Ray cluster's (joined for the reading, left again where this call joined it:
+    the runners join it as they always do), else this machine's."""
+    import os
+    import sys
+
+    from herdrl.bench_size import machine_nodes, ray_nodes
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return ray_nodes()
+    if not (config.address or os.environ.get("RAY_ADDRESS")):
+        return machine_nodes()
+    from herdrl.cluster.connect import connect, disconnect
+
+    joined = connect(config)
+    try:
+        return ray_nodes()
+    finally:
+        if joined:
+            disconnect()
+
+
+def write_record(trial_dir: Path, record: dict[str, Any]) -> None:
+    """Keep how the run was sized in its trial folder (JSON: read back with ``json``, never unpickled)."""
+    (Path(trial_dir) / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+
+
+def kept_choice(config: Any, trial_dir: Path, echo: Any = print) -> Any | None:
+    """A resumed trial's first choice for the ``"auto"`` keys (its ``sizing.json``), set on a copy of ``config``;
+    None where the trial has no record (it was not sized: the caller measures)."""
+    path = Path(trial_dir) / RECORD
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        chosen = {key: int(record[key]) for key in AUTO_KEYS}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path} is not a sizing record herdrl wrote ({type(exc).__name__}); delete it to measure "
+                          "again") from exc
+    if chosen["num_env_runners"] < 0 or chosen["num_envs_per_env_runner"] < 1:
+        raise ConfigError(f"{path} holds a runner or env count out of range; delete it to measure again")
+    kept = config.copy()
+    auto = [key for key in AUTO_KEYS if getattr(config, key) == "auto"]
+    kept._values.update({key: chosen[key] for key in auto})
+    echo(f"herd: {', '.join(f'{key}=auto' for key in auto)}: the trial's first choice, "
+         f"{describe(kept.num_env_runners, kept.num_envs_per_env_runner)} (kept on resume, not measured again)")
+    return kept

@@ -1,0 +1,117 @@
+"""``num_env_runners="auto"`` / ``num_envs_per_env_runner="auto"`` (issue 64): measured on the spot, chosen by the
+model in both regimes, a user's number kept, the choice said, recorded in the trial folder and kept on resume."""
+
+import json
+
+import pytest
+
+from herdrl import PPOConfig
+from herdrl.auto_size import size_run
+from herdrl.errors import ConfigError
+
+
+def _auto(config):
+    return config.env_runners(num_env_runners="auto", num_envs_per_env_runner="auto")
+
+
+def test_auto_follows_the_model_where_the_env_or_the_learner_is_the_limit(ray_session):
+    """The session's Ray offers 4 CPUs: 3 runner slots beside the driver. An env that sleeps 10 ms a step (no CPU)
+    and a light learner: sampling is the limit, so every slot gets a runner. A fast env (CartPole) and a learner
+    that takes 10 epochs of minibatches of 16 on a wide network: learning is the limit, and runners would only add
+    CPUs, so it samples in the driver. A number the user gave stays as given."""
+    lines = []
+    env_bound = _auto(PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.01}))
+    sized, record = size_run(env_bound.training(train_batch_size=64, minibatch_size=64, num_epochs=1),
+                             budget_s=3, echo=lines.append)
+    assert (sized.num_env_runners, record["bound"]) == (3, "slots"), record["reason"]
+    assert record["costs"]["env_step_s"] == pytest.approx(0.01, rel=0.5)
+    assert lines == [f"herd: num_env_runners=auto, num_envs_per_env_runner=auto: {record['reason']}; measured in "
+                     f"{record['measured_s']:.1f} s"]
+    learner_bound = _auto(PPOConfig().environment("CartPole-v1")).training(
+        train_batch_size=256, minibatch_size=16, num_epochs=10, model={"fcnet_hiddens": [512, 512]})
+    sized, record = size_run(learner_bound, budget_s=3, echo=lines.append)
+    assert (sized.num_env_runners, record["bound"]) == (0, "learner"), record["reason"]
+    assert record["costs"]["learner_s_per_env_step"] > 20 * record["costs"]["env_step_s"]
+    kept = PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.01}).env_runners(
+        num_env_runners="auto", num_envs_per_env_runner=8).training(train_batch_size=64, minibatch_size=64)
+    sized, record = size_run(kept, budget_s=2, echo=lines.append)
+    assert sized.num_envs_per_env_runner == 8 and record["auto"] == ["num_env_runners"]
+    assert sized.num_env_runners == 3 and kept.num_env_runners == "auto"  # (the user's config is left as given)
+
+
+def test_herd_train_auto_says_and_records_its_choice_and_a_resume_keeps_it(ray_session, tmp_path, capsys):
+    from herdrl.cli import main
+
+    args = ["train", "ppo", "--env", "CartPole-v1", "--num-env-runners", "auto", "--num-envs-per-env-runner", "auto",
+            "--config", "train_batch_size=256", "minibatch_size=64", "--no-tensorboard", "--output", str(tmp_path)]
+    assert main([*args, "--stop-iters", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "herd: num_env_runners=auto, num_envs_per_env_runner=auto: env " in out
+    trial, = tmp_path.glob("CartPole-v1/PPO_*")
+    record = json.loads((trial / "sizing.json").read_text())
+    params = json.loads((trial / "params.json").read_text())
+    assert (params["num_env_runners"], params["num_envs_per_env_runner"]) == (
+        record["num_env_runners"], record["num_envs_per_env_runner"])
+    # a resume takes the record's counts, measuring nothing: change them, and the resumed run uses the new ones
+    (trial / "sizing.json").write_text(json.dumps({**record, "num_env_runners": 1, "num_envs_per_env_runner": 3}))
+    assert main([*args, "--stop-iters", "2", "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "the trial's first choice, 1 runner x 3 envs (kept on resume" in out and "measured in" not in out
+    params = json.loads((trial / "params.json").read_text())
+    assert (params["num_env_runners"], params["num_envs_per_env_runner"]) == (1, 3)
+    rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+    assert rows[-1]["num_healthy_env_runners"] == 1 and [row["training_iteration"] for row in rows] == [1, 2]
+    (trial / "sizing.json").write_text("{not json")
+    assert main([*args, "--stop-iters", "3", "--resume"]) == 2
+    assert "sizing.json is not a sizing record herdrl wrote" in capsys.readouterr().err
+
+
+def test_auto_is_one_line_where_it_cannot_size_and_the_flag_takes_auto_or_a_number(capsys):
+    from herdrl.algorithms.marwil import MARWILConfig
+    from herdrl.cli import main
+
+    with pytest.raises(ConfigError, match="num_env_runners='auto' cannot size this MARWIL run: it learns from a "
+                                          "dataset"):
+        MARWILConfig().environment("CartPole-v1").env_runners(num_env_runners="auto").offline_data(
+            input_="x.jsonl").build()
+    with pytest.raises(ConfigError, match="config key 'num_env_runners' got str 'many'"):
+        PPOConfig().environment("CartPole-v1").env_runners(num_env_runners="many").validate()
+    _auto(PPOConfig().environment("CartPole-v1")).validate()  # (checked with the fewest it may choose)
+    with pytest.raises(SystemExit):
+        main(["train", "ppo", "--env", "CartPole-v1", "--num-env-runners", "many"])
+    assert "expected a whole number or 'auto', got 'many'" in capsys.readouterr().err
+
+
+def test_tune_trials_each_size_to_their_share_of_the_cluster(ray_session, tmp_path):
+    """Two trials at once on the session's 4 CPUs: each gets 2, one for its driver, so one runner slot; a runner
+    that would only sample as fast as the driver does on its own is not started."""
+    from herdrl.tune import _size_trials, grid_search
+
+    config = {"env": "herd/Latency-v0", "env_config": {"step_latency_s": 0.01}, "num_workers": "auto",
+              "train_batch_size": 64, "minibatch_size": 64, "lr": grid_search([1e-3, 2e-3])}
+    sized = _size_trials(PPOConfig, config, tmp_path / "sweep", num_samples=1, max_concurrent=None, verbose=0)
+    record = json.loads((tmp_path / "sweep" / "sizing.json").read_text())
+    assert record["trials_at_once"] == 2 and record["share"] == 0.5
+    assert record["max_runners"] == 1 and sized["num_workers"] == 0 and sized["lr"] == config["lr"]
+
+
+def test_latency_env_has_pong_shaped_frames_for_sizing_image_runs():
+    """``pixels=True``: uint8 84x84x4 frames (what a Pong runner carries), so a runner builds a CNN policy; the
+    vector form is unchanged."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    from herdrl.rollout import EnvRunner
+
+    env = gym.make("herd/Latency-v0", step_latency_s=0.0, pixels=True)
+    obs, _ = env.reset(seed=0)
+    assert obs.dtype == np.uint8 and obs.shape == (84, 84, 4) and env.observation_space.contains(obs)
+    assert obs.std() > 50  # (random frames: a policy cannot read anything from them, nor should it)
+    runner = EnvRunner(PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.0, "pixels": True}))
+    fragment = runner.sample(4)
+    assert any(isinstance(layer, torch.nn.Conv2d) for layer in runner.module.modules())
+    assert fragment.obs.dtype == np.uint8 and fragment.obs.shape[-3:] == (84, 84, 4)
+    runner.stop()
+    with pytest.raises(ValueError, match="pixels true or false"):
+        gym.make("herd/Latency-v0", pixels="yes")
