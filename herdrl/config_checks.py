@@ -92,6 +92,7 @@ class ConfigChecks:
             return self._validate()
         learners = self._values["num_learners"]
         least = learners if self._values["shard_fragments"] is True and isinstance(learners, int) else 0
+        least = max(least, 1) if isinstance(self._values["max_env_runners"], int) else least  # (Ray runners)
         self._values.update({key: least if key == "num_env_runners" else 1 for key in auto})
         try:
             self._validate()
@@ -135,6 +136,13 @@ class ConfigChecks:
         if self.output and (self.is_multi_agent or self.learns_offline):
             why = "multi-agent runs are not recorded yet" if self.is_multi_agent else "an offline run plays none"
             raise ConfigError(f"output={self.output!r} records a single-agent run's training episodes: {why}")
+        if self.max_env_runners is not None:
+            why = ("multi-agent runs do not add runners yet" if self.is_multi_agent
+                   else "it adds Ray runners beside Ray runners: set num_env_runners >= 1 (or 'auto')"
+                   if self.num_env_runners == 0 else f"it is less than num_env_runners={self.num_env_runners}"
+                   if self.max_env_runners < self.num_env_runners else None)
+            if why:
+                raise ConfigError(f"max_env_runners={self.max_env_runners}: {why}")
         if self.train_batch_size_per_learner is not None:
             total = self.train_batch_size_per_learner * max(self.num_learners, 1)
             if self.is_explicit("train_batch_size") and self.train_batch_size != total:

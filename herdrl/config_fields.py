@@ -132,6 +132,9 @@ SHARED_FIELDS: dict[str, Field] = {
     "num_env_runners": Field(0, (int,), "env_runners", low=0,
                              doc="0: sample in the driver process, no Ray"),
     "num_envs_per_env_runner": Field(1, (int,), "env_runners", low=1),
+    "max_env_runners": Field(None, (int,), "env_runners", low=1, allow_none=True,
+                             doc="start more Ray runners, up to this many, as the cluster gets room for them (nodes "
+                                 "joining); None: num_env_runners only (num_env_runners='auto' sets it)"),
     "num_cpus_per_env_runner": Field(1.0, (float,), "env_runners", low=0, low_open=True,
                                      doc="CPUs each Ray runner actor reserves"),
     "num_gpus_per_env_runner": Field(0.0, (float,), "env_runners", low=0,

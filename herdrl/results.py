@@ -53,6 +53,7 @@ DEFAULT_MODULE_ID, ALL_MODULES = "default_policy", "__all_modules__"
 #: ``result["learners"]`` holds the others (the learner's metrics and the scheduled hyperparameters).
 NOT_LEARNER_KEYS = frozenset(ENV_RUNNER_KEYS) | {
     "training_iteration", "env_steps_per_s", "num_fragments_lost", "num_env_runners_waiting", "num_extra_fragments",
+    "num_target_env_runners",
     "num_nodes_lost", "num_learner_restarts", "num_learner_updates_lost", "object_store_bytes",
     "object_store_fraction", "fragment_bytes_per_env_step", "policy_frozen", "time_this_iter_s", "time_total_s",
     "sample_time_s", "learn_time_s",

@@ -191,6 +191,15 @@ def _reason(costs: Costs, runners: int, envs: int, bound: str, most: int) -> str
             f"us/step: {chosen} ({why})")
 
 
+def most_worth(costs: Costs, overlap: bool, envs: int, tolerance: float = 0.05, cap: int = 1024) -> int:
+    """The runners (of ``envs`` envs) past which more stop paying, whatever the nodes: the fewest within
+    ``tolerance`` of the best on unlimited CPUs and memory (at most ``cap``). What ``max_env_runners`` gets from
+    ``auto``: runners added as nodes join stop there."""
+    rates = [throughput(costs, n, envs, overlap) for n in range(1, cap + 1)]
+    best = max(rates)
+    return next(n for n, rate in enumerate(rates, start=1) if rate >= best * (1 - tolerance))
+
+
 def projection(costs: Costs, reserved: Reservations, nodes: int, overlap: bool) -> list[tuple[int, Sizing]]:
     """What the choice would be on 1..``nodes`` nodes like the first one: the answer to "how many nodes"."""
     rows = []

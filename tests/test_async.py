@@ -373,7 +373,7 @@ def _timed_runner(seconds, sample_timeout_s):
     ray.get(actor.finished.remote())  # started
     group = SimpleNamespace(actors=[_Submissions(actor, submitted)],
                             config=SimpleNamespace(sample_timeout_s=sample_timeout_s), num_healthy=1, waiting={},
-                            admit=lambda: [], wait_for_runner=lambda: None,
+                            admit=lambda: [], follow_cluster=lambda: [], wait_for_runner=lambda: None,
                             _handle_failure=lambda index, exc: failures.append(exc))
     return actor, group, submitted, failures
 

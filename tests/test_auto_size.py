@@ -24,6 +24,8 @@ def test_auto_follows_the_model_where_the_env_or_the_learner_is_the_limit(ray_se
     sized, record = size_run(env_bound.training(train_batch_size=64, minibatch_size=64, num_epochs=1),
                              budget_s=3, echo=lines.append)
     assert (sized.num_env_runners, record["bound"]) == (3, "slots"), record["reason"]
+    # sampling is the limit: nodes that join later get runners too (max_env_runners), as many as pay
+    assert sized.max_env_runners == record["max_env_runners"] > 3
     assert record["costs"]["env_step_s"] == pytest.approx(0.01, rel=0.5)
     assert lines == [f"herd: num_env_runners=auto, num_envs_per_env_runner=auto: {record['reason']}; measured in "
                      f"{record['measured_s']:.1f} s"]
@@ -31,6 +33,7 @@ def test_auto_follows_the_model_where_the_env_or_the_learner_is_the_limit(ray_se
         train_batch_size=256, minibatch_size=16, num_epochs=10, model={"fcnet_hiddens": [512, 512]})
     sized, record = size_run(learner_bound, budget_s=3, echo=lines.append)
     assert (sized.num_env_runners, record["bound"]) == (0, "learner"), record["reason"]
+    assert sized.max_env_runners is None  # (sampling in the driver: nothing to add runners to)
     assert record["costs"]["learner_s_per_env_step"] > 20 * record["costs"]["env_step_s"]
     kept = PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.01}).env_runners(
         num_env_runners="auto", num_envs_per_env_runner=8).training(train_batch_size=64, minibatch_size=64)
@@ -77,6 +80,11 @@ def test_auto_is_one_line_where_it_cannot_size_and_the_flag_takes_auto_or_a_numb
     with pytest.raises(ConfigError, match="config key 'num_env_runners' got str 'many'"):
         PPOConfig().environment("CartPole-v1").env_runners(num_env_runners="many").validate()
     _auto(PPOConfig().environment("CartPole-v1")).validate()  # (checked with the fewest it may choose)
+    _auto(PPOConfig().environment("CartPole-v1")).env_runners(max_env_runners=4).validate()
+    for runners, most, why in ((4, 2, "it is less than num_env_runners=4"), (0, 2, "set num_env_runners >= 1")):
+        with pytest.raises(ConfigError, match=f"max_env_runners={most}: .*{why}"):
+            PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=runners,
+                                                               max_env_runners=most).validate()
     with pytest.raises(SystemExit):
         main(["train", "ppo", "--env", "CartPole-v1", "--num-env-runners", "many"])
     assert "expected a whole number or 'auto', got 'many'" in capsys.readouterr().err

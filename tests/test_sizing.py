@@ -144,3 +144,17 @@ def test_herd_bench_size_refuses_what_it_cannot_measure_yet_and_keeps_the_users_
         train_batch_size=256, minibatch_size=64)
     chosen = run_size(config, nodes=1, echo=lambda *_: None)["sizing"]
     assert chosen.num_envs_per_env_runner == 8
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_most_worth_is_where_more_runners_stop_paying_on_unlimited_nodes(overlap):
+    """What ``auto`` gives ``max_env_runners`` (runners added as nodes join stop there): the fewest runners within
+    5% of the best on as many CPUs as wanted, by hand; a learner that costs nothing lets it grow to the cap."""
+    from herdrl.sizing import most_worth
+
+    for env_ms, learner_us, envs in ((2.0, 100.0, 4), (0.1, 1000.0, 1), (20.0, 50.0, 16)):
+        table = {n: rate for (n, e), rate in _by_hand(env_ms / 1e3, learner_us / 1e6, 1024, overlap).items()
+                 if e == envs and n >= 1}
+        expected = min(n for n, rate in table.items() if rate >= 0.95 * max(table.values()))
+        assert most_worth(_costs(env_ms, learner_us), overlap, envs) == expected
+    assert most_worth(_costs(2.0, 0.0), overlap, 1, cap=64) >= 61  # (sync: 1/(1/(N r)); within 5% of 64 r)

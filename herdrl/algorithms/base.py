@@ -404,6 +404,7 @@ class Algorithm(Checkpointing, Evaluating, Acting):
             "num_episodes_lifetime": self.episodes_lifetime,
             "num_episodes": self._iter_episodes,
             "num_healthy_env_runners": self.runners.num_healthy,
+            "num_target_env_runners": self.runners.num_target,
             "num_env_runner_restarts": self.runners.num_restarts,
             "num_fragments_lost": self._iter_fragments_lost,
             "num_env_runners_waiting": self.runners.num_waiting,

@@ -53,7 +53,7 @@ class DatasetSource:
     """An offline algorithm's stand-in for env runners: the dataset's spaces (checked against the env's, when one
     is given), and nothing to sample."""
 
-    num_restarts = num_healthy = num_waiting = 0
+    num_restarts = num_healthy = num_waiting = num_target = 0
     in_fixed_group = False
 
     def __init__(self, config: Any) -> None:

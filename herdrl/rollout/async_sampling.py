@@ -96,6 +96,7 @@ class AsyncSampler:
         import ray
 
         self.group.admit()
+        self.group.follow_cluster()  # (max_env_runners: runners added where the cluster has room)
         self._dropped_calls = {ref: (index, actor) for ref, (index, actor) in self._dropped_calls.items()
                                if self.group.actors[index] is actor}  # (a runner replaced since: nothing to wait for)
         if room > 0 and not self._calls:

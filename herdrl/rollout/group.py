@@ -44,6 +44,7 @@ class LocalRunnerGroup:
     num_restarts = 0
     num_healthy = 0  # remote runners: none
     num_waiting = 0
+    num_target = 0
     in_fixed_group = False
 
     def __init__(self, config: AlgorithmConfig, recorder: Callable[..., Any] | None = None) -> None:
@@ -341,6 +342,7 @@ class RayRunnerGroup:
         _LIVE_GROUPS[0] += 1
         self._counted = True
         self._incarnations = [0] * count  # runners started per index so far, restarts included
+        self._placed = count  # runners with a bundle of the placement group; those added later have none
         self._epoch = 0
         self._turn = 0  # the runner index the next partial round of sampling (replacing lost fragments) begins at
         self.actors: list[Any] = [self._start(i) for i in range(count)]
@@ -349,6 +351,10 @@ class RayRunnerGroup:
         #: Runners late for a caller's own deadline (call_each): index -> (the call still unanswered, since when).
         self._late: dict[int, tuple[Any, float]] = {}
         self.num_restarts = 0
+        #: Runners started where the cluster had room for more (max_env_runners), not yet in service: (actor, its
+        #: ready call); and when to look for room again.
+        self.joining: list[tuple[Any, Any]] = []
+        self._next_look = 0.0
         try:
             start_timeout = None if config.sample_timeout_s is None else max(120.0, config.sample_timeout_s)
             self.observation_space, self.action_space = ray.get(self.actors[0].spaces.remote(),
@@ -377,6 +383,11 @@ class RayRunnerGroup:
     def num_waiting(self) -> int:
         """Replacement runners waiting for Ray to place them (their node died and the others have no room)."""
         return len(self.waiting)
+
+    @property
+    def num_target(self) -> int:
+        """Runners the group aims to have in service: those in it, failed ones restarting, and ones joining."""
+        return len(self.actors) + len(self.joining)
 
     @property
     def in_fixed_group(self) -> bool:
@@ -412,10 +423,61 @@ class RayRunnerGroup:
             node_changes()
         return admitted
 
+    def follow_cluster(self) -> list[int]:
+        """With ``max_env_runners``: start runners where the cluster has room for them (a node joined, or CPUs were
+        freed), up to that many, and put those that started into service (returns their indices). The config's
+        ``num_env_runners`` follows them: an ``"auto"`` fragment length shrinks so the train batch keeps its size.
+        Looks at most every 2 s, never while a failed runner waits for room, never in a Tune trial's fixed
+        placement group."""
+        import ray
+
+        limit, now = self.config.max_env_runners, time.monotonic()
+        if limit is None or not self._own_pg or now < self._next_look:
+            return []
+        self._next_look = now + 2.0
+        added = self._admit_joining()
+        room = int(ray.available_resources().get("CPU", 0.0) / self.config.num_cpus_per_env_runner + 1e-9)
+        more = min(room, limit - self.num_target) if not self.waiting and not self.joining else 0
+        for _ in range(max(0, more)):
+            index = len(self.actors) + len(self.joining)
+            self._incarnations.append(0)
+            actor = self._start(index)
+            self.joining.append((actor, actor.pid.remote()))
+        if more > 0:
+            logger.warning("herdrl: the cluster has room for %d more %s%s (max_env_runners=%d): starting them",
+                           more, self.label, "" if more == 1 else "s", limit)
+        return added
+
+    def _admit_joining(self) -> list[int]:
+        """Put the runners started by :meth:`follow_cluster` that are up into service, in the order started."""
+        import ray
+
+        if not self.joining:
+            return []
+        ready = set(ray.wait([ref for _, ref in self.joining], num_returns=len(self.joining), timeout=0)[0])
+        added = []
+        while self.joining and self.joining[0][1] in ready:
+            actor, ref = self.joining.pop(0)
+            self.actors.append(actor)
+            index = len(self.actors) - 1
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as exc:  # it died before it started: handled as any failure
+                self._handle_failure(index, exc)
+                continue
+            added.append(index)
+        if added:
+            self.config._values["num_env_runners"] = len(self.actors)  # (the algorithm's config: batch size)
+            node_changes()
+            logger.warning("herdrl: %d %s%s joined (%d in service)", len(added), self.label,
+                           "" if len(added) == 1 else "s", self.num_healthy)
+        return added
+
     def _start(self, index: int) -> Any:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        strategy = PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=self._first_bundle + index)
+        strategy = (PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=self._first_bundle + index)
+                    if index < self._placed else "SPREAD")  # (one added where the cluster had room: no bundle)
         incarnation = self._incarnations[index]
         self._incarnations[index] += 1
         return self._remote_class.options(
@@ -432,13 +494,17 @@ class RayRunnerGroup:
         import ray
 
         self.admit()
+        self.follow_cluster()
         if self.num_healthy == 0:
             self.wait_for_runner()
         weights_ref = ray.put(weights)  # one copy in the object store, shared by every runner
         data: dict[Any, Any] = {}
+        # runners added as the cluster grew: every runner's fragment follows the count (the batch keeps its size)
+        steps = self.config.fragment_length() if len(self.actors) > self._placed else None
 
         def call(actor: Any) -> Any:
-            info_ref, data_ref = actor.sample_with.options(num_returns=2).remote(weights_ref, exploration, version)
+            info_ref, data_ref = actor.sample_with.options(num_returns=2).remote(weights_ref, exploration, version,
+                                                                                 steps=steps)
             data[info_ref] = data_ref
             return info_ref
 
@@ -622,7 +688,8 @@ class RayRunnerGroup:
             _LIVE_GROUPS[0] -= 1
             self._counted = False
         waiting = [actor for actor, _, _ in getattr(self, "waiting", {}).values()]
-        for actor in [*getattr(self, "actors", []), *waiting]:
+        joining = [actor for actor, _ in getattr(self, "joining", [])]
+        for actor in [*getattr(self, "actors", []), *waiting, *joining]:
             if actor is not None:
                 try:
                     ray.kill(actor, no_restart=True)

@@ -58,16 +58,18 @@ class _Remote:
         return self.observation_space, self.action_space
 
     def sample_with(self, weights: dict[str, Any], exploration: dict[str, Any] | None = None,
-                    version: int | None = None, broadcast: int | None = None) -> tuple[FragmentInfo, Any]:
+                    version: int | None = None, broadcast: int | None = None,
+                    steps: int | None = None) -> tuple[FragmentInfo, Any]:
         """Load ``weights`` (and exploration settings), then sample one fragment (one call: a dead actor
         fails once); ``version`` is stamped on it. The weights are copied into the policy only when ``broadcast``
-        (a count that never repeats) changed. Returns its info and the fragment, frames packed
+        (a count that never repeats) changed; ``steps`` per env where the run's runner count changed since this
+        runner started (None: its own fragment length). Returns its info and the fragment, frames packed
         (``herdrl.rollout.transport``): called with ``num_returns=2``, two objects the driver can fetch apart."""
         if broadcast is None or broadcast != self._loaded_broadcast:
             self.set_weights(weights, version)
             self._loaded_broadcast = broadcast
         self.set_exploration(exploration)
-        fragment = pack(self.sample())
+        fragment = pack(self.sample(steps))
         info = info_of(fragment, nbytes(fragment))
         if info.nbytes > RUNNER_PUT_BYTES:  # owned here, not by the driver (herdrl.rollout.transport)
             info.fragment_ref = ray.put(fragment)
