@@ -355,6 +355,7 @@ class RayRunnerGroup:
         #: ready call); and when to look for room again.
         self.joining: list[tuple[Any, Any]] = []
         self._next_look = 0.0
+        self._free_at_start: float | None = None
         try:
             start_timeout = None if config.sample_timeout_s is None else max(120.0, config.sample_timeout_s)
             self.observation_space, self.action_space = ray.get(self.actors[0].spaces.remote(),
@@ -424,8 +425,9 @@ class RayRunnerGroup:
         return admitted
 
     def follow_cluster(self) -> list[int]:
-        """With ``max_env_runners``: start runners where the cluster has room for them (a node joined, or CPUs were
-        freed), up to that many, and put those that started into service (returns their indices). The config's
+        """With ``max_env_runners``: start runners where the cluster has room that appeared since the run began (a
+        node joined, or CPUs were freed), up to that many in all, and put those that started into service (returns
+        their indices); each runner started takes its CPUs out of that room. The config's
         ``num_env_runners`` follows them: an ``"auto"`` fragment length shrinks so the train batch keeps its size.
         Looks at most every 2 s, never while a failed runner waits for room, never in a Tune trial's fixed
         placement group."""
@@ -436,14 +438,22 @@ class RayRunnerGroup:
             return []
         self._next_look = now + 2.0
         added = self._admit_joining()
-        room = int(ray.available_resources().get("CPU", 0.0) / self.config.num_cpus_per_env_runner + 1e-9)
-        more = min(room, limit - self.num_target) if not self.waiting and not self.joining else 0
-        for _ in range(max(0, more)):
+        free = ray.available_resources().get("CPU", 0.0)
+        if self._free_at_start is None:  # (the first look: after the learner actors took theirs)
+            self._free_at_start = free
+        # only room that appeared since (a node joined, CPUs freed): what was free at the start was left free on
+        # purpose (num_env_runners="auto" chose fewer, or the user did)
+        room = int(max(0.0, free - self._free_at_start) / self.config.num_cpus_per_env_runner + 1e-9)
+        if self.waiting or self.joining:  # replacements, or the last ones added, are still to be placed
+            return added
+        more = max(0, min(room, limit - self.num_target))
+        self._free_at_start = free - more * self.config.num_cpus_per_env_runner  # (theirs, once placed)
+        for _ in range(more):
             index = len(self.actors) + len(self.joining)
             self._incarnations.append(0)
             actor = self._start(index)
             self.joining.append((actor, actor.pid.remote()))
-        if more > 0:
+        if more:
             logger.warning("herdrl: the cluster has room for %d more %s%s (max_env_runners=%d): starting them",
                            more, self.label, "" if more == 1 else "s", limit)
         return added
