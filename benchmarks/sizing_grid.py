@@ -8,12 +8,19 @@ fixed) over a grid of runners x envs per runner, beside what `auto` picks and th
 
     python benchmarks/sizing_grid.py                                  # every workload, 30 s per cell
     python benchmarks/sizing_grid.py --workloads latency20 --seconds 10
+    python benchmarks/sizing_grid.py --runners none                  # auto and the default only
+
+The grid's best is reported twice: over every cell, and over the cells whose train batch keeps fragments of at
+least 16 steps (runners x envs <= train_batch_size / 16: what `auto` may choose; past it PPO learns on 2-step
+fragments, whose throughput is no use).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import subprocess
+import sys
 import time
 
 from ingest import fake_nodes  # benchmarks/ingest.py
@@ -59,14 +66,18 @@ def run(workload: str, runner_counts: list[int], envs: list[int], seconds: float
                                         seconds)
                 grid[runners, count] = rate
                 print(f"{workload}: {runners} runners x {count} envs: {rate:,.0f} env steps/s", flush=True)
+        if not grid:
+            grid[-1, -1] = float("nan")
         auto_rate, chosen, measuring = throughput(
             config().env_runners(num_env_runners="auto", num_envs_per_env_runner="auto"), seconds)
         default_rate, default, _ = throughput(config(), seconds)
     best = max(grid, key=grid.get)
-    print(f"| {workload} | {best[0]} x {best[1]}: {grid[best]:,.0f} | {chosen.num_env_runners} x "
-          f"{chosen.num_envs_per_env_runner}: {auto_rate:,.0f} ({auto_rate / grid[best]:.2f}, measured in "
-          f"{measuring:.0f} s) | {default.num_env_runners} x {default.num_envs_per_env_runner}: {default_rate:,.0f} "
-          f"({default_rate / grid[best]:.2f}) |", flush=True)
+    held = {cell: rate for cell, rate in grid.items() if max(1, cell[0]) * cell[1] <= batch // 16} or grid
+    fair = max(held, key=held.get)
+    print(f"| {workload} | {best[0]} x {best[1]}: {grid[best]:,.0f} | {fair[0]} x {fair[1]}: {held[fair]:,.0f} | "
+          f"{chosen.num_env_runners} x {chosen.num_envs_per_env_runner}: {auto_rate:,.0f} "
+          f"({auto_rate / held[fair]:.2f}, measured in {measuring:.0f} s) | {default.num_env_runners} x "
+          f"{default.num_envs_per_env_runner}: {default_rate:,.0f} ({default_rate / held[fair]:.2f}) |", flush=True)
 
 
 def main() -> None:
@@ -75,13 +86,27 @@ def main() -> None:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--seconds", type=float, default=30.0, help="steady training per cell, after a warm-up")
     parser.add_argument("--envs", default="1,4,16")
+    parser.add_argument("--runners", default="", help="runner counts of the grid (default: 0-16, and 32 on fake "
+                                                      "nodes); 'none': auto and the default only")
     parser.add_argument("--batch", type=int, default=1024, help="train_batch_size, the same in every cell")
+    parser.add_argument("--no-header", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    print("| workload | grid's best: runners x envs, env steps/s | auto (ratio to best) | default, no flags |")
-    print("| --- | --- | --- | --- |")
-    for workload in args.workloads.split(","):
-        counts = [0, 1, 2, 4, 8, 16, 32] if WORKLOADS[workload][2] else [0, 1, 2, 4, 8, 16]
-        run(workload, counts, [int(n) for n in args.envs.split(",")], args.seconds, args.batch)
+    if not args.no_header:
+        print("| workload | grid's best: runners x envs, env steps/s | best with fragments >= 16 steps | auto (ratio "
+              "to that) | default, no flags |")
+        print("| --- | --- | --- | --- | --- |", flush=True)
+    workloads = args.workloads.split(",")
+    if len(workloads) > 1:  # one process each: Ray keeps the first cluster's auth token for the process's life
+        for workload in workloads:
+            subprocess.run([sys.executable, __file__, "--workloads", workload, "--seconds", str(args.seconds),
+                            "--envs", args.envs, "--batch", str(args.batch), "--runners", args.runners,
+                            "--no-header"], check=True)
+        return
+    workload = workloads[0]
+    counts = [0, 1, 2, 4, 8, 16, 32] if WORKLOADS[workload][2] else [0, 1, 2, 4, 8, 16]
+    if args.runners:
+        counts = [] if args.runners == "none" else [int(n) for n in args.runners.split(",")]
+    run(workload, counts, [int(n) for n in args.envs.split(",")], args.seconds, args.batch)
 
 
 if __name__ == "__main__":

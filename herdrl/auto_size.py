@@ -52,28 +52,31 @@ def size_run(config: Any, budget_s: float = DEFAULT_BUDGET_S, share: float = 1.0
     (what :func:`write_record` keeps). ``share``: the fraction of the nodes this run may use (a Tune trial's).
     Says the choice in one line through ``echo``."""
     from herdrl.bench_size import measure_costs, overlaps, reservations
-    from herdrl.sizing import ENV_CHOICES, choose, most_worth
+    from herdrl.sizing import ENV_CHOICES, batch_bounds, choose, most_worth
 
     check_sizable(config)
     runners = None if config.num_env_runners == "auto" else int(config.num_env_runners)
     envs = None if config.num_envs_per_env_runner == "auto" else int(config.num_envs_per_env_runner)
+    least = config.num_learners if config.shard_fragments else 0  # (each learner its own fragments)
+    least = max(least, 1) if config.max_env_runners is not None else least  # (adding Ray runners to Ray runners)
     probe = config.copy()
-    probe._values.update(num_env_runners=runners or 0, num_envs_per_env_runner=envs or 1, max_env_runners=None)
+    probe._values.update(num_env_runners=runners if runners is not None else least,
+                         num_envs_per_env_runner=envs or 1, max_env_runners=None)
     probe.validate()
+    bounds = batch_bounds(probe)
     start = time.perf_counter()
     # (measure_costs spends about 8 of its `seconds` on the parts it times, plus builds and warm-ups)
     costs = measure_costs(probe, ENV_CHOICES if envs is None else (envs,), seconds=max(0.1, budget_s / 10),
                           nodes=_nodes_for(probe))
-    least = config.num_learners if config.shard_fragments else 0  # (each learner its own fragments)
-    least = max(least, 1) if config.max_env_runners is not None else least  # (adding Ray runners to Ray runners)
-    sizing = choose(costs, reservations(probe, share), overlaps(probe), runners=runners, envs=envs, least=least)
+    sizing = choose(costs, reservations(probe, share), overlaps(probe), runners=runners, envs=envs, least=least,
+                    bounds=bounds)
     took = time.perf_counter() - start
     sized = config.copy()
     sized._values.update(num_env_runners=sizing.num_env_runners, num_envs_per_env_runner=sizing.num_envs_per_env_runner)
     if config.max_env_runners is None and runners is None and sizing.num_env_runners > 0:
         # nodes that join later get runners up to where more stop paying (a learner-bound run: none)
         sized._values["max_env_runners"] = max(sizing.num_env_runners, most_worth(
-            costs, overlaps(probe), sizing.num_envs_per_env_runner))
+            costs, overlaps(probe), sizing.num_envs_per_env_runner, total_envs=bounds[0]))
     auto = [key for key in AUTO_KEYS if getattr(config, key) == "auto"]
     echo(f"herd: {', '.join(f'{key}=auto' for key in auto)}: {sizing.reason}; measured in {took:.1f} s")
     record = {"num_env_runners": sizing.num_env_runners, "num_envs_per_env_runner": sizing.num_envs_per_env_runner,
@@ -135,17 +138,21 @@ def kept_choice(config: Any, trial_dir: Path, echo: Any = print) -> Any | None:
         return None
     try:
         record = json.loads(path.read_text())
-        chosen = {key: int(record[key]) for key in AUTO_KEYS}
-    except (ValueError, KeyError, TypeError) as exc:
+        chosen = {key: record[key] for key in AUTO_KEYS}
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise ConfigError(f"{path} is not a sizing record herdrl wrote ({type(exc).__name__}); delete it to measure "
                           "again") from exc
-    if chosen["num_env_runners"] < 0 or chosen["num_envs_per_env_runner"] < 1:
-        raise ConfigError(f"{path} holds a runner or env count out of range; delete it to measure again")
+    if any(type(value) is not int for value in chosen.values()) or chosen["num_env_runners"] < 0 \
+            or chosen["num_envs_per_env_runner"] < 1:
+        raise ConfigError(f"{path} holds a runner or env count that is not a whole number in range; delete it to "
+                          "measure again")
     kept = config.copy()
     auto = [key for key in AUTO_KEYS if getattr(config, key) == "auto"]
     kept._values.update({key: chosen[key] for key in auto})
-    if config.max_env_runners is None and "num_env_runners" in auto and isinstance(record.get("max_env_runners"), int):
-        kept._values["max_env_runners"] = max(record["max_env_runners"], kept.num_env_runners)
+    most = record.get("max_env_runners")
+    if config.max_env_runners is None and "num_env_runners" in auto and type(most) is int and most >= 1 \
+            and kept.num_env_runners >= 1:
+        kept._values["max_env_runners"] = max(most, kept.num_env_runners)
     echo(f"herd: {', '.join(f'{key}=auto' for key in auto)}: the trial's first choice, "
          f"{describe(kept.num_env_runners, kept.num_envs_per_env_runner)} (kept on resume, not measured again)")
     return kept

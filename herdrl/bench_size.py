@@ -33,7 +33,7 @@ def _env_step_seconds(config: AlgorithmConfig, seconds: float) -> float:
     env.reset(seed=0)
     env.single_action_space.seed(0)
     steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds or steps < 20:
+    while time.perf_counter() - start < seconds or steps < 3:  # (a few: a 1 s/step env must not take 20 s)
         env.step(np.stack([env.single_action_space.sample()]))
         steps += 1
     elapsed = time.perf_counter() - start
@@ -75,7 +75,7 @@ def _learner_seconds_per_step(config: AlgorithmConfig, runner_step_s: float, sec
     would otherwise take minutes to fill the batch: a learner's time grows with its batch, so the time per env step
     holds)."""
     trial = config.copy()
-    trial.num_env_runners, trial.num_learners, trial.evaluation_interval = 0, 0, None
+    trial.num_env_runners, trial.evaluation_interval = 0, None
     steps = int(max(64, seconds / max(runner_step_s, 1e-9)))
     off_policy = "min_sample_timesteps_per_iteration" in trial.fields()
     if off_policy:
@@ -85,9 +85,13 @@ def _learner_seconds_per_step(config: AlgorithmConfig, runner_step_s: float, sec
         trial.min_sample_timesteps_per_iteration = 64
         trial.num_steps_sampled_before_learning_starts = 0
     elif steps < trial.train_batch_size:
-        trial.train_batch_size = steps
+        # (at least one fragment of the in-process runner: IMPALA/APPO's batch holds whole fragments)
+        trial.train_batch_size = max(steps, trial.num_envs_per_env_runner * trial.fragment_length()
+                                     if trial.samples_while_learning else steps)
         if getattr(trial, "minibatch_size", None):
-            trial.minibatch_size = min(trial.minibatch_size, steps)
+            trial.minibatch_size = min(trial.minibatch_size, trial.train_batch_size)
+    if "num_updates_per_iteration" in trial.fields():  # (IMPALA/APPO: one batch an iteration is enough to time)
+        trial.num_updates_per_iteration = 1
     algo = trial.build()
     try:
         row = algo.train()
@@ -137,10 +141,24 @@ def reservations(config: AlgorithmConfig, share: float = 1.0) -> Reservations:
                         learners=config.num_learners, cpus_per_learner=config.num_cpus_per_learner, share=share)
 
 
+def _measuring_copy(config: AlgorithmConfig) -> AlgorithmConfig:
+    """``config`` for the throwaway runners and training iterations that measure: in this process, with nothing
+    recorded (``output``), no user callbacks, no learner actors, shards or aggregators."""
+    trial = config.copy()
+    off = {"output": None, "callbacks_class": None, "callbacks_hooks": {}, "num_learners": 0, "shard_fragments": False,
+           "num_aggregator_actors_per_learner": 0, "num_env_runners": 0, "max_env_runners": None}
+    trial._values.update({key: value for key, value in off.items() if key in trial.fields()})
+    return trial
+
+
 def measure_costs(config: AlgorithmConfig, envs: tuple[int, ...] = ENV_CHOICES, seconds: float = 1.0,
                   nodes: tuple[Node, ...] | None = None) -> Costs:
     """The costs :func:`herdrl.sizing.choose` decides from, measured in this process (see the module's docstring);
-    ``nodes`` where the caller read them (else the joined Ray cluster's, or this machine's)."""
+    ``nodes`` where the caller read them (else the joined Ray cluster's, or this machine's). With N learner actors
+    the learner's time is one learner's over N (they split each batch: an upper bound of their speed, 1.41-1.49x
+    for 2 CPU learners measured here)."""
+    learners = max(1, config.num_learners)
+    config = _measuring_copy(config)
     env_step = _env_step_seconds(config, seconds / 2)
     # (envs whose two steps would overrun the budget are left to the formula, from the sizes measured)
     runner_step = {n: _runner_step_seconds(config, n, seconds, env_step) for n in envs
@@ -148,7 +166,7 @@ def measure_costs(config: AlgorithmConfig, envs: tuple[int, ...] = ENV_CHOICES, 
     # the policy's share: what a runner's step costs beyond its envs stepped one by one (0 where the env's own
     # vectorised version is faster than that: the measured runner rate is what the model uses then)
     inference = {n: max(0.0, n * runner_step[n] - n * env_step) for n in runner_step}
-    learner = _learner_seconds_per_step(config, min(runner_step.values()), 2 * seconds)
+    learner = _learner_seconds_per_step(config, min(runner_step.values()), 2 * seconds) / learners
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # (kB on Linux)
     return Costs(env_step_s=env_step, inference_s=inference, learner_s_per_step=learner, runner_rss_bytes=rss,
                  nodes=nodes or _nodes(), runner_step_s=runner_step)

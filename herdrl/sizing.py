@@ -30,6 +30,21 @@ from herdrl.errors import ConfigError
 
 #: Envs per runner tried when the user leaves them to herdrl (the issue's grid).
 ENV_CHOICES = (1, 4, 16)
+#: The shortest fragment a sample-then-learn run's train batch is cut into where its fragment length is "auto"
+#: (GAE over fewer steps is mostly bootstrapped values).
+MIN_FRAGMENT = 16
+
+
+def batch_bounds(config) -> tuple[int | None, int | None]:
+    """(the most envs in all, the most envs per runner) ``config``'s train batch holds: a sample-then-learn run fills
+    ``train_batch_size`` with one fragment per env, of its ``rollout_fragment_length`` (or ``MIN_FRAGMENT`` steps
+    where that is "auto"), so more envs would grow its batch or shrink its fragments; IMPALA/APPO's batch holds at
+    least one runner's fragment; off-policy runs replay what they sample (None: no bound)."""
+    if config.stores_raw_transitions:
+        return None, None
+    length = config.rollout_fragment_length
+    most = max(1, config.train_batch_size // (length if isinstance(length, int) else MIN_FRAGMENT))
+    return (None, most) if config.samples_while_learning else (most, None)
 
 
 @dataclass(frozen=True)
@@ -145,9 +160,11 @@ def throughput(costs: Costs, runners: int, envs: int, overlap: bool) -> float:
 
 
 def choose(costs: Costs, reserved: Reservations = Reservations(), overlap: bool = False,
-           runners: int | None = None, envs: int | None = None, tolerance: float = 0.05, least: int = 0) -> Sizing:
+           runners: int | None = None, envs: int | None = None, tolerance: float = 0.05, least: int = 0,
+           bounds: tuple[int | None, int | None] = (None, None)) -> Sizing:
     """Runners and envs per runner for these costs; a number the user gave (``runners``, ``envs``) is kept.
-    ``least``: the fewest runners the run works with (learners that each take their own fragments)."""
+    ``least``: the fewest runners the run works with (learners that each take their own fragments); ``bounds``:
+    the most envs in all and per runner its train batch holds (:func:`batch_bounds`)."""
     most, limit = runner_slots(costs, reserved)
     if runners is not None and runners > most:
         raise ConfigError(f"num_env_runners={runners} is more than the nodes hold ({most} runners by "
@@ -157,7 +174,13 @@ def choose(costs: Costs, reserved: Reservations = Reservations(), overlap: bool 
                           f"{'memory' if limit == 'memory' else 'CPUs'}); add nodes or lower num_learners")
     runner_choices = [runners] if runners is not None else range(least, most + 1)
     env_choices = [envs] if envs is not None else ENV_CHOICES
-    table = {(n, e): throughput(costs, n, e, overlap) for n in runner_choices for e in env_choices}
+    total, per_runner = bounds
+    table = {(n, e): throughput(costs, n, e, overlap) for n in runner_choices for e in env_choices
+             if (total is None or max(1, n) * e <= total) and (per_runner is None or e <= per_runner)}
+    if not table:
+        where = f"{total} envs" if total is not None else f"{per_runner} envs per runner"
+        raise ConfigError(f"the train batch holds at most {where} (train_batch_size / fragment): lower "
+                          "num_env_runners or num_envs_per_env_runner, or raise train_batch_size")
     best = max(table.values())
     # fewest runners first, then fewest envs: the cheapest pair that reaches the best within the tolerance
     n, e = min((pair for pair, rate in table.items() if rate >= best * (1 - tolerance)), key=lambda p: (p[0], p[1]))
@@ -191,10 +214,12 @@ def _reason(costs: Costs, runners: int, envs: int, bound: str, most: int) -> str
             f"us/step: {chosen} ({why})")
 
 
-def most_worth(costs: Costs, overlap: bool, envs: int, tolerance: float = 0.05, cap: int = 1024) -> int:
+def most_worth(costs: Costs, overlap: bool, envs: int, tolerance: float = 0.05, cap: int = 1024,
+               total_envs: int | None = None) -> int:
     """The runners (of ``envs`` envs) past which more stop paying, whatever the nodes: the fewest within
-    ``tolerance`` of the best on unlimited CPUs and memory (at most ``cap``). What ``max_env_runners`` gets from
-    ``auto``: runners added as nodes join stop there."""
+    ``tolerance`` of the best on unlimited CPUs and memory (at most ``cap``, and ``total_envs`` envs in all: what
+    the train batch holds). What ``max_env_runners`` gets from ``auto``: runners added as nodes join stop there."""
+    cap = max(1, min(cap, total_envs // envs)) if total_envs is not None else cap
     rates = [throughput(costs, n, envs, overlap) for n in range(1, cap + 1)]
     best = max(rates)
     return next(n for n, rate in enumerate(rates, start=1) if rate >= best * (1 - tolerance))

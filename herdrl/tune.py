@@ -690,7 +690,12 @@ def _size_trials(config_class: type, config: dict[str, Any], sweep_dir: Path, nu
     grids = [len(value["grid_search"]) for value in _walk_values(config)
              if isinstance(value, Mapping) and "grid_search" in value]
     trials = num_samples * math.prod(grids)
-    share = 1.0 / max(1, min(trials, max_concurrent or trials))
+    # the trials that run at once: all of them, or max_concurrent_trials, but no more than have a CPU for their
+    # driver and one for a runner each (a share smaller than that sizes nothing)
+    import ray
+
+    fit = max(1, int(ray.cluster_resources().get("CPU", 1.0) // 2))
+    share = 1.0 / max(1, min(trials, max_concurrent or trials, fit))
     first = config_class.from_dict(_first_point(config))
     echo = print if verbose else (lambda line: None)
     sized, record = size_run(first, share=share, echo=echo)

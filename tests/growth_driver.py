@@ -21,8 +21,8 @@ def main() -> None:
         from herdrl import PPOConfig
         from herdrl.cluster.nodes import stop_node
 
-        algo = (PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.002})
-                .env_runners(num_env_runners=2, max_env_runners=4, sample_timeout_s=60)
+        algo = (PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.002, "episode_len": 100_000})
+                .env_runners(num_env_runners=2, num_envs_per_env_runner=1, max_env_runners=4, sample_timeout_s=60)
                 .training(train_batch_size=400, minibatch_size=100, num_epochs=1)
                 .resources(address=cluster.address, node_ip_address="127.0.0.2").debugging(seed=0).build())
         keys = ("num_healthy_env_runners", "num_target_env_runners", "num_env_runners_waiting", "num_env_steps_sampled",

@@ -36,7 +36,7 @@ def test_auto_follows_the_model_where_the_env_or_the_learner_is_the_limit(ray_se
     assert sized.max_env_runners is None  # (sampling in the driver: nothing to add runners to)
     assert record["costs"]["learner_s_per_env_step"] > 20 * record["costs"]["env_step_s"]
     kept = PPOConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.01}).env_runners(
-        num_env_runners="auto", num_envs_per_env_runner=8).training(train_batch_size=64, minibatch_size=64)
+        num_env_runners="auto", num_envs_per_env_runner=8).training(train_batch_size=512, minibatch_size=64)
     sized, record = size_run(kept, budget_s=2, echo=lines.append)
     assert sized.num_envs_per_env_runner == 8 and record["auto"] == ["num_env_runners"]
     assert sized.num_env_runners == 3 and kept.num_env_runners == "auto"  # (the user's config is left as given)
@@ -67,6 +67,25 @@ def test_herd_train_auto_says_and_records_its_choice_and_a_resume_keeps_it(ray_s
     (trial / "sizing.json").write_text("{not json")
     assert main([*args, "--stop-iters", "3", "--resume"]) == 2
     assert "sizing.json is not a sizing record herdrl wrote" in capsys.readouterr().err
+    for count in ("Infinity", "2.9", "true", "-1"):
+        (trial / "sizing.json").write_text(f'{{"num_env_runners": {count}, "num_envs_per_env_runner": 3}}')
+        assert main([*args, "--stop-iters", "3", "--resume"]) == 2
+        assert "not a whole number in range; delete it" in capsys.readouterr().err
+
+
+def test_measuring_fits_slow_envs_and_impala_and_records_nothing(ray_session, tmp_path):
+    """IMPALA on an env of 20 ms a step: the measuring batch holds whole fragments (a batch cut to what 2 s samples
+    was shorter than one) and one update an iteration. A run that records its episodes (`output`) records none of
+    the measuring ones."""
+    from herdrl.algorithms.impala import IMPALAConfig
+
+    slow = _auto(IMPALAConfig().environment("herd/Latency-v0", env_config={"step_latency_s": 0.02}))
+    sized, record = size_run(slow, budget_s=2, echo=lambda line: None)
+    assert record["costs"]["env_step_s"] == pytest.approx(0.02, rel=0.5) and sized.num_env_runners >= 1
+    assert record["measured_s"] < 20
+    recorded = _auto(PPOConfig().environment("CartPole-v1")).offline_data(output=str(tmp_path / "episodes"))
+    size_run(recorded.training(train_batch_size=256, minibatch_size=64), budget_s=1, echo=lambda line: None)
+    assert not (tmp_path / "episodes").exists() or not any((tmp_path / "episodes").iterdir())
 
 
 def test_auto_is_one_line_where_it_cannot_size_and_the_flag_takes_auto_or_a_number(capsys):
@@ -96,7 +115,7 @@ def test_tune_trials_each_size_to_their_share_of_the_cluster(ray_session, tmp_pa
     from herdrl.tune import _size_trials, grid_search
 
     config = {"env": "herd/Latency-v0", "env_config": {"step_latency_s": 0.01}, "num_workers": "auto",
-              "train_batch_size": 64, "minibatch_size": 64, "lr": grid_search([1e-3, 2e-3])}
+              "train_batch_size": 512, "minibatch_size": 64, "lr": grid_search([1e-3, 2e-3])}
     sized = _size_trials(PPOConfig, config, tmp_path / "sweep", num_samples=1, max_concurrent=None, verbose=0)
     record = json.loads((tmp_path / "sweep" / "sizing.json").read_text())
     assert record["trials_at_once"] == 2 and record["share"] == 0.5

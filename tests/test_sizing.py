@@ -158,3 +158,27 @@ def test_most_worth_is_where_more_runners_stop_paying_on_unlimited_nodes(overlap
         expected = min(n for n, rate in table.items() if rate >= 0.95 * max(table.values()))
         assert most_worth(_costs(env_ms, learner_us), overlap, envs) == expected
     assert most_worth(_costs(2.0, 0.0), overlap, 1, cap=64) >= 61  # (sync: 1/(1/(N r)); within 5% of 64 r)
+
+
+def test_the_train_batch_bounds_the_envs_a_choice_may_have():
+    """A sample-then-learn batch of 1,024 steps in fragments of at least 16 holds 64 envs: an env-bound run with 7
+    slots takes no pair past that (7 x 16 would cut its batch into 10-step fragments); IMPALA's batch holds one
+    runner's fragment (1,024 / 50 = 20 envs per runner); off-policy runs replay, unbounded. Nothing fitting is one
+    line."""
+    from types import SimpleNamespace
+
+    from herdrl.sizing import batch_bounds
+
+    def config(**keys):
+        return SimpleNamespace(**{"stores_raw_transitions": False, "samples_while_learning": False,
+                                  "rollout_fragment_length": "auto", "train_batch_size": 1024, **keys})
+
+    assert batch_bounds(config()) == (64, None) and batch_bounds(config(rollout_fragment_length=128)) == (8, None)
+    assert batch_bounds(config(samples_while_learning=True, rollout_fragment_length=50)) == (None, 20)
+    assert batch_bounds(config(stores_raw_transitions=True)) == (None, None)
+    chosen = choose(_costs(env_ms=2.0, learner_us=1.0), bounds=(64, None))
+    assert max(1, chosen.num_env_runners) * chosen.num_envs_per_env_runner <= 64
+    assert chosen.num_env_runners == 7 and chosen.num_envs_per_env_runner == 4  # (16 would not fit 7 runners)
+    assert choose(_costs(env_ms=2.0, learner_us=1.0), overlap=True, bounds=(None, 4)).num_envs_per_env_runner <= 4
+    with pytest.raises(ConfigError, match="the train batch holds at most 64 envs"):
+        choose(_costs(env_ms=2.0, learner_us=1.0), runners=7, envs=16, bounds=(64, None))

@@ -387,8 +387,9 @@ class RayRunnerGroup:
 
     @property
     def num_target(self) -> int:
-        """Runners the group aims to have in service: those in it, failed ones restarting, and ones joining."""
-        return len(self.actors) + len(self.joining)
+        """Runners the group aims to have in service: those in it, failed ones restarting, and ones joining (not
+        those failed for good)."""
+        return self.num_healthy + len(self.waiting) + len(self.joining)
 
     @property
     def in_fixed_group(self) -> bool:
@@ -433,10 +434,15 @@ class RayRunnerGroup:
         placement group."""
         import ray
 
+        from herdrl.sizing import batch_bounds
+
         limit, now = self.config.max_env_runners, time.monotonic()
         if limit is None or not self._own_pg or now < self._next_look:
             return []
         self._next_look = now + 2.0
+        total_envs = batch_bounds(self.config)[0]  # (a sample-then-learn batch: fragments no shorter than 16 steps)
+        if total_envs is not None:
+            limit = min(limit, max(self._placed, total_envs // self.config.num_envs_per_env_runner))
         added = self._admit_joining()
         free = ray.available_resources().get("CPU", 0.0)
         if self._free_at_start is None:  # (the first look: after the learner actors took theirs)
@@ -446,38 +452,53 @@ class RayRunnerGroup:
         room = int(max(0.0, free - self._free_at_start) / self.config.num_cpus_per_env_runner + 1e-9)
         if self.waiting or self.joining:  # replacements, or the last ones added, are still to be placed
             return added
-        more = max(0, min(room, limit - self.num_target))
+        more = max(0, min(room, limit - len(self.actors)))
         self._free_at_start = free - more * self.config.num_cpus_per_env_runner  # (theirs, once placed)
         for _ in range(more):
             index = len(self.actors) + len(self.joining)
             self._incarnations.append(0)
             actor = self._start(index)
-            self.joining.append((actor, actor.pid.remote()))
+            self.joining.append((actor, actor.pid.remote(), self._epoch, now))
         if more:
             logger.warning("herdrl: the cluster has room for %d more %s%s (max_env_runners=%d): starting them",
                            more, self.label, "" if more == 1 else "s", limit)
         return added
 
     def _admit_joining(self) -> list[int]:
-        """Put the runners started by :meth:`follow_cluster` that are up into service, in the order started."""
+        """Put the runners started by :meth:`follow_cluster` that are up into service, in the order started (their
+        indices were given then); one that failed to start is left out (its slot stays empty, as a runner failed
+        for good); if the first is not placed within 60 s (the room went to something else), every one still
+        joining is stopped, and the room looked for again."""
         import ray
 
         if not self.joining:
             return []
-        ready = set(ray.wait([ref for _, ref in self.joining], num_returns=len(self.joining), timeout=0)[0])
-        added = []
+        ready = set(ray.wait([ref for _, ref, _, _ in self.joining], num_returns=len(self.joining), timeout=0)[0])
+        added, before = [], len(self.actors)
         while self.joining and self.joining[0][1] in ready:
-            actor, ref = self.joining.pop(0)
-            self.actors.append(actor)
-            index = len(self.actors) - 1
+            actor, ref, epoch, _ = self.joining.pop(0)
             try:
                 ray.get(ref)
-            except ray.exceptions.RayError as exc:  # it died before it started: handled as any failure
-                self._handle_failure(index, exc)
+            except ray.exceptions.RayError as exc:  # its node left, or it failed to start: the run goes on
+                self.actors.append(None)
+                logger.warning("herdrl: %s %d did not start where the cluster had room (%s); going on without it",
+                               self.label, len(self.actors), _one_line(exc))
                 continue
-            added.append(index)
+            if epoch != self._epoch:  # started before a restore reseeded the others: calls run in order
+                actor.reseed.remote(self._epoch)
+            self.actors.append(actor)
+            added.append(len(self.actors) - 1)
+        if self.joining and time.monotonic() - self.joining[0][3] > 60.0:
+            for actor, _, _, _ in self.joining:
+                ray.kill(actor, no_restart=True)
+            del self._incarnations[len(self.actors):]
+            logger.warning("herdrl: %d %s%s found no room after all; looking again", len(self.joining), self.label,
+                           "" if len(self.joining) == 1 else "s")
+            self.joining.clear()
+            self._free_at_start = None  # (measured again at the next look)
+        if len(self.actors) != before:  # (the algorithm's config: fragments sized for the runners there are)
+            self.config._values["num_env_runners"] = len(self.actors)
         if added:
-            self.config._values["num_env_runners"] = len(self.actors)  # (the algorithm's config: batch size)
             node_changes()
             logger.warning("herdrl: %d %s%s joined (%d in service)", len(added), self.label,
                            "" if len(added) == 1 else "s", self.num_healthy)
@@ -698,7 +719,7 @@ class RayRunnerGroup:
             _LIVE_GROUPS[0] -= 1
             self._counted = False
         waiting = [actor for actor, _, _ in getattr(self, "waiting", {}).values()]
-        joining = [actor for actor, _ in getattr(self, "joining", [])]
+        joining = [actor for actor, *_ in getattr(self, "joining", [])]
         for actor in [*getattr(self, "actors", []), *waiting, *joining]:
             if actor is not None:
                 try:
