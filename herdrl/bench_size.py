@@ -134,10 +134,12 @@ def _nodes() -> tuple[Node, ...]:
 
 def reservations(config: AlgorithmConfig, share: float = 1.0) -> Reservations:
     """What ``config`` reserves besides its runners: the driver (and its evaluation runners, counted on the first
-    node), its learner actors; ``share`` of the nodes (a Tune trial's)."""
+    node), its learner actors; ``share`` of the nodes (a Tune trial's). The driver of a run that samples, then
+    learns, waits while its runners sample: they may have its CPUs (it holds none of Ray's), unless it is a Tune
+    trial's (its bundle holds one); one that learns while they sample (IMPALA, APPO) keeps its own."""
     evaluation = config.evaluation_num_env_runners * config.evaluation_runner_config().num_cpus_per_env_runner
-    return Reservations(cpus_per_runner=config.num_cpus_per_env_runner,
-                        driver_cpus=float(config.num_cpus_for_main_process) + evaluation,
+    driver = float(config.num_cpus_for_main_process) if config.samples_while_learning or share < 1 else 0.0
+    return Reservations(cpus_per_runner=config.num_cpus_per_env_runner, driver_cpus=driver + evaluation,
                         learners=config.num_learners, cpus_per_learner=config.num_cpus_per_learner, share=share)
 
 
