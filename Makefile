@@ -25,8 +25,8 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/herd train ppo --env CartPole-v1
 
-# Two pytest-xdist workers by default (tests/conftest.py says which tests one worker runs one at a time): 777 s
-# against 1,129 s in one process, quiet, 2 cores (2026-12-07). TEST_WORKERS=0: one process.
+# Two pytest-xdist workers by default (tests/conftest.py says which tests one worker runs one at a time): 725 s for
+# 827 tests (1,129 s in one process for 804), quiet, 2 cores (2026-12-07). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
 # Compiled first: every Ray worker and subprocess the suite starts imports herdrl, and where PYTHONDONTWRITEBYTECODE

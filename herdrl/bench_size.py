@@ -23,7 +23,7 @@ import numpy as np
 
 from herdrl.config import AlgorithmConfig
 from herdrl.errors import ConfigError
-from herdrl.sizing import ENV_CHOICES, Costs, Node, Reservations, choose, projection
+from herdrl.sizing import ENV_CHOICES, Costs, Node, Reservations, batch_bounds, choose, projection
 
 
 def _env_step_seconds(config: AlgorithmConfig, seconds: float) -> float:
@@ -209,14 +209,15 @@ def run_size(config: AlgorithmConfig, nodes: int = 8, echo: Any = print) -> dict
     costs = measure_costs(config, ENV_CHOICES if envs is None else (envs,))
     reserved = reservations(config)
     overlap = overlaps(config)
-    sizing = choose(costs, reserved, overlap, runners=runners, envs=envs)
+    bounds = batch_bounds(config)
+    sizing = choose(costs, reserved, overlap, runners=runners, envs=envs, bounds=bounds)
     echo(f"herd bench size: {sizing.reason}")
     echo(f"measured: env {costs.env_step_s * 1e3:.3f} ms/step alone; a runner's ms per env step with "
          + ", ".join(f"{n} envs {s * 1e3:.3f}" for n, s in sorted(costs.runner_step_s.items()))
          + f"; learner {costs.learner_s_per_step * 1e6:.1f} us/env step; runner memory <= "
          f"{costs.runner_rss_bytes / 2**20:,.0f} MiB; nodes: "
          + ", ".join(f"{n.cpus:g} CPUs/{n.memory_bytes / 2**30:.1f} GiB" for n in costs.nodes))
-    rows = projection(costs, reserved, nodes, overlap)
+    rows = projection(costs, reserved, nodes, overlap, bounds)
     echo("| nodes like the first | runners | envs per runner | projected env steps/s | bound |")
     echo("| --- | --- | --- | --- | --- |")
     for count, row in rows:

@@ -225,9 +225,11 @@ def most_worth(costs: Costs, overlap: bool, envs: int, tolerance: float = 0.05, 
     return next(n for n, rate in enumerate(rates, start=1) if rate >= best * (1 - tolerance))
 
 
-def projection(costs: Costs, reserved: Reservations, nodes: int, overlap: bool) -> list[tuple[int, Sizing]]:
+def projection(costs: Costs, reserved: Reservations, nodes: int, overlap: bool,
+               bounds: tuple[int | None, int | None] = (None, None)) -> list[tuple[int, Sizing]]:
     """What the choice would be on 1..``nodes`` nodes like the first one: the answer to "how many nodes"."""
     rows = []
     for count in range(1, nodes + 1):
-        rows.append((count, choose(dataclasses.replace(costs, nodes=(costs.nodes[0],) * count), reserved, overlap)))
+        rows.append((count, choose(dataclasses.replace(costs, nodes=(costs.nodes[0],) * count), reserved, overlap,
+                                   bounds=bounds)))
     return rows

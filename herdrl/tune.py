@@ -626,7 +626,14 @@ def run(algorithm: str, *, config: Mapping[str, Any], stop: Mapping[str, Any] | 
     owns, trainable = _connect(config_class, config, site, address)
     resume = _resumes(storage / name, resume, owns)
     if not resume:  # (a resumed sweep's param space holds the counts chosen when it began)
-        config = _size_trials(config_class, config, storage / name, num_samples, max_concurrent_trials, verbose)
+        try:
+            config = _size_trials(config_class, config, storage / name, num_samples, max_concurrent_trials, verbose)
+        except BaseException:
+            if owns:
+                from herdrl.cluster import disconnect
+
+                disconnect()
+            raise
     if resume:
         tuner = tune.Tuner.restore(str(storage / name), trainable, resume_errored=True)
     else:
@@ -681,6 +688,8 @@ def _size_trials(config_class: type, config: dict[str, Any], sweep_dir: Path, nu
     """``config`` with ``"auto"`` runner and env counts chosen for every trial, each sized to its share of the
     cluster (1 / the trials that run at once), from costs measured once on the sweep's first point (a search over
     learning rates does not change what a step costs); the record kept as ``sizing.json`` in the sweep's folder."""
+    import ray
+
     from herdrl.auto_size import AUTO_KEYS, size_run, write_record
 
     keys = {config_class.canonical_key(key): key for key in config}
@@ -692,8 +701,6 @@ def _size_trials(config_class: type, config: dict[str, Any], sweep_dir: Path, nu
     trials = num_samples * math.prod(grids)
     # the trials that run at once: all of them, or max_concurrent_trials, but no more than have a CPU for their
     # driver and one for a runner each (a share smaller than that sizes nothing)
-    import ray
-
     fit = max(1, int(ray.cluster_resources().get("CPU", 1.0) // 2))
     share = 1.0 / max(1, min(trials, max_concurrent or trials, fit))
     first = config_class.from_dict(_first_point(config))

@@ -352,8 +352,8 @@ class RayRunnerGroup:
         self._late: dict[int, tuple[Any, float]] = {}
         self.num_restarts = 0
         #: Runners started where the cluster had room for more (max_env_runners), not yet in service: (actor, its
-        #: ready call); and when to look for room again.
-        self.joining: list[tuple[Any, Any]] = []
+        #: ready call, the epoch it was started in, when); and when to look for room again.
+        self.joining: list[tuple[Any, Any, int, float]] = []
         self._next_look = 0.0
         self._free_at_start: float | None = None
         try:
