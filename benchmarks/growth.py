@@ -3,21 +3,22 @@ fake node and `max_env_runners=16`; a second fake node joins mid-run (a raylet s
 How long until 16 runners sample, and the throughput after growth beside a run started with 16 runners on the same
 two nodes.
 
-    python benchmarks/growth.py
-    python benchmarks/growth.py --latency 0.002 --seconds 30
+    cd benchmarks && ../.venv/bin/python growth.py
+    cd benchmarks && ../.venv/bin/python growth.py --latency 0.002 --seconds 30
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
+from ingest import fake_nodes  # benchmarks/ingest.py
+
 from herdrl import PPOConfig
-from herdrl.cluster.nodes import NodeSpec, auth_env, start_node, stop_node, write_node_token
+from herdrl.cluster.nodes import NodeSpec, start_node, stop_node
 
 
 def config(address: str, latency: float, runners: int, most: int | None) -> PPOConfig:
@@ -41,41 +42,27 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.02)
     parser.add_argument("--seconds", type=float, default=30.0, help="steady training measured after growth")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="hg", dir="/tmp"))
-    temps = [root / "h", root / "w0", root / "w1"]
-    saved = dict(os.environ)
-    os.environ.update(auth_env(write_node_token(temps[0])))
-    os.environ.pop("RAY_ADDRESS", None)
-    started = []
-    try:
-        address, _ = start_node(NodeSpec(temps[0], node_ip_address="127.0.0.2", num_cpus=0,
-                                         object_store_memory=300_000_000))
-        started.append(temps[0])
-        start_node(NodeSpec(temps[1], address=address, node_ip_address="127.0.0.3", num_cpus=8,
-                            object_store_memory=300_000_000))
-        started.append(temps[1])
+    with fake_nodes(2, 8, 300, head_cpus=0) as address:
         algo = config(address, args.latency, 8, 16).build()
         before = steady(algo, args.seconds / 2)
-        start_node(NodeSpec(temps[2], address=address, node_ip_address="127.0.0.4", num_cpus=8,
+        joining = Path(tempfile.mkdtemp(prefix="hg", dir="/tmp")) / "w"  # (short: Ray's socket paths have a limit)
+        start_node(NodeSpec(joining, address=address, node_ip_address="127.0.0.4", num_cpus=8,
                             object_store_memory=300_000_000))
-        started.append(temps[2])
-        joined = time.perf_counter()
-        while algo.train()["num_healthy_env_runners"] < 16 and time.perf_counter() - joined < 120:
-            pass
-        seconds = time.perf_counter() - joined
-        algo.train()  # (the first iteration with all 16 may have begun before the last joined)
-        grown = steady(algo, args.seconds)
-        algo.stop()
-        algo = config(address, args.latency, 16, None).build()
-        algo.train()  # warm-up, as the grown run had
-        at_size = steady(algo, args.seconds)
-        algo.stop()
-    finally:
-        for temp in reversed(started):
-            stop_node(temp)
-        shutil.rmtree(root, ignore_errors=True)
-        os.environ.clear()
-        os.environ.update(saved)
+        try:
+            joined = time.perf_counter()
+            while algo.train()["num_healthy_env_runners"] < 16 and time.perf_counter() - joined < 120:
+                pass
+            seconds = time.perf_counter() - joined
+            algo.train()  # (the first iteration with all 16 may have begun before the last joined)
+            grown = steady(algo, args.seconds)
+            algo.stop()
+            algo = config(address, args.latency, 16, None).build()
+            algo.train()  # warm-up, as the grown run had
+            at_size = steady(algo, args.seconds)
+            algo.stop()
+        finally:
+            stop_node(joining)
+            shutil.rmtree(joining.parent, ignore_errors=True)
     print("| 8 runners, env steps/s | node joined -> 16 runners sampling | after growth, env steps/s | started with 16 "
           "| ratio |")
     print("| ---: | ---: | ---: | ---: | ---: |")

@@ -25,8 +25,9 @@ from herdrl.cluster.nodes import NodeSpec, auth_env, start_node, stop_node, writ
 
 
 @contextlib.contextmanager
-def fake_nodes(count: int, cpus: int, object_store_mb: int) -> Iterator[str]:
-    """``count`` Ray nodes on 127.0.0.2, .3, ... (the first is the head); yields the head's address."""
+def fake_nodes(count: int, cpus: int, object_store_mb: int, head_cpus: int | None = None) -> Iterator[str]:
+    """``count`` Ray nodes on 127.0.0.2, .3, ... (the first is the head, with ``head_cpus`` where given); yields
+    the head's address."""
     root = Path(tempfile.mkdtemp(prefix="hi", dir="/tmp"))  # short: Ray's socket paths have a length limit
     temps = [root / "h", *(root / f"w{i}" for i in range(count - 1))]
     token = write_node_token(temps[0])
@@ -36,8 +37,8 @@ def fake_nodes(count: int, cpus: int, object_store_mb: int) -> Iterator[str]:
     started: list[Path] = []
     try:
         store = object_store_mb * 1_000_000
-        address, _ = start_node(NodeSpec(temps[0], node_ip_address="127.0.0.2", num_cpus=cpus,
-                                         object_store_memory=store))
+        address, _ = start_node(NodeSpec(temps[0], node_ip_address="127.0.0.2",
+                                         num_cpus=cpus if head_cpus is None else head_cpus, object_store_memory=store))
         started.append(temps[0])
         for i, temp in enumerate(temps[1:]):
             start_node(NodeSpec(temp, address=address, node_ip_address=f"127.0.0.{3 + i}", num_cpus=cpus,

@@ -51,14 +51,13 @@ def size_run(config: Any, budget_s: float = DEFAULT_BUDGET_S, share: float = 1.0
     """A copy of ``config`` with its ``"auto"`` keys chosen from costs measured here, and the record of how
     (what :func:`write_record` keeps). ``share``: the fraction of the nodes this run may use (a Tune trial's).
     Says the choice in one line through ``echo``."""
-    from herdrl.bench_size import measure_costs, overlaps, reservations
-    from herdrl.sizing import ENV_CHOICES, batch_bounds, choose, most_worth
+    from herdrl.bench_size import measure_costs, reservations
+    from herdrl.sizing import ENV_CHOICES, batch_bounds, choose, fewest_runners, most_worth
 
     check_sizable(config)
     runners = None if config.num_env_runners == "auto" else int(config.num_env_runners)
     envs = None if config.num_envs_per_env_runner == "auto" else int(config.num_envs_per_env_runner)
-    least = config.num_learners if config.shard_fragments else 0  # (each learner its own fragments)
-    least = max(least, 1) if config.max_env_runners is not None else least  # (adding Ray runners to Ray runners)
+    least = fewest_runners(config._values)
     probe = config.copy()
     probe._values.update(num_env_runners=runners if runners is not None else least,
                          num_envs_per_env_runner=envs or 1, max_env_runners=None)
@@ -68,7 +67,8 @@ def size_run(config: Any, budget_s: float = DEFAULT_BUDGET_S, share: float = 1.0
     # (measure_costs spends about 8 of its `seconds` on the parts it times, plus builds and warm-ups)
     costs = measure_costs(probe, ENV_CHOICES if envs is None else (envs,), seconds=max(0.1, budget_s / 10),
                           nodes=_nodes_for(probe))
-    sizing = choose(costs, reservations(probe, share), overlaps(probe), runners=runners, envs=envs, least=least,
+    overlap = probe.samples_while_learning
+    sizing = choose(costs, reservations(probe, share), overlap, runners=runners, envs=envs, least=least,
                     bounds=bounds)
     took = time.perf_counter() - start
     sized = config.copy()
@@ -76,7 +76,7 @@ def size_run(config: Any, budget_s: float = DEFAULT_BUDGET_S, share: float = 1.0
     if config.max_env_runners is None and runners is None and sizing.num_env_runners > 0:
         # nodes that join later get runners up to where more stop paying (a learner-bound run: none)
         sized._values["max_env_runners"] = max(sizing.num_env_runners, most_worth(
-            costs, overlaps(probe), sizing.num_envs_per_env_runner, total_envs=bounds[0]))
+            costs, overlap, sizing.num_envs_per_env_runner, total_envs=bounds[0]))
     auto = [key for key in AUTO_KEYS if getattr(config, key) == "auto"]
     echo(f"herd: {', '.join(f'{key}=auto' for key in auto)}: {sizing.reason}; measured in {took:.1f} s")
     record = {"num_env_runners": sizing.num_env_runners, "num_envs_per_env_runner": sizing.num_envs_per_env_runner,

@@ -174,11 +174,6 @@ def measure_costs(config: AlgorithmConfig, envs: tuple[int, ...] = ENV_CHOICES, 
                  nodes=nodes or _nodes(), runner_step_s=runner_step)
 
 
-def overlaps(config: AlgorithmConfig) -> bool:
-    """True for algorithms whose sampling and learning overlap (IMPALA, APPO)."""
-    return config.samples_while_learning
-
-
 #: What ``herd bench size`` and ``num_env_runners="auto"`` size: single-agent algorithms that learn from their
 #: runners (a learner's time per env step holds on a smaller batch; off-policy ones replay ``training_intensity``
 #: times what they sample). Offline and multi-agent runs are not sized; IMPALA/APPO's driver intake beside
@@ -208,7 +203,7 @@ def run_size(config: AlgorithmConfig, nodes: int = 8, echo: Any = print) -> dict
     config.validate()
     costs = measure_costs(config, ENV_CHOICES if envs is None else (envs,))
     reserved = reservations(config)
-    overlap = overlaps(config)
+    overlap = config.samples_while_learning
     bounds = batch_bounds(config)
     sizing = choose(costs, reserved, overlap, runners=runners, envs=envs, bounds=bounds)
     echo(f"herd bench size: {sizing.reason}")

@@ -90,9 +90,9 @@ class ConfigChecks:
         auto = [key for key in ("num_env_runners", "num_envs_per_env_runner") if self._values[key] == "auto"]
         if not auto:
             return self._validate()
-        learners = self._values["num_learners"]
-        least = learners if self._values["shard_fragments"] is True and isinstance(learners, int) else 0
-        least = max(least, 1) if isinstance(self._values["max_env_runners"], int) else least  # (Ray runners)
+        from herdrl.sizing import fewest_runners
+
+        least = fewest_runners(self._values)
         self._values.update({key: least if key == "num_env_runners" else 1 for key in auto})
         try:
             self._validate()

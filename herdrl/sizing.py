@@ -35,6 +35,15 @@ ENV_CHOICES = (1, 4, 16)
 MIN_FRAGMENT = 16
 
 
+def fewest_runners(values) -> int:
+    """The fewest runners a config (its raw values: ``validate`` asks before it checks their types) works with:
+    one per learner that takes its own fragments (``shard_fragments``), one where runners are added to Ray runners
+    (``max_env_runners``), else none (sampling in the driver)."""
+    learners = values["num_learners"]
+    least = learners if values["shard_fragments"] is True and isinstance(learners, int) else 0
+    return max(least, 1) if isinstance(values["max_env_runners"], int) else least
+
+
 def batch_bounds(config) -> tuple[int | None, int | None]:
     """(the most envs in all, the most envs per runner) ``config``'s train batch holds: a sample-then-learn run fills
     ``train_batch_size`` with one fragment per env, of its ``rollout_fragment_length`` (or ``MIN_FRAGMENT`` steps
@@ -119,7 +128,6 @@ class Sizing:
     num_env_runners: int
     num_envs_per_env_runner: int
     throughput: float  # projected env steps per second
-    best_throughput: float
     bound: str  # "learner", "slots" or "memory": what stops more runners from paying
     max_runners: int  # runners the nodes hold
     costs: Costs
@@ -191,7 +199,7 @@ def choose(costs: Costs, reserved: Reservations = Reservations(), overlap: bool 
     sampling_s = 1.0 / (max(1, n) * costs.runner_rate(e))
     near_ceiling = table[(n, e)] >= (1 - tolerance) * learn_rate
     bound = "learner" if near_ceiling or (n < most and sampling_s <= costs.learner_s_per_step) else limit
-    return Sizing(n, e, table[(n, e)], best, bound, most, costs, reason=_reason(costs, n, e, bound, most))
+    return Sizing(n, e, table[(n, e)], bound, most, costs, reason=_reason(costs, n, e, bound, most))
 
 
 def describe(runners: int, envs: int) -> str:
