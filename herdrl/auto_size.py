@@ -51,7 +51,7 @@ def size_run(config: Any, budget_s: float = DEFAULT_BUDGET_S, share: float = 1.0
     """A copy of ``config`` with its ``"auto"`` keys chosen from costs measured here, and the record of how
     (what :func:`write_record` keeps). ``share``: the fraction of the nodes this run may use (a Tune trial's).
     Says the choice in one line through ``echo``."""
-    from herdrl.bench_size import measure_costs, reservations
+    from herdrl.bench_size import measure_costs, reservations, with_round_cost
     from herdrl.sizing import ENV_CHOICES, batch_bounds, choose, fewest_runners, most_worth
 
     check_sizable(config)
@@ -68,8 +68,9 @@ def size_run(config: Any, budget_s: float = DEFAULT_BUDGET_S, share: float = 1.0
     costs = measure_costs(probe, ENV_CHOICES if envs is None else (envs,), seconds=max(0.1, budget_s / 10),
                           nodes=_nodes_for(probe))
     overlap = probe.samples_while_learning
-    sizing = choose(costs, reservations(probe, share), overlap, runners=runners, envs=envs, least=least,
-                    bounds=bounds)
+    reserved = reservations(probe, share)
+    costs, sizing = with_round_cost(probe, costs, lambda costs: choose(
+        costs, reserved, overlap, runners=runners, envs=envs, least=least, bounds=bounds), max(0.1, budget_s / 10))
     took = time.perf_counter() - start
     sized = config.copy()
     sized._values.update(num_env_runners=sizing.num_env_runners, num_envs_per_env_runner=sizing.num_envs_per_env_runner)
@@ -85,9 +86,12 @@ def size_run(config: Any, budget_s: float = DEFAULT_BUDGET_S, share: float = 1.0
               "projected_env_steps_per_s": _finite(sizing.throughput), "share": share, "measured_s": round(took, 3),
               "costs": {"env_step_s": costs.env_step_s, "runner_step_s": {str(n): s for n, s in
                                                                            sorted(costs.runner_step_s.items())},
+                        "runner_cpu_s": {str(n): s for n, s in sorted(costs.runner_cpu_s.items())},
+                        "round_cpu_s": costs.round_cpu_s, "host_cores": costs.host_cores,
                         "learner_s_per_env_step": costs.learner_s_per_step,
                         "runner_rss_bytes": costs.runner_rss_bytes,
-                        "nodes": [{"cpus": n.cpus, "memory_bytes": n.memory_bytes} for n in costs.nodes]}}
+                        "nodes": [{"cpus": n.cpus, "memory_bytes": n.memory_bytes, "host": n.host}
+                                  for n in costs.nodes]}}
     return sized, record
 
 

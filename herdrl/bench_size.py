@@ -6,24 +6,30 @@ for 1..N nodes like this one ("how many nodes should I ask for?").
     herd bench size --env herd/Latency-v0 --config 'env_config={step_latency_s: 0.02}' --nodes 8
 
 What is measured (each for about a second): one env stepped alone (random actions); an in-process runner with 1, 4
-and 16 envs (the policy's batched forward pass is what a runner's step costs beyond its envs); two training
-iterations in this process (the learner's time per env step of the second); this process's resident memory (a
-runner actor imports the same torch, env and policy: an upper bound); and the CPUs and memory of each node (the
-Ray cluster's when one is joined, else this machine's).
+and 16 envs (the policy's batched forward pass is what a runner's step costs beyond its envs; its CPU time too);
+two training iterations in this process (the learner's time per env step of the second); this process's resident
+memory (a runner actor imports the same torch, env and policy: an upper bound); and the CPUs, memory and host of
+each node (the Ray cluster's when one is joined, else this machine's). Where this machine's nodes advertise more
+CPUs than it has cores (fake nodes on loopback, ``--num-cpus`` above the cores), one Ray runner's round (weights
+in, a 2-step fragment back) is timed too, in CPU seconds of the whole machine: what each runner adds to the cores
+they share.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
+import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from herdrl.config import AlgorithmConfig
 from herdrl.errors import ConfigError
-from herdrl.sizing import ENV_CHOICES, Costs, Node, Reservations, batch_bounds, choose, projection
+from herdrl.sizing import ENV_CHOICES, Costs, Node, Reservations, Sizing, batch_bounds, choose, projection
 
 
 def _env_step_seconds(config: AlgorithmConfig, seconds: float) -> float:
@@ -41,10 +47,11 @@ def _env_step_seconds(config: AlgorithmConfig, seconds: float) -> float:
     return elapsed / steps
 
 
-def _runner_step_seconds(config: AlgorithmConfig, envs: int, seconds: float, env_step_s: float) -> float:
-    """Seconds per env step of an in-process runner with ``envs`` envs (fragments of up to 32 steps, fewer where
-    the env is slow enough that 32 would overrun ``seconds``; after a one-step warm-up), its torch on one thread as
-    a Ray runner's is."""
+def _runner_step_seconds(config: AlgorithmConfig, envs: int, seconds: float,
+                         env_step_s: float) -> tuple[float, float]:
+    """(seconds, CPU seconds) per env step of an in-process runner with ``envs`` envs (fragments of up to 32
+    steps, fewer where the env is slow enough that 32 would overrun ``seconds``; after a one-step warm-up), its
+    torch on one thread as a Ray runner's is."""
     import torch
 
     from herdrl.rollout import EnvRunner
@@ -58,15 +65,15 @@ def _runner_step_seconds(config: AlgorithmConfig, envs: int, seconds: float, env
     runner = EnvRunner(trial)
     try:
         runner.sample(1)  # warm-up: first forward pass, env resets
-        steps, start = 0, time.perf_counter()
+        steps, start, cpu = 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - start < seconds or steps == 0:
             runner.sample(length)
             steps += length * envs
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     finally:
         runner.stop()
         torch.set_num_threads(threads)
-    return elapsed / steps
+    return elapsed / steps, cpu / steps
 
 
 def _learner_seconds_per_step(config: AlgorithmConfig, runner_step_s: float, seconds: float) -> float:
@@ -110,7 +117,8 @@ def ray_nodes() -> tuple[Node, ...]:
     """The CPUs and memory of each live node of the Ray cluster this process is connected to."""
     import ray
 
-    return tuple(Node(node["Resources"].get("CPU", 0.0), node["Resources"].get("memory", 0.0))
+    return tuple(Node(node["Resources"].get("CPU", 0.0), node["Resources"].get("memory", 0.0),
+                      node.get("NodeManagerHostname", ""))
                  for node in ray.nodes() if node.get("Alive"))
 
 
@@ -121,8 +129,13 @@ def machine_nodes() -> tuple[Node, ...]:
         for line in f:
             if line.startswith("MemAvailable:"):
                 available = float(line.split()[1]) * 1024
+    return (Node(this_host()[1], available, this_host()[0]),)
+
+
+def this_host() -> tuple[str, float]:
+    """(this machine's name as Ray reports a node's host, the cores this process may use: a Slurm job's)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (Node(float(cpus or 1), available),)
+    return socket.gethostname(), float(cpus or 1)
 
 
 def _nodes() -> tuple[Node, ...]:
@@ -153,6 +166,60 @@ def _measuring_copy(config: AlgorithmConfig) -> AlgorithmConfig:
     return trial
 
 
+def _busy_cpu_seconds() -> float:
+    """CPU seconds this machine has been busy since boot, all cores (Linux's /proc/stat)."""
+    with open("/proc/stat") as f:
+        ticks = [float(x) for x in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # (less idle and iowait)
+
+
+def _round_cpu_seconds(config: AlgorithmConfig, seconds: float, step_cpu_s: float) -> float:
+    """CPU seconds of one Ray runner's round beyond its env steps (the call, the weights loaded, a 2-step fragment
+    back: driver, raylet and runner together), from this machine's busy time over ``seconds`` of rounds less what
+    it spends idle; the driver's and the runner's own CPU where Ray placed the runner on another host."""
+    import ray
+
+    trial = config.copy()
+    trial._values.update(num_env_runners=1, num_envs_per_env_runner=1, rollout_fragment_length=2,
+                         evaluation_interval=None)
+    if not trial.stores_raw_transitions:
+        trial._values["train_batch_size"] = 2
+        if "minibatch_size" in trial.fields():
+            trial._values["minibatch_size"] = 2
+    algo = trial.build()
+    try:
+        runners = algo.runners
+        host = this_host()[0]
+        node_id = ray.get(runners.actors[0].node.remote())[0]
+        here = any(node["NodeID"] == node_id and node.get("NodeManagerHostname") == host for node in ray.nodes())
+
+        def used() -> float:  # (the runner's process CPU, where the machine's busy time does not hold it)
+            return _busy_cpu_seconds() if here else time.process_time() + ray.get(
+                runners.actors[0].apply.remote(lambda runner: time.process_time()))[1]
+
+        weights = algo.runner_weights()
+        for version in range(3):  # warm-up: first calls, first forward passes
+            runners.sample(weights, None, version)
+        idle_start, idle_busy = time.perf_counter(), _busy_cpu_seconds()
+        time.sleep(min(0.25, seconds / 4))
+        idle = (_busy_cpu_seconds() - idle_busy) / (time.perf_counter() - idle_start) if here else 0.0
+        rounds, start, busy = 0, time.perf_counter(), used()
+        while time.perf_counter() - start < seconds or rounds < 3:
+            runners.sample(algo.runner_weights(), None, rounds)
+            rounds += 1
+        elapsed, busy = time.perf_counter() - start, used() - busy
+    finally:
+        algo.stop()
+    return max(0.0, (busy - idle * elapsed) / rounds - 2 * step_cpu_s)
+
+
+def _can_join_ray(config: AlgorithmConfig) -> bool:
+    import sys
+
+    ray = sys.modules.get("ray")
+    return bool(ray is not None and ray.is_initialized() or config.address or os.environ.get("RAY_ADDRESS"))
+
+
 def measure_costs(config: AlgorithmConfig, envs: tuple[int, ...] = ENV_CHOICES, seconds: float = 1.0,
                   nodes: tuple[Node, ...] | None = None) -> Costs:
     """The costs :func:`herdrl.sizing.choose` decides from, measured in this process (see the module's docstring);
@@ -163,15 +230,43 @@ def measure_costs(config: AlgorithmConfig, envs: tuple[int, ...] = ENV_CHOICES, 
     config = _measuring_copy(config)
     env_step = _env_step_seconds(config, seconds / 2)
     # (envs whose two steps would overrun the budget are left to the formula, from the sizes measured)
-    runner_step = {n: _runner_step_seconds(config, n, seconds, env_step) for n in envs
-                   if n == min(envs) or 2 * n * env_step <= seconds}
+    timed = {n: _runner_step_seconds(config, n, seconds, env_step) for n in envs
+             if n == min(envs) or 2 * n * env_step <= seconds}
+    runner_step = {n: wall for n, (wall, _) in timed.items()}
     # the policy's share: what a runner's step costs beyond its envs stepped one by one (0 where the env's own
     # vectorised version is faster than that: the measured runner rate is what the model uses then)
     inference = {n: max(0.0, n * runner_step[n] - n * env_step) for n in runner_step}
     learner = _learner_seconds_per_step(config, min(runner_step.values()), 2 * seconds) / learners
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # (kB on Linux)
-    return Costs(env_step_s=env_step, inference_s=inference, learner_s_per_step=learner, runner_rss_bytes=rss,
-                 nodes=nodes or _nodes(), runner_step_s=runner_step)
+    host, cores = this_host()
+    length = config.rollout_fragment_length
+    costs = Costs(env_step_s=env_step, inference_s=inference, learner_s_per_step=learner, runner_rss_bytes=rss,
+                  nodes=nodes or _nodes(), runner_step_s=runner_step,
+                  runner_cpu_s={n: cpu for n, (_, cpu) in timed.items()}, host_cores={host: cores},
+                  train_batch=config.train_batch_size, fragment_steps=length if isinstance(length, int) else None)
+    return costs
+
+
+#: A runner's round at its dearest (measured here: 4-10 ms of CPU a round, driver, raylet and runner together):
+#: where a choice would hold even at this, measuring the round is skipped.
+ROUND_CPU_CEILING_S = 0.03
+
+
+def with_round_cost(config: AlgorithmConfig, costs: Costs, decide: Callable[[Costs], Sizing],
+                    seconds: float = 1.0) -> tuple[Costs, Sizing]:
+    """``costs`` with a runner's round measured (``round_cpu_s``) where it may change ``decide``'s choice: the
+    runners would share this host's cores (its nodes advertise more CPUs than it has), and the choice differs
+    between a free round and a dear one (:data:`ROUND_CPU_CEILING_S`); with the choice on those costs."""
+    sizing = decide(costs)
+    if costs.shared_cores() is None or sizing.num_env_runners == 0 or not _can_join_ray(config):
+        return costs, sizing  # (a round's cost only makes runners dearer: in-process sampling stays the choice)
+    dear = decide(dataclasses.replace(costs, round_cpu_s=ROUND_CPU_CEILING_S))
+    if (dear.num_env_runners, dear.num_envs_per_env_runner) == (sizing.num_env_runners,
+                                                                  sizing.num_envs_per_env_runner):
+        return costs, sizing
+    costs = dataclasses.replace(costs, round_cpu_s=_round_cpu_seconds(
+        _measuring_copy(config), seconds / 2, costs.runner_cpu_s[min(costs.runner_cpu_s)]))
+    return costs, decide(costs)
 
 
 #: What ``herd bench size`` and ``num_env_runners="auto"`` size: single-agent algorithms that learn from their
@@ -205,13 +300,17 @@ def run_size(config: AlgorithmConfig, nodes: int = 8, echo: Any = print) -> dict
     reserved = reservations(config)
     overlap = config.samples_while_learning
     bounds = batch_bounds(config)
-    sizing = choose(costs, reserved, overlap, runners=runners, envs=envs, bounds=bounds)
+    costs, sizing = with_round_cost(config, costs, lambda costs: choose(costs, reserved, overlap, runners=runners,
+                                                                        envs=envs, bounds=bounds))
     echo(f"herd bench size: {sizing.reason}")
     echo(f"measured: env {costs.env_step_s * 1e3:.3f} ms/step alone; a runner's ms per env step with "
          + ", ".join(f"{n} envs {s * 1e3:.3f}" for n, s in sorted(costs.runner_step_s.items()))
+         + " (CPU " + ", ".join(f"{s * 1e3:.3f}" for _, s in sorted(costs.runner_cpu_s.items())) + ")"
          + f"; learner {costs.learner_s_per_step * 1e6:.1f} us/env step; runner memory <= "
          f"{costs.runner_rss_bytes / 2**20:,.0f} MiB; nodes: "
-         + ", ".join(f"{n.cpus:g} CPUs/{n.memory_bytes / 2**30:.1f} GiB" for n in costs.nodes))
+         + ", ".join(f"{n.cpus:g} CPUs/{n.memory_bytes / 2**30:.1f} GiB" for n in costs.nodes)
+         + (f"; they share {costs.shared_cores():g} real cores, a runner's round {costs.round_cpu_s * 1e3:.1f} ms "
+            "of CPU" if costs.shared_cores() is not None else ""))
     rows = projection(costs, reserved, nodes, overlap, bounds)
     echo("| nodes like the first | runners | envs per runner | projected env steps/s | bound |")
     echo("| --- | --- | --- | --- | --- |")

@@ -18,6 +18,15 @@ and one that overlaps them (APPO, IMPALA) is held back by the slower of the two:
 whole ``num_cpus_per_env_runner`` reservations on one node each) and by their memory (a runner's RSS). The choice
 is the fewest runners, and for them the envs per runner, whose throughput is within ``tolerance`` of the best
 any allowed pair reaches: past it, more runners cost CPUs for little (the learner, or the slots, bound the run).
+
+Where nodes on one host advertise more CPUs than it has (several raylets on one machine, or a node started with
+``--num-cpus`` above its cores, for an env that waits), the runners share its cores: each env step costs a
+runner's CPU (``runner_cpu_s``) and each runner's round, one fragment, costs the call, the weights and the
+fragment's way back (``round_cpu_s``: driver, raylet and runner together). Sampling is then no faster than::
+
+    cores / (runner_cpu_s(E) + round_cpu_s / steps per round)      steps per round: train_batch / N, or E x L
+
+which falls as ``N`` grows: the choice is where the throughput peaks (more runners would take CPU the others need).
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ class Node:
 
     cpus: float
     memory_bytes: float
+    host: str = ""  # the machine it runs on: nodes on one host share its cores
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,10 @@ class Costs:
     observations; sizes not measured are interpolated linearly (extrapolated from the last two beyond them).
     ``runner_step_s``, where given, is a runner's measured seconds per env step with that many envs: it replaces
     the formula for those sizes (an env's own vectorised version steps copies faster than one by one).
+    ``runner_cpu_s``: the CPU seconds of those steps; ``round_cpu_s``: the CPU seconds of one runner's round beyond
+    its steps; ``host_cores``: the cores of hosts known (the driver's); ``train_batch`` and ``fragment_steps`` (per
+    env; None: "auto", the batch shared among the envs) give the steps per round. They matter only where a host's
+    nodes advertise more CPUs than its cores (see the module's docstring).
     """
 
     env_step_s: float
@@ -80,6 +94,11 @@ class Costs:
     runner_rss_bytes: float
     nodes: tuple[Node, ...]
     runner_step_s: dict[int, float] = field(default_factory=dict)
+    runner_cpu_s: dict[int, float] = field(default_factory=dict)
+    round_cpu_s: float = 0.0
+    host_cores: dict[str, float] = field(default_factory=dict)
+    train_batch: int = 1
+    fragment_steps: int | None = None
 
     def __post_init__(self) -> None:
         if self.env_step_s < 0 or self.learner_s_per_step < 0 or self.runner_rss_bytes < 0:
@@ -109,6 +128,26 @@ class Costs:
         seconds = envs * self.env_step_s + self.inference_at(envs)
         return math.inf if seconds == 0 else envs / seconds
 
+    def shared_cores(self, share: float = 1.0) -> float | None:
+        """The cores all runners share, where some host's nodes advertise more CPUs than it has (None elsewhere:
+        each runner has the CPUs it reserves); ``share`` of them for a run given a share of the cluster."""
+        advertised: dict[str, float] = {}
+        for node in self.nodes:
+            advertised[node.host] = advertised.get(node.host, 0.0) + node.cpus
+        if not any(self.host_cores.get(host, cpus) < cpus for host, cpus in advertised.items()):
+            return None
+        return share * sum(min(cpus, self.host_cores.get(host, cpus)) for host, cpus in advertised.items())
+
+    def sampling_cpu_s(self, runners: int, envs: int) -> float:
+        """CPU seconds per env step sampled by ``runners`` Ray runners of ``envs`` envs: their steps' (as measured
+        at the nearest size at most ``envs``) and their rounds' share (one fragment per runner a round)."""
+        if not self.runner_cpu_s:
+            return 0.0
+        sizes = sorted(self.runner_cpu_s)
+        step = self.runner_cpu_s[([s for s in sizes if s <= envs] or sizes)[-1]]
+        per_env = self.fragment_steps or math.ceil(self.train_batch / (max(1, runners) * envs))
+        return step + self.round_cpu_s / (per_env * envs)
+
 
 @dataclass(frozen=True)
 class Reservations:
@@ -128,7 +167,7 @@ class Sizing:
     num_env_runners: int
     num_envs_per_env_runner: int
     throughput: float  # projected env steps per second
-    bound: str  # "learner", "slots" or "memory": what stops more runners from paying
+    bound: str  # "learner", "slots", "memory" or "cores": what stops more runners from paying
     max_runners: int  # runners the nodes hold
     costs: Costs
     reason: str = field(default="")
@@ -157,13 +196,19 @@ def runner_slots(costs: Costs, reserved: Reservations) -> tuple[int, str]:
     return total, ("memory" if total < by_cpu_total else "slots")
 
 
-def throughput(costs: Costs, runners: int, envs: int, overlap: bool) -> float:
+def throughput(costs: Costs, runners: int, envs: int, overlap: bool, share: float | None = 1.0) -> float:
     """Projected env steps per second with ``runners`` runners of ``envs`` envs (0 runners: sampling in the
-    driver, which never overlaps learning)."""
+    driver, which never overlaps learning); ``share``: the run's share of the cores where runners share a host's
+    (None: as if each had its own, whatever the nodes)."""
     sample_rate = max(1, runners) * costs.runner_rate(envs)
     learn_rate = math.inf if costs.learner_s_per_step == 0 else 1.0 / costs.learner_s_per_step
-    if overlap and runners > 0:
-        return min(sample_rate, learn_rate)
+    cores = costs.shared_cores(share) if share is not None and runners > 0 else None
+    cpu = costs.sampling_cpu_s(runners, envs) if cores is not None else 0.0
+    if overlap and runners > 0:  # (the learner learns beside the runners, on the same cores)
+        shared = cores / (cpu + costs.learner_s_per_step) if cpu > 0 else math.inf
+        return min(sample_rate, learn_rate, shared)
+    if cpu > 0:
+        sample_rate = min(sample_rate, cores / cpu)
     return 1.0 / (1.0 / sample_rate + 1.0 / learn_rate)
 
 
@@ -183,14 +228,22 @@ def choose(costs: Costs, reserved: Reservations = Reservations(), overlap: bool 
     runner_choices = [runners] if runners is not None else range(least, most + 1)
     env_choices = [envs] if envs is not None else ENV_CHOICES
     total, per_runner = bounds
-    table = {(n, e): throughput(costs, n, e, overlap) for n in runner_choices for e in env_choices
+    table = {(n, e): throughput(costs, n, e, overlap, reserved.share) for n in runner_choices for e in env_choices
              if (total is None or max(1, n) * e <= total) and (per_runner is None or e <= per_runner)}
     if not table:
         where = f"{total} envs" if total is not None else f"{per_runner} envs per runner"
         raise ConfigError(f"the train batch holds at most {where} (train_batch_size / fragment): lower "
                           "num_env_runners or num_envs_per_env_runner, or raise train_batch_size")
     best = max(table.values())
-    # fewest runners first, then fewest envs: the cheapest pair that reaches the best within the tolerance
+    # fewest runners first, then fewest envs: the cheapest pair that reaches the best within the tolerance; where
+    # the runners share a host's cores and those hold the best back, the best itself (a runner fewer gives up rate the
+    # cores have; a runner more takes CPU the others need)
+    top = min(table, key=lambda p: (-table[p], p))
+    if costs.shared_cores(reserved.share) is not None and best < (1 - tolerance) * max(
+            throughput(costs, n, e, overlap, None) for n, e in table):
+        n, e = top
+        return Sizing(n, e, table[top], "cores", most, costs, reason=_reason(costs, n, e, "cores", most,
+                                                                              reserved.share))
     n, e = min((pair for pair, rate in table.items() if rate >= best * (1 - tolerance)), key=lambda p: (p[0], p[1]))
     # what holds the run back: the learner where the choice is within the tolerance of all it can take, or where
     # the tolerance stopped short of the slots with learning an env step taking at least as long as sampling one;
@@ -209,10 +262,13 @@ def describe(runners: int, envs: int) -> str:
         f"in-process sampling, {envs_text}"
 
 
-def _reason(costs: Costs, runners: int, envs: int, bound: str, most: int) -> str:
+def _reason(costs: Costs, runners: int, envs: int, bound: str, most: int, share: float = 1.0) -> str:
     held = f"{most} runner{'s' if most != 1 else ''}"
+    cores = costs.shared_cores(share) if bound == "cores" else None
     why = {"learner": "learner-bound: more runners would add little",
-           "slots": f"CPU-bound: the nodes hold {held}", "memory": f"memory holds {held}"}[bound]
+           "slots": f"CPU-bound: the nodes hold {held}", "memory": f"memory holds {held}",
+           "cores": f"core-bound: the nodes share {cores or 0:g} real cores and a runner's round costs "
+                    f"{costs.round_cpu_s * 1e3:.1f} ms of CPU"}[bound]
     if runners == 0 and most > 0 and bound != "learner":  # (sample-then-learn: as fast as that many runners)
         why += ", which would sample no faster than the driver"
     chosen = describe(runners, envs)
@@ -228,7 +284,7 @@ def most_worth(costs: Costs, overlap: bool, envs: int, tolerance: float = 0.05, 
     ``tolerance`` of the best on unlimited CPUs and memory (at most ``cap``, and ``total_envs`` envs in all: what
     the train batch holds). What ``max_env_runners`` gets from ``auto``: runners added as nodes join stop there."""
     cap = max(1, min(cap, total_envs // envs)) if total_envs is not None else cap
-    rates = [throughput(costs, n, envs, overlap) for n in range(1, cap + 1)]
+    rates = [throughput(costs, n, envs, overlap, None) for n in range(1, cap + 1)]
     best = max(rates)
     return next(n for n, rate in enumerate(rates, start=1) if rate >= best * (1 - tolerance))
 
@@ -236,8 +292,10 @@ def most_worth(costs: Costs, overlap: bool, envs: int, tolerance: float = 0.05, 
 def projection(costs: Costs, reserved: Reservations, nodes: int, overlap: bool,
                bounds: tuple[int | None, int | None] = (None, None)) -> list[tuple[int, Sizing]]:
     """What the choice would be on 1..``nodes`` nodes like the first one: the answer to "how many nodes"."""
-    rows = []
-    for count in range(1, nodes + 1):
-        rows.append((count, choose(dataclasses.replace(costs, nodes=(costs.nodes[0],) * count), reserved, overlap,
-                                   bounds=bounds)))
+    first, rows = costs.nodes[0], []
+    cores = costs.host_cores.get(first.host)
+    for count in range(1, nodes + 1):  # (each on a host of its own, with the first one's cores)
+        like = tuple(dataclasses.replace(first, host=f"{first.host}#{i}" if i else first.host) for i in range(count))
+        rows.append((count, choose(dataclasses.replace(costs, nodes=like, host_cores={} if cores is None else {
+            node.host: cores for node in like}), reserved, overlap, bounds=bounds)))
     return rows

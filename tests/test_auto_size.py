@@ -89,6 +89,37 @@ def test_measuring_fits_slow_envs_and_impala_and_records_nothing(ray_session, tm
     assert not (tmp_path / "episodes").exists() or not any((tmp_path / "episodes").iterdir())
 
 
+@pytest.mark.parametrize("algorithm", ["PPO", "IMPALA", "DQN"])
+def test_a_runners_round_is_measured_only_where_runners_share_a_hosts_cores(ray_session, algorithm):
+    """4 nodes of 16 CPUs on this host, given 2 real cores, for an env that sleeps 2 ms: the choice differs
+    between a free round and a dear one, so one round of a Ray runner is measured (each algorithm's probe builds
+    its own 2-step batch) and decides; nodes with the cores they advertise measure nothing."""
+    import dataclasses
+
+    from herdrl.bench_size import ROUND_CPU_CEILING_S, this_host, with_round_cost
+    from herdrl.registry import get_config_class
+    from herdrl.sizing import Costs, Node, choose
+
+    host = this_host()[0]
+    costs = Costs(0.002, {1: 0.0}, 70e-6, 0.0, (Node(16, 64e9, host),) * 4, runner_cpu_s={1: 1e-4},
+                  host_cores={host: 2}, train_batch=1024)
+    config = get_config_class(algorithm)().environment("herd/Latency-v0", env_config={"step_latency_s": 0.002})
+    config.validate()
+    asked = []
+
+    def decide(costs):
+        asked.append(costs.round_cpu_s)
+        return choose(costs, bounds=(64, None))
+
+    measured, sizing = with_round_cost(config, costs, decide, seconds=1.0)
+    assert asked == [0.0, ROUND_CPU_CEILING_S, measured.round_cpu_s]
+    assert 0.3e-3 < measured.round_cpu_s < ROUND_CPU_CEILING_S  # (3.7-9.8 ms measured on the 2-core box)
+    assert sizing == choose(measured, bounds=(64, None)) and sizing.bound == "cores"
+    asked.clear()
+    alone, _ = with_round_cost(config, dataclasses.replace(costs, host_cores={host: 64}), decide)
+    assert alone.round_cpu_s == 0.0 and asked == [0.0]
+
+
 def test_auto_is_one_line_where_it_cannot_size_and_the_flag_takes_auto_or_a_number(capsys):
     from herdrl.algorithms.marwil import MARWILConfig
     from herdrl.cli import main

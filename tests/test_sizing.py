@@ -182,3 +182,41 @@ def test_the_train_batch_bounds_the_envs_a_choice_may_have():
     assert choose(_costs(env_ms=2.0, learner_us=1.0), overlap=True, bounds=(None, 4)).num_envs_per_env_runner <= 4
     with pytest.raises(ConfigError, match="the train batch holds at most 64 envs"):
         choose(_costs(env_ms=2.0, learner_us=1.0), runners=7, envs=16, bounds=(64, None))
+
+
+def _shared(host_cores: float, hosts=("box",) * 4, round_ms: float = 6.0) -> Costs:
+    """4 nodes of 16 CPUs (one host: fake nodes on loopback, or 4 hosts) for an env that sleeps 2 ms a step."""
+    return Costs(0.002, {1: 0.0}, 70e-6, 0.0, tuple(Node(16, 64 * GB, host) for host in hosts),
+                 runner_cpu_s={1: 1e-4}, round_cpu_s=round_ms / 1e3, host_cores={"box": host_cores},
+                 train_batch=1024)
+
+
+def _where_stepping_meets_cpu(cores: float, round_ms: float = 6.0) -> float:
+    """The runner count N where stepping (1 / (N x 500 steps/s)) and CPU on the shared cores ((0.1 ms + N x round
+    / 1024) per step / cores) take as long, solved by hand: (k / B) N^2 + c N - cores / r = 0."""
+    k_over_b, c = round_ms / 1e3 / 1024, 1e-4
+    return (-c + (c * c + 4 * k_over_b * cores / 500) ** 0.5) / (2 * k_over_b)
+
+
+def test_runners_that_share_a_hosts_cores_stop_where_a_runner_more_costs_the_others_more_than_it_samples():
+    """Sampling takes the longer of the runners' stepping and their CPU on the 2 cores 4 fake nodes share: the
+    best runner count is where the two meet (18.95 here)."""
+    best = _where_stepping_meets_cpu(2)
+    chosen = choose(_shared(2), bounds=(64, None))
+    assert chosen.num_env_runners in (int(best), int(best) + 1) and chosen.num_envs_per_env_runner == 1
+    assert chosen.bound == "cores" and "share 2 real cores" in chosen.reason
+    # a dearer round, fewer runners
+    assert choose(_shared(2, round_ms=24), bounds=(64, None)).num_env_runners < chosen.num_env_runners
+    # 4 hosts with the 16 cores each advertises (or one host with all 64): nothing shared, the CPU costs unused
+    for costs in (_shared(16, hosts=("box", "b", "c", "d")), _shared(64)):
+        assert costs.shared_cores() is None
+        alone = choose(costs, bounds=(64, None))
+        assert alone.bound != "cores" and alone.num_env_runners > 2 * best
+    # "how many nodes": each node like the first (16 CPUs on 2 cores) on a host of its own, with its 2 cores
+    rows = projection(_shared(2, hosts=("box",)), Reservations(driver_cpus=0), nodes=3, overlap=False,
+                      bounds=(64, None))
+    assert rows[0][1].bound == "slots" and rows[0][1].num_env_runners <= 16  # (stepping binds below 18.95)
+    best = _where_stepping_meets_cpu(4)  # 29.4 of 32 slots: the peak within 5% of all 32 (the learner's half)...
+    assert rows[1][1].bound != "cores" and rows[1][1].num_env_runners <= int(best) + 1
+    best = _where_stepping_meets_cpu(6)  # ...37.5 of 48: the cores bind
+    assert rows[2][1].bound == "cores" and rows[2][1].num_env_runners in (int(best), int(best) + 1)
