@@ -69,30 +69,46 @@ def size_run(config: Any, budget_s: float = DEFAULT_BUDGET_S, share: float = 1.0
                           nodes=_nodes_for(probe))
     overlap = probe.samples_while_learning
     reserved = reservations(probe, share)
+    aggregators = may_add_aggregators(config)
     costs, sizing = with_round_cost(probe, costs, lambda costs: choose(
-        costs, reserved, overlap, runners=runners, envs=envs, least=least, bounds=bounds), max(0.1, budget_s / 10))
+        costs, reserved, overlap, runners=runners, envs=envs, least=least, bounds=bounds,
+        aggregators_allowed=aggregators), max(0.1, budget_s / 10))
     took = time.perf_counter() - start
     sized = config.copy()
     sized._values.update(num_env_runners=sizing.num_env_runners, num_envs_per_env_runner=sizing.num_envs_per_env_runner)
+    if sizing.aggregators:  # (the learner's intake holds an overlapping run back: an aggregator takes it in)
+        sized._values.update(num_learners=max(1, config.num_learners),
+                             num_aggregator_actors_per_learner=sizing.aggregators)
     if config.max_env_runners is None and runners is None and sizing.num_env_runners > 0:
         # nodes that join later get runners up to where more stop paying (a learner-bound run: none)
         sized._values["max_env_runners"] = max(sizing.num_env_runners, most_worth(
-            costs, overlap, sizing.num_envs_per_env_runner, total_envs=bounds[0]))
+            costs, overlap, sizing.num_envs_per_env_runner, total_envs=bounds[0],
+            aggregators=bool(sizing.aggregators)))
     auto = [key for key in AUTO_KEYS if getattr(config, key) == "auto"]
     echo(f"herd: {', '.join(f'{key}=auto' for key in auto)}: {sizing.reason}; measured in {took:.1f} s")
     record = {"num_env_runners": sizing.num_env_runners, "num_envs_per_env_runner": sizing.num_envs_per_env_runner,
-              "max_env_runners": sized.max_env_runners, "auto": auto, "reason": sizing.reason, "bound": sizing.bound,
+              "max_env_runners": sized.max_env_runners, "num_learners": sized.num_learners,
+              "num_aggregator_actors_per_learner": sized.num_aggregator_actors_per_learner, "auto": auto,
+              "reason": sizing.reason, "bound": sizing.bound,
               "max_runners": sizing.max_runners,
               "projected_env_steps_per_s": _finite(sizing.throughput), "share": share, "measured_s": round(took, 3),
               "costs": {"env_step_s": costs.env_step_s, "runner_step_s": {str(n): s for n, s in
                                                                            sorted(costs.runner_step_s.items())},
                         "runner_cpu_s": {str(n): s for n, s in sorted(costs.runner_cpu_s.items())},
+                        "intake_s_per_env_step": costs.intake_s_per_step,
                         "round_cpu_s": costs.round_cpu_s, "host_cores": costs.host_cores,
                         "learner_s_per_env_step": costs.learner_s_per_step,
                         "runner_rss_bytes": costs.runner_rss_bytes,
                         "nodes": [{"cpus": n.cpus, "memory_bytes": n.memory_bytes, "host": n.host}
                                   for n in costs.nodes]}}
     return sized, record
+
+
+def may_add_aggregators(config: Any) -> bool:
+    """Whether ``auto`` may give this run a learner actor with an aggregator: the runner count is left to it, the
+    learners and aggregators are not set, and its learner takes fragments (not replayed batches)."""
+    return (config.num_env_runners == "auto" and not config.stores_raw_transitions
+            and not config.is_explicit("num_learners") and not config.is_explicit("num_aggregator_actors_per_learner"))
 
 
 def sized_config(config: Any) -> Any:
@@ -157,6 +173,10 @@ def kept_choice(config: Any, trial_dir: Path, echo: Any = print) -> Any | None:
     if config.max_env_runners is None and "num_env_runners" in auto and type(most) is int and most >= 1 \
             and kept.num_env_runners >= 1:
         kept._values["max_env_runners"] = max(most, kept.num_env_runners)
+    aggregators, learners = record.get("num_aggregator_actors_per_learner"), record.get("num_learners")
+    if may_add_aggregators(config) and type(aggregators) is int and aggregators >= 1 and type(learners) is int \
+            and learners >= 1:
+        kept._values.update(num_learners=learners, num_aggregator_actors_per_learner=aggregators)
     echo(f"herd: {', '.join(f'{key}=auto' for key in auto)}: the trial's first choice, "
          f"{describe(kept.num_env_runners, kept.num_envs_per_env_runner)} (kept on resume, not measured again)")
     return kept

@@ -48,10 +48,10 @@ def _env_step_seconds(config: AlgorithmConfig, seconds: float) -> float:
 
 
 def _runner_step_seconds(config: AlgorithmConfig, envs: int, seconds: float,
-                         env_step_s: float) -> tuple[float, float]:
+                         env_step_s: float) -> tuple[float, float, Any]:
     """(seconds, CPU seconds) per env step of an in-process runner with ``envs`` envs (fragments of up to 32
     steps, fewer where the env is slow enough that 32 would overrun ``seconds``; after a one-step warm-up), its
-    torch on one thread as a Ray runner's is."""
+    torch on one thread as a Ray runner's is; and its last fragment."""
     import torch
 
     from herdrl.rollout import EnvRunner
@@ -67,13 +67,30 @@ def _runner_step_seconds(config: AlgorithmConfig, envs: int, seconds: float,
         runner.sample(1)  # warm-up: first forward pass, env resets
         steps, start, cpu = 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - start < seconds or steps == 0:
-            runner.sample(length)
+            fragment = runner.sample(length)
             steps += length * envs
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     finally:
         runner.stop()
         torch.set_num_threads(threads)
-    return elapsed / steps, cpu / steps
+    return elapsed / steps, cpu / steps, fragment
+
+
+def _intake_seconds_per_step(fragment: Any, copies: int = 4) -> float:
+    """The learner's intake per env step of ``copies`` of ``fragment`` as Ray runners ship them (stacked frames
+    packed: :mod:`herdrl.rollout.transport`): rebuilding them side by side, as its batch reads them (best of 3).
+    Fetching each from the object store (~0.2-0.5 ms a fragment, ``herd bench ingest``) is not counted."""
+    import copy
+
+    from herdrl.rollout.transport import pack, unpack_side_by_side
+
+    best = float("inf")
+    for _ in range(3):
+        packed = [pack(copy.deepcopy(fragment)) for _ in range(copies)]
+        start = time.perf_counter()
+        unpack_side_by_side(packed)
+        best = min(best, time.perf_counter() - start)
+    return best / (copies * fragment.rewards.size)
 
 
 def _learner_seconds_per_step(config: AlgorithmConfig, runner_step_s: float, seconds: float) -> float:
@@ -232,7 +249,7 @@ def measure_costs(config: AlgorithmConfig, envs: tuple[int, ...] = ENV_CHOICES, 
     # (envs whose two steps would overrun the budget are left to the formula, from the sizes measured)
     timed = {n: _runner_step_seconds(config, n, seconds, env_step) for n in envs
              if n == min(envs) or 2 * n * env_step <= seconds}
-    runner_step = {n: wall for n, (wall, _) in timed.items()}
+    runner_step = {n: wall for n, (wall, _, _) in timed.items()}
     # the policy's share: what a runner's step costs beyond its envs stepped one by one (0 where the env's own
     # vectorised version is faster than that: the measured runner rate is what the model uses then)
     inference = {n: max(0.0, n * runner_step[n] - n * env_step) for n in runner_step}
@@ -242,8 +259,9 @@ def measure_costs(config: AlgorithmConfig, envs: tuple[int, ...] = ENV_CHOICES, 
     length = config.rollout_fragment_length
     costs = Costs(env_step_s=env_step, inference_s=inference, learner_s_per_step=learner, runner_rss_bytes=rss,
                   nodes=nodes or _nodes(), runner_step_s=runner_step,
-                  runner_cpu_s={n: cpu for n, (_, cpu) in timed.items()}, host_cores={host: cores},
-                  train_batch=config.train_batch_size, fragment_steps=length if isinstance(length, int) else None)
+                  runner_cpu_s={n: cpu for n, (_, cpu, _) in timed.items()}, host_cores={host: cores},
+                  train_batch=config.train_batch_size, fragment_steps=length if isinstance(length, int) else None,
+                  intake_s_per_step=_intake_seconds_per_step(timed[max(timed)][2]))
     return costs
 
 
@@ -300,21 +318,24 @@ def run_size(config: AlgorithmConfig, nodes: int = 8, echo: Any = print) -> dict
     reserved = reservations(config)
     overlap = config.samples_while_learning
     bounds = batch_bounds(config)
-    costs, sizing = with_round_cost(config, costs, lambda costs: choose(costs, reserved, overlap, runners=runners,
-                                                                        envs=envs, bounds=bounds))
+    aggregators = runners is None and not config.stores_raw_transitions and not any(
+        config.is_explicit(key) for key in ("num_learners", "num_aggregator_actors_per_learner"))
+    costs, sizing = with_round_cost(config, costs, lambda costs: choose(
+        costs, reserved, overlap, runners=runners, envs=envs, bounds=bounds, aggregators_allowed=aggregators))
     echo(f"herd bench size: {sizing.reason}")
     echo(f"measured: env {costs.env_step_s * 1e3:.3f} ms/step alone; a runner's ms per env step with "
          + ", ".join(f"{n} envs {s * 1e3:.3f}" for n, s in sorted(costs.runner_step_s.items()))
          + " (CPU " + ", ".join(f"{s * 1e3:.3f}" for _, s in sorted(costs.runner_cpu_s.items())) + ")"
-         + f"; learner {costs.learner_s_per_step * 1e6:.1f} us/env step; runner memory <= "
+         + f"; learner {costs.learner_s_per_step * 1e6:.1f} us/env step (its intake of fragments from Ray runners "
+         f"{costs.intake_s_per_step * 1e6:.2f} more); runner memory <= "
          f"{costs.runner_rss_bytes / 2**20:,.0f} MiB; nodes: "
          + ", ".join(f"{n.cpus:g} CPUs/{n.memory_bytes / 2**30:.1f} GiB" for n in costs.nodes)
          + (f"; they share {costs.shared_cores():g} real cores, a runner's round {costs.round_cpu_s * 1e3:.1f} ms "
             "of CPU" if costs.shared_cores() is not None else ""))
-    rows = projection(costs, reserved, nodes, overlap, bounds)
+    rows = projection(costs, reserved, nodes, overlap, bounds, aggregators)
     echo("| nodes like the first | runners | envs per runner | projected env steps/s | bound |")
     echo("| --- | --- | --- | --- | --- |")
     for count, row in rows:
         echo(f"| {count} | {row.num_env_runners} | {row.num_envs_per_env_runner} | {row.throughput:,.0f} | "
-             f"{row.bound} |")
+             f"{row.bound}{' (1 learner actor + aggregator)' if row.aggregators else ''} |")
     return {"sizing": sizing, "costs": costs, "projection": rows}

@@ -27,6 +27,11 @@ fragment's way back (``round_cpu_s``: driver, raylet and runner together). Sampl
     cores / (runner_cpu_s(E) + round_cpu_s / steps per round)      steps per round: train_batch / N, or E x L
 
 which falls as ``N`` grows: the choice is where the throughput peaks (more runners would take CPU the others need).
+
+Fragments from Ray runners also cost the learner their intake (packed frames rebuilt): ``learner_s_per_step``
+plus ``intake_s_per_step``. An aggregator actor takes the intake in on a core of its own; for a run that learns
+while its runners sample, the learner then spends the larger of the two per env step, not their sum, and the
+choice may add one learner actor with one aggregator where that pays by more than the tolerance.
 """
 
 from __future__ import annotations
@@ -85,7 +90,9 @@ class Costs:
     ``runner_cpu_s``: the CPU seconds of those steps; ``round_cpu_s``: the CPU seconds of one runner's round beyond
     its steps; ``host_cores``: the cores of hosts known (the driver's); ``train_batch`` and ``fragment_steps`` (per
     env; None: "auto", the batch shared among the envs) give the steps per round. They matter only where a host's
-    nodes advertise more CPUs than its cores (see the module's docstring).
+    nodes advertise more CPUs than its cores (see the module's docstring). ``intake_s_per_step``: the learner's
+    intake of fragments from Ray runners per env step (frames rebuilt, fragments joined), which an aggregator
+    actor takes off the learner's process.
     """
 
     env_step_s: float
@@ -99,6 +106,7 @@ class Costs:
     host_cores: dict[str, float] = field(default_factory=dict)
     train_batch: int = 1
     fragment_steps: int | None = None
+    intake_s_per_step: float = 0.0
 
     def __post_init__(self) -> None:
         if self.env_step_s < 0 or self.learner_s_per_step < 0 or self.runner_rss_bytes < 0:
@@ -127,6 +135,12 @@ class Costs:
             return math.inf if self.runner_step_s[envs] == 0 else 1.0 / self.runner_step_s[envs]
         seconds = envs * self.env_step_s + self.inference_at(envs)
         return math.inf if seconds == 0 else envs / seconds
+
+    def learner_time(self, runners: int, overlap: bool, aggregators: bool = False) -> float:
+        """Seconds the learner spends per env step: its update, and its intake of fragments from Ray runners;
+        an aggregator takes the intake in, on a core of its own, while an overlapping learner updates."""
+        intake = self.intake_s_per_step if runners > 0 else 0.0
+        return max(self.learner_s_per_step, intake) if aggregators and overlap else self.learner_s_per_step + intake
 
     def shared_cores(self, share: float = 1.0) -> float | None:
         """The cores all runners share, where some host's nodes advertise more CPUs than it has (None elsewhere:
@@ -171,6 +185,7 @@ class Sizing:
     max_runners: int  # runners the nodes hold
     costs: Costs
     reason: str = field(default="")
+    aggregators: int = 0  # aggregator actors for the one learner actor (0: the learner takes its fragments in)
 
 
 def runner_slots(costs: Costs, reserved: Reservations) -> tuple[int, str]:
@@ -196,16 +211,18 @@ def runner_slots(costs: Costs, reserved: Reservations) -> tuple[int, str]:
     return total, ("memory" if total < by_cpu_total else "slots")
 
 
-def throughput(costs: Costs, runners: int, envs: int, overlap: bool, share: float | None = 1.0) -> float:
+def throughput(costs: Costs, runners: int, envs: int, overlap: bool, share: float | None = 1.0,
+               aggregators: bool = False) -> float:
     """Projected env steps per second with ``runners`` runners of ``envs`` envs (0 runners: sampling in the
     driver, which never overlaps learning); ``share``: the run's share of the cores where runners share a host's
-    (None: as if each had its own, whatever the nodes)."""
+    (None: as if each had its own, whatever the nodes); ``aggregators``: an aggregator takes the learner's intake."""
     sample_rate = max(1, runners) * costs.runner_rate(envs)
-    learn_rate = math.inf if costs.learner_s_per_step == 0 else 1.0 / costs.learner_s_per_step
+    learner_s = costs.learner_time(runners, overlap, aggregators)
+    learn_rate = math.inf if learner_s == 0 else 1.0 / learner_s
     cores = costs.shared_cores(share) if share is not None and runners > 0 else None
     cpu = costs.sampling_cpu_s(runners, envs) if cores is not None else 0.0
     if overlap and runners > 0:  # (the learner learns beside the runners, on the same cores)
-        shared = cores / (cpu + costs.learner_s_per_step) if cpu > 0 else math.inf
+        shared = cores / (cpu + learner_s) if cpu > 0 else math.inf
         return min(sample_rate, learn_rate, shared)
     if cpu > 0:
         sample_rate = min(sample_rate, cores / cpu)
@@ -214,10 +231,26 @@ def throughput(costs: Costs, runners: int, envs: int, overlap: bool, share: floa
 
 def choose(costs: Costs, reserved: Reservations = Reservations(), overlap: bool = False,
            runners: int | None = None, envs: int | None = None, tolerance: float = 0.05, least: int = 0,
-           bounds: tuple[int | None, int | None] = (None, None)) -> Sizing:
+           bounds: tuple[int | None, int | None] = (None, None), aggregators_allowed: bool = False) -> Sizing:
     """Runners and envs per runner for these costs; a number the user gave (``runners``, ``envs``) is kept.
     ``least``: the fewest runners the run works with (learners that each take their own fragments); ``bounds``:
-    the most envs in all and per runner its train batch holds (:func:`batch_bounds`)."""
+    the most envs in all and per runner its train batch holds (:func:`batch_bounds`). ``aggregators_allowed``:
+    an overlapping run whose learner's intake holds it back may get one learner actor with an aggregator (one
+    more core on the nodes, taken from the runners' slots), where that beats the best without by the tolerance."""
+    plain = _choose_on(costs, reserved, overlap, runners, envs, tolerance, least, bounds, False)
+    if not (aggregators_allowed and overlap and costs.intake_s_per_step > 0 and plain.num_env_runners > 0):
+        return plain
+    # a learner actor (where the driver learned) and the aggregator's core, reserved like a learner's
+    with_core = dataclasses.replace(reserved, learners=max(1, reserved.learners) + 1)
+    try:
+        aggregated = _choose_on(costs, with_core, overlap, runners, envs, tolerance, max(1, least), bounds, True)
+    except ConfigError:  # (no room for them)
+        return plain
+    return aggregated if aggregated.throughput > (1 + tolerance) * plain.throughput else plain
+
+
+def _choose_on(costs: Costs, reserved: Reservations, overlap: bool, runners: int | None, envs: int | None,
+               tolerance: float, least: int, bounds: tuple[int | None, int | None], aggregators: bool) -> Sizing:
     most, limit = runner_slots(costs, reserved)
     if runners is not None and runners > most:
         raise ConfigError(f"num_env_runners={runners} is more than the nodes hold ({most} runners by "
@@ -228,31 +261,34 @@ def choose(costs: Costs, reserved: Reservations = Reservations(), overlap: bool 
     runner_choices = [runners] if runners is not None else range(least, most + 1)
     env_choices = [envs] if envs is not None else ENV_CHOICES
     total, per_runner = bounds
-    table = {(n, e): throughput(costs, n, e, overlap, reserved.share) for n in runner_choices for e in env_choices
+    table = {(n, e): throughput(costs, n, e, overlap, reserved.share, aggregators) for n in runner_choices
+             for e in env_choices
              if (total is None or max(1, n) * e <= total) and (per_runner is None or e <= per_runner)}
     if not table:
         where = f"{total} envs" if total is not None else f"{per_runner} envs per runner"
         raise ConfigError(f"the train batch holds at most {where} (train_batch_size / fragment): lower "
                           "num_env_runners or num_envs_per_env_runner, or raise train_batch_size")
     best = max(table.values())
+    count = int(aggregators)
     # fewest runners first, then fewest envs: the cheapest pair that reaches the best within the tolerance; where
-    # the runners share a host's cores and those hold the best back, the best itself (a runner fewer gives up rate the
-    # cores have; a runner more takes CPU the others need)
+    # the runners share a host's cores and those hold the best back, the best itself (a runner fewer gives up rate
+    # the cores have; a runner more takes CPU the others need)
     top = min(table, key=lambda p: (-table[p], p))
     if costs.shared_cores(reserved.share) is not None and best < (1 - tolerance) * max(
-            throughput(costs, n, e, overlap, None) for n, e in table):
+            throughput(costs, n, e, overlap, None, aggregators) for n, e in table):
         n, e = top
-        return Sizing(n, e, table[top], "cores", most, costs, reason=_reason(costs, n, e, "cores", most,
-                                                                              reserved.share))
+        return Sizing(n, e, table[top], "cores", most, costs, _reason(costs, n, e, "cores", most, reserved.share,
+                                                                      count), count)
     n, e = min((pair for pair, rate in table.items() if rate >= best * (1 - tolerance)), key=lambda p: (p[0], p[1]))
     # what holds the run back: the learner where the choice is within the tolerance of all it can take, or where
     # the tolerance stopped short of the slots with learning an env step taking at least as long as sampling one;
     # else the slots or the memory (one slot only, say: in-process sampling is then as fast as its runner)
-    learn_rate = math.inf if costs.learner_s_per_step == 0 else 1.0 / costs.learner_s_per_step
+    learner_s = costs.learner_time(n, overlap, aggregators)
+    learn_rate = math.inf if learner_s == 0 else 1.0 / learner_s
     sampling_s = 1.0 / (max(1, n) * costs.runner_rate(e))
     near_ceiling = table[(n, e)] >= (1 - tolerance) * learn_rate
-    bound = "learner" if near_ceiling or (n < most and sampling_s <= costs.learner_s_per_step) else limit
-    return Sizing(n, e, table[(n, e)], bound, most, costs, reason=_reason(costs, n, e, bound, most))
+    bound = "learner" if near_ceiling or (n < most and sampling_s <= learner_s) else limit
+    return Sizing(n, e, table[(n, e)], bound, most, costs, _reason(costs, n, e, bound, most, count=count), count)
 
 
 def describe(runners: int, envs: int) -> str:
@@ -262,7 +298,8 @@ def describe(runners: int, envs: int) -> str:
         f"in-process sampling, {envs_text}"
 
 
-def _reason(costs: Costs, runners: int, envs: int, bound: str, most: int, share: float = 1.0) -> str:
+def _reason(costs: Costs, runners: int, envs: int, bound: str, most: int, share: float = 1.0,
+            count: int = 0) -> str:
     held = f"{most} runner{'s' if most != 1 else ''}"
     cores = costs.shared_cores(share) if bound == "cores" else None
     why = {"learner": "learner-bound: more runners would add little",
@@ -274,28 +311,33 @@ def _reason(costs: Costs, runners: int, envs: int, bound: str, most: int, share:
     chosen = describe(runners, envs)
     runner = (f"runner {costs.runner_step_s[envs] * 1e3:.3f} ms per env step with {envs} env{'s' if envs != 1 else ''}"
               if envs in costs.runner_step_s else f"policy {costs.inference_at(envs) * 1e3:.2f} ms per batch of {envs}")
-    return (f"env {costs.env_step_s * 1e3:.2f} ms/step, {runner}, learner {costs.learner_s_per_step * 1e6:.1f} "
-            f"us/step: {chosen} ({why})")
+    intake = f" + intake {costs.intake_s_per_step * 1e6:.1f}" if costs.intake_s_per_step and runners else ""
+    if count:
+        chosen += f", 1 learner actor with {count} aggregator (it takes the learner's intake in)"
+    return (f"env {costs.env_step_s * 1e3:.2f} ms/step, {runner}, learner {costs.learner_s_per_step * 1e6:.1f}"
+            f"{intake} us/step: {chosen} ({why})")
 
 
 def most_worth(costs: Costs, overlap: bool, envs: int, tolerance: float = 0.05, cap: int = 1024,
-               total_envs: int | None = None) -> int:
+               total_envs: int | None = None, aggregators: bool = False) -> int:
     """The runners (of ``envs`` envs) past which more stop paying, whatever the nodes: the fewest within
     ``tolerance`` of the best on unlimited CPUs and memory (at most ``cap``, and ``total_envs`` envs in all: what
     the train batch holds). What ``max_env_runners`` gets from ``auto``: runners added as nodes join stop there."""
     cap = max(1, min(cap, total_envs // envs)) if total_envs is not None else cap
-    rates = [throughput(costs, n, envs, overlap, None) for n in range(1, cap + 1)]
+    rates = [throughput(costs, n, envs, overlap, None, aggregators) for n in range(1, cap + 1)]
     best = max(rates)
     return next(n for n, rate in enumerate(rates, start=1) if rate >= best * (1 - tolerance))
 
 
 def projection(costs: Costs, reserved: Reservations, nodes: int, overlap: bool,
-               bounds: tuple[int | None, int | None] = (None, None)) -> list[tuple[int, Sizing]]:
+               bounds: tuple[int | None, int | None] = (None, None),
+               aggregators_allowed: bool = False) -> list[tuple[int, Sizing]]:
     """What the choice would be on 1..``nodes`` nodes like the first one: the answer to "how many nodes"."""
     first, rows = costs.nodes[0], []
     cores = costs.host_cores.get(first.host)
     for count in range(1, nodes + 1):  # (each on a host of its own, with the first one's cores)
         like = tuple(dataclasses.replace(first, host=f"{first.host}#{i}" if i else first.host) for i in range(count))
         rows.append((count, choose(dataclasses.replace(costs, nodes=like, host_cores={} if cores is None else {
-            node.host: cores for node in like}), reserved, overlap, bounds=bounds)))
+            node.host: cores for node in like}), reserved, overlap, bounds=bounds,
+            aggregators_allowed=aggregators_allowed)))
     return rows

@@ -120,6 +120,33 @@ def test_a_runners_round_is_measured_only_where_runners_share_a_hosts_cores(ray_
     assert alone.round_cpu_s == 0.0 and asked == [0.0]
 
 
+def test_auto_gives_an_impala_run_held_back_by_its_learners_intake_an_aggregator_and_a_resume_keeps_it(
+        monkeypatch, tmp_path):
+    """Costs where the model picks an aggregator (an intake twice the update, learning beside sampling): the sized
+    config has one learner actor with one aggregator and validates, the record says so, a resume keeps them; a run
+    that set num_learners itself, or one that samples then learns, gets none."""
+    from herdrl import bench_size
+    from herdrl.algorithms.impala import IMPALAConfig
+    from herdrl.auto_size import kept_choice, write_record
+    from herdrl.sizing import Costs, Node
+
+    costs = Costs(0.001, {1: 0.0}, 50e-6, 0.0, (Node(32, 64e9, "elsewhere"),), intake_s_per_step=100e-6)
+    monkeypatch.setattr(bench_size, "measure_costs", lambda *args, **kwargs: costs)
+    monkeypatch.setattr("herdrl.auto_size._nodes_for", lambda config: costs.nodes)
+    impala = _auto(IMPALAConfig().environment("CartPole-v1"))
+    sized, record = size_run(impala, echo=lambda line: None)
+    sized.validate()
+    assert (sized.num_learners, sized.num_aggregator_actors_per_learner, sized.num_env_runners) == (1, 1, 10)
+    assert (record["num_learners"], record["num_aggregator_actors_per_learner"]) == (1, 1)
+    assert "1 learner actor with 1 aggregator" in record["reason"]
+    write_record(tmp_path, record)
+    kept = kept_choice(impala, tmp_path, echo=lambda line: None)
+    assert (kept.num_learners, kept.num_aggregator_actors_per_learner, kept.num_env_runners) == (1, 1, 10)
+    for config in (impala.copy().learners(num_learners=0), _auto(PPOConfig().environment("CartPole-v1"))):
+        sized, _ = size_run(config, echo=lambda line: None)
+        assert sized.num_aggregator_actors_per_learner == 0 and sized.num_learners == 0
+
+
 def test_auto_is_one_line_where_it_cannot_size_and_the_flag_takes_auto_or_a_number(capsys):
     from herdrl.algorithms.marwil import MARWILConfig
     from herdrl.cli import main

@@ -1,5 +1,7 @@
 """The sizing model (herdrl/sizing.py) against the same arithmetic done here by hand, in both regimes."""
 
+import dataclasses
+
 import pytest
 
 from herdrl.errors import ConfigError
@@ -220,3 +222,54 @@ def test_runners_that_share_a_hosts_cores_stop_where_a_runner_more_costs_the_oth
     assert rows[1][1].bound != "cores" and rows[1][1].num_env_runners <= int(best) + 1
     best = _where_stepping_meets_cpu(6)  # ...37.5 of 48: the cores bind
     assert rows[2][1].bound == "cores" and rows[2][1].num_env_runners in (int(best), int(best) + 1)
+
+
+def test_an_overlapping_run_held_back_by_its_learners_intake_gets_an_aggregator():
+    """IMPALA-like (learning beside sampling): an update of 50 us and an intake of 100 us per env step. The
+    learner alone takes 1 / 150 us = 6,667 steps/s (7 runners of 1,000 feed it); with an aggregator taking the
+    intake in beside the update, 1 / max(50, 100) us = 10,000 (10 runners), by hand: 1.5x, past the 5% tolerance,
+    on a node with a core for the learner actor and one for the aggregator. Sample-then-learn runs (the intake is
+    not beside the update), runners with no intake, or an intake the aggregator would not beat: none."""
+    costs = Costs(0.001, {1: 0.0}, 50e-6, 0.0, (Node(64, 64 * GB),), intake_s_per_step=100e-6)
+    plain = choose(costs, overlap=True)
+    assert (plain.num_env_runners, plain.aggregators, round(plain.throughput)) == (7, 0, 6667)
+    chosen = choose(costs, overlap=True, aggregators_allowed=True)
+    assert (chosen.num_env_runners, chosen.num_envs_per_env_runner, chosen.aggregators) == (10, 1, 1)
+    assert chosen.throughput == pytest.approx(10_000) and "1 learner actor with 1 aggregator" in chosen.reason
+    assert choose(costs, overlap=False, aggregators_allowed=True).aggregators == 0
+    light = dataclasses.replace(costs, intake_s_per_step=1e-6)  # (an MLP's fragments: nothing to rebuild)
+    assert choose(light, overlap=True, aggregators_allowed=True).aggregators == 0
+    crowded = dataclasses.replace(costs, nodes=(Node(3, 64 * GB),))  # driver, learner, aggregator: no runner left
+    assert choose(crowded, overlap=True, aggregators_allowed=True).aggregators == 0
+
+
+def test_the_learners_intake_is_measured_on_frames_packed_as_runners_ship_them():
+    """A frame-stacked fragment (4 x 84 x 84 uint8) is rebuilt from its packed frames: at least as long per env
+    step as writing its stack's bytes once (timed here with numpy); a vector fragment has nothing to rebuild."""
+    import time
+
+    import gymnasium as gym
+    import numpy as np
+
+    import herdrl
+    from herdrl import APPOConfig
+    from herdrl.bench_size import _intake_seconds_per_step
+    from herdrl.rollout import EnvRunner
+
+    herdrl.register_env("stacked_latency", lambda config: gym.wrappers.FrameStackObservation(
+        gym.make("herd/Latency-v0", step_latency_s=0.0, pixels=True), 4))
+    fragments = {}
+    for env in ("stacked_latency", "CartPole-v1"):
+        config = APPOConfig().environment(env).env_runners(num_envs_per_env_runner=4, rollout_fragment_length=16)
+        config.validate()
+        runner = EnvRunner(config)
+        fragments[env] = runner.sample()
+        runner.stop()
+    stack = np.empty((4, 84, 84, 4), np.uint8)
+    start = time.perf_counter()
+    for _ in range(200):
+        stack[...] = 7
+    write_s = (time.perf_counter() - start) / 200
+    assert _intake_seconds_per_step(fragments["stacked_latency"]) > 0.5 * write_s
+    assert _intake_seconds_per_step(fragments["CartPole-v1"]) < 0.1 * _intake_seconds_per_step(
+        fragments["stacked_latency"])
