@@ -1,17 +1,34 @@
 """Run as a subprocess by test_multinode.py: PPO on a `ray start` cluster on loopback addresses (token auth, short
 health checks) with 2 runners on its one worker node and ``max_env_runners=4``. A second worker node joins mid-run:
-the run starts 2 more runners there and takes them into service, fragments shortened so the train batch keeps its
+the run starts 2 more runners there and takes them into service (the node added as a user adds one, with
+`herd cluster node start --token-stdin`), fragments shortened so the train batch keeps its
 size. Then that node is stopped: its runners' replacements find no room and the 2 left sample for them (the
 degraded path). Prints one ``RESULT {json}`` line."""
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from raycluster import RayStartCluster  # noqa: E402
+
+
+def add_node_by_hand(cluster: RayStartCluster) -> str:
+    """A node joins as a user adds one: `herd cluster node start --address HEAD --token-stdin < TOKEN`, from a
+    shell with no Ray auth settings of its own; returns its address."""
+    ip = f"127.0.0.{2 + len(cluster.temps)}"
+    temp = cluster.root / f"w{len(cluster.temps)}"
+    cluster.temps.append(temp)
+    shell = {key: value for key, value in cluster.env.items() if not key.startswith("RAY_AUTH")}
+    with open(cluster.env["RAY_AUTH_TOKEN_PATH"]) as token:
+        subprocess.run([str(Path(sys.executable).parent / "herd"), "cluster", "node", "start", "--address",
+                        cluster.address, "--temp-dir", str(temp), "--token-stdin", "--num-cpus", "2",
+                        "--node-ip-address", ip, "--object-store-memory", "80000000"],
+                       stdin=token, env=shell, check=True, capture_output=True, timeout=120)
+    return ip
 
 
 def main() -> None:
@@ -28,7 +45,7 @@ def main() -> None:
         keys = ("num_healthy_env_runners", "num_target_env_runners", "num_env_runners_waiting", "num_env_steps_sampled",
                 "num_extra_fragments")
         before = [[row[key] for key in keys] for row in (algo.train(), algo.train())]
-        new_ip = cluster.add_worker(cpus=2)
+        new_ip = add_node_by_hand(cluster)
         joined_at, grown = time.monotonic(), []
         while time.monotonic() - joined_at < 60:
             grown.append([algo.train()[key] for key in keys])

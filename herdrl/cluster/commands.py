@@ -312,12 +312,13 @@ def _node(args: argparse.Namespace) -> int:
     options = _node_options(args)
     spec = options.spec(temp_dir, address=args.address)
     if args.token_stdin:
-        from herdrl.cluster.nodes import write_node_token
+        from herdrl.cluster.nodes import auth_env, write_node_token
 
         token = sys.stdin.read().strip()
         if not token:
             raise ClusterError("--token-stdin: no token on stdin")
-        write_node_token(temp_dir, token)
+        # the node's `ray start` sends it (a node joined by hand has no launch script's environment to do so)
+        os.environ.update(auth_env(write_node_token(temp_dir, token)))
     if not args.block:
         address, _ = start_node(spec, timeout_s=options.join_timeout_s)
         if args.address_file:
