@@ -4,8 +4,8 @@ median of 3 seeds per cell.
 
 Each run is `herd train ppo --env CartPole-v1 --seed S --num-env-runners N --num-envs-per-env-runner E` as a user
 runs it (a private Ray for N >= 1; `auto` measures first, and its measuring counts), stopped at a 100-episode mean
-of 475 (solved, exit 0) or at `--stop-time`. Cells whose fragments would be shorter than 16 steps (N x E > 64) are
-left out: `auto` never picks them.
+of 475 (solved) or at `--max-steps` env steps (not solved). Cells whose fragments would be shorter than 16 steps
+(N x E > 64) are left out: `auto` never picks them.
 
     python benchmarks/sizing_solve.py                       # the grid, auto and the default, seeds 1 2 3
     python benchmarks/sizing_solve.py --runners none        # auto and the default only
@@ -25,20 +25,23 @@ from pathlib import Path
 HERD = str(Path(sys.executable).parent / "herd")
 
 
-def run(seed: int, runners: str, envs: str, output: str, stop_s: float) -> dict:
+def run(seed: int, runners: str, envs: str, output: str, max_steps: int) -> dict:
     """One run from spawn to exit: solved or not, seconds, env steps, and the counts it ran with."""
     trial = f"r{runners}e{envs}s{seed}"
     cmd = [HERD, "train", "ppo", "--env", "CartPole-v1", "--seed", str(seed), "--output", output, "--trial", trial,
-           "--no-tensorboard", "--quiet", "--stop-time", str(stop_s)]
+           "--no-tensorboard", "--quiet", "--stop-reward", "475", "--stop-timesteps", str(max_steps)]
     if runners != "default":
         cmd += ["--num-env-runners", runners, "--num-envs-per-env-runner", envs]
     start = time.time()
     code = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
     seconds = time.time() - start
     folder = Path(output) / "CartPole-v1" / trial
+    if not (folder / "result.json").exists() or not (folder / "params.json").exists():  # (it failed to start)
+        return {"cell": f"{runners} x {envs}", "seed": seed, "solved": False, "seconds": seconds, "steps": 0,
+                "chosen": f"failed (exit {code})"}
     last = json.loads((folder / "result.json").read_text().splitlines()[-1])
     params = json.loads((folder / "params.json").read_text())
-    solved = code == 0 and last.get("env_runners/episode_return_mean", last.get("episode_return_mean", 0)) >= 475
+    solved = code == 0 and last.get("episode_return_mean", 0) >= 475
     return {"cell": f"{runners} x {envs}", "seed": seed, "solved": solved, "seconds": seconds,
             "steps": last["num_env_steps_sampled_lifetime"],
             "chosen": f"{params['num_env_runners']} x {params['num_envs_per_env_runner']}"}
@@ -49,7 +52,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--runners", default="0,1,2,4,8,16", help="'none': auto and the default only")
     parser.add_argument("--envs", default="1,4,16")
-    parser.add_argument("--stop-time", type=float, default=120.0)
+    parser.add_argument("--max-steps", type=int, default=400_000, help="env steps after which a run counts as "
+                                                                     "not solved (CartPole: ~60k to solve)")
     args = parser.parse_args()
     cells = [] if args.runners == "none" else [
         (str(n), str(e)) for n in map(int, args.runners.split(",")) for e in map(int, args.envs.split(","))
@@ -59,7 +63,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as output:
         for seed in args.seeds:  # (seed by seed: a slower hour of the machine falls on every cell alike)
             for cell in cells:
-                runs[cell].append(run(seed, *cell, output, args.stop_time))
+                runs[cell].append(run(seed, *cell, output, args.max_steps))
                 print(json.dumps(runs[cell][-1]), flush=True)
     print("\n| runners x envs | solved | time to solve from spawn, s (median) | per seed | env steps (median) |")
     print("| --- | --- | --- | --- | --- |")

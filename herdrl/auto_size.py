@@ -47,11 +47,12 @@ def budget_for(stop: dict[str, float] | None) -> float:
 
 
 def size_run(config: Any, budget_s: float = DEFAULT_BUDGET_S, share: float = 1.0,
-             echo: Any = print) -> tuple[Any, dict[str, Any]]:
+             echo: Any = print, aggregators: bool = True) -> tuple[Any, dict[str, Any]]:
     """A copy of ``config`` with its ``"auto"`` keys chosen from costs measured here, and the record of how
     (what :func:`write_record` keeps). ``share``: the fraction of the nodes this run may use (a Tune trial's).
-    Says the choice in one line through ``echo``."""
-    from herdrl.bench_size import measure_costs, reservations, with_round_cost
+    ``aggregators``: whether it may add a learner actor with an aggregator (:func:`may_add_aggregators`). Says the
+    choice in one line through ``echo``."""
+    from herdrl.bench_size import measure_costs, reservations, shares_this_host, with_round_cost
     from herdrl.sizing import ENV_CHOICES, batch_bounds, choose, fewest_runners, most_worth
 
     check_sizable(config)
@@ -64,21 +65,22 @@ def size_run(config: Any, budget_s: float = DEFAULT_BUDGET_S, share: float = 1.0
     probe.validate()
     bounds = batch_bounds(probe)
     start = time.perf_counter()
-    # (measure_costs spends about 8 of its `seconds` on the parts it times, plus builds and warm-ups)
-    costs = measure_costs(probe, ENV_CHOICES if envs is None else (envs,), seconds=max(0.1, budget_s / 10),
-                          nodes=_nodes_for(probe))
+    # (measure_costs spends about 8 of its `seconds` on the parts it times, plus builds and warm-ups; a runner's
+    # round, timed where this host's nodes share its cores, ~2 s and 3/4 of one more)
+    nodes = _nodes_for(probe)
+    seconds = max(0.1, budget_s / (13 if shares_this_host(nodes) else 10))
+    costs = measure_costs(probe, ENV_CHOICES if envs is None else (envs,), seconds=seconds, nodes=nodes)
     overlap = probe.samples_while_learning
     reserved = reservations(probe, share)
-    aggregators = may_add_aggregators(config)
+    aggregators = aggregators and may_add_aggregators(config)
     costs, sizing = with_round_cost(probe, costs, lambda costs: choose(
         costs, reserved, overlap, runners=runners, envs=envs, least=least, bounds=bounds,
-        aggregators_allowed=aggregators), max(0.1, budget_s / 10))
+        aggregators_allowed=aggregators), seconds)
     took = time.perf_counter() - start
     sized = config.copy()
     sized._values.update(num_env_runners=sizing.num_env_runners, num_envs_per_env_runner=sizing.num_envs_per_env_runner)
     if sizing.aggregators:  # (the learner's intake holds an overlapping run back: an aggregator takes it in)
-        sized._values.update(num_learners=max(1, config.num_learners),
-                             num_aggregator_actors_per_learner=sizing.aggregators)
+        _add_aggregators(sized, 1, sizing.aggregators)
     if config.max_env_runners is None and runners is None and sizing.num_env_runners > 0:
         # nodes that join later get runners up to where more stop paying (a learner-bound run: none)
         sized._values["max_env_runners"] = max(sizing.num_env_runners, most_worth(
@@ -109,6 +111,14 @@ def may_add_aggregators(config: Any) -> bool:
     learners and aggregators are not set, and its learner takes fragments (not replayed batches)."""
     return (config.num_env_runners == "auto" and not config.stores_raw_transitions
             and not config.is_explicit("num_learners") and not config.is_explicit("num_aggregator_actors_per_learner"))
+
+
+def _add_aggregators(config: Any, learners: int, aggregators: int) -> None:
+    """Learner actors with aggregators on ``config``: the driver's learner GPU (``num_gpus``) becomes the learner
+    actor's (``num_gpus_per_learner``), as learner actors take theirs."""
+    config._values.update(num_learners=learners, num_aggregator_actors_per_learner=aggregators)
+    if config.num_gpus:
+        config._values.update(num_gpus_per_learner=config.num_gpus, num_gpus=0)
 
 
 def sized_config(config: Any) -> Any:
@@ -176,7 +186,7 @@ def kept_choice(config: Any, trial_dir: Path, echo: Any = print) -> Any | None:
     aggregators, learners = record.get("num_aggregator_actors_per_learner"), record.get("num_learners")
     if may_add_aggregators(config) and type(aggregators) is int and aggregators >= 1 and type(learners) is int \
             and learners >= 1:
-        kept._values.update(num_learners=learners, num_aggregator_actors_per_learner=aggregators)
+        _add_aggregators(kept, learners, aggregators)
     echo(f"herd: {', '.join(f'{key}=auto' for key in auto)}: the trial's first choice, "
          f"{describe(kept.num_env_runners, kept.num_envs_per_env_runner)} (kept on resume, not measured again)")
     return kept

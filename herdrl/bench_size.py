@@ -39,8 +39,8 @@ def _env_step_seconds(config: AlgorithmConfig, seconds: float) -> float:
     env.reset(seed=0)
     env.single_action_space.seed(0)
     steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds or steps < 3:  # (a few: a 1 s/step env must not take 20 s)
-        env.step(np.stack([env.single_action_space.sample()]))
+    while not _timed_enough(time.perf_counter() - start, seconds, steps, 1000) or steps < 3:  # (a 1 s/step env:
+        env.step(np.stack([env.single_action_space.sample()]))                                # a few steps)
         steps += 1
     elapsed = time.perf_counter() - start
     env.close()
@@ -66,7 +66,7 @@ def _runner_step_seconds(config: AlgorithmConfig, envs: int, seconds: float,
     try:
         runner.sample(1)  # warm-up: first forward pass, env resets
         steps, start, cpu = 0, time.perf_counter(), time.process_time()
-        while time.perf_counter() - start < seconds or steps == 0:
+        while not _timed_enough(time.perf_counter() - start, seconds, steps // (length * envs), 20) or steps == 0:
             fragment = runner.sample(length)
             steps += length * envs
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -74,6 +74,13 @@ def _runner_step_seconds(config: AlgorithmConfig, envs: int, seconds: float,
         runner.stop()
         torch.set_num_threads(threads)
     return elapsed / steps, cpu / steps, fragment
+
+
+def _timed_enough(elapsed: float, seconds: float, count: int, enough: int) -> bool:
+    """Whether a timing has run long enough: ``seconds``, or a tenth of it once ``enough`` repeats are in (a fast
+    env's step or runner is timed well in far less than a slow one's: a 6 s CartPole run must not spend 4 s
+    measuring)."""
+    return elapsed >= seconds or (elapsed >= seconds / 10 and count >= enough)
 
 
 def _intake_seconds_per_step(fragment: Any, copies: int = 4) -> float:
@@ -150,9 +157,16 @@ def machine_nodes() -> tuple[Node, ...]:
 
 
 def this_host() -> tuple[str, float]:
-    """(this machine's name as Ray reports a node's host, the cores this process may use: a Slurm job's)."""
+    """(this machine's name as Ray reports a node's host, the CPUs this process may use: a Slurm job's)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return socket.gethostname(), float(cpus or 1)
+
+
+def shares_this_host(nodes: tuple[Node, ...]) -> bool:
+    """Whether the nodes on this machine advertise more CPUs than it has cores (fake nodes, ``--num-cpus`` above
+    them): their runners share its cores."""
+    host = this_host()[0]
+    return sum(node.cpus for node in nodes if node.host == host) > (os.cpu_count() or 1)
 
 
 def _nodes() -> tuple[Node, ...]:
@@ -187,7 +201,8 @@ def _busy_cpu_seconds() -> float:
     """CPU seconds this machine has been busy since boot, all cores (Linux's /proc/stat)."""
     with open("/proc/stat") as f:
         ticks = [float(x) for x in f.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # (less idle and iowait)
+    # user, nice, system, irq, softirq (not idle, iowait, steal, nor guest time, which user already counts)
+    return (ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6]) / os.sysconf("SC_CLK_TCK")
 
 
 def _round_cpu_seconds(config: AlgorithmConfig, seconds: float, step_cpu_s: float) -> float:
@@ -218,7 +233,7 @@ def _round_cpu_seconds(config: AlgorithmConfig, seconds: float, step_cpu_s: floa
         for version in range(3):  # warm-up: first calls, first forward passes
             runners.sample(weights, None, version)
         idle_start, idle_busy = time.perf_counter(), _busy_cpu_seconds()
-        time.sleep(min(0.25, seconds / 4))
+        time.sleep(seconds / 2)  # (the machine's own background: /proc/stat counts 10 ms ticks, so not too short)
         idle = (_busy_cpu_seconds() - idle_busy) / (time.perf_counter() - idle_start) if here else 0.0
         rounds, start, busy = 0, time.perf_counter(), used()
         while time.perf_counter() - start < seconds or rounds < 3:
@@ -255,8 +270,10 @@ def measure_costs(config: AlgorithmConfig, envs: tuple[int, ...] = ENV_CHOICES, 
     inference = {n: max(0.0, n * runner_step[n] - n * env_step) for n in runner_step}
     learner = _learner_seconds_per_step(config, min(runner_step.values()), 2 * seconds) / learners
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # (kB on Linux)
-    host, cores = this_host()
-    length = config.rollout_fragment_length
+    # the machine's cores, not this process's share of them (a driver pinned to one CPU of a node whose raylet
+    # offers them all would look oversubscribed)
+    host, cores = this_host()[0], float(os.cpu_count() or 1)
+    length = config.fragment_length() if config.samples_while_learning else config.rollout_fragment_length
     costs = Costs(env_step_s=env_step, inference_s=inference, learner_s_per_step=learner, runner_rss_bytes=rss,
                   nodes=nodes or _nodes(), runner_step_s=runner_step,
                   runner_cpu_s={n: cpu for n, (_, cpu, _) in timed.items()}, host_cores={host: cores},
@@ -289,8 +306,8 @@ def with_round_cost(config: AlgorithmConfig, costs: Costs, decide: Callable[[Cos
 
 #: What ``herd bench size`` and ``num_env_runners="auto"`` size: single-agent algorithms that learn from their
 #: runners (a learner's time per env step holds on a smaller batch; off-policy ones replay ``training_intensity``
-#: times what they sample). Offline and multi-agent runs are not sized; IMPALA/APPO's driver intake beside
-#: learning is not measured (the learner is).
+#: times what they sample). Offline and multi-agent runs are not sized. The learner's intake of packed frames is
+#: measured in this process; the fetch of each fragment from the object store is not.
 SIZED = ("PPO", "A2C", "TRPO", "IMPALA", "APPO", "DQN", "SAC", "TD3")
 
 

@@ -221,8 +221,8 @@ def throughput(costs: Costs, runners: int, envs: int, overlap: bool, share: floa
     learn_rate = math.inf if learner_s == 0 else 1.0 / learner_s
     cores = costs.shared_cores(share) if share is not None and runners > 0 else None
     cpu = costs.sampling_cpu_s(runners, envs) if cores is not None else 0.0
-    if overlap and runners > 0:  # (the learner learns beside the runners, on the same cores)
-        shared = cores / (cpu + learner_s) if cpu > 0 else math.inf
+    if overlap and runners > 0:  # (the learner learns beside the runners, on the same cores: its aggregator too)
+        shared = cores / (cpu + costs.learner_time(runners, False)) if cpu > 0 else math.inf
         return min(sample_rate, learn_rate, shared)
     if cpu > 0:
         sample_rate = min(sample_rate, cores / cpu)
@@ -240,8 +240,8 @@ def choose(costs: Costs, reserved: Reservations = Reservations(), overlap: bool 
     plain = _choose_on(costs, reserved, overlap, runners, envs, tolerance, least, bounds, False)
     if not (aggregators_allowed and overlap and costs.intake_s_per_step > 0 and plain.num_env_runners > 0):
         return plain
-    # a learner actor (where the driver learned) and the aggregator's core, reserved like a learner's
-    with_core = dataclasses.replace(reserved, learners=max(1, reserved.learners) + 1)
+    # a learner actor (where the driver learned), and a core for the aggregator (Ray reserves none for it)
+    with_core = dataclasses.replace(reserved, learners=max(1, reserved.learners), driver_cpus=reserved.driver_cpus + 1)
     try:
         aggregated = _choose_on(costs, with_core, overlap, runners, envs, tolerance, max(1, least), bounds, True)
     except ConfigError:  # (no room for them)
@@ -304,14 +304,17 @@ def _reason(costs: Costs, runners: int, envs: int, bound: str, most: int, share:
     cores = costs.shared_cores(share) if bound == "cores" else None
     why = {"learner": "learner-bound: more runners would add little",
            "slots": f"CPU-bound: the nodes hold {held}", "memory": f"memory holds {held}",
-           "cores": f"core-bound: the nodes share {cores or 0:g} real cores and a runner's round costs "
-                    f"{costs.round_cpu_s * 1e3:.1f} ms of CPU"}[bound]
+           "cores": f"core-bound: the nodes share {cores or 0:g} real cores"
+                    + (f" and a runner's round costs {costs.round_cpu_s * 1e3:.1f} ms of CPU" if costs.round_cpu_s
+                       else "")}[bound]
     if runners == 0 and most > 0 and bound != "learner":  # (sample-then-learn: as fast as that many runners)
         why += ", which would sample no faster than the driver"
     chosen = describe(runners, envs)
     runner = (f"runner {costs.runner_step_s[envs] * 1e3:.3f} ms per env step with {envs} env{'s' if envs != 1 else ''}"
               if envs in costs.runner_step_s else f"policy {costs.inference_at(envs) * 1e3:.2f} ms per batch of {envs}")
-    intake = f" + intake {costs.intake_s_per_step * 1e6:.1f}" if costs.intake_s_per_step and runners else ""
+    # (the learner's intake where it is worth a word: packed frames to rebuild, not a vector env's fragments)
+    intake = (f" + intake {costs.intake_s_per_step * 1e6:.1f}"
+              if runners and costs.intake_s_per_step > 0.01 * costs.learner_s_per_step else "")
     if count:
         chosen += f", 1 learner actor with {count} aggregator (it takes the learner's intake in)"
     return (f"env {costs.env_step_s * 1e3:.2f} ms/step, {runner}, learner {costs.learner_s_per_step * 1e6:.1f}"

@@ -705,7 +705,8 @@ def _size_trials(config_class: type, config: dict[str, Any], sweep_dir: Path, nu
     share = 1.0 / max(1, min(trials, max_concurrent or trials, fit))
     first = config_class.from_dict(_first_point(config))
     echo = print if verbose else (lambda line: None)
-    sized, record = size_run(first, share=share, echo=echo)
+    # (no aggregators: the trials take the chosen runner and env counts only)
+    sized, record = size_run(first, share=share, echo=echo, aggregators=False)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     write_record(sweep_dir, {**record, "trials_at_once": round(1 / share)})
     return {**config, **{keys.get(key, key): getattr(sized, key) for key in auto}}

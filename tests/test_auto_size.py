@@ -114,7 +114,11 @@ def test_a_runners_round_is_measured_only_where_runners_share_a_hosts_cores(ray_
     measured, sizing = with_round_cost(config, costs, decide, seconds=1.0)
     assert asked == [0.0, ROUND_CPU_CEILING_S, measured.round_cpu_s]
     assert 0.3e-3 < measured.round_cpu_s < ROUND_CPU_CEILING_S  # (3.7-9.8 ms measured on the 2-core box)
-    assert sizing == choose(measured, bounds=(64, None)) and sizing.bound == "cores"
+    # the choice on the measured round: where stepping (1 / (N x 500)) meets the CPU on 2 cores ((0.1 ms + N x
+    # round / 1024) / 2), solved by hand as a quadratic
+    k_over_b, c = measured.round_cpu_s / 1024, 1e-4
+    best = (-c + (c * c + 4 * k_over_b * 2 / 500) ** 0.5) / (2 * k_over_b)
+    assert sizing.bound == "cores" and sizing.num_env_runners in (int(best), int(best) + 1)
     asked.clear()
     alone, _ = with_round_cost(config, dataclasses.replace(costs, host_cores={host: 64}), decide)
     assert alone.round_cpu_s == 0.0 and asked == [0.0]
@@ -133,18 +137,22 @@ def test_auto_gives_an_impala_run_held_back_by_its_learners_intake_an_aggregator
     costs = Costs(0.001, {1: 0.0}, 50e-6, 0.0, (Node(32, 64e9, "elsewhere"),), intake_s_per_step=100e-6)
     monkeypatch.setattr(bench_size, "measure_costs", lambda *args, **kwargs: costs)
     monkeypatch.setattr("herdrl.auto_size._nodes_for", lambda config: costs.nodes)
-    impala = _auto(IMPALAConfig().environment("CartPole-v1"))
+    impala = _auto(IMPALAConfig().environment("CartPole-v1").resources(num_gpus=1))
     sized, record = size_run(impala, echo=lambda line: None)
     sized.validate()
     assert (sized.num_learners, sized.num_aggregator_actors_per_learner, sized.num_env_runners) == (1, 1, 10)
+    assert (sized.num_gpus, sized.num_gpus_per_learner) == (0, 1)  # (the driver's learner GPU is the actor's now)
     assert (record["num_learners"], record["num_aggregator_actors_per_learner"]) == (1, 1)
     assert "1 learner actor with 1 aggregator" in record["reason"]
     write_record(tmp_path, record)
     kept = kept_choice(impala, tmp_path, echo=lambda line: None)
     assert (kept.num_learners, kept.num_aggregator_actors_per_learner, kept.num_env_runners) == (1, 1, 10)
+    assert (kept.num_gpus, kept.num_gpus_per_learner) == (0, 1)
     for config in (impala.copy().learners(num_learners=0), _auto(PPOConfig().environment("CartPole-v1"))):
         sized, _ = size_run(config, echo=lambda line: None)
         assert sized.num_aggregator_actors_per_learner == 0 and sized.num_learners == 0
+    sized, _ = size_run(impala, echo=lambda line: None, aggregators=False)  # (herd tune's trials)
+    assert sized.num_aggregator_actors_per_learner == 0 and sized.num_gpus == 1
 
 
 def test_auto_is_one_line_where_it_cannot_size_and_the_flag_takes_auto_or_a_number(capsys):

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from herdrl.errors import ConfigError
-from herdrl.sizing import Costs, Node, Reservations, choose, projection, runner_slots
+from herdrl.sizing import Costs, Node, Reservations, choose, projection, runner_slots, throughput
 
 GB = 1e9
 ONE_NODE = (Node(8, 64 * GB),)
@@ -241,6 +241,11 @@ def test_an_overlapping_run_held_back_by_its_learners_intake_gets_an_aggregator(
     assert choose(light, overlap=True, aggregators_allowed=True).aggregators == 0
     crowded = dataclasses.replace(costs, nodes=(Node(3, 64 * GB),))  # driver, learner, aggregator: no runner left
     assert choose(crowded, overlap=True, aggregators_allowed=True).aggregators == 0
+    # on 2 shared cores the aggregator's intake is CPU like the update's: 10 runners of 0.1 ms CPU a step beside
+    # 150 us of learning cap the run at 2 / 250 us = 8,000 steps/s, aggregator or not (by hand)
+    shared = dataclasses.replace(costs, nodes=(Node(64, 64 * GB, "box"),), host_cores={"box": 2},
+                                 runner_cpu_s={1: 1e-4})
+    assert throughput(shared, 10, 1, True, aggregators=True) == pytest.approx(8_000)
 
 
 def test_the_learners_intake_is_measured_on_frames_packed_as_runners_ship_them():
