@@ -11,8 +11,8 @@ two training iterations in this process (the learner's time per env step of the 
 memory (a runner actor imports the same torch, env and policy: an upper bound); and the CPUs, memory and host of
 each node (the Ray cluster's when one is joined, else this machine's). Where this machine's nodes advertise more
 CPUs than it has cores (fake nodes on loopback, ``--num-cpus`` above the cores), one Ray runner's round (weights
-in, a 2-step fragment back) is timed too, in CPU seconds of the whole machine: what each runner adds to the cores
-they share.
+in, a 2-step fragment back) is timed too, in CPU seconds of the driver, the runner and this machine's raylets and
+GCS: what each runner adds to the cores they share.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import resource
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -197,18 +198,36 @@ def _measuring_copy(config: AlgorithmConfig) -> AlgorithmConfig:
     return trial
 
 
-def _busy_cpu_seconds() -> float:
-    """CPU seconds this machine has been busy since boot, all cores (Linux's /proc/stat)."""
-    with open("/proc/stat") as f:
-        ticks = [float(x) for x in f.readline().split()[1:]]
-    # user, nice, system, irq, softirq (not idle, iowait, steal, nor guest time, which user already counts)
-    return (ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6]) / os.sysconf("SC_CLK_TCK")
+def _cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds (user and system) the processes ``pids`` have used, from Linux's /proc (gone ones: 0)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += float(fields[11]) + float(fields[12])  # utime, stime (the stat file's 14th and 15th fields)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _ray_daemons() -> list[int]:
+    """This machine's raylet and GCS processes: what a runner's round costs beside the driver and the runner."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() in ("raylet", "gcs_server"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
 
 
 def _round_cpu_seconds(config: AlgorithmConfig, seconds: float, step_cpu_s: float) -> float:
     """CPU seconds of one Ray runner's round beyond its env steps (the call, the weights loaded, a 2-step fragment
-    back: driver, raylet and runner together), from this machine's busy time over ``seconds`` of rounds less what
-    it spends idle; the driver's and the runner's own CPU where Ray placed the runner on another host."""
+    back), over ``seconds`` of rounds: the driver's, the runner's and, where the runner is on this machine, its
+    raylets' and GCS's CPU time, less what those spend idle (their processes only: other work on the machine is
+    not counted)."""
     import ray
 
     trial = config.copy()
@@ -221,20 +240,22 @@ def _round_cpu_seconds(config: AlgorithmConfig, seconds: float, step_cpu_s: floa
     algo = trial.build()
     try:
         runners = algo.runners
+        actor = runners.actors[0]
         host = this_host()[0]
-        node_id = ray.get(runners.actors[0].node.remote())[0]
+        node_id = ray.get(actor.node.remote())[0]
         here = any(node["NodeID"] == node_id and node.get("NodeManagerHostname") == host for node in ray.nodes())
+        pids = [os.getpid(), ray.get(actor.pid.remote()), *(_ray_daemons() if here else [])]
 
-        def used() -> float:  # (the runner's process CPU, where the machine's busy time does not hold it)
-            return _busy_cpu_seconds() if here else time.process_time() + ray.get(
-                runners.actors[0].apply.remote(lambda runner: time.process_time()))[1]
+        def used() -> float:  # (a runner on another host: its own process CPU, as it reports it)
+            return _cpu_seconds(pids) if here else time.process_time() + ray.get(
+                actor.apply.remote(lambda runner: time.process_time()))[1]
 
         weights = algo.runner_weights()
         for version in range(3):  # warm-up: first calls, first forward passes
             runners.sample(weights, None, version)
-        idle_start, idle_busy = time.perf_counter(), _busy_cpu_seconds()
-        time.sleep(seconds / 2)  # (the machine's own background: /proc/stat counts 10 ms ticks, so not too short)
-        idle = (_busy_cpu_seconds() - idle_busy) / (time.perf_counter() - idle_start) if here else 0.0
+        idle_start, idle_busy = time.perf_counter(), used()
+        time.sleep(seconds / 2)  # (their background: /proc counts 10 ms ticks, so not too short)
+        idle = (used() - idle_busy) / (time.perf_counter() - idle_start) if here else 0.0
         rounds, start, busy = 0, time.perf_counter(), used()
         while time.perf_counter() - start < seconds or rounds < 3:
             runners.sample(algo.runner_weights(), None, rounds)
