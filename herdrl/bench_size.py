@@ -211,13 +211,20 @@ def _cpu_seconds(pids: list[int]) -> float:
 
 
 def _ray_daemons() -> list[int]:
-    """This machine's raylet and GCS processes: what a runner's round costs beside the driver and the runner."""
+    """The raylet and GCS processes on this machine of the cluster this process is joined to (found by its nodes'
+    session folders in their command lines: another cluster's, busy with its own work, must not count)."""
+    import ray
+
+    sessions = {str(Path(node["RayletSocketName"]).parent.parent) for node in ray.nodes()
+                if node.get("Alive") and node.get("RayletSocketName")}
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 if (entry / "comm").read_text().strip() in ("raylet", "gcs_server"):
-                    pids.append(int(entry.name))
+                    cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+                    if any(session in cmdline for session in sessions):
+                        pids.append(int(entry.name))
             except OSError:
                 continue
     return pids
